@@ -1,0 +1,24 @@
+"""SpecAR: lossless speculative decoding for autoregressive image models.
+
+This folder is both the Python package ``specar`` (``pip install -e .``) and a ComfyUI custom node
+pack (ComfyUI imports this file from ``custom_nodes/``), so every import inside is relative.
+"""
+from .model_loaders.contract import ARImageModel, EncodedPrompt, ImageGeometry
+from .model_loaders.registry import load_model
+from .samplers.api import GenerationResult, generate
+from .samplers.backends import BACKEND_PARAMS, BACKENDS
+from .samplers.engine import GenerationInterrupted
+from .samplers.stats import GenerationStats
+
+__version__ = "0.1.0"
+
+# ComfyUI entry points. The node classes arrive with the nodes issue; an empty mapping keeps
+# ComfyUI's loader (and importing this file without ComfyUI) working meanwhile.
+NODE_CLASS_MAPPINGS: dict = {}
+NODE_DISPLAY_NAME_MAPPINGS: dict = {}
+WEB_DIRECTORY = "./web"
+
+__all__ = [
+    "ARImageModel", "BACKENDS", "BACKEND_PARAMS", "EncodedPrompt", "GenerationInterrupted", "GenerationResult",
+    "GenerationStats", "ImageGeometry", "generate", "load_model",
+]

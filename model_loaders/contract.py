@@ -1,0 +1,168 @@
+"""The model contract every adapter implements (DESIGN.md 2.1).
+
+The sampling core talks to models only through `ARImageModel`. Token ids at this boundary are
+*engine ids*: image codes are ``0 .. vocab_size-1`` and structure tokens (row ends) follow them
+(``vocab_size + k``). Each adapter maps engine ids to its own vocabulary. Logits returned by
+`forward` cover the image codes only, so the core never sees text-vocabulary rows.
+
+Batches: a session generates ``batch`` images at once. With CFG the adapter runs ``2 * batch``
+rows internally (conditional rows first), but every tensor crossing this boundary has the image
+batch as its first dimension.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, Optional, Sequence
+
+import torch
+
+
+@dataclass(frozen=True)
+class ImageGeometry:
+    """Layout of the generated token sequence.
+
+    The sequence is ``height`` rows of ``width`` image tokens, each row followed by a forced
+    row-end token when ``row_end`` is set (Lumina-mGPT, Emu3). Forced tokens are never sampled
+    and never drafted; the engine fills them in.
+    """
+
+    height: int
+    width: int
+    vocab_size: int
+    row_end: bool = False
+
+    def __post_init__(self):
+        for name in ("height", "width", "vocab_size"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or v < 1:
+                raise ValueError(f"ImageGeometry.{name} must be a positive int, got {v!r}")
+
+    @property
+    def row_stride(self) -> int:
+        """Sequence positions per image row (row-end token included)."""
+        return self.width + int(self.row_end)
+
+    @property
+    def seq_len(self) -> int:
+        return self.height * self.row_stride
+
+    @property
+    def num_image_tokens(self) -> int:
+        return self.height * self.width
+
+    @property
+    def row_end_id(self) -> Optional[int]:
+        """Engine id of the row-end token, or None."""
+        return self.vocab_size if self.row_end else None
+
+    def forced_tokens(self) -> torch.Tensor:
+        """LongTensor [seq_len]: the forced engine id at each position, -1 where sampled."""
+        forced = torch.full((self.seq_len,), -1, dtype=torch.long)
+        if self.row_end:
+            forced[self.width :: self.row_stride] = self.vocab_size
+        return forced
+
+    def image_positions(self) -> torch.Tensor:
+        """LongTensor [num_image_tokens]: sequence positions of the image tokens, raster order."""
+        return (self.forced_tokens() < 0).nonzero().flatten()
+
+
+@dataclass
+class EncodedPrompt:
+    """Token ids of the conditional and unconditional (CFG) branches, model vocabulary."""
+
+    cond: list
+    uncond: list
+    text: str = ""
+    negative_text: str = ""
+
+
+@dataclass
+class ForwardOutput:
+    """Logits of the NEXT position for every input token, image codes only."""
+
+    cond: torch.Tensor  # [B, T, V] float
+    uncond: Optional[torch.Tensor] = None  # [B, T, V] float, None without CFG
+    hidden: Optional[torch.Tensor] = None  # [B, T, D] last hidden states (conditional rows)
+
+
+@dataclass
+class Session:
+    """State of one generation: the KV cache and how much of it each image row has committed."""
+
+    batch: int
+    cfg: bool
+    committed: torch.Tensor  # LongTensor [B] on device: sequence positions whose KV is cached
+    first: ForwardOutput  # logits for sequence position 0 (from the prefill), T == 1
+    state: Any = None  # adapter-private (cache tensors, masks, offsets)
+    extras: dict = field(default_factory=dict)
+
+
+class ARImageModel(ABC):
+    """One adapter per model family. See DESIGN.md 2.1."""
+
+    geometry: ImageGeometry
+    name: str = "model"
+
+    @property
+    @abstractmethod
+    def device(self) -> torch.device: ...
+
+    @abstractmethod
+    def encode_prompt(self, text: str, negative_text: str = "") -> EncodedPrompt:
+        """Token ids of both CFG branches, in the format the family was trained with."""
+
+    @abstractmethod
+    def start(self, prompt: EncodedPrompt, batch: int, cfg: bool, draft_capacity: int) -> Session:
+        """Prefill (cond and uncond as one batch when `cfg`), reserve room for `draft_capacity`
+        draft tokens beyond the full sequence, and return the session with position 0's logits."""
+
+    @abstractmethod
+    def forward(self, session: Session, tokens: torch.Tensor, parents: Sequence[int]) -> ForwardOutput:
+        """Evaluate draft tokens [B, T] (engine ids) placed after each row's committed prefix in
+        one forward pass. ``parents[i]`` is the index of node i's parent (-1: the last committed
+        token); a chain is ``[-1, 0, 1, ...]``. Node i sits at sequence position
+        ``committed + depth(i)`` and attends to the prefix and its ancestors only."""
+
+    @abstractmethod
+    def commit(self, session: Session, path: torch.Tensor, length: torch.Tensor) -> None:
+        """Keep the KV entries of the accepted path of the last forward: for row b the nodes
+        ``path[b, :length[b]]`` (root first) become sequence positions
+        ``committed[b] .. committed[b] + length[b] - 1``; everything else is dropped. Never
+        recomputes the prefix. A chain (``path[b, k] == k``) costs no copy."""
+
+    def decode_tokens(self, tokens: torch.Tensor):
+        """[B, H, W] image codes -> list of PIL images, or None when the model has no decoder."""
+        return None
+
+    def check_prompt(self, prompt) -> EncodedPrompt:
+        """Accept a string or an EncodedPrompt; anything else is a clear ValueError."""
+        if isinstance(prompt, EncodedPrompt):
+            return prompt
+        if isinstance(prompt, str):
+            return self.encode_prompt(prompt)
+        raise ValueError(
+            f"prompt must be a str or an EncodedPrompt from model.encode_prompt(), got {type(prompt).__name__}"
+        )
+
+
+def tree_depths(parents: Sequence[int]) -> list:
+    """Depth of every node (root children of the committed prefix have depth 0)."""
+    depths = []
+    for i, p in enumerate(parents):
+        if not -1 <= p < i:
+            raise ValueError(f"parents[{i}] = {p}: a parent must be -1 or an earlier node index")
+        depths.append(0 if p < 0 else depths[p] + 1)
+    return depths
+
+
+def tree_ancestry(parents: Sequence[int]) -> torch.Tensor:
+    """BoolTensor [T, T]: ``anc[i, j]`` is True when node j is node i or one of its ancestors."""
+    n = len(parents)
+    anc = torch.zeros(n, n, dtype=torch.bool)
+    for i, p in enumerate(parents):
+        if p >= 0:
+            anc[i] = anc[p]
+        anc[i, i] = True
+    return anc

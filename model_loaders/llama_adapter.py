@@ -1,0 +1,147 @@
+"""ARImageModel over our own `LlamaDecoder` (tiny test models and the demo model).
+
+Vocabulary of these models: ``[pad, bos, boi, row_end, image codes..., text bytes...]``.
+The KV cache is static: row r keeps its left-padded prompt in slots ``0..P-1`` and sequence
+position j at slot ``P + j``; draft node i of a forward goes to slot ``P + committed + i``.
+"""
+from __future__ import annotations
+
+from typing import Callable, Optional, Sequence
+
+import torch
+
+from .contract import ARImageModel, EncodedPrompt, ForwardOutput, ImageGeometry, Session, tree_ancestry, tree_depths
+from .llama import LlamaDecoder
+
+PAD, BOS, BOI, ROW_END = 0, 1, 2, 3
+IMAGE_OFFSET = 4
+
+
+def byte_text_encoder(vocab_offset: int) -> Callable[[str], list]:
+    """Text -> ids: one id per UTF-8 byte, placed after the image codes."""
+
+    def encode(text: str) -> list:
+        return [vocab_offset + b for b in text.encode("utf-8")]
+
+    return encode
+
+
+class LlamaImageModel(ARImageModel):
+    def __init__(self, decoder: LlamaDecoder, geometry: ImageGeometry, encode_text: Callable[[str], list],
+                 max_prompt_tokens: int = 256, name: str = "llama", decoder_fn: Optional[Callable] = None):
+        self.decoder = decoder.eval()
+        self.geometry = geometry
+        self.encode_text = encode_text
+        self.max_prompt_tokens = max_prompt_tokens
+        self.name = name
+        self._decode = decoder_fn
+        V = geometry.vocab_size
+        # engine id -> model id: image codes, then the row-end structure token
+        self._engine_to_model = torch.cat([torch.arange(V) + IMAGE_OFFSET, torch.tensor([ROW_END])])
+        self._image_rows = slice(IMAGE_OFFSET, IMAGE_OFFSET + V)
+        self._trees = {}  # parents tuple -> (depth, ancestry) on device
+
+    @property
+    def device(self) -> torch.device:
+        return self.decoder.embed.weight.device
+
+    # -- prompts ---------------------------------------------------------------------------
+    def encode_prompt(self, text: str, negative_text: str = "") -> EncodedPrompt:
+        for name, value in (("prompt", text), ("negative_prompt", negative_text)):
+            if not isinstance(value, str):
+                raise ValueError(f"{name} must be a str, got {type(value).__name__}")
+        cond = [BOS] + self.encode_text(text) + [BOI]
+        uncond = [BOS] + self.encode_text(negative_text) + [BOI]
+        for name, ids in (("prompt", cond), ("negative_prompt", uncond)):
+            if len(ids) > self.max_prompt_tokens:
+                raise ValueError(f"{name} is {len(ids)} tokens long; this model allows at most {self.max_prompt_tokens}")
+        return EncodedPrompt(cond=cond, uncond=uncond, text=text, negative_text=negative_text)
+
+    # -- session ---------------------------------------------------------------------------
+    def start(self, prompt: EncodedPrompt, batch: int, cfg: bool, draft_capacity: int) -> Session:
+        prompt = self.check_prompt(prompt)
+        dev = self.device
+        seqs = [prompt.cond] * batch + ([prompt.uncond] * batch if cfg else [])
+        R, P = len(seqs), max(len(s) for s in seqs)
+        S = P + self.geometry.seq_len + draft_capacity + 1
+        tokens = torch.full((R, P), PAD, dtype=torch.long)
+        valid = torch.zeros(R, S, dtype=torch.bool)
+        pos0 = torch.zeros(R, dtype=torch.long)
+        for r, s in enumerate(seqs):  # left padding: every row's last prompt token sits at slot P-1
+            tokens[r, P - len(s):] = torch.tensor(s)
+            valid[r, P - len(s):] = True
+            pos0[r] = len(s)
+        valid[:, P:] = True
+        limit = self.decoder.cfg.max_positions
+        if int(pos0.max()) + self.geometry.seq_len + draft_capacity + 1 > limit:
+            raise ValueError(f"prompt of {int(pos0.max())} tokens plus a {self.geometry.seq_len}-token image "
+                             f"exceeds the model's {limit} positions")
+        tokens, valid, pos0 = tokens.to(dev), valid.to(dev), pos0.to(dev)
+        positions = (torch.arange(P, device=dev)[None] - (P - pos0)[:, None]).clamp(min=0)
+        causal = torch.arange(S, device=dev)[None, :] <= torch.arange(P, device=dev)[:, None]  # [P, S]
+        mask = causal[None] & valid[:, None, :]
+        cache = self.decoder.new_cache(R, S)
+        slots = torch.arange(P, device=dev).expand(R, P)
+        with torch.inference_mode():
+            h = self.decoder.hidden_states(tokens, positions, mask, cache, slots)
+        state = dict(cache=cache, valid=valid, pos0=pos0, P=P, S=S, rows=R)
+        session = Session(batch=batch, cfg=cfg, committed=torch.zeros(batch, dtype=torch.long, device=dev),
+                          first=self._output(h[:, -1:], batch, cfg), state=state)
+        return session
+
+    def _tree(self, parents: Sequence[int]):
+        key = tuple(int(p) for p in parents)
+        if key not in self._trees:
+            depth = torch.tensor(tree_depths(key), device=self.device)
+            self._trees[key] = (depth, tree_ancestry(key).to(self.device))
+        return self._trees[key]
+
+    def _output(self, h, batch, cfg) -> ForwardOutput:
+        w = self.decoder.lm_head.weight[self._image_rows]  # logits for image rows only
+        logits = (h @ w.T).float()
+        if cfg:
+            return ForwardOutput(cond=logits[:batch], uncond=logits[batch:], hidden=h[:batch])
+        return ForwardOutput(cond=logits, hidden=h)
+
+    def forward(self, session: Session, tokens: torch.Tensor, parents: Sequence[int]) -> ForwardOutput:
+        st = session.state
+        B, T = tokens.shape
+        if len(parents) != T:
+            raise ValueError(f"parents has {len(parents)} entries for {T} tokens")
+        dev = self.device
+        depth, anc = self._tree(parents)
+        ids = self._engine_to_model.to(dev)[tokens]
+        committed = session.committed
+        if session.cfg:
+            ids, committed = torch.cat([ids, ids]), torch.cat([committed, committed])
+        base = st["P"] + committed  # [R] first free slot of each row
+        slots = base[:, None] + torch.arange(T, device=dev)
+        positions = st["pos0"][:, None] + committed[:, None] + depth[None]
+        s = torch.arange(st["S"], device=dev)
+        prefix = (s[None] < base[:, None]) & st["valid"]  # [R, S]
+        rel = s[None] - base[:, None]
+        in_tree = (rel >= 0) & (rel < T)
+        tree_part = anc[:, rel.clamp(0, T - 1)].permute(1, 0, 2) & in_tree[:, None, :]  # [R, T, S]
+        mask = prefix[:, None, :] | tree_part
+        with torch.inference_mode():
+            h = self.decoder.hidden_states(ids, positions, mask, st["cache"], slots)
+        return self._output(h, B, session.cfg)
+
+    def commit(self, session: Session, path: Optional[torch.Tensor], length: torch.Tensor) -> None:
+        st = session.state
+        if path is not None:  # gather the accepted nodes to consecutive slots
+            committed = session.committed
+            if session.cfg:
+                path, committed = torch.cat([path, path]), torch.cat([committed, committed])
+            base = st["P"] + committed
+            D = path.shape[1]
+            rows = torch.arange(st["rows"], device=self.device)[:, None]
+            src = base[:, None] + path.clamp(min=0)
+            dst = base[:, None] + torch.arange(D, device=self.device)
+            for kc, vc in st["cache"]:
+                kc[rows, dst] = kc[rows, src]
+                vc[rows, dst] = vc[rows, src]
+        session.committed = session.committed + length
+
+    def decode_tokens(self, tokens: torch.Tensor):
+        return None if self._decode is None else self._decode(tokens)

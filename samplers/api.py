@@ -1,0 +1,77 @@
+"""`specar.generate`: the public entry point used by the nodes, the demo and the benchmarks."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+import torch
+
+from ..model_loaders.contract import ARImageModel
+from .backends import BACKENDS, make_backend
+from .engine import ChainEngine
+from .stats import GenerationStats
+from .target import SamplingParams
+
+
+@dataclass
+class GenerationResult:
+    tokens: torch.Tensor  # [H, W] image codes ([B, H, W] when batch_size > 1), structure tokens removed
+    image: object  # PIL image of the first sample, or None when the model has no decoder
+    stats: GenerationStats
+    images: Optional[list] = None  # every sample's PIL image (batch_size > 1)
+    sequence: Optional[torch.Tensor] = None  # [B, seq_len] engine ids, structure tokens included
+
+
+def _check_seed(seed):
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**64:
+        raise ValueError(f"seed must be an int in [0, 2**64), got {seed!r}")
+    return seed
+
+
+def generate(model: ARImageModel, prompt, backend: str = "sjd", seed: int = 0, cfg_scale: Optional[float] = None,
+             temperature: float = 1.0, top_k: Optional[int] = None, top_p: float = 1.0, negative_prompt: str = "",
+             batch_size: int = 1, progress: Optional[Callable[[int, int], None]] = None,
+             interrupt: Optional[Callable[[], bool]] = None, profile: bool = False,
+             **backend_params) -> GenerationResult:
+    """Generate image tokens (and the decoded image) with the chosen backend.
+
+    Every lossless backend samples exactly the distribution of ``backend="ar"`` for the same
+    sampling settings. ``cfg_scale`` and ``top_k`` default to the model's recommended values.
+    ``progress(done_tokens, total_tokens)`` is called once per step; ``interrupt()`` returning
+    True stops the generation with `GenerationInterrupted` (the model stays usable).
+    """
+    if not isinstance(model, ARImageModel):
+        raise ValueError(f"model must be an ARImageModel (e.g. from specar.load_model), got {type(model).__name__}")
+    spec = make_backend(backend, **backend_params)
+    defaults = getattr(model, "default_sampling", {})
+    sampling = SamplingParams(
+        cfg_scale=defaults.get("cfg_scale", 1.0) if cfg_scale is None else cfg_scale,
+        temperature=temperature,
+        top_k=defaults.get("top_k", 0) if top_k is None else top_k,
+        top_p=top_p,
+    ).validated(model.geometry.vocab_size)
+    _check_seed(seed)
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
+    if isinstance(prompt, str):
+        if not isinstance(negative_prompt, str):
+            raise ValueError(f"negative_prompt must be a str, got {type(negative_prompt).__name__}")
+        encoded = model.encode_prompt(prompt, negative_prompt)
+    else:
+        encoded = model.check_prompt(prompt)
+    engine = ChainEngine(model, spec, sampling, seed, batch_size, profile=profile)
+    with torch.inference_mode():
+        seq, stats = engine.run(encoded, progress=progress, interrupt=interrupt)
+    geo = model.geometry
+    grid = seq[:, geo.image_positions().to(seq.device)].view(batch_size, geo.height, geo.width).cpu()
+    images = model.decode_tokens(grid)
+    return GenerationResult(
+        tokens=grid[0] if batch_size == 1 else grid,
+        image=images[0] if images else None,
+        stats=stats,
+        images=images,
+        sequence=seq.cpu(),
+    )
+
+
+__all__ = ["BACKENDS", "GenerationResult", "generate"]

@@ -1,0 +1,250 @@
+"""The speculative engine: one loop for every backend.
+
+    propose (drafts already in `seq`) -> model.forward(pending + drafts) -> verify -> commit
+
+Per image row b the engine keeps ``frontier[b]``: the position of the *pending* token, the last
+committed token whose KV is not cached yet. A step feeds the chain
+``[pending, draft_1, ..., draft_{T-1}]`` (consecutive sequence positions); the output at slot i
+is the target p of position ``frontier + i + 1``. Verification accepts a prefix of the drafts;
+the token after it (the residual sample at the first rejection, or a fresh sample from p when
+every enabled draft passed) becomes the new pending token. So every step commits at least one
+token, and AR is the same loop with no drafts.
+
+Forced structure tokens (row ends) sit in the chain like drafts whose p is one-hot at them: they
+are always accepted and never cost a forward of their own. The window counts image drafts only.
+
+Everything is batched over image rows with fixed shapes; a step reads one small tensor back to
+the host (how many rows are still running), nothing per token.
+"""
+from __future__ import annotations
+
+import time
+from typing import Callable, Optional
+
+import torch
+
+from ..model_loaders.contract import ARImageModel, EncodedPrompt
+from .backends import Backend
+from .randomness import exponential_noise, gumbel_key, make_generator, position_gumbel, sample_by_race
+from .stats import GenerationStats
+from .target import SamplingParams, target_probs
+from .verify import gumbel_coupling, one_hot, verify_chain
+
+
+class GenerationInterrupted(Exception):
+    """Raised when the caller's interrupt check fires; the model stays usable."""
+
+
+def _slot_count(forced: torch.Tensor, window: int) -> int:
+    """Slots per forward: the pending token plus the longest run of positions holding `window`
+    image tokens (and the forced tokens between and right after them)."""
+    n = forced.numel()
+    count = (forced < 0).long().cumsum(0)  # image tokens at positions <= j
+    last = torch.searchsorted(count, count + window, right=True) - 1  # last j with count <= count[c] + window
+    last = last.clamp(max=n - 1)
+    return int((last - torch.arange(n)).max()) + 1
+
+
+class ChainEngine:
+    def __init__(self, model: ARImageModel, backend: Backend, sampling: SamplingParams, seed: int, batch: int,
+                 profile: bool = False):
+        self.model, self.backend, self.sampling, self.seed, self.B = model, backend, sampling, seed, batch
+        self.profile = profile
+        geo = model.geometry
+        self.geo, self.N, self.V, self.L = geo, geo.seq_len, geo.vocab_size, backend.window
+        dev = self.dev = model.device
+        forced = geo.forced_tokens()
+        if forced[0] >= 0:
+            raise ValueError("the first sequence position must be an image token")
+        self.T = min(_slot_count(forced, self.L), self.N)
+        ext = self.N + self.T + 2  # room for slots that run past the end of the image
+        f = torch.full((ext,), -2, dtype=torch.long)
+        f[: self.N] = forced
+        self.forced = f.to(dev)  # forced engine id, -1 image position, -2 beyond the image
+        self.is_img = self.forced == -1
+        img_pos = torch.where(f == -1, torch.arange(ext), torch.full_like(f, -1))
+        prev = torch.cummax(img_pos, 0).values  # latest image position <= j
+        self.prev_img = torch.cat([torch.tensor([-1]), prev[:-1]]).to(dev)  # latest image position < j
+        self.last_img = int((f == -1).nonzero().max())
+        self.Rb = geo.row_stride + self.T + 2  # ring of per-position distributions
+        self.rows = torch.arange(batch, device=dev)
+        self.seq = torch.where(self.forced >= 0, self.forced, 0).expand(batch, ext).clone()
+        self.dist = torch.zeros(batch, self.Rb, self.V, device=dev)
+        self.gen = make_generator(seed, dev)
+        self.gkey = gumbel_key(seed)
+        self.parents = [-1] + list(range(self.T - 1))
+
+    # -- small helpers ----------------------------------------------------------------------
+    def _noise(self, *shape):
+        return exponential_noise(shape, self.gen, self.dev)
+
+    def _write(self, pos, mask, tokens=None, dists=None):
+        """Masked writes of tokens into `seq` and distributions into the ring `dist`."""
+        r = self.rows[:, None].expand_as(pos)
+        if tokens is not None:
+            self.seq[r, pos] = torch.where(mask, tokens, self.seq[r, pos])
+        if dists is not None:
+            slot = pos % self.Rb
+            self.dist[r, slot] = torch.where(mask[..., None], dists, self.dist[r, slot])
+
+    # -- drafting of positions that enter the window -----------------------------------------
+    def _init(self, pos, need):
+        """Draft positions `pos` [B, K] (consecutive per row) where `need`; record their q."""
+        if self.L == 0:  # AR drafts nothing
+            return
+        need = need & self.is_img[pos]
+        B, K = pos.shape
+        V, strat = self.V, self.backend.init
+        # the last image position before the first one to draft: the source of left-initialisation
+        first = torch.where(need, pos, pos[:, -1:]).min(-1).values
+        left = self.prev_img[first].clamp(min=0)
+        if strat == "random":
+            x = torch.randint(V, (B, K), generator=self.gen, device=self.dev)
+            self._write(pos, need, x, torch.full((B, K, V), 1.0 / V, device=self.dev))
+            return
+        if strat.endswith("_left"):
+            chunks = [(0, K)]
+        else:
+            step = self.geo.row_stride
+            chunks = [(s, min(s + step, K)) for s in range(0, K, step)]
+        for s, e in chunks:  # sources of a chunk lie before it (row above, or the left source)
+            p = pos[:, s:e]
+            src = left[:, None].expand_as(p)
+            if strat.endswith("_above"):
+                above = p - self.geo.row_stride
+                src = torch.where(above >= 0, above, src)
+            if strat.startswith("repeat"):
+                x = self.seq.gather(1, src).clamp(0, V - 1)  # clamp: sources of masked-out slots may be structure
+                q = one_hot(x, V)
+            else:
+                q = self.dist[self.rows[:, None], src % self.Rb]
+                x = sample_by_race(q, self._noise(B, e - s, V))
+            self._write(p, need[:, s:e], x, q)
+
+    # -- the loop --------------------------------------------------------------------------
+    def run(self, prompt: EncodedPrompt, progress: Optional[Callable] = None,
+            interrupt: Optional[Callable[[], bool]] = None):
+        B, T, N, V, L, dev = self.B, self.T, self.N, self.V, self.L, self.dev
+        sync = torch.cuda.synchronize if self.dev.type == "cuda" else (lambda: None)
+        timed = self.profile or self.dev.type != "cuda"
+        t0 = time.perf_counter()
+        session = self.model.start(prompt, B, self.sampling.uses_cfg, draft_capacity=T + 1)
+        p0 = target_probs(session.first.cond[:, 0], None if session.first.uncond is None else session.first.uncond[:, 0],
+                          self.sampling)
+        x0 = sample_by_race(p0, self._noise(B, V))
+        frontier = torch.zeros(B, dtype=torch.long, device=dev)
+        self._write(frontier[:, None], torch.ones(B, 1, dtype=torch.bool, device=dev), x0[:, None], p0[:, None])
+        sync()
+        t1 = time.perf_counter()
+        drafted = frontier.clone()  # last position that holds a draft
+        self._init(frontier[:, None] + torch.arange(1, T, device=dev), torch.ones(B, T - 1, dtype=torch.bool, device=dev))
+        drafted = drafted + T - 1
+        at_step = torch.zeros(B, self.seq.shape[1], dtype=torch.long, device=dev)
+        committed_log, active_log = [], []
+        forward_s, nfe = 0.0, 0
+        slot = torch.arange(T, device=dev)
+        while True:
+            active = frontier < self.last_img
+            n_active, n_done = torch.stack([active.sum(), frontier.clamp(max=N - 1).sum() + B]).tolist()  # the host read
+            if progress is not None:
+                progress(n_done, B * N)
+            if n_active == 0:
+                break
+            if interrupt is not None and interrupt():
+                raise GenerationInterrupted(f"generation interrupted after {nfe} forward passes")
+            pos = frontier[:, None] + slot  # [B, T]: pending, then drafts
+            tokens = self.seq.gather(1, pos)
+            if timed:
+                sync(); tf = time.perf_counter()
+            out = self.model.forward(session, tokens, self.parents)
+            if timed:
+                sync(); forward_s += time.perf_counter() - tf
+            nfe += 1
+            p = target_probs(out.cond, out.uncond, self.sampling)  # p[:, i]: target of position frontier+i+1
+            dpos = pos[:, 1:]
+            q = self.dist[self.rows[:, None], dpos % self.Rb]
+            img = self.is_img[dpos]
+            enabled = (img.long().cumsum(-1) <= L) & (self.forced[dpos] != -2)
+            noise = self._noise(B, T, V)  # noise[:, i-1] serves position frontier+i
+            u = torch.rand(B, T - 1, generator=self.gen, device=dev)
+            n_acc, mrs_out = verify_chain(p[:, :-1], q, tokens[:, 1:], u, noise[:, :-1], enabled, self.forced[dpos] >= 0)
+            n_acc = torch.where(active, n_acc, 0)
+            n_en = enabled.sum(-1)
+            new_f = frontier + n_acc + 1
+            # the new pending token: correction after a rejection, else a fresh sample of p
+            p_next = p[self.rows, n_acc]
+            fresh_next = sample_by_race(p_next, noise[self.rows, n_acc])
+            rejected = n_acc < n_en
+            correction = torch.cat([mrs_out, fresh_next[:, None]], 1)[self.rows, n_acc]
+            pending = torch.where(rejected, correction, fresh_next)
+            pending = torch.where(self.forced[new_f] >= 0, self.forced[new_f], pending)
+            # commit tokens and targets of positions frontier+1 .. new_f
+            tpos = frontier[:, None] + 1 + slot  # positions of p's targets
+            newly = (slot[None] <= n_acc[:, None]) & active[:, None]
+            self._write(new_f[:, None], active[:, None], pending[:, None])
+            self._write(tpos, newly, dists=p)
+            r = self.rows[:, None].expand_as(tpos)
+            at_step[r, tpos] = torch.where(newly, nfe, at_step[r, tpos])
+            # re-draft the positions verification did not reach (we have their stale-context p)
+            refine = (tpos > new_f[:, None]) & (tpos <= (frontier + n_en + 1)[:, None]) & active[:, None] & self.is_img[tpos]
+            y = self._refine(p, tpos, mrs_out, noise)
+            self._write(tpos, refine, y, p)
+            self.model.commit(session, None, torch.where(active, n_acc + 1, 0))
+            frontier = torch.where(active, new_f, frontier)
+            npos = frontier[:, None] + slot[1:]
+            self._init(npos, (npos > drafted[:, None]) & active[:, None])
+            drafted = torch.where(active, torch.maximum(drafted, frontier + T - 1), drafted)
+            committed_log.append(torch.where(active, n_acc + 1, 0))
+            active_log.append(active)
+        sync()
+        t2 = time.perf_counter()
+        tokens = self.seq[:, :N]
+        stats = self._stats(committed_log, active_log, at_step, nfe, t1 - t0, t2 - t1, forward_s if timed else None)
+        return tokens, stats
+
+    def _refine(self, p, tpos, mrs_out, noise):
+        """Next step's draft at each target position (only used where verification stopped short)."""
+        fresh = sample_by_race(p, noise)
+        kind, alpha = self.backend.refine, self.backend.coupling_strength
+        if kind == "independent":
+            return fresh
+        if kind == "maximal":
+            # slots 1..T-1 had an old draft: MRS output couples it with the new p; the position
+            # after the last slot had none, so it is drafted fresh
+            coupled = torch.cat([mrs_out, fresh[:, -1:]], dim=1)
+        else:
+            coupled = gumbel_coupling(p, position_gumbel(self.gkey, self.rows[:, None], tpos, self.V))
+        if alpha < 1.0:
+            coin = torch.rand(coupled.shape, generator=self.gen, device=self.dev) < alpha
+            coupled = torch.where(coin, coupled, fresh)
+        return coupled
+
+    def _stats(self, committed_log, active_log, at_step, nfe, prefill_s, decode_s, forward_s):
+        geo, B = self.geo, self.B
+        if committed_log:
+            committed = torch.stack(committed_log, 1).cpu()  # [B, steps]
+            active = torch.stack(active_log, 1).cpu()
+        else:
+            committed = torch.zeros(B, 0, dtype=torch.long)
+            active = torch.zeros(B, 0, dtype=torch.bool)
+        steps = active.sum(1).tolist()
+        lengths = committed[active]
+        hist = {}
+        for k, c in zip(*torch.unique(lengths, return_counts=True)):
+            hist[int(k)] = int(c)
+        img_pos = geo.image_positions().to(at_step.device)
+        maps = at_step[:, img_pos].view(B, geo.height, geo.width).cpu().tolist()
+        n_img = geo.num_image_tokens
+        # the prefill forward yields the first token, so AR compresses exactly 1.0
+        compression = sum(n_img / (s + 1) for s in steps) / B
+        peak = torch.cuda.max_memory_allocated(self.dev) if self.dev.type == "cuda" else None
+        return GenerationStats(
+            backend=self.backend.name, params=self.backend.params(), batch=B,
+            image_tokens=n_img, forced_tokens=geo.seq_len - n_img, nfe=nfe, steps=steps,
+            step_compression=compression,
+            mean_accepted_length=float(lengths.float().mean()) if lengths.numel() else 0.0,
+            accepted_length_histogram=hist, prefill_s=prefill_s, decode_s=decode_s,
+            latency_s=prefill_s + decode_s, forward_s=forward_s,
+            overhead_s=None if forward_s is None else max(decode_s - forward_s, 0.0),
+            peak_memory_bytes=peak, accepted_at_step=maps,
+        )

@@ -1,0 +1,61 @@
+"""Random numbers for the sampling core: one seeded torch.Generator on the model's device, and
+counter-based Gumbel noise for Gumbel coupling.
+
+All sampling is by race: ``argmax(probs / E)`` with E ~ Exp(1) picks index i with probability
+probs[i] (equivalent to the Gumbel-max trick), never picks a zero-probability index, and is a
+batched tensor op with no host sync.
+"""
+from __future__ import annotations
+
+import torch
+
+_M32 = 0xFFFFFFFF
+
+
+def make_generator(seed: int, device) -> torch.Generator:
+    g = torch.Generator(device=device)
+    g.manual_seed(int(seed) & 0xFFFF_FFFF_FFFF_FFFF)
+    return g
+
+
+def exponential_noise(shape, generator: torch.Generator, device) -> torch.Tensor:
+    u = torch.rand(shape, generator=generator, device=device)
+    return -torch.log1p(-u)  # u in [0, 1) -> E in [0, inf); never inf
+
+
+def sample_by_race(probs: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+    """Index drawn from ``probs`` [..., V] using Exp(1) noise of the same shape."""
+    return (probs / noise).argmax(-1)
+
+
+def _mulmod32(x: torch.Tensor, c: int) -> torch.Tensor:
+    # (x * c) mod 2**32 without int64 overflow: split x into 16-bit halves
+    return ((x & 0xFFFF) * c + ((((x >> 16) * c) & 0xFFFF) << 16)) & _M32
+
+
+def _mix32(x: torch.Tensor) -> torch.Tensor:
+    # "lowbias32" integer hash (Chris Wellons): good avalanche, cheap, exact in int64 arithmetic
+    x = x ^ (x >> 16)
+    x = _mulmod32(x, 0x7FEB352D)
+    x = x ^ (x >> 15)
+    x = _mulmod32(x, 0x846CA68B)
+    return x ^ (x >> 16)
+
+
+def gumbel_key(seed: int) -> int:
+    """32-bit key of a 64-bit seed (computed once per generation, on the host)."""
+    s = int(seed) & 0xFFFF_FFFF_FFFF_FFFF
+    hi = int(_mix32(torch.tensor(s >> 32)))
+    return int(_mix32(torch.tensor((s & _M32) ^ hi)))
+
+
+def position_gumbel(key: int, rows: torch.Tensor, positions: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """Gumbel noise [..., V] that depends only on (seed key, image row, absolute position, token):
+    the same vector every time a position is drafted during one generation (Gumbel coupling),
+    independent across positions, rows and seeds. ``rows`` and ``positions`` broadcast."""
+    h = _mix32((rows.long() & _M32) ^ key)
+    h = _mix32(h ^ (positions.long() & _M32))
+    tokens = torch.arange(vocab_size, device=positions.device)
+    h = _mix32(h[..., None] ^ tokens)
+    u = ((h >> 8).to(torch.float64) + 0.5) / float(1 << 24)  # (0, 1), 24 bits
+    return -torch.log(-torch.log(u)).to(torch.float32)

@@ -1,0 +1,36 @@
+"""What a generation reports (DESIGN.md 5)."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Optional
+
+
+@dataclass
+class GenerationStats:
+    backend: str
+    params: dict
+    batch: int
+    image_tokens: int  # per image
+    forced_tokens: int  # per image (row ends): never sampled, never a forward of their own
+    nfe: int  # decode forward passes of the batch (prefill excluded)
+    steps: list  # decode forwards each image needed
+    step_compression: float  # image tokens / (decode forwards + the prefill), mean over images; AR: 1.0
+    mean_accepted_length: float  # sequence tokens committed per forward, mean over the batch's steps
+    accepted_length_histogram: dict  # {tokens committed in a step: how many steps}
+    prefill_s: float
+    decode_s: float
+    latency_s: float  # prefill + decode, device-synchronised
+    forward_s: Optional[float] = None  # time inside model forwards (CPU only, or profile=True)
+    overhead_s: Optional[float] = None  # decode time outside model forwards: drafting + verification
+    peak_memory_bytes: Optional[int] = None  # CUDA only
+    accepted_at_step: list = field(default_factory=list)  # per image: [H][W] decode step of each token
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["accepted_length_histogram"] = {str(k): v for k, v in sorted(self.accepted_length_histogram.items())}
+        return d
+
+    def summary(self) -> str:
+        name = self.backend.upper()
+        return (f"{name}: {self.image_tokens} tokens in {self.nfe} forwards "
+                f"({self.step_compression:.2f}x step compression), {self.latency_s:.2f} s")

@@ -1,0 +1,72 @@
+"""The target distribution: the ONE place where logits become the probabilities that plain AR
+sampling draws from and that every lossless backend verifies against (DESIGN.md 2.2).
+
+Order: CFG on raw logits (uncond + scale * (cond - uncond)), temperature, top-k, top-p.
+Temperature 0 is greedy: a one-hot distribution on the argmax (lowest index on ties).
+Structure tokens never reach this function: the engine fills forced positions itself, and the
+model contract only returns logits of image codes.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    cfg_scale: float = 1.0
+    temperature: float = 1.0
+    top_k: int = 0  # 0: no top-k
+    top_p: float = 1.0
+
+    def validated(self, vocab_size: int) -> "SamplingParams":
+        """Raise a ValueError naming the bad value and the allowed range."""
+        c = self.cfg_scale
+        if isinstance(c, bool) or not isinstance(c, (int, float)) or not math.isfinite(c):
+            raise ValueError(f"cfg_scale must be a finite number (1.0 = no guidance), got {c!r}")
+        t = self.temperature
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t < 0:
+            raise ValueError(f"temperature must be a finite number >= 0 (0 = greedy), got {t!r}")
+        k = self.top_k
+        if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k <= vocab_size:
+            raise ValueError(f"top_k must be an int in [1, {vocab_size}] (the image vocabulary), or 0 for no top-k; got {k!r}")
+        p = self.top_p
+        if isinstance(p, bool) or not isinstance(p, (int, float)) or not (0.0 < p <= 1.0):
+            raise ValueError(f"top_p must be a number in (0, 1] (1.0 = no top-p), got {p!r}")
+        return self
+
+    @property
+    def uses_cfg(self) -> bool:
+        return float(self.cfg_scale) != 1.0
+
+
+def guided_logits(cond: torch.Tensor, uncond: Optional[torch.Tensor], cfg_scale: float) -> torch.Tensor:
+    if uncond is None or cfg_scale == 1.0:
+        return cond.float()
+    return uncond.float() + cfg_scale * (cond.float() - uncond.float())
+
+
+def target_probs(cond: torch.Tensor, uncond: Optional[torch.Tensor], params: SamplingParams) -> torch.Tensor:
+    """Probabilities [..., V] (float32) of the distribution plain AR sampling uses."""
+    logits = guided_logits(cond, uncond, params.cfg_scale)
+    V = logits.shape[-1]
+    if params.temperature == 0:
+        return torch.nn.functional.one_hot(logits.argmax(-1), V).to(torch.float32)
+    logits = logits / params.temperature
+    if params.top_k and params.top_k < V:
+        kth = logits.topk(params.top_k, dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    probs = torch.softmax(logits, dim=-1)
+    if params.top_p < 1.0:
+        # keep the smallest set of most likely tokens whose mass reaches top_p (the token that
+        # crosses the threshold is kept), as transformers' TopPLogitsWarper does
+        sorted_p, order = probs.sort(dim=-1, descending=True)
+        mass_before = sorted_p.cumsum(-1) - sorted_p
+        drop_sorted = mass_before >= params.top_p
+        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+        probs = probs.masked_fill(drop, 0.0)
+        probs = probs / probs.sum(-1, keepdim=True)
+    return probs

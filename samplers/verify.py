@@ -1,0 +1,127 @@
+"""Verification and coupling primitives (DESIGN.md 3): pure, batched tensor functions.
+
+No function here reads a value back to the host, touches a model, or draws random numbers: the
+caller passes the uniforms ``u`` and the Exp(1) noise ``noise`` in, so every function is a
+deterministic map that the statistical tests can drive directly.
+
+Shapes: distributions are ``[..., V]`` (any batch dims), tokens and uniforms ``[...]``.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from .randomness import sample_by_race
+
+# A residual with less mass than this is rounding noise of p == q: the draft is then accepted
+# with probability 1 - O(eps), and on the (numerical) rejection we fall back to p itself.
+RESIDUAL_EPS = 1e-6
+
+
+def take(dist: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """dist[..., tokens] -> [...]."""
+    return dist.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+
+
+def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """norm(max(0, p - q)); p itself where that has no mass (p == q up to rounding)."""
+    r = (p - q).clamp(min=0)
+    mass = r.sum(-1, keepdim=True)
+    return torch.where(mass > RESIDUAL_EPS, r / mass.clamp(min=RESIDUAL_EPS), p)
+
+
+def mrs(p: torch.Tensor, q: torch.Tensor, x: torch.Tensor, u: torch.Tensor, noise: torch.Tensor):
+    """Modified rejection sampling. Draft ``x ~ q``, target ``p``.
+
+    Accept with probability min(1, p(x)/q(x)) (as ``u * q(x) < p(x)``, so no division and a
+    zero-probability draft is never accepted), otherwise draw from the residual. The returned
+    token is distributed exactly as p. Returns ``(accepted [...] bool, token [...])``.
+    """
+    accepted = u * take(q, x) < take(p, x)
+    fallback = sample_by_race(residual(p, q), noise)
+    return accepted, torch.where(accepted, x, fallback)
+
+
+def one_hot(tokens: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """q of deterministic candidates (copied or top-k-chosen tokens): accept with p(x)."""
+    return torch.nn.functional.one_hot(tokens, vocab_size).to(torch.float32)
+
+
+def maximal_coupling(p_new: torch.Tensor, q_old: torch.Tensor, x_old: torch.Tensor, u: torch.Tensor,
+                     noise: torch.Tensor) -> torch.Tensor:
+    """A draft for p_new maximally coupled with x_old ~ q_old: P[same token] = 1 - TV(p_new, q_old).
+    It is MRS itself (SCD, Thm. 2); the result is distributed as p_new, so p_new is its q."""
+    return mrs(p_new, q_old, x_old, u, noise)[1]
+
+
+def gumbel_coupling(p: torch.Tensor, gumbel: torch.Tensor) -> torch.Tensor:
+    """argmax(log p + G) with G fixed per position for the whole generation: distributed as p,
+    and two drafts of one position under nearby p's agree with high probability (SCD, Alg. 4)."""
+    return (p.clamp(min=0).log() + gumbel).argmax(-1)
+
+
+def verify_chain(p: torch.Tensor, q: torch.Tensor, x: torch.Tensor, u: torch.Tensor, noise: torch.Tensor,
+                 enabled: torch.Tensor, forced: Optional[torch.Tensor] = None):
+    """Verify draft chains left to right, all positions at once.
+
+    p, q [B, T, V]: target and draft distribution at each draft position; x [B, T] drafts;
+    enabled [B, T]: positions that may be accepted (a contiguous prefix of each row); forced
+    [B, T]: structure tokens, always accepted (their p is one-hot at the token).
+
+    Returns ``(n_accepted [B], out [B, T])``: the number of leading accepted drafts, and the MRS
+    output at every position (the draft where accepted, a residual sample where not). out at
+    ``n_accepted`` is the correction token after the first rejection; beyond it, out is the
+    maximal coupling of the old draft with the new p (used by SCD / adaptive continuation).
+    """
+    # forced tokens have ids past the image vocabulary: look up a dummy code there
+    x_img = x if forced is None else torch.where(forced, 0, x)
+    accepted, out = mrs(p, q, x_img, u, noise)
+    if forced is not None:
+        accepted = accepted | forced
+        out = torch.where(forced, x, out)
+    ok = accepted & enabled
+    n_accepted = ok.long().cumprod(-1).sum(-1)
+    return n_accepted, out
+
+
+def verify_candidates(p: torch.Tensor, candidates: torch.Tensor, u: torch.Tensor, noise: torch.Tensor,
+                      q: Optional[torch.Tensor] = None, qs: Optional[torch.Tensor] = None,
+                      valid: Optional[torch.Tensor] = None):
+    """Several candidates for one position (siblings in a draft tree), tried in order.
+
+    p [..., V] target; candidates [..., K]; u [..., K]; noise [..., V] for the final residual.
+    Either ``qs`` [..., K, V]: candidate k was drawn independently from qs[k] (use each as is);
+    or ``q`` [..., V]: the candidates were drawn WITHOUT replacement from q, so candidate k's
+    distribution is q with the earlier candidates removed and renormalised. After rejecting
+    candidate k with distribution q_k, p becomes norm(max(0, p - q_k)). ``valid`` [..., K]
+    masks out absent candidates (they are skipped).
+
+    Returns ``(index [...], token [...])``: the accepted candidate's index, or -1 with a token
+    drawn from the last residual when all were rejected. The token is distributed as p.
+    """
+    K = candidates.shape[-1]
+    if (q is None) == (qs is None):
+        raise ValueError("pass exactly one of q (without replacement) or qs (independent candidates)")
+    r = p
+    q_cur = q
+    index = torch.full(candidates.shape[:-1], -1, dtype=torch.long, device=p.device)
+    token = torch.zeros_like(index)
+    open_ = torch.ones_like(index, dtype=torch.bool)  # no candidate accepted yet
+    for k in range(K):
+        x = candidates[..., k]
+        q_k = qs[..., k, :] if qs is not None else q_cur
+        live = open_ if valid is None else open_ & valid[..., k]
+        acc = live & (u[..., k] * take(q_k, x) < take(r, x))
+        index = torch.where(acc, k, index)
+        token = torch.where(acc, x, token)
+        open_ = open_ & ~acc
+        # rejected (and live): move to the residual; absent candidates leave r unchanged
+        rej = (live & ~acc).unsqueeze(-1)
+        r = torch.where(rej, residual(r, q_k), r)
+        if q_cur is not None:
+            q_next = q_cur.scatter(-1, x.unsqueeze(-1), 0.0)
+            q_next = q_next / q_next.sum(-1, keepdim=True).clamp(min=1e-30)
+            q_cur = torch.where(rej, q_next, q_cur)
+    token = torch.where(open_, sample_by_race(r, noise), token)
+    return index, token

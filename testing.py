@@ -1,0 +1,81 @@
+"""Test helpers that ship with the package: tiny random-weight models and exact enumeration.
+
+`tiny_model` builds a small Llama-style model implementing the full model contract (prefill
+with CFG, chain and tree forwards, commit) over a tiny image vocabulary, so every backend can be
+checked against `exact_distribution`, the probability of every complete image computed by
+teacher-forced enumeration through the same target-distribution code plain AR uses.
+"""
+from __future__ import annotations
+
+import itertools
+from typing import Optional, Union
+
+import torch
+
+from .model_loaders.contract import ImageGeometry
+from .model_loaders.llama import LlamaConfig, LlamaDecoder
+from .model_loaders.llama_adapter import IMAGE_OFFSET, LlamaImageModel, byte_text_encoder
+from .samplers.target import SamplingParams, target_probs
+
+
+def tiny_model(vocab_size: int = 4, grid: Union[int, tuple] = (2, 2), seed: int = 0, row_end: bool = False,
+               hidden_size: int = 32, num_layers: int = 2, num_heads: int = 2, logit_scale: float = 3.0,
+               device: str = "cpu") -> LlamaImageModel:
+    """A random-weight Llama-style AR image model: `vocab_size` image codes on a `grid`
+    (int or (height, width)), optionally a forced row-end token after each row. Any short
+    string is a valid prompt (one token per UTF-8 byte). `logit_scale` sharpens the random
+    output head so that next-token distributions are far from uniform."""
+    h, w = (grid, grid) if isinstance(grid, int) else grid
+    geometry = ImageGeometry(height=h, width=w, vocab_size=vocab_size, row_end=row_end)
+    text_offset = IMAGE_OFFSET + vocab_size
+    cfg = LlamaConfig(vocab_size=text_offset + 256, hidden_size=hidden_size, num_layers=num_layers,
+                      num_heads=num_heads, max_positions=512)
+    g = torch.Generator().manual_seed(seed)
+    dec = LlamaDecoder(cfg)
+    with torch.no_grad():
+        for name, prm in dec.named_parameters():
+            if prm.dim() == 1:  # norm weights stay at 1
+                continue
+            std = 1.0 if name.startswith("embed") else prm.shape[-1] ** -0.5
+            prm.copy_(torch.randn(prm.shape, generator=g) * std)
+        dec.lm_head.weight.mul_(logit_scale)
+    model = LlamaImageModel(dec.to(device), geometry, byte_text_encoder(text_offset), name=f"tiny-v{vocab_size}-{h}x{w}")
+    model.default_sampling = {"cfg_scale": 1.0, "top_k": 0}
+    return model
+
+
+def exact_distribution(model, prompt, cfg_scale: Optional[float] = None, temperature: float = 1.0,
+                       top_k: Optional[int] = None, top_p: float = 1.0, negative_prompt: str = "",
+                       max_images: int = 1 << 16) -> dict:
+    """Probability of every complete image under plain AR sampling with these settings.
+
+    Returns {tuple(flattened image codes, raster order): probability}. All V^(H*W) images are
+    teacher-forced through the model contract in one chain forward each (a code path separate
+    from the engine's incremental steps), and the per-position target distributions come from
+    the same `target_probs` the samplers use.
+    """
+    geo = model.geometry
+    n, V = geo.num_image_tokens, geo.vocab_size
+    if V ** n > max_images:
+        raise ValueError(f"{V}^{n} images is too many to enumerate (max_images={max_images})")
+    defaults = getattr(model, "default_sampling", {})
+    sampling = SamplingParams(
+        cfg_scale=defaults.get("cfg_scale", 1.0) if cfg_scale is None else cfg_scale, temperature=temperature,
+        top_k=defaults.get("top_k", 0) if top_k is None else top_k, top_p=top_p).validated(V)
+    encoded = model.encode_prompt(prompt, negative_prompt) if isinstance(prompt, str) else model.check_prompt(prompt)
+    images = torch.tensor(list(itertools.product(range(V), repeat=n)), dtype=torch.long)  # [M, n]
+    M = images.shape[0]
+    forced = geo.forced_tokens()
+    img_pos = geo.image_positions()
+    seq = forced.expand(M, -1).clone()
+    seq[:, img_pos] = images
+    dev = model.device
+    with torch.inference_mode():
+        session = model.start(encoded, M, sampling.uses_cfg, draft_capacity=geo.seq_len)
+        out = model.forward(session, seq[:, :-1].to(dev), [-1] + list(range(geo.seq_len - 2)))
+        cond = torch.cat([session.first.cond, out.cond], 1)
+        uncond = None if out.uncond is None else torch.cat([session.first.uncond, out.uncond], 1)
+        probs = target_probs(cond, uncond, sampling).double().cpu()  # [M, seq_len, V]: p of position j
+    per_pos = probs[:, img_pos].gather(-1, images.unsqueeze(-1)).squeeze(-1)  # [M, n]
+    total = per_pos.prod(-1)
+    return {tuple(img.tolist()): float(pr) for img, pr in zip(images, total)}
