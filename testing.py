@@ -19,7 +19,7 @@ from .samplers.target import SamplingParams, target_probs
 
 
 def tiny_model(vocab_size: int = 4, grid: Union[int, tuple] = (2, 2), seed: int = 0, row_end: bool = False,
-               hidden_size: int = 32, num_layers: int = 2, num_heads: int = 2, logit_scale: float = 3.0,
+               hidden_size: int = 16, num_layers: int = 2, num_heads: int = 2, logit_scale: float = 3.0,
                device: str = "cpu") -> LlamaImageModel:
     """A random-weight Llama-style AR image model: `vocab_size` image codes on a `grid`
     (int or (height, width)), optionally a forced row-end token after each row. Any short
@@ -79,3 +79,45 @@ def exact_distribution(model, prompt, cfg_scale: Optional[float] = None, tempera
     per_pos = probs[:, img_pos].gather(-1, images.unsqueeze(-1)).squeeze(-1)  # [M, n]
     total = per_pos.prod(-1)
     return {tuple(img.tolist()): float(pr) for img, pr in zip(images, total)}
+
+
+def chi_square_test(samples: torch.Tensor, exact: dict, min_expected: float = 5.0):
+    """Pearson chi-square goodness of fit of sampled images against an exact distribution.
+
+    samples: [n, H, W] or [n, H*W] image codes. Outcomes with expected count below
+    `min_expected` are pooled into one bin (so the chi-square approximation holds), as is any
+    sampled image the exact distribution gives probability 0 (which, for a correct sampler,
+    never happens). Returns (p_value, statistic, degrees_of_freedom, total_variation).
+    """
+    n = samples.shape[0]
+    flat = [tuple(r) for r in samples.reshape(n, -1).tolist()]
+    counts = {}
+    for key in flat:
+        counts[key] = counts.get(key, 0) + 1
+    observed, expected = [], []
+    pool_o, pool_e = 0.0, 0.0
+    for key, prob in exact.items():
+        e, o = prob * n, counts.pop(key, 0)
+        if e >= min_expected:
+            observed.append(o); expected.append(e)
+        else:
+            pool_o += o; pool_e += e
+    pool_o += sum(counts.values())  # images outside the support of the exact distribution
+    if pool_o or pool_e:
+        observed.append(pool_o); expected.append(max(pool_e, 1e-12))
+    o = torch.tensor(observed, dtype=torch.float64)
+    e = torch.tensor(expected, dtype=torch.float64)
+    stat = float(((o - e) ** 2 / e).sum())
+    dof = max(len(observed) - 1, 1)
+    p_value = float(torch.special.gammaincc(torch.tensor(dof / 2.0, dtype=torch.float64),
+                                            torch.tensor(stat / 2.0, dtype=torch.float64)))
+    tv = 0.5 * sum(abs(counts_o / n - prob) for counts_o, prob in _paired(flat, exact))
+    return p_value, stat, dof, tv
+
+
+def _paired(flat, exact):
+    counts = {}
+    for key in flat:
+        counts[key] = counts.get(key, 0) + 1
+    keys = set(counts) | set(exact)
+    return [(counts.get(k, 0), exact.get(k, 0.0)) for k in keys]

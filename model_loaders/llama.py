@@ -52,14 +52,14 @@ def rope_tables(cfg: LlamaConfig, device=None):
     inv = 1.0 / (cfg.rope_theta ** (torch.arange(0, hd, 2, device=device, dtype=torch.float32) / hd))
     t = torch.arange(cfg.max_positions, device=device, dtype=torch.float32)
     freqs = torch.outer(t, inv)
+    freqs = torch.cat([freqs, freqs], dim=-1)  # [max_positions, hd]
     return torch.cos(freqs), torch.sin(freqs)
 
 
 def apply_rope(x, cos, sin):
-    # x [R, T, H, hd]; cos/sin [R, T, hd/2] (rotate-half convention, as transformers' Llama)
+    # x [R, H, T, hd]; cos/sin [R, 1, T, hd] (rotate-half convention, as transformers' Llama)
     x1, x2 = x.chunk(2, dim=-1)
-    c, s = cos[:, :, None, :], sin[:, :, None, :]
-    return torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], dim=-1).to(x.dtype)
+    return (x * cos + torch.cat([-x2, x1], dim=-1) * sin).to(x.dtype)
 
 
 class Attention(nn.Module):
@@ -72,20 +72,15 @@ class Attention(nn.Module):
 
     def forward(self, x, cos, sin, kv, slots, mask):
         R, T, _ = x.shape
-        q, k, v = self.qkv(x).view(R, T, 3, self.h, self.hd).unbind(2)
+        q, k, v = self.qkv(x).view(R, T, 3, self.h, self.hd).permute(2, 0, 3, 1, 4)  # [R, H, T, hd] each
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        if kv is None:  # training / teacher forcing: plain causal attention over the input
-            out = F.scaled_dot_product_attention(
-                q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attn_mask=mask[:, None]
-            )
-        else:
-            kc, vc = kv  # [R, S, H, hd]
+        if kv is not None:  # static cache [R, H, S, hd]: write by slot, attend over all slots
+            kc, vc = kv
             rows = torch.arange(R, device=x.device)[:, None]
-            kc[rows, slots] = k.to(kc.dtype)
-            vc[rows, slots] = v.to(vc.dtype)
-            out = F.scaled_dot_product_attention(
-                q.transpose(1, 2), kc.transpose(1, 2), vc.transpose(1, 2), attn_mask=mask[:, None]
-            )
+            kc.permute(0, 2, 1, 3)[rows, slots] = k.transpose(1, 2).to(kc.dtype)
+            vc.permute(0, 2, 1, 3)[rows, slots] = v.transpose(1, 2).to(vc.dtype)
+            k, v = kc, vc
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask[:, None])
         return self.o(out.transpose(1, 2).reshape(R, T, -1))
 
 
@@ -119,11 +114,11 @@ class LlamaDecoder(nn.Module):
         self.register_buffer("rope_sin", sin, persistent=False)
 
     def new_cache(self, rows: int, capacity: int, dtype=None, device=None):
-        """Static cache: one (keys, values) pair per layer, each [rows, capacity, heads, head_dim]."""
+        """Static cache: one (keys, values) pair per layer, each [rows, heads, capacity, head_dim]."""
         cfg = self.cfg
         dtype = dtype or self.embed.weight.dtype
         device = device or self.embed.weight.device
-        shape = (rows, capacity, cfg.num_heads, cfg.hidden_size // cfg.num_heads)
+        shape = (rows, cfg.num_heads, capacity, cfg.hidden_size // cfg.num_heads)
         return [(torch.zeros(shape, dtype=dtype, device=device), torch.zeros(shape, dtype=dtype, device=device))
                 for _ in range(cfg.num_layers)]
 
@@ -131,7 +126,7 @@ class LlamaDecoder(nn.Module):
         """tokens/positions [R, T]; mask [R, T, S] bool (True = attend); cache from `new_cache`
         with `slots` [R, T] where the new keys/values are written (None: no cache, S == T)."""
         x = self.embed(tokens)
-        cos, sin = self.rope_cos[positions], self.rope_sin[positions]
+        cos, sin = self.rope_cos[positions][:, None], self.rope_sin[positions][:, None]  # [R, 1, T, hd]
         for i, block in enumerate(self.blocks):
             x = block(x, cos, sin, None if cache is None else cache[i], slots, mask)
         return self.norm(x)

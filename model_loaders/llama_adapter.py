@@ -61,17 +61,19 @@ class LlamaImageModel(ARImageModel):
     def start(self, prompt: EncodedPrompt, batch: int, cfg: bool, draft_capacity: int) -> Session:
         prompt = self.check_prompt(prompt)
         dev = self.device
-        seqs = [prompt.cond] * batch + ([prompt.uncond] * batch if cfg else [])
-        R, P = len(seqs), max(len(s) for s in seqs)
+        branches = [prompt.cond] + ([prompt.uncond] if cfg else [])
+        R, P = batch * len(branches), max(len(s) for s in branches)
         S = P + self.geometry.seq_len + draft_capacity + 1
-        tokens = torch.full((R, P), PAD, dtype=torch.long)
-        valid = torch.zeros(R, S, dtype=torch.bool)
-        pos0 = torch.zeros(R, dtype=torch.long)
-        for r, s in enumerate(seqs):  # left padding: every row's last prompt token sits at slot P-1
+        tokens = torch.full((len(branches), P), PAD, dtype=torch.long)
+        valid = torch.zeros(len(branches), S, dtype=torch.bool)
+        pos0 = torch.zeros(len(branches), dtype=torch.long)
+        for r, s in enumerate(branches):  # left padding: every row's last prompt token sits at slot P-1
             tokens[r, P - len(s):] = torch.tensor(s)
             valid[r, P - len(s):] = True
             pos0[r] = len(s)
         valid[:, P:] = True
+        # rows: batch copies of the conditional branch, then batch copies of the unconditional one
+        tokens, valid, pos0 = (t.repeat_interleave(batch, 0) for t in (tokens, valid, pos0))
         limit = self.decoder.cfg.max_positions
         if int(pos0.max()) + self.geometry.seq_len + draft_capacity + 1 > limit:
             raise ValueError(f"prompt of {int(pos0.max())} tokens plus a {self.geometry.seq_len}-token image "

@@ -187,8 +187,8 @@ class ChainEngine:
             at_step[r, tpos] = torch.where(newly, nfe, at_step[r, tpos])
             # re-draft the positions verification did not reach (we have their stale-context p)
             refine = (tpos > new_f[:, None]) & (tpos <= (frontier + n_en + 1)[:, None]) & active[:, None] & self.is_img[tpos]
-            y = self._refine(p, tpos, mrs_out, noise)
-            self._write(tpos, refine, y, p)
+            y, q_y = self._redraft(p, tpos, mrs_out, noise)
+            self._write(tpos, refine, y, q_y)
             self.model.commit(session, None, torch.where(active, n_acc + 1, 0))
             frontier = torch.where(active, new_f, frontier)
             npos = frontier[:, None] + slot[1:]
@@ -202,8 +202,12 @@ class ChainEngine:
         stats = self._stats(committed_log, active_log, at_step, nfe, t1 - t0, t2 - t1, forward_s if timed else None)
         return tokens, stats
 
-    def _refine(self, p, tpos, mrs_out, noise):
-        """Next step's draft at each target position (only used where verification stopped short)."""
+    def _redraft(self, p, tpos, mrs_out, noise):
+        """Next step's draft at each target position (used where verification stopped short) and
+        the q it is distributed as: always the new p, whether drawn independently or coupled."""
+        return self._coupled_draft(p, tpos, mrs_out, noise), p
+
+    def _coupled_draft(self, p, tpos, mrs_out, noise):
         fresh = sample_by_race(p, noise)
         kind, alpha = self.backend.refine, self.backend.coupling_strength
         if kind == "independent":
