@@ -104,6 +104,8 @@ class ARImageModel(ABC):
 
     geometry: ImageGeometry
     name: str = "model"
+    # the family's recommended sampling settings, used when generate() is not told otherwise
+    default_sampling: dict = {"cfg_scale": 1.0, "top_k": None}
 
     @property
     @abstractmethod

@@ -58,6 +58,7 @@ class LlamaImageModel(ARImageModel):
         return EncodedPrompt(cond=cond, uncond=uncond, text=text, negative_text=negative_text)
 
     # -- session ---------------------------------------------------------------------------
+    @torch.inference_mode()
     def start(self, prompt: EncodedPrompt, batch: int, cfg: bool, draft_capacity: int) -> Session:
         prompt = self.check_prompt(prompt)
         dev = self.device
@@ -84,8 +85,7 @@ class LlamaImageModel(ARImageModel):
         mask = causal[None] & valid[:, None, :]
         cache = self.decoder.new_cache(R, S)
         slots = torch.arange(P, device=dev).expand(R, P)
-        with torch.inference_mode():
-            h = self.decoder.hidden_states(tokens, positions, mask, cache, slots)
+        h = self.decoder.hidden_states(tokens, positions, mask, cache, slots)
         state = dict(cache=cache, valid=valid, pos0=pos0, P=P, S=S, rows=R)
         session = Session(batch=batch, cfg=cfg, committed=torch.zeros(batch, dtype=torch.long, device=dev),
                           first=self._output(h[:, -1:], batch, cfg), state=state)
@@ -105,6 +105,7 @@ class LlamaImageModel(ARImageModel):
             return ForwardOutput(cond=logits[:batch], uncond=logits[batch:], hidden=h[:batch])
         return ForwardOutput(cond=logits, hidden=h)
 
+    @torch.inference_mode()
     def forward(self, session: Session, tokens: torch.Tensor, parents: Sequence[int]) -> ForwardOutput:
         st = session.state
         B, T = tokens.shape
@@ -125,10 +126,10 @@ class LlamaImageModel(ARImageModel):
         in_tree = (rel >= 0) & (rel < T)
         tree_part = anc[:, rel.clamp(0, T - 1)].permute(1, 0, 2) & in_tree[:, None, :]  # [R, T, S]
         mask = prefix[:, None, :] | tree_part
-        with torch.inference_mode():
-            h = self.decoder.hidden_states(ids, positions, mask, st["cache"], slots)
+        h = self.decoder.hidden_states(ids, positions, mask, st["cache"], slots)
         return self._output(h, B, session.cfg)
 
+    @torch.inference_mode()
     def commit(self, session: Session, path: Optional[torch.Tensor], length: torch.Tensor) -> None:
         st = session.state
         if path is not None:  # gather the accepted nodes to consecutive slots
@@ -140,9 +141,10 @@ class LlamaImageModel(ARImageModel):
             rows = torch.arange(st["rows"], device=self.device)[:, None]
             src = base[:, None] + path.clamp(min=0)
             dst = base[:, None] + torch.arange(D, device=self.device)
-            for kc, vc in st["cache"]:
-                kc[rows, dst] = kc[rows, src]
-                vc[rows, dst] = vc[rows, src]
+            for layer in st["cache"]:
+                for c in layer:  # [R, H, S, hd] viewed as [R, S, H, hd]
+                    c = c.permute(0, 2, 1, 3)
+                    c[rows, dst] = c[rows, src]
         session.committed = session.committed + length
 
     def decode_tokens(self, tokens: torch.Tensor):

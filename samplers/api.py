@@ -47,7 +47,7 @@ def generate(model: ARImageModel, prompt, backend: str = "sjd", seed: int = 0, c
     sampling = SamplingParams(
         cfg_scale=defaults.get("cfg_scale", 1.0) if cfg_scale is None else cfg_scale,
         temperature=temperature,
-        top_k=defaults.get("top_k", 0) if top_k is None else top_k,
+        top_k=defaults.get("top_k") if top_k is None else top_k,
         top_p=top_p,
     ).validated(model.geometry.vocab_size)
     _check_seed(seed)

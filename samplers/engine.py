@@ -145,7 +145,8 @@ class ChainEngine:
         slot = torch.arange(T, device=dev)
         while True:
             active = frontier < self.last_img
-            n_active, n_done = torch.stack([active.sum(), frontier.clamp(max=N - 1).sum() + B]).tolist()  # the host read
+            done = torch.where(active, frontier + 1, N)  # committed positions per row (finished: all)
+            n_active, n_done = torch.stack([active.sum(), done.sum()]).tolist()  # the step's one host read
             if progress is not None:
                 progress(n_done, B * N)
             if n_active == 0:

@@ -1,0 +1,144 @@
+"""Public API: package import, bad input, interruption, stats."""
+import importlib.util
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import specar
+from specar.testing import tiny_model
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(scope="module")
+def mdl():
+    return tiny_model(6, (3, 3), seed=4, row_end=True)
+
+
+def test_backends_listed():
+    out = subprocess.run([sys.executable, "-c", "import specar; print(specar.BACKENDS)"], capture_output=True,
+                         text=True, check=True, cwd="/")
+    for name in ("ar", "sjd", "scd"):
+        assert repr(name) in out.stdout
+
+
+def test_pack_imports_as_a_comfyui_custom_node_folder():
+    # ComfyUI imports custom_nodes/<folder>/__init__.py under the folder's own name
+    spec = importlib.util.spec_from_file_location("SpecAR_pack_under_test", os.path.join(ROOT, "__init__.py"),
+                                                  submodule_search_locations=[ROOT])
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    try:
+        spec.loader.exec_module(mod)
+        assert isinstance(mod.NODE_CLASS_MAPPINGS, dict)
+        assert mod.WEB_DIRECTORY == "./web"
+        assert mod.BACKENDS == specar.BACKENDS
+    finally:
+        for name in [n for n in sys.modules if n.startswith(spec.name)]:
+            del sys.modules[name]
+
+
+BAD = [
+    (dict(backend="medusa"), "backend"),
+    (dict(backend="sjd", window=0), "window"),
+    (dict(backend="sjd", window=129), "window"),
+    (dict(backend="sjd", window=2.5), "window"),
+    (dict(backend="sjd", init="diagonal"), "init"),
+    (dict(backend="ar", window=4), "window"),
+    (dict(backend="scd", coupling="none"), "coupling"),
+    (dict(backend="scd", coupling_strength=1.5), "coupling_strength"),
+    (dict(backend="scd", coupling_strength=-0.1), "coupling_strength"),
+    (dict(top_k=0), "top_k"),
+    (dict(top_k=7), "top_k"),
+    (dict(temperature=-1.0), "temperature"),
+    (dict(cfg_scale=float("nan")), "cfg_scale"),
+    (dict(cfg_scale=float("inf")), "cfg_scale"),
+    (dict(top_p=0.0), "top_p"),
+    (dict(top_p=1.5), "top_p"),
+    (dict(seed=-1), "seed"),
+    (dict(batch_size=0), "batch_size"),
+    (dict(prompt=123), "prompt"),
+    (dict(prompt=["a", "b"]), "prompt"),
+    (dict(negative_prompt=5), "negative_prompt"),
+]
+
+
+@pytest.mark.parametrize("kwargs,name", BAD, ids=[f"{n}-{i}" for i, (_, n) in enumerate(BAD)])
+def test_bad_input_is_a_clear_value_error(mdl, kwargs, name):
+    kwargs = dict(kwargs)
+    prompt = kwargs.pop("prompt", "ok")
+    with pytest.raises(ValueError, match=name) as err:
+        specar.generate(mdl, prompt, **kwargs)
+    assert "must" in str(err.value) or "one of" in str(err.value) or "has no parameter" in str(err.value)
+
+
+def test_model_argument_checked():
+    with pytest.raises(ValueError, match="model"):
+        specar.generate("demo-but-a-string", "prompt")
+
+
+def test_window_longer_than_the_image_shrinks(mdl):
+    res = specar.generate(mdl, "x", backend="sjd", window=128, seed=3)
+    assert res.tokens.shape == (3, 3)
+    assert 0 <= int(res.tokens.min()) and int(res.tokens.max()) < 6
+
+
+def test_interrupt_stops_and_model_stays_usable(mdl):
+    calls = []
+
+    def interrupt():
+        calls.append(1)
+        return len(calls) >= 2
+
+    with pytest.raises(specar.GenerationInterrupted):
+        specar.generate(mdl, "stop me", backend="sjd", seed=5, interrupt=interrupt)
+    a = specar.generate(mdl, "stop me", backend="sjd", seed=5)
+    b = specar.generate(mdl, "stop me", backend="sjd", seed=5)
+    assert torch.equal(a.tokens, b.tokens)
+
+
+def test_progress_reports_committed_tokens(mdl):
+    seen = []
+    specar.generate(mdl, "p", backend="ar", seed=1, progress=lambda done, total: seen.append((done, total)))
+    assert seen[-1] == (mdl.geometry.seq_len, mdl.geometry.seq_len)
+    assert [d for d, _ in seen] == sorted(d for d, _ in seen)
+
+
+def test_stats_are_consistent(mdl):
+    geo = mdl.geometry
+    for backend, params in (("ar", {}), ("sjd", dict(window=4)), ("scd", dict(window=4, coupling="gumbel"))):
+        res = specar.generate(mdl, "stats", backend=backend, seed=2, **params)
+        st = res.stats
+        assert st.image_tokens == 9 and st.forced_tokens == 3
+        assert st.nfe == st.steps[0] and 1 <= st.nfe <= 8
+        assert st.step_compression == pytest.approx(9 / (st.nfe + 1))
+        # every position after the first up to the last image token is committed by exactly one
+        # step (a trailing row end may be filled in without one)
+        last_image = int(geo.image_positions().max())
+        assert last_image <= sum(k * v for k, v in st.accepted_length_histogram.items()) <= geo.seq_len - 1
+        steps_map = torch.tensor(st.accepted_at_step[0])
+        assert steps_map[0, 0] == 0 and int(steps_map.max()) == st.nfe
+        assert (steps_map.flatten().diff() >= 0).all()  # raster order is commit order
+        d = json.loads(json.dumps(st.to_dict()))
+        assert d["backend"] == backend and d["nfe"] == st.nfe
+        if backend == "ar":
+            assert st.step_compression == pytest.approx(1.0)
+
+
+def test_batch_rows_are_independent_samples(mdl):
+    res = specar.generate(mdl, "batch", backend="scd", seed=9, batch_size=16)
+    assert res.tokens.shape == (16, 3, 3)
+    assert len({tuple(t.flatten().tolist()) for t in res.tokens}) > 1
+    assert len(res.stats.steps) == 16
+
+
+def test_load_model_rejects_unknown_names(tmp_path):
+    with pytest.raises(ValueError, match="neither a built-in model"):
+        specar.load_model("no-such-model")
+    with pytest.raises(ValueError, match="no supported model family"):
+        specar.load_model(str(tmp_path))

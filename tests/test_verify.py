@@ -1,0 +1,160 @@
+"""Statistical tests of the pure verification primitives (no model involved).
+
+Each test draws many independent trials in one batched call and compares the distribution of
+the output token with the exact target by a chi-square test (fail below P_FAIL = 1e-6).
+"""
+import pytest
+import torch
+
+from specar.samplers.randomness import exponential_noise, position_gumbel, sample_by_race
+from specar.samplers.verify import (gumbel_coupling, maximal_coupling, mrs, one_hot, residual, verify_candidates,
+                                    verify_chain)
+
+P_FAIL = 1e-6
+N = 200_000
+
+
+def chi2_pvalue(tokens, p):
+    V = p.numel()
+    counts = torch.bincount(tokens.flatten(), minlength=V).double()
+    e = p.double() * tokens.numel()
+    keep = e > 0
+    assert counts[~keep].sum() == 0, "a zero-probability token was produced"
+    stat = ((counts[keep] - e[keep]) ** 2 / e[keep]).sum()
+    dof = int(keep.sum()) - 1
+    return float(torch.special.gammaincc(torch.tensor(dof / 2, dtype=torch.float64), stat / 2))
+
+
+def dists(V=6, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    p = torch.softmax(torch.randn(V, generator=g) * 1.5, -1)
+    q = torch.softmax(torch.randn(V, generator=g) * 1.5, -1)
+    p[V - 1] = 0.0  # a token the target forbids (as top-k would)
+    return p / p.sum(), q
+
+
+def test_sample_by_race_matches_probs():
+    p, _ = dists()
+    g = torch.Generator().manual_seed(1)
+    x = sample_by_race(p.expand(N, -1), exponential_noise((N, p.numel()), g, "cpu"))
+    assert chi2_pvalue(x, p) > P_FAIL
+
+
+def test_mrs_output_is_distributed_as_p():
+    p, q = dists()
+    g = torch.Generator().manual_seed(2)
+    V = p.numel()
+    x = sample_by_race(q.expand(N, -1), exponential_noise((N, V), g, "cpu"))
+    acc, y = mrs(p.expand(N, -1), q.expand(N, -1), x, torch.rand(N, generator=g), exponential_noise((N, V), g, "cpu"))
+    assert chi2_pvalue(y, p) > P_FAIL
+    # acceptance rate is 1 - TV(p, q) (SCD Proposition 1), within 6 standard errors
+    tv = 0.5 * (p - q).abs().sum()
+    assert abs(acc.double().mean() - (1 - tv)) < 6 * (0.25 / N) ** 0.5
+
+
+def test_mrs_with_equal_distributions_always_accepts():
+    p, _ = dists()
+    g = torch.Generator().manual_seed(3)
+    x = sample_by_race(p.expand(1000, -1), exponential_noise((1000, 6), g, "cpu"))
+    acc, y = mrs(p.expand(1000, -1), p.expand(1000, -1), x, torch.rand(1000, generator=g), exponential_noise((1000, 6), g, "cpu"))
+    assert acc.all() and torch.equal(x, y)
+    assert torch.allclose(residual(p, p), p)  # guarded: no division by a zero mass
+
+
+def test_one_hot_candidate_accepts_with_p_of_the_token():
+    p, _ = dists()
+    g = torch.Generator().manual_seed(4)
+    x = torch.full((N,), 2)
+    acc, y = mrs(p.expand(N, -1), one_hot(x, 6), x, torch.rand(N, generator=g), exponential_noise((N, 6), g, "cpu"))
+    assert abs(acc.double().mean() - p[2]) < 6 * (0.25 / N) ** 0.5
+    assert chi2_pvalue(y, p) > P_FAIL
+
+
+def _draw_without_replacement(q, K, n, g):
+    # K distinct tokens from q, in order (successive draws from q with earlier ones removed)
+    keys = exponential_noise((n, q.numel()), g, "cpu") / q  # smallest keys first = weighted order
+    return keys.argsort(-1)[:, :K]
+
+
+@pytest.mark.parametrize("K", [1, 2, 3, 5])
+def test_candidates_without_replacement(K):
+    p, q = dists(seed=K)
+    g = torch.Generator().manual_seed(10 + K)
+    V = p.numel()
+    cands = _draw_without_replacement(q, K, N, g)
+    idx, tok = verify_candidates(p.expand(N, -1), cands, torch.rand(N, K, generator=g),
+                                 exponential_noise((N, V), g, "cpu"), q=q.expand(N, -1))
+    assert chi2_pvalue(tok, p) > P_FAIL
+    assert torch.equal(tok[idx >= 0], cands[idx >= 0].gather(1, idx[idx >= 0, None]).squeeze(1))
+
+
+def test_candidates_without_replacement_planted_bug_is_caught(monkeypatch):
+    # planted bug: forgetting to remove rejected siblings from q (DESIGN.md: errors up to 0.56)
+    p, q = dists(seed=3)
+    g = torch.Generator().manual_seed(13)
+    K, V = 3, p.numel()
+    cands = _draw_without_replacement(q, K, N, g)
+    u, noise = torch.rand(N, K, generator=g), exponential_noise((N, V), g, "cpu")
+    _, tok = verify_candidates(p.expand(N, -1), cands, u, noise, qs=q.expand(N, K, V))  # q used as is
+    assert chi2_pvalue(tok, p) < P_FAIL
+
+
+@pytest.mark.parametrize("K", [2, 4])
+def test_independent_candidates_from_different_q(K):
+    p, _ = dists(seed=20)
+    g = torch.Generator().manual_seed(21)
+    V = p.numel()
+    qs = torch.softmax(torch.randn(K, V, generator=g) * 2, -1)
+    cands = torch.stack([sample_by_race(qs[k].expand(N, -1), exponential_noise((N, V), g, "cpu")) for k in range(K)], 1)
+    _, tok = verify_candidates(p.expand(N, -1), cands, torch.rand(N, K, generator=g),
+                               exponential_noise((N, V), g, "cpu"), qs=qs.expand(N, K, V))
+    assert chi2_pvalue(tok, p) > P_FAIL
+
+
+def test_one_hot_candidates_top_k_order():
+    # deterministic candidates (top-k of a drafter): one-hot q each
+    p, q = dists(seed=30)
+    g = torch.Generator().manual_seed(31)
+    V, K = p.numel(), 3
+    cands = q.topk(K).indices.expand(N, K)
+    _, tok = verify_candidates(p.expand(N, -1), cands, torch.rand(N, K, generator=g),
+                               exponential_noise((N, V), g, "cpu"), qs=one_hot(cands, V))
+    assert chi2_pvalue(tok, p) > P_FAIL
+
+
+def test_maximal_coupling_marginal_and_collision():
+    p_new, q_old = dists(seed=40)
+    g = torch.Generator().manual_seed(41)
+    V = p_new.numel()
+    x_old = sample_by_race(q_old.expand(N, -1), exponential_noise((N, V), g, "cpu"))
+    y = maximal_coupling(p_new.expand(N, -1), q_old.expand(N, -1), x_old, torch.rand(N, generator=g),
+                         exponential_noise((N, V), g, "cpu"))
+    assert chi2_pvalue(y, p_new) > P_FAIL
+    same = (y == x_old).double().mean()
+    assert abs(same - (1 - 0.5 * (p_new - q_old).abs().sum())) < 6 * (0.25 / N) ** 0.5
+
+
+def test_gumbel_coupling_marginal_and_noise_is_fixed_per_position():
+    p, q = dists(seed=50)
+    V = p.numel()
+    rows = torch.arange(N)
+    G = position_gumbel(1234, rows, torch.full((N,), 7), V)
+    assert torch.equal(G, position_gumbel(1234, rows, torch.full((N,), 7), V))  # same key/position: same noise
+    assert not torch.equal(G, position_gumbel(1234, rows, torch.full((N,), 8), V))
+    x = gumbel_coupling(p.expand(N, -1), G)
+    assert chi2_pvalue(x, p) > P_FAIL
+    y = gumbel_coupling(q.expand(N, -1), G)  # same noise, another distribution: strongly coupled
+    assert (x == y).double().mean() > 1 - 0.5 * (p - q).abs().sum() - 0.2
+
+
+def test_verify_chain_stops_at_first_rejection_and_respects_enabled():
+    V = 4
+    p = one_hot(torch.tensor([[1, 2, 3, 0]]), V)
+    q = one_hot(torch.tensor([[1, 2, 0, 0]]), V)
+    x = torch.tensor([[1, 2, 0, 0]])
+    u = torch.zeros(1, 4)
+    noise = torch.ones(1, 4, V)
+    n, out = verify_chain(p, q, x, u, noise, enabled=torch.ones(1, 4, dtype=torch.bool))
+    assert n.tolist() == [2] and out[0, 2] == 3  # correction from the residual
+    n, _ = verify_chain(p, q, x, u, noise, enabled=torch.tensor([[True, False, False, False]]))
+    assert n.tolist() == [1]
