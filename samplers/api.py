@@ -8,7 +8,7 @@ import torch
 
 from ..model_loaders.contract import ARImageModel
 from .backends import BACKENDS, make_backend
-from .engine import ChainEngine
+from .engine import SpeculativeEngine
 from .stats import GenerationStats
 from .target import SamplingParams
 
@@ -59,7 +59,7 @@ def generate(model: ARImageModel, prompt, backend: str = "sjd", seed: int = 0, c
         encoded = model.encode_prompt(prompt, negative_prompt)
     else:
         encoded = model.check_prompt(prompt)
-    engine = ChainEngine(model, spec, sampling, seed, batch_size, profile=profile)
+    engine = SpeculativeEngine(model, spec, sampling, seed, batch_size, profile=profile)
     with torch.inference_mode():
         seq, stats = engine.run(encoded, progress=progress, interrupt=interrupt)
     geo = model.geometry

@@ -31,6 +31,14 @@ BACKEND_PARAMS = {
         "coupling": ("maximal", "how re-drafts are coupled to the previous draft: maximal or gumbel"),
         "coupling_strength": (1.0, "alpha in [0, 1]: probability of a coupled (vs independent) re-draft"),
     },
+    "sjd_pac": {
+        "window": (64, "draft tokens of the main chain per forward (1..128)"),
+        "tree_depth": (3, "proactive drafting: depth D of the branches after a rejection (1..window)"),
+        "tree_width": (4, "proactive drafting: candidates K at the first open position (1 = off; at most the image vocabulary)"),
+        "continuation": (True, "adaptive continuation: keep verifying after the first rejection and keep passing drafts"),
+        "init": ("random", "how new window positions are drafted: " + ", ".join(INITS)),
+        "coupling": ("maximal", "the coupling adaptive continuation uses: maximal (the paper's) or gumbel"),
+    },
 }
 BACKENDS = tuple(BACKEND_PARAMS)
 
@@ -42,11 +50,15 @@ class Backend:
     init: str = "random"
     refine: str = "independent"  # independent | maximal | gumbel
     coupling_strength: float = 0.0
+    tree_width: int = 1  # K: candidates at the first open position after a rejection (1: chain only)
+    tree_depth: int = 1  # D: depth of each extra branch
+    coupling: str = ""  # as given by the user (sjd_pac keeps it even with continuation off)
 
     def params(self) -> dict:
         keys = BACKEND_PARAMS[self.name]
-        full = {"window": self.window, "init": self.init,
-                "coupling": self.refine, "coupling_strength": self.coupling_strength}
+        full = {"window": self.window, "init": self.init, "coupling": self.coupling or self.refine,
+                "coupling_strength": self.coupling_strength, "tree_depth": self.tree_depth,
+                "tree_width": self.tree_width, "continuation": self.refine != "independent"}
         return {k: full[k] for k in keys}
 
 
@@ -79,6 +91,16 @@ def make_backend(name: str, **params) -> Backend:
     if name == "sjd":
         return Backend("sjd", window=window, init=init)
     coupling = _check_choice("coupling", p["coupling"], COUPLINGS)
+    if name == "sjd_pac":
+        depth = _check_int("tree_depth", p["tree_depth"], 1, window)
+        width = p["tree_width"]
+        if isinstance(width, bool) or not isinstance(width, int) or width < 1:
+            raise ValueError(f"tree_width must be an int >= 1 (at most the image vocabulary), got {width!r}")
+        cont = p["continuation"]
+        if not isinstance(cont, bool):
+            raise ValueError(f"continuation must be True or False, got {cont!r}")
+        return Backend("sjd_pac", window=window, init=init, refine=coupling if cont else "independent",
+                       coupling_strength=1.0, tree_width=width, tree_depth=depth, coupling=coupling)
     a = p["coupling_strength"]
     if isinstance(a, bool) or not isinstance(a, (int, float)) or not math.isfinite(a) or not 0.0 <= a <= 1.0:
         raise ValueError(f"coupling_strength must be a number in [0, 1], got {a!r}")

@@ -28,7 +28,7 @@ from .backends import Backend
 from .randomness import exponential_noise, gumbel_key, make_generator, position_gumbel, sample_by_race
 from .stats import GenerationStats
 from .target import SamplingParams, target_probs
-from .verify import gumbel_coupling, one_hot, verify_chain
+from .verify import gumbel_coupling, one_hot, verify_candidates, verify_chain
 
 
 class GenerationInterrupted(Exception):
@@ -45,7 +45,7 @@ def _slot_count(forced: torch.Tensor, window: int) -> int:
     return int((last - torch.arange(n)).max()) + 1
 
 
-class ChainEngine:
+class SpeculativeEngine:
     def __init__(self, model: ARImageModel, backend: Backend, sampling: SamplingParams, seed: int, batch: int,
                  profile: bool = False):
         self.model, self.backend, self.sampling, self.seed, self.B = model, backend, sampling, seed, batch
@@ -53,6 +53,8 @@ class ChainEngine:
         geo = model.geometry
         self.geo, self.N, self.V, self.L = geo, geo.seq_len, geo.vocab_size, backend.window
         dev = self.dev = model.device
+        if backend.tree_width > geo.vocab_size:
+            raise ValueError(f"tree_width must be in [1, {geo.vocab_size}] (the image vocabulary), got {backend.tree_width}")
         forced = geo.forced_tokens()
         if forced[0] >= 0:
             raise ValueError("the first sequence position must be an image token")
@@ -73,6 +75,13 @@ class ChainEngine:
         self.gen = make_generator(seed, dev)
         self.gkey = gumbel_key(seed)
         self.parents = [-1] + list(range(self.T - 1))
+        # proactive drafting: K-1 branches of D nodes after the chain, each rooted at the pending slot
+        self.K, self.D = backend.tree_width, backend.tree_depth
+        self.tree_parents = list(self.parents)
+        for _ in range(self.K - 1):
+            for d in range(self.D):
+                self.tree_parents.append(0 if d == 0 else len(self.tree_parents) - 1)
+        self.T_tree = len(self.tree_parents)
 
     # -- small helpers ----------------------------------------------------------------------
     def _noise(self, *shape):
@@ -124,11 +133,11 @@ class ChainEngine:
     # -- the loop --------------------------------------------------------------------------
     def run(self, prompt: EncodedPrompt, progress: Optional[Callable] = None,
             interrupt: Optional[Callable[[], bool]] = None):
-        B, T, N, V, L, dev = self.B, self.T, self.N, self.V, self.L, self.dev
+        B, T, N, V, dev = self.B, self.T, self.N, self.V, self.dev
         sync = torch.cuda.synchronize if self.dev.type == "cuda" else (lambda: None)
         timed = self.profile or self.dev.type != "cuda"
         t0 = time.perf_counter()
-        session = self.model.start(prompt, B, self.sampling.uses_cfg, draft_capacity=T + 1)
+        session = self.model.start(prompt, B, self.sampling.uses_cfg, draft_capacity=self.T_tree + 1)
         p0 = target_probs(session.first.cond[:, 0], None if session.first.uncond is None else session.first.uncond[:, 0],
                           self.sampling)
         x0 = sample_by_race(p0, self._noise(B, V))
@@ -140,41 +149,49 @@ class ChainEngine:
         self._init(frontier[:, None] + torch.arange(1, T, device=dev), torch.ones(B, T - 1, dtype=torch.bool, device=dev))
         drafted = drafted + T - 1
         at_step = torch.zeros(B, self.seq.shape[1], dtype=torch.long, device=dev)
+        in_tree = torch.zeros(B, dtype=torch.bool, device=dev)  # rows whose next draft is a tree
         committed_log, active_log = [], []
         forward_s, nfe = 0.0, 0
         slot = torch.arange(T, device=dev)
         while True:
             active = frontier < self.last_img
             done = torch.where(active, frontier + 1, N)  # committed positions per row (finished: all)
-            n_active, n_done = torch.stack([active.sum(), done.sum()]).tolist()  # the step's one host read
+            n_active, n_done, n_tree = torch.stack([active.sum(), done.sum(), (in_tree & active).sum()]).tolist()
+            # ^ the step's one host read
             if progress is not None:
                 progress(n_done, B * N)
             if n_active == 0:
                 break
             if interrupt is not None and interrupt():
                 raise GenerationInterrupted(f"generation interrupted after {nfe} forward passes")
-            pos = frontier[:, None] + slot  # [B, T]: pending, then drafts
+            tree_step = n_tree > 0
+            pos = frontier[:, None] + slot  # [B, T]: pending, then the chain of drafts
             tokens = self.seq.gather(1, pos)
+            if tree_step:  # proactive drafting: K-1 extra branches of depth D under the pending token
+                tokens = torch.cat([tokens, self.branch_tok.flatten(1)], 1)
             if timed:
                 sync(); tf = time.perf_counter()
-            out = self.model.forward(session, tokens, self.parents)
+            out = self.model.forward(session, tokens, self.tree_parents if tree_step else self.parents)
             if timed:
                 sync(); forward_s += time.perf_counter() - tf
             nfe += 1
-            p = target_probs(out.cond, out.uncond, self.sampling)  # p[:, i]: target of position frontier+i+1
+            p_all = target_probs(out.cond, out.uncond, self.sampling)  # slot i's output: target of its next position
             dpos = pos[:, 1:]
             q = self.dist[self.rows[:, None], dpos % self.Rb]
-            img = self.is_img[dpos]
-            enabled = (img.long().cumsum(-1) <= L) & (self.forced[dpos] != -2)
+            forced = self.forced[dpos] >= 0
+            enabled = (self.is_img[dpos].long().cumsum(-1) <= self.L) & (self.forced[dpos] != -2)
             noise = self._noise(B, T, V)  # noise[:, i-1] serves position frontier+i
             u = torch.rand(B, T - 1, generator=self.gen, device=dev)
-            n_acc, mrs_out = verify_chain(p[:, :-1], q, tokens[:, 1:], u, noise[:, :-1], enabled, self.forced[dpos] >= 0)
+            line, first = slot.expand(B, T), None
+            if tree_step:
+                line, first = self._verify_siblings(tokens, p_all, q[:, 0], in_tree, noise[:, 0], forced[:, 0])
+            x_line, p = tokens.gather(1, line), p_all[self.rows[:, None], line]  # the verified line
+            n_acc, mrs_out = verify_chain(p[:, :-1], q, x_line[:, 1:], u, noise[:, :-1], enabled, forced, first=first)
             n_acc = torch.where(active, n_acc, 0)
             n_en = enabled.sum(-1)
             new_f = frontier + n_acc + 1
             # the new pending token: correction after a rejection, else a fresh sample of p
-            p_next = p[self.rows, n_acc]
-            fresh_next = sample_by_race(p_next, noise[self.rows, n_acc])
+            fresh_next = sample_by_race(p[self.rows, n_acc], noise[self.rows, n_acc])
             rejected = n_acc < n_en
             correction = torch.cat([mrs_out, fresh_next[:, None]], 1)[self.rows, n_acc]
             pending = torch.where(rejected, correction, fresh_next)
@@ -182,6 +199,7 @@ class ChainEngine:
             # commit tokens and targets of positions frontier+1 .. new_f
             tpos = frontier[:, None] + 1 + slot  # positions of p's targets
             newly = (slot[None] <= n_acc[:, None]) & active[:, None]
+            self._write(tpos[:, :-1], newly[:, :-1], x_line[:, 1:])  # accepted drafts (a branch's, after a tree)
             self._write(new_f[:, None], active[:, None], pending[:, None])
             self._write(tpos, newly, dists=p)
             r = self.rows[:, None].expand_as(tpos)
@@ -190,11 +208,14 @@ class ChainEngine:
             refine = (tpos > new_f[:, None]) & (tpos <= (frontier + n_en + 1)[:, None]) & active[:, None] & self.is_img[tpos]
             y, q_y = self._redraft(p, tpos, mrs_out, noise)
             self._write(tpos, refine, y, q_y)
-            self.model.commit(session, None, torch.where(active, n_acc + 1, 0))
+            self.model.commit(session, line if tree_step else None, torch.where(active, n_acc + 1, 0))
             frontier = torch.where(active, new_f, frontier)
             npos = frontier[:, None] + slot[1:]
             self._init(npos, (npos > drafted[:, None]) & active[:, None])
             drafted = torch.where(active, torch.maximum(drafted, frontier + T - 1), drafted)
+            if self.K > 1:
+                in_tree = rejected & active
+                self._build_tree(frontier)
             committed_log.append(torch.where(active, n_acc + 1, 0))
             active_log.append(active)
         sync()
@@ -202,6 +223,45 @@ class ChainEngine:
         tokens = self.seq[:, :N]
         stats = self._stats(committed_log, active_log, at_step, nfe, t1 - t0, t2 - t1, forward_s if timed else None)
         return tokens, stats
+
+    # -- proactive drafting (SJD-PAC) -------------------------------------------------------
+    def _build_tree(self, frontier):
+        """K-1 extra branches for positions frontier+1 .. frontier+D, built without a forward from
+        the distributions recorded there. Depth 1: candidates drawn WITHOUT replacement from q
+        at frontier+1, excluding the chain's own draft (which is the first draw); deeper nodes:
+        drawn independently for every branch from that position's q."""
+        B, K, D, V = self.B, self.K, self.D, self.V
+        bpos = frontier[:, None] + torch.arange(1, D + 1, device=self.dev)  # [B, D]
+        q = self.dist[self.rows[:, None], bpos % self.Rb]  # [B, D, V]
+        first = self.seq.gather(1, bpos[:, :1]).clamp(0, V - 1)  # the chain's draft at depth 1
+        keys = self._noise(B, V) / q[:, 0]  # exponential race keys: ascending order = draws w/o replacement
+        keys = keys.scatter(1, first, float("inf"))
+        order = keys.argsort(-1)[:, : K - 1]  # [B, K-1]
+        ok1 = torch.isfinite(keys.gather(1, order)) & (q[:, 0].gather(1, order) > 0)
+        deeper = sample_by_race(q[:, None, 1:].expand(B, K - 1, D - 1, V), self._noise(B, K - 1, D - 1, V))
+        tok = torch.cat([order[:, :, None], deeper], 2)  # [B, K-1, D]
+        forced = self.forced[bpos]
+        tok = torch.where(forced[:, None] >= 0, forced[:, None], tok)
+        valid = (forced[:, None] != -2).expand(B, K - 1, D).clone()
+        valid[:, :, 0] &= ok1 | (forced[:, None, 0] >= 0)
+        self.branch_tok, self.branch_valid = tok, valid
+
+    def _verify_siblings(self, tokens, p_all, q1, in_tree, noise1, forced1):
+        """Depth 1 of a tree step: the chain's draft and the branches' first tokens are siblings
+        drawn without replacement from q1; verify them in order. Returns the slot line of the
+        branch verification continues on, and the depth-1 outcome (accepted, token)."""
+        B, K, D, T = self.B, self.K, self.D, self.T
+        cands = torch.cat([tokens[:, 1:2], self.branch_tok[:, :, 0]], 1).clamp(0, self.V - 1)  # [B, K]
+        valid = torch.cat([torch.ones(B, 1, dtype=torch.bool, device=self.dev),
+                           self.branch_valid[:, :, 0] & in_tree[:, None]], 1)
+        u = torch.rand(B, K, generator=self.gen, device=self.dev)
+        k_star, token = verify_candidates(p_all[:, 0], cands, u, noise1, q=q1, valid=valid)
+        k_star = torch.where(forced1, 0, k_star)  # a structure token: every branch holds it
+        depth = torch.arange(T, device=self.dev)
+        branch_slot = T + (k_star.clamp(min=1) - 1)[:, None] * D + depth[None] - 1
+        on_branch = (k_star[:, None] >= 1) & (depth[None] >= 1) & (depth[None] <= D)
+        line = torch.where(on_branch, branch_slot, depth[None])
+        return line, (k_star >= 0, torch.where(k_star >= 0, tokens.gather(1, line[:, 1:2]).squeeze(1), token))
 
     def _redraft(self, p, tpos, mrs_out, noise):
         """Next step's draft at each target position (used where verification stopped short) and

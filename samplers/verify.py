@@ -62,7 +62,7 @@ def gumbel_coupling(p: torch.Tensor, gumbel: torch.Tensor) -> torch.Tensor:
 
 
 def verify_chain(p: torch.Tensor, q: torch.Tensor, x: torch.Tensor, u: torch.Tensor, noise: torch.Tensor,
-                 enabled: torch.Tensor, forced: Optional[torch.Tensor] = None):
+                 enabled: torch.Tensor, forced: Optional[torch.Tensor] = None, first=None):
     """Verify draft chains left to right, all positions at once.
 
     p, q [B, T, V]: target and draft distribution at each draft position; x [B, T] drafts;
@@ -73,6 +73,8 @@ def verify_chain(p: torch.Tensor, q: torch.Tensor, x: torch.Tensor, u: torch.Ten
     output at every position (the draft where accepted, a residual sample where not). out at
     ``n_accepted`` is the correction token after the first rejection; beyond it, out is the
     maximal coupling of the old draft with the new p (used by SCD / adaptive continuation).
+    ``first = (accepted [B], token [B])`` replaces the outcome at position 0 when it was decided
+    elsewhere (the sibling check of a draft tree).
     """
     # forced tokens have ids past the image vocabulary: look up a dummy code there
     x_img = x if forced is None else torch.where(forced, 0, x)
@@ -80,6 +82,9 @@ def verify_chain(p: torch.Tensor, q: torch.Tensor, x: torch.Tensor, u: torch.Ten
     if forced is not None:
         accepted = accepted | forced
         out = torch.where(forced, x, out)
+    if first is not None:
+        accepted = torch.cat([first[0][:, None], accepted[:, 1:]], 1)
+        out = torch.cat([first[1][:, None], out[:, 1:]], 1)
     ok = accepted & enabled
     n_accepted = ok.long().cumprod(-1).sum(-1)
     return n_accepted, out

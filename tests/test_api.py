@@ -23,7 +23,7 @@ def mdl():
 def test_backends_listed():
     out = subprocess.run([sys.executable, "-c", "import specar; print(specar.BACKENDS)"], capture_output=True,
                          text=True, check=True, cwd="/")
-    for name in ("ar", "sjd", "scd"):
+    for name in ("ar", "sjd", "scd", "sjd_pac"):
         assert repr(name) in out.stdout
 
 
@@ -53,6 +53,12 @@ BAD = [
     (dict(backend="scd", coupling="none"), "coupling"),
     (dict(backend="scd", coupling_strength=1.5), "coupling_strength"),
     (dict(backend="scd", coupling_strength=-0.1), "coupling_strength"),
+    (dict(backend="sjd_pac", tree_width=0), "tree_width"),
+    (dict(backend="sjd_pac", tree_width=7), "tree_width"),
+    (dict(backend="sjd_pac", tree_depth=0), "tree_depth"),
+    (dict(backend="sjd_pac", window=2, tree_depth=3), "tree_depth"),
+    (dict(backend="sjd_pac", continuation="yes"), "continuation"),
+    (dict(backend="sjd_pac", coupling_strength=0.5), "coupling_strength"),
     (dict(top_k=0), "top_k"),
     (dict(top_k=7), "top_k"),
     (dict(temperature=-1.0), "temperature"),
@@ -111,7 +117,8 @@ def test_progress_reports_committed_tokens(mdl):
 
 def test_stats_are_consistent(mdl):
     geo = mdl.geometry
-    for backend, params in (("ar", {}), ("sjd", dict(window=4)), ("scd", dict(window=4, coupling="gumbel"))):
+    for backend, params in (("ar", {}), ("sjd", dict(window=4)), ("scd", dict(window=4, coupling="gumbel")),
+                            ("sjd_pac", dict(window=4, tree_depth=2, tree_width=3))):
         res = specar.generate(mdl, "stats", backend=backend, seed=2, **params)
         st = res.stats
         assert st.image_tokens == 9 and st.forced_tokens == 3

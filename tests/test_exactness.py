@@ -53,6 +53,15 @@ def _cases():
                 m, s = combos[i % len(combos)]
                 i += 1
                 cases.append(("scd", dict(window=window, init=init, coupling=coupling, coupling_strength=strength), m, s))
+    # sjd_pac: (window L, tree_depth D, tree_width K), trees as wide as the vocabulary (K = V)
+    for window, depth, width, extra in ((3, 1, 2, {}), (3, 2, 3, {}), (16, 3, 3, {}), (2, 2, 3, dict(init="sample_left")),
+                                        (16, 3, 3, dict(continuation=False)), (4, 3, 2, dict(coupling="gumbel")),
+                                        (16, 2, 3, dict(init="repeat_above")), (5, 3, 3, dict(init="sample_above"))):
+        m, s = combos[i % len(combos)]
+        i += 1
+        cases.append(("sjd_pac", dict(window=window, tree_depth=depth, tree_width=width, **extra), m, s))
+    cases.append(("sjd_pac", dict(window=16, tree_depth=3, tree_width=4), "v4-2x2", "cfg"))
+    cases.append(("sjd_pac", dict(window=3, tree_depth=2, tree_width=4), "v4-2x2", "topk"))
     return cases
 
 
@@ -85,11 +94,11 @@ def _stale_q_redraft(self, p, tpos, mrs_out, noise):
     return y, stale
 
 
-_orig_redraft = engine_mod.ChainEngine._redraft
+_orig_redraft = engine_mod.SpeculativeEngine._redraft
 
 
 def test_planted_stale_q_is_caught(monkeypatch):
-    monkeypatch.setattr(engine_mod.ChainEngine, "_redraft", _stale_q_redraft)
+    monkeypatch.setattr(engine_mod.SpeculativeEngine, "_redraft", _stale_q_redraft)
     (p_value, stat, dof, tv), _ = check_exact("sjd", dict(window=3, init="random"), "v3-2x2", "plain")
     assert p_value < P_FAIL, f"planted stale-q bug went unnoticed: p={p_value:.2e} TV={tv:.4f}"
 
@@ -103,13 +112,26 @@ def test_planted_wrong_residual_is_caught(monkeypatch):
 
 def test_planted_bug_in_coupling_is_caught(monkeypatch):
     # planted bug: Gumbel-coupled re-drafts recorded with the stale q (SCD)
-    monkeypatch.setattr(engine_mod.ChainEngine, "_redraft", _stale_q_redraft)
+    monkeypatch.setattr(engine_mod.SpeculativeEngine, "_redraft", _stale_q_redraft)
     (p_value, stat, dof, tv), _ = check_exact("scd", dict(window=3, coupling="gumbel"), "v3-2x2", "plain")
     assert p_value < P_FAIL, f"planted bug went unnoticed: p={p_value:.2e} TV={tv:.4f}"
 
 
+def test_planted_sibling_bug_is_caught(monkeypatch):
+    # planted bug: verify tree siblings without zeroing the rejected ones in q
+    real = engine_mod.verify_candidates
+
+    def no_q_update(p, cands, u, noise, q=None, qs=None, valid=None):
+        return real(p, cands, u, noise, qs=q[..., None, :].expand(*cands.shape, q.shape[-1]), valid=valid)
+
+    monkeypatch.setattr(engine_mod, "verify_candidates", no_q_update)
+    (p_value, stat, dof, tv), _ = check_exact("sjd_pac", dict(window=3, tree_depth=2, tree_width=3), "v3-2x2", "plain")
+    assert p_value < P_FAIL, f"planted sibling bug went unnoticed: p={p_value:.2e} TV={tv:.4f}"
+
+
 GREEDY_BACKENDS = [("ar", {}), ("sjd", dict(window=3)), ("sjd", dict(window=16, init="sample_above")),
-                   ("scd", dict(window=3, coupling="maximal")), ("scd", dict(window=16, coupling="gumbel", init="repeat_left"))]
+                   ("scd", dict(window=3, coupling="maximal")), ("scd", dict(window=16, coupling="gumbel", init="repeat_left")),
+                   ("sjd_pac", dict(window=16, tree_depth=3, tree_width=3))]
 
 
 @pytest.mark.parametrize("model_name", list(MODELS))
