@@ -190,6 +190,7 @@ class SpeculativeEngine:
             n_acc = torch.where(active, n_acc, 0)
             n_en = enabled.sum(-1)
             new_f = frontier + n_acc + 1
+            n_committed = torch.where(active, new_f.clamp(max=N - 1) - frontier, 0)  # positions this step settles
             # the new pending token: correction after a rejection, else a fresh sample of p
             fresh_next = sample_by_race(p[self.rows, n_acc], noise[self.rows, n_acc])
             rejected = n_acc < n_en
@@ -216,7 +217,7 @@ class SpeculativeEngine:
             if self.K > 1:
                 in_tree = rejected & active
                 self._build_tree(frontier)
-            committed_log.append(torch.where(active, n_acc + 1, 0))
+            committed_log.append(n_committed)
             active_log.append(active)
         sync()
         t2 = time.perf_counter()
