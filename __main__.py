@@ -1,0 +1,18 @@
+"""`python -m specar <command>`: bench (benchmarks); more commands arrive with the demo."""
+import sys
+
+
+def main(argv=None):
+    argv = list(sys.argv[1:] if argv is None else argv)
+    commands = {"bench": "benchmark"}
+    if not argv or argv[0] not in commands:
+        print(f"usage: python -m specar {{{','.join(commands)}}} [options]  (add -h for a command's options)")
+        return 2
+    import importlib
+    module = importlib.import_module(f".{commands[argv[0]]}", __package__)
+    module.main(argv[1:])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

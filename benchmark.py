@@ -1,0 +1,183 @@
+"""`python -m specar bench`: every backend side by side on the same prompts and seeds, one run.
+
+Configurations are interleaved (for each repeat, prompt and seed, every configuration runs once)
+after one warm-up generation each, so slow drifts of a shared machine hit all of them alike, and
+every ratio (speedup over AR) is measured within the run.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+import time
+from typing import List, Optional
+
+import torch
+
+from .model_loaders.registry import load_model
+from .samplers.api import generate
+from .samplers.backends import BACKEND_PARAMS, make_backend
+
+# the default run: AR, the SJD-PAC ablation of the paper (SJD -> +PD -> +PD+AC -> L=64) and SCD
+DEFAULT_CONFIGS = [
+    "ar",
+    "sjd:window=32",
+    "sjd_pac:window=32,continuation=false",  # + proactive drafting
+    "sjd_pac:window=32",  # + adaptive continuation
+    "sjd_pac:window=64",
+    "scd:window=32,coupling=maximal",
+    "scd:window=64,coupling=maximal",
+    "scd:window=32,coupling=gumbel",
+]
+DEFAULT_PROMPTS = [
+    "a large red circle on a blue background",
+    "a small yellow striped star on a noisy green background",
+    "a white square on a black background",
+    "a purple triangle on a noisy orange background",
+]
+
+
+def parse_config(text: str) -> dict:
+    """'sjd_pac:window=64,tree_width=4' -> {'backend': 'sjd_pac', 'window': 64, 'tree_width': 4}."""
+    name, _, rest = text.partition(":")
+    name = name.strip()
+    if name not in BACKEND_PARAMS:
+        raise ValueError(f"unknown backend {name!r} in {text!r}; backends: {', '.join(BACKEND_PARAMS)}")
+    params = {}
+    for item in filter(None, (s.strip() for s in rest.split(","))):
+        key, eq, value = item.partition("=")
+        if not eq:
+            raise ValueError(f"expected key=value in {text!r}, got {item!r}")
+        default = BACKEND_PARAMS[name].get(key, (None,))[0]
+        if isinstance(default, bool):
+            if value.lower() not in ("true", "false", "1", "0"):
+                raise ValueError(f"{key} must be true or false in {text!r}, got {value!r}")
+            params[key] = value.lower() in ("true", "1")
+        elif isinstance(default, int):
+            params[key] = int(value)
+        elif isinstance(default, float):
+            params[key] = float(value)
+        else:
+            params[key] = value
+    make_backend(name, **params)  # validate now, not halfway through the run
+    return {"backend": name, **params}
+
+
+def _label(cfg: dict) -> str:
+    rest = ",".join(f"{k}={v}" for k, v in cfg.items() if k != "backend")
+    return cfg["backend"] + (f":{rest}" if rest else "")
+
+
+def _model(spec: str, device, dtype):
+    if spec.startswith("tiny:"):  # tiny:vocab,HxW[,row_end] -- random weights, for testing the command
+        from .testing import tiny_model
+        parts = spec[5:].split(",")
+        h, w = (int(x) for x in parts[1].split("x"))
+        return tiny_model(int(parts[0]), (h, w), seed=0, row_end="row_end" in parts[2:], device=device or "cpu")
+    return load_model(spec, device=device, dtype=dtype)
+
+
+def run(model, configs: List[dict], prompts: List[str], seeds: List[int], repeats: int = 1, warmup: bool = True,
+        sampling: Optional[dict] = None, log=None) -> List[dict]:
+    sampling = sampling or {}
+    if warmup:
+        for cfg in configs:
+            generate(model, prompts[0], seed=seeds[0], **sampling, **cfg)
+    runs = {_label(c): [] for c in configs}
+    for _ in range(repeats):
+        for prompt in prompts:
+            for seed in seeds:
+                for cfg in configs:
+                    res = generate(model, prompt, seed=seed, **sampling, **cfg)
+                    runs[_label(cfg)].append(res.stats)
+                    if log:
+                        log(f"{_label(cfg):45s} seed={seed} nfe={res.stats.nfe} {res.stats.latency_s:.3f}s")
+    ar = runs.get("ar")
+    ar_latency = statistics.mean(s.latency_s for s in ar) if ar else None
+    ar_nfe = statistics.mean(s.nfe + 1 for s in ar) if ar else None
+    rows = []
+    for cfg in configs:
+        stats = runs[_label(cfg)]
+        hist = {}
+        for s in stats:
+            for k, v in s.accepted_length_histogram.items():
+                hist[k] = hist.get(k, 0) + v
+        latency = statistics.mean(s.latency_s for s in stats)
+        decode = statistics.mean(s.decode_s for s in stats)
+        overhead = [s.overhead_s for s in stats if s.overhead_s is not None]
+        peak = [s.peak_memory_bytes for s in stats if s.peak_memory_bytes is not None]
+        rows.append({
+            "backend": cfg["backend"],
+            "params": stats[0].params,
+            "label": _label(cfg),
+            "samples": len(stats),
+            "nfe": statistics.mean(s.nfe for s in stats),
+            "step_compression": statistics.mean(s.step_compression for s in stats),
+            "forward_ratio_vs_ar": None if ar_nfe is None else ar_nfe / statistics.mean(s.nfe + 1 for s in stats),
+            "mean_accepted_length": statistics.mean(s.mean_accepted_length for s in stats),
+            "accepted_length_histogram": {str(k): v for k, v in sorted(hist.items())},
+            "prefill_s": statistics.mean(s.prefill_s for s in stats),
+            "decode_s": decode,
+            "latency_s": latency,
+            "latency_stdev_s": statistics.stdev(s.latency_s for s in stats) if len(stats) > 1 else 0.0,
+            "speedup_vs_ar": None if ar_latency is None else ar_latency / latency,
+            "overhead_share": (statistics.mean(overhead) / decode) if overhead and decode > 0 else None,
+            "peak_memory_bytes": max(peak) if peak else None,
+        })
+    return rows
+
+
+def format_table(rows: List[dict]) -> str:
+    head = f"{'configuration':44s} {'NFE':>7s} {'compr.':>7s} {'acc.len':>7s} {'latency':>9s} {'speedup':>8s} {'overhead':>8s}"
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        sp = "-" if r["speedup_vs_ar"] is None else f"{r['speedup_vs_ar']:.2f}x"
+        ov = "-" if r["overhead_share"] is None else f"{100 * r['overhead_share']:.0f}%"
+        lines.append(f"{r['label']:44s} {r['nfe']:7.1f} {r['step_compression']:6.2f}x {r['mean_accepted_length']:7.2f} "
+                     f"{r['latency_s']:8.3f}s {sp:>8s} {ov:>8s}")
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="python -m specar bench", description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="demo", help="built-in name, model folder, or tiny:V,HxW[,row_end]")
+    ap.add_argument("--backends", nargs="+", default=DEFAULT_CONFIGS,
+                    help="configurations like ar  sjd:window=32  sjd_pac:window=64,tree_width=4")
+    ap.add_argument("--prompts", help="file with one prompt per line (default: 4 built-in prompts)")
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
+    ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--device", default=None)
+    ap.add_argument("--dtype", default=None, choices=[None, "float32", "bfloat16", "float16"])
+    ap.add_argument("--threads", type=int, default=1, help="torch CPU threads (1: steadier timings on a shared machine)")
+    ap.add_argument("--cfg-scale", type=float, default=None)
+    ap.add_argument("--top-k", type=int, default=None)
+    ap.add_argument("--json", help="write the rows (and the run's settings) to this file")
+    ap.add_argument("--quiet", action="store_true")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    configs = [parse_config(c) for c in args.backends]
+    prompts = DEFAULT_PROMPTS
+    if args.prompts:
+        with open(args.prompts) as f:
+            prompts = [line.strip() for line in f if line.strip()]
+    model = _model(args.model, args.device, args.dtype)
+    sampling = {k: v for k, v in (("cfg_scale", args.cfg_scale), ("top_k", args.top_k)) if v is not None}
+    t0 = time.time()
+    rows = run(model, configs, prompts, args.seeds, args.repeats, sampling=sampling,
+               log=None if args.quiet else (lambda s: print(s, file=sys.stderr)))
+    print(format_table(rows))
+    meta = {"command": "python -m specar bench " + " ".join(argv if argv is not None else sys.argv[1:]),
+            "model": args.model, "prompts": prompts, "seeds": args.seeds, "repeats": args.repeats,
+            "threads": args.threads, "device": str(model.device), "machine": platform.platform(),
+            "processor": platform.processor() or platform.machine(), "torch": torch.__version__,
+            "date": time.strftime("%Y-%m-%d"), "wall_s": round(time.time() - t0, 1)}
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"meta": meta, "rows": rows}, f, indent=1)
+    return rows
+
+
+if __name__ == "__main__":
+    main()
