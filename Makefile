@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.specar-installed
 
-.PHONY: test venv clean
+.PHONY: test bench venv clean
 
 venv: $(STAMP)
 
@@ -17,6 +17,11 @@ $(STAMP): pyproject.toml requirements.txt
 
 test: $(STAMP)
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} $(PY) -m pytest -q
+
+# all backends side by side on the demo model, one run, single-threaded for steadier timings
+bench: $(STAMP)
+	mkdir -p output
+	OMP_NUM_THREADS=1 $(PY) -m specar bench --json output/bench.json
 
 clean:
 	rm -rf $(VENV)

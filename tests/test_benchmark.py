@@ -33,3 +33,14 @@ def test_bench_command_writes_json(tmp_path):
     assert rows[0]["speedup_vs_ar"] == pytest.approx(1.0) and rows[0]["step_compression"] == pytest.approx(1.0)
     assert data["meta"]["command"].startswith("python -m specar bench")
     assert "ar " in res.stdout or res.stdout.splitlines()[2].startswith("ar")
+
+
+def test_shape_bench_small_runs(tmp_path):
+    out = tmp_path / "shape.json"
+    cmd = [sys.executable, "-m", "specar", "shape-bench", "--small", "--device", "cpu", "--dtype", "float32",
+           "--context", "64", "--windows", "1", "16", "--repeats", "2", "--json", str(out)]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["window"] for r in rows] == [1, 16]
+    assert all(r["forward_ms"] > 0 and r["core_ms"] > 0 for r in rows)
