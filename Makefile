@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.specar-installed
 
-.PHONY: test bench venv clean
+.PHONY: test demo bench venv clean
 
 venv: $(STAMP)
 
@@ -17,6 +17,10 @@ $(STAMP): pyproject.toml requirements.txt
 
 test: $(STAMP)
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} $(PY) -m pytest -q
+
+# the main job: images from the embedded demo model, AR vs the fastest lossless backend, in output/
+demo: $(STAMP)
+	OMP_NUM_THREADS=1 $(PY) -m specar demo --out output
 
 # all backends side by side on the demo model, one run, single-threaded for steadier timings
 bench: $(STAMP)

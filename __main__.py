@@ -1,10 +1,10 @@
-"""`python -m specar <command>`: bench (backends side by side), shape-bench (7B-shape forward vs sampling core)."""
+"""`python -m specar <command>`: demo (make demo), bench (backends side by side), shape-bench (7B-shape forward vs sampling core)."""
 import sys
 
 
 def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
-    commands = {"bench": "benchmark", "shape-bench": "shape_bench"}
+    commands = {"demo": "demo", "bench": "benchmark", "shape-bench": "shape_bench"}
     if not argv or argv[0] not in commands:
         print(f"usage: python -m specar {{{','.join(commands)}}} [options]  (add -h for a command's options)")
         return 2

@@ -44,3 +44,13 @@ def test_shape_bench_small_runs(tmp_path):
     rows = json.loads(out.read_text())["rows"]
     assert [r["window"] for r in rows] == [1, 16]
     assert all(r["forward_ms"] > 0 and r["core_ms"] > 0 for r in rows)
+
+
+def test_demo_command_saves_pictures(tmp_path):
+    cmd = [sys.executable, "-m", "specar", "demo", "--model", "tiny:8,4x4,row_end", "--prompts", "a", "b",
+           "--fast", "sjd:window=8", "--out", str(tmp_path)]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == ["00_ar.png", "00_sjd.png", "01_ar.png", "01_sjd.png", "demo.json", "grid.png"]
+    assert "faster" in res.stdout
