@@ -92,10 +92,10 @@ class LlamaImageModel(ARImageModel):
         return session
 
     def _tree(self, parents: Sequence[int]):
-        key = tuple(int(p) for p in parents)
+        key = (tuple(int(p) for p in parents), self.device)
         if key not in self._trees:
-            depth = torch.tensor(tree_depths(key), device=self.device)
-            self._trees[key] = (depth, tree_ancestry(key).to(self.device))
+            depth = torch.tensor(tree_depths(key[0]), device=self.device)
+            self._trees[key] = (depth, tree_ancestry(key[0]).to(self.device))
         return self._trees[key]
 
     def _output(self, h, batch, cfg) -> ForwardOutput:
@@ -113,7 +113,9 @@ class LlamaImageModel(ARImageModel):
             raise ValueError(f"parents has {len(parents)} entries for {T} tokens")
         dev = self.device
         depth, anc = self._tree(parents)
-        ids = self._engine_to_model.to(dev)[tokens]
+        if self._engine_to_model.device != dev:  # once per device: no host-to-device copy per step
+            self._engine_to_model = self._engine_to_model.to(dev)
+        ids = self._engine_to_model[tokens]
         committed = session.committed
         if session.cfg:
             ids, committed = torch.cat([ids, ids]), torch.cat([committed, committed])
