@@ -82,7 +82,9 @@ class LlamaImageModel(ARImageModel):
         tokens, valid, pos0 = tokens.to(dev), valid.to(dev), pos0.to(dev)
         positions = (torch.arange(P, device=dev)[None] - (P - pos0)[:, None]).clamp(min=0)
         causal = torch.arange(S, device=dev)[None, :] <= torch.arange(P, device=dev)[:, None]  # [P, S]
-        mask = causal[None] & valid[:, None, :]
+        # a pad slot attends to itself only: no fully masked row (NaN in some attention kernels)
+        own = torch.arange(S, device=dev)[None, :] == torch.arange(P, device=dev)[:, None]
+        mask = (causal[None] & valid[:, None, :]) | own[None]
         cache = self.decoder.new_cache(R, S)
         slots = torch.arange(P, device=dev).expand(R, P)
         h = self.decoder.hidden_states(tokens, positions, mask, cache, slots)
