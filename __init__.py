@@ -12,10 +12,9 @@ from .samplers.stats import GenerationStats
 
 __version__ = "0.1.0"
 
-# ComfyUI entry points. The node classes arrive with the nodes issue; an empty mapping keeps
-# ComfyUI's loader (and importing this file without ComfyUI) working meanwhile.
-NODE_CLASS_MAPPINGS: dict = {}
-NODE_DISPLAY_NAME_MAPPINGS: dict = {}
+# ComfyUI entry points (the node module imports ComfyUI lazily, so this works without it)
+from .nodes import NODE_CLASS_MAPPINGS, NODE_DISPLAY_NAME_MAPPINGS
+
 WEB_DIRECTORY = "./web"
 
 __all__ = [
