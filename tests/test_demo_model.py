@@ -53,7 +53,7 @@ def test_corrupt_or_mismatched_files_are_reported(tmp_path):
         load_demo_model(path=str(bad))
     shutil.copy(os.path.join(WEIGHTS, "model.safetensors"), bad / "model.safetensors")
     cfg = json.loads((bad / "config.json").read_text())
-    cfg["llama"]["hidden_size"] += 8
+    cfg["llama"]["hidden_size"] += cfg["llama"]["num_heads"]
     (bad / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(ValueError, match="does not match"):
         load_demo_model(path=str(bad))

@@ -24,7 +24,7 @@ _PALETTE = torch.cat([_PALETTE, _PALETTE * 0.35])  # bright and striped-dark ver
 
 def colour_map(image: np.ndarray) -> torch.Tensor:
     """[H, W] index into the 8 colour names of each pixel's nearest palette colour."""
-    x = torch.as_tensor(np.asarray(image)).float().reshape(-1, 3)
+    x = torch.from_numpy(np.array(image, dtype=np.float32)).reshape(-1, 3)
     d = torch.cdist(x, _PALETTE)
     # a dark stripe must not be mistaken for black and vice versa: black's dark twin is black
     return (d.argmin(-1) % len(_NAMES)).view(image.shape[0], image.shape[1])
