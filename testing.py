@@ -90,10 +90,10 @@ def chi_square_test(samples: torch.Tensor, exact: dict, min_expected: float = 5.
     never happens). Returns (p_value, statistic, degrees_of_freedom, total_variation).
     """
     n = samples.shape[0]
-    flat = [tuple(r) for r in samples.reshape(n, -1).tolist()]
     counts = {}
-    for key in flat:
+    for key in map(tuple, samples.reshape(n, -1).tolist()):
         counts[key] = counts.get(key, 0) + 1
+    tv = 0.5 * sum(abs(counts.get(k, 0) / n - exact.get(k, 0.0)) for k in set(counts) | set(exact))
     observed, expected = [], []
     pool_o, pool_e = 0.0, 0.0
     for key, prob in exact.items():
@@ -111,13 +111,4 @@ def chi_square_test(samples: torch.Tensor, exact: dict, min_expected: float = 5.
     dof = max(len(observed) - 1, 1)
     p_value = float(torch.special.gammaincc(torch.tensor(dof / 2.0, dtype=torch.float64),
                                             torch.tensor(stat / 2.0, dtype=torch.float64)))
-    tv = 0.5 * sum(abs(counts_o / n - prob) for counts_o, prob in _paired(flat, exact))
     return p_value, stat, dof, tv
-
-
-def _paired(flat, exact):
-    counts = {}
-    for key in flat:
-        counts[key] = counts.get(key, 0) + 1
-    keys = set(counts) | set(exact)
-    return [(counts.get(k, 0), exact.get(k, 0.0)) for k in keys]

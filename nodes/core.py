@@ -90,7 +90,7 @@ def backend_kwargs(backend: str, values: dict) -> dict:
     return {k: values[k] for k in BACKEND_PARAMS[backend] if k in values}
 
 
-def heatmap(accepted_at_step: list, stats_hist_unused=None, size: Optional[tuple] = None) -> torch.Tensor:
+def heatmap(accepted_at_step: list, size: Optional[tuple] = None) -> torch.Tensor:
     """[H, W, 3] float image: each token coloured by how many tokens its step committed
     (dark blue: one, yellow: the longest step), with step boundaries visible as colour changes."""
     steps = torch.tensor(accepted_at_step)

@@ -51,7 +51,6 @@ class PromptJudge:
             feats.append(mask_features(cm == _NAMES.index(sc["colour"])))
             labels.append(SHAPES.index(sc["shape"]))
         x, y = torch.stack(feats), torch.tensor(labels)
-        g = torch.Generator().manual_seed(seed)
         self.w = torch.zeros(x.shape[1], len(SHAPES), requires_grad=True)
         self.b = torch.zeros(len(SHAPES), requires_grad=True)
         opt = torch.optim.Adam([self.w, self.b], lr=0.05)
@@ -62,7 +61,6 @@ class PromptJudge:
             opt.step()
         with torch.no_grad():
             self.train_accuracy = float(((x @ self.w + self.b).argmax(-1) == y).float().mean())
-        del g
 
     @staticmethod
     def parse(prompt: str) -> dict:
