@@ -12,6 +12,7 @@ import torch
 
 from .contract import ARImageModel, EncodedPrompt, ForwardOutput, ImageGeometry, Session, tree_ancestry, tree_depths
 from .llama import LlamaDecoder
+from .slots import draft_layout, prefill_layout
 
 PAD, BOS, BOI, ROW_END = 0, 1, 2, 3
 IMAGE_OFFSET = 4
@@ -63,32 +64,18 @@ class LlamaImageModel(ARImageModel):
         prompt = self.check_prompt(prompt)
         dev = self.device
         branches = [prompt.cond] + ([prompt.uncond] if cfg else [])
-        R, P = batch * len(branches), max(len(s) for s in branches)
-        S = P + self.geometry.seq_len + draft_capacity + 1
-        tokens = torch.full((len(branches), P), PAD, dtype=torch.long)
-        valid = torch.zeros(len(branches), S, dtype=torch.bool)
-        pos0 = torch.zeros(len(branches), dtype=torch.long)
-        for r, s in enumerate(branches):  # left padding: every row's last prompt token sits at slot P-1
-            tokens[r, P - len(s):] = torch.tensor(s)
-            valid[r, P - len(s):] = True
-            pos0[r] = len(s)
-        valid[:, P:] = True
-        # rows: batch copies of the conditional branch, then batch copies of the unconditional one
-        tokens, valid, pos0 = (t.repeat_interleave(batch, 0) for t in (tokens, valid, pos0))
         limit = self.decoder.cfg.max_positions
-        if int(pos0.max()) + self.geometry.seq_len + draft_capacity + 1 > limit:
-            raise ValueError(f"prompt of {int(pos0.max())} tokens plus a {self.geometry.seq_len}-token image "
-                             f"exceeds the model's {limit} positions")
-        tokens, valid, pos0 = tokens.to(dev), valid.to(dev), pos0.to(dev)
-        positions = (torch.arange(P, device=dev)[None] - (P - pos0)[:, None]).clamp(min=0)
-        causal = torch.arange(S, device=dev)[None, :] <= torch.arange(P, device=dev)[:, None]  # [P, S]
-        # a pad slot attends to itself only: no fully masked row (NaN in some attention kernels)
-        own = torch.arange(S, device=dev)[None, :] == torch.arange(P, device=dev)[:, None]
-        mask = (causal[None] & valid[:, None, :]) | own[None]
+        longest = max(len(x) for x in branches) + self.geometry.seq_len + draft_capacity + 1
+        if longest > limit:
+            raise ValueError(f"prompt of {longest - self.geometry.seq_len - draft_capacity - 1} tokens plus a "
+                             f"{self.geometry.seq_len}-token image exceeds the model's {limit} positions")
+        # rows: batch copies of the conditional branch, then batch copies of the unconditional one
+        tokens, positions, mask, slots, state = prefill_layout(
+            branches, batch, self.geometry.seq_len + draft_capacity + 1, PAD, dev)
+        R, S = state["rows"], state["S"]
         cache = self.decoder.new_cache(R, S)
-        slots = torch.arange(P, device=dev).expand(R, P)
         h = self.decoder.hidden_states(tokens, positions, mask, cache, slots)
-        state = dict(cache=cache, valid=valid, pos0=pos0, P=P, S=S, rows=R)
+        state["cache"] = cache
         session = Session(batch=batch, cfg=cfg, committed=torch.zeros(batch, dtype=torch.long, device=dev),
                           first=self._output(h[:, -1:], batch, cfg), state=state)
         return session
@@ -121,15 +108,7 @@ class LlamaImageModel(ARImageModel):
         committed = session.committed
         if session.cfg:
             ids, committed = torch.cat([ids, ids]), torch.cat([committed, committed])
-        base = st["P"] + committed  # [R] first free slot of each row
-        slots = base[:, None] + torch.arange(T, device=dev)
-        positions = st["pos0"][:, None] + committed[:, None] + depth[None]
-        s = torch.arange(st["S"], device=dev)
-        prefix = (s[None] < base[:, None]) & st["valid"]  # [R, S]
-        rel = s[None] - base[:, None]
-        in_tree = (rel >= 0) & (rel < T)
-        tree_part = anc[:, rel.clamp(0, T - 1)].permute(1, 0, 2) & in_tree[:, None, :]  # [R, T, S]
-        mask = prefix[:, None, :] | tree_part
+        slots, positions, mask = draft_layout(st, committed, depth, anc)
         h = self.decoder.hidden_states(ids, positions, mask, st["cache"], slots)
         return self._output(h, B, session.cfg)
 

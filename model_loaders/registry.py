@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import importlib
+import json
 import os
 
 # built-in models shipped inside the pack: name -> "module:function" (relative to model_loaders)
@@ -11,7 +12,13 @@ BUILTIN_MODELS = {
 
 
 def load_model(name_or_path: str, device=None, dtype=None, **options):
-    """Load a built-in model by name (``"demo"``) or a model folder by path."""
+    """Load a built-in model by name (``"demo"``) or a model folder by path.
+
+    Folders in transformers format are recognised from their config.json: Janus / Janus-Pro
+    (``model_type: janus``) and Emu3 (``emu3``). Options for those: ``device_map``, ``max_memory``,
+    ``offload_folder`` (accelerate big-model loading), ``attn_implementation``; Emu3 also takes
+    ``image_area`` and ``ratio``. Local files only: nothing is downloaded.
+    """
     if not isinstance(name_or_path, str):
         raise ValueError(f"load_model takes a built-in name ({', '.join(BUILTIN_MODELS)}) or a folder path, "
                          f"got {type(name_or_path).__name__}")
@@ -24,5 +31,53 @@ def load_model(name_or_path: str, device=None, dtype=None, **options):
         return loader(device=device, dtype=dtype, **options)
     if not os.path.isdir(name_or_path):
         raise ValueError(f"{name_or_path!r} is neither a built-in model ({', '.join(BUILTIN_MODELS)}) nor a folder")
-    raise ValueError(f"no supported model family recognised in folder {name_or_path!r} "
-                     f"(supported so far: the built-in models {', '.join(BUILTIN_MODELS)})")
+    family = detect_family(name_or_path)
+    module, fn = FAMILIES[family].split(":")
+    try:
+        loader = getattr(importlib.import_module(module, __package__), fn)
+    except ImportError as e:
+        raise ValueError(f"the {family} adapter needs a transformers version that implements it: {e}") from e
+    return loader(name_or_path, device=device, dtype=dtype, **options)
+
+
+# model folders: family -> "module:function"; the family comes from config.json's model_type
+FAMILIES = {
+    "janus": ".janus:load_janus",
+    "emu3": ".emu3:load_emu3",
+}
+# checkpoints in their authors' original (remote-code) format: what to use instead
+_ORIGINAL_FORMATS = {
+    "multi_modality": "Janus / Janus-Pro in DeepSeek's original format needs trust_remote_code; use the transformers "
+                      "conversion instead (deepseek-community/Janus-Pro-1B or deepseek-community/Janus-Pro-7B)",
+}
+
+
+def detect_family(folder: str) -> str:
+    """The model family of a folder, from its config.json (``model_type``, ``architectures``)."""
+    path = os.path.join(folder, "config.json")
+    if not os.path.isfile(path):
+        raise ValueError(f"no supported model family recognised in folder {folder!r}: it has no config.json "
+                         f"(supported: {', '.join(FAMILIES)} folders in transformers format, or the built-in "
+                         f"models {', '.join(BUILTIN_MODELS)})")
+    try:
+        with open(path, encoding="utf-8") as f:
+            cfg = json.load(f)
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{path} is not valid JSON: {e}") from e
+    if not isinstance(cfg, dict):
+        raise ValueError(f"{path} must hold a JSON object")
+    model_type = str(cfg.get("model_type", ""))
+    archs = cfg.get("architectures") or []
+    if model_type in _ORIGINAL_FORMATS:
+        raise ValueError(f"{path}: model_type {model_type!r}: {_ORIGINAL_FORMATS[model_type]}")
+    if model_type == "Emu3":
+        raise ValueError(f"{path}: this is Emu3 in BAAI's original format (trust_remote_code); use the transformers "
+                         f"conversion instead (BAAI/Emu3-Gen-hf)")
+    if model_type in FAMILIES:
+        return model_type
+    for family, arch in (("janus", "JanusForConditionalGeneration"), ("emu3", "Emu3ForConditionalGeneration")):
+        if arch in archs:
+            return family
+    raise ValueError(f"no supported model family recognised in folder {folder!r}: {path} has model_type "
+                     f"{model_type or '(none)'!r}, architectures {archs or '(none)'}; supported: "
+                     f"{', '.join(FAMILIES)} (transformers format) and the built-in models {', '.join(BUILTIN_MODELS)}")

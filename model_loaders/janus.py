@@ -1,0 +1,155 @@
+"""Janus / Janus-Pro (DeepSeek) through transformers' `JanusForConditionalGeneration`.
+
+Follows transformers' own image-generation path (`generate(generation_mode="image")`):
+
+- prompt: the folder's chat template applied to one user message (``<|User|>: {text}\\n\\n
+  <|Assistant|>:`` for Janus-Pro), then the begin-of-image token, tokenized with BOS;
+- unconditional prompt (CFG): the same ids with every token except BOS and begin-of-image
+  replaced by the pad token (a non-empty negative prompt is formatted like the prompt instead);
+- CFG as one batch of two (conditional rows first), guidance on raw logits;
+- image codes fed back through ``generation_embeddings`` + ``generation_aligner``
+  (`prepare_embeddings_for_image_generation`) into the Llama language model;
+- logits from ``generation_head`` (the image-code head, its rows only; never ``lm_head``);
+- pixels from the VQ decoder (`decode_image_tokens`).
+
+The KV cache is our `SlotCache` (per-row committed lengths, tree masks; see hf_common).
+"""
+from __future__ import annotations
+
+import json
+import os
+
+import torch
+
+from .contract import EncodedPrompt, ImageGeometry
+from .hf_common import (HFImageModel, load_pretrained, load_tokenizer, read_config, resolve_device, resolve_dtype,
+                        to_pil)
+
+# the Janus-Pro format, used when the folder ships no chat template
+FALLBACK_TEMPLATE = "<|User|>: {text}\n\n<|Assistant|>:"
+
+
+def _chat_template(folder: str, tokenizer):
+    if getattr(tokenizer, "chat_template", None):
+        return tokenizer.chat_template
+    p = os.path.join(folder, "chat_template.jinja")
+    if os.path.isfile(p):
+        with open(p, encoding="utf-8") as f:
+            return f.read()
+    for name in ("chat_template.json", "processor_config.json"):
+        p = os.path.join(folder, name)
+        if os.path.isfile(p):
+            try:
+                with open(p, encoding="utf-8") as f:
+                    t = json.load(f).get("chat_template")
+            except (OSError, ValueError, AttributeError):
+                t = None
+            if isinstance(t, str) and t:
+                return t
+    return None
+
+
+class JanusImageModel(HFImageModel):
+    family = "janus"
+
+    def __init__(self, folder: str, device=None, dtype=None, device_map=None, max_memory=None, offload_folder=None,
+                 attn_implementation=None, image_size=None):
+        super().__init__()
+        from transformers import GenerationConfig, JanusForConditionalGeneration
+
+        read_config(folder)  # a missing or broken config.json is reported here
+        self.folder = folder
+        self.name = os.path.basename(os.path.normpath(folder)) or "janus"
+        self._device = resolve_device(device)
+        self._dtype = resolve_dtype(dtype, self._device)
+        # tokenizer first: a missing file fails before the (slow) weight loading
+        self.tokenizer = load_tokenizer(folder)
+        self.model = load_pretrained(JanusForConditionalGeneration, folder, self._device, self._dtype,
+                                     device_map=device_map, max_memory=max_memory, offload_folder=offload_folder,
+                                     attn_implementation=attn_implementation)
+        mc = self.model.config
+        if device_map is not None:
+            self._device = self.model.get_input_embeddings().weight.device
+        vq = mc.vq_config
+        grid = int(vq.num_patches)
+        self.pixel_factor = 2 ** (len(vq.channel_multiplier) - 1)
+        self.resolution = grid * self.pixel_factor
+        if image_size is not None and image_size != self.resolution:
+            raise ValueError(f"image_size={image_size!r}: this Janus checkpoint generates {self.resolution}x"
+                             f"{self.resolution} images only ({grid}x{grid} tokens; config.json vision_config "
+                             f"image_size / patch_size)")
+        n_img = getattr(mc.vision_config, "num_image_tokens", grid * grid)
+        if n_img != grid * grid:
+            raise ValueError(f"config.json is inconsistent: vision_config.num_image_tokens={n_img} but the VQ grid "
+                             f"is {grid}x{grid} (vision_config.image_size // patch_size)")
+        V = int(vq.num_embeddings)
+        self.geometry = ImageGeometry(height=grid, width=grid, vocab_size=V, row_end=False)
+        self.default_sampling = {"cfg_scale": 5.0, "top_k": min(1000, V)}
+        self.backbone = self.model.model.language_model
+        self._num_layers = mc.text_config.num_hidden_layers
+        self._max_positions = getattr(mc.text_config, "max_position_embeddings", None)
+        self._embed = self.model.get_input_embeddings()
+        # special ids: the generation config (what transformers' generate uses), else the tokenizer
+        try:
+            gen = GenerationConfig.from_pretrained(folder, local_files_only=True)
+        except (OSError, ValueError):
+            gen = None
+        tok = self.tokenizer
+        boi_token = getattr(tok, "boi_token", None) or "<begin_of_image>"
+        boi = (getattr(gen, "generation_kwargs", None) or {}).get("boi_token_id") if gen is not None else None
+        self.boi_id = boi if boi is not None else tok.convert_tokens_to_ids(boi_token)
+        self.bos_id = getattr(gen, "bos_token_id", None) if gen is not None else None
+        self.bos_id = tok.bos_token_id if self.bos_id is None else self.bos_id
+        pad = getattr(gen, "pad_token_id", None) if gen is not None else None
+        self.pad_id = tok.pad_token_id if pad is None else pad
+        for what, v in (("begin-of-image", self.boi_id), ("BOS", self.bos_id), ("pad", self.pad_id)):
+            if v is None or (tok.unk_token_id is not None and v == tok.unk_token_id):
+                raise ValueError(f"the {what} token is not defined by tokenizer_config.json / generation_config.json "
+                                 f"in {folder!r}")
+        self.boi_token = tok.convert_ids_to_tokens(self.boi_id)
+        self.chat_template = _chat_template(folder, tok)
+
+    # -- prompts ---------------------------------------------------------------------------
+    def format_prompt(self, text: str) -> str:
+        if self.chat_template:
+            messages = [{"role": "user", "content": [{"type": "text", "text": text}]}]
+            s = self.tokenizer.apply_chat_template(messages, chat_template=self.chat_template, tokenize=False,
+                                                   add_generation_prompt=True)
+        else:
+            s = FALLBACK_TEMPLATE.format(text=text)
+        return s + self.boi_token
+
+    def encode_prompt(self, text: str, negative_text: str = "") -> EncodedPrompt:
+        for name, value in (("prompt", text), ("negative_prompt", negative_text)):
+            if not isinstance(value, str):
+                raise ValueError(f"{name} must be a str, got {type(value).__name__}")
+        cond = list(self.tokenizer(self.format_prompt(text)).input_ids)
+        if negative_text:
+            uncond = list(self.tokenizer(self.format_prompt(negative_text)).input_ids)
+        else:  # transformers: every prompt token except BOS and begin-of-image becomes the pad token
+            uncond = [t if t in (self.bos_id, self.boi_id) else self.pad_id for t in cond]
+        return EncodedPrompt(cond=cond, uncond=uncond, text=text, negative_text=negative_text)
+
+    # -- model hooks -----------------------------------------------------------------------
+    def _prompt_embeds(self, ids):
+        return self._embed(ids.to(self._embed.weight.device))
+
+    def _draft_embeds(self, tokens):
+        return self.model.prepare_embeddings_for_image_generation(tokens)
+
+    def _image_logits(self, hidden):
+        return self.model.model.generation_head(hidden)
+
+    @torch.inference_mode()
+    def decode_tokens(self, tokens: torch.Tensor, chunk: int = 8):
+        B = tokens.shape[0]
+        dev = self.model.model.vqmodel.quantize.embedding.weight.device
+        out = []
+        for i in range(0, B, chunk):
+            codes = tokens[i:i + chunk].reshape(-1, self.geometry.num_image_tokens).to(dev)
+            out.extend(to_pil(self.model.decode_image_tokens(codes)))
+        return out
+
+
+def load_janus(folder: str, device=None, dtype=None, **options) -> JanusImageModel:
+    return JanusImageModel(folder, device=device, dtype=dtype, **options)
