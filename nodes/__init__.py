@@ -1,4 +1,58 @@
-"""ComfyUI nodes of SpecAR: thin wrappers over the library (see core.py and comfy_nodes.py)."""
-from .comfy_nodes import NODE_CLASS_MAPPINGS, NODE_DISPLAY_NAME_MAPPINGS
+"""ComfyUI nodes of SpecAR: thin wrappers over the library.
 
-__all__ = ["NODE_CLASS_MAPPINGS", "NODE_DISPLAY_NAME_MAPPINGS"]
+- spec.py: the nodes' inputs and outputs, declared once (widgets built from BACKEND_PARAMS);
+- core.py: what the nodes do (model cache, sampling, progress, interrupt, heatmap);
+- v3.py: V3 classes (`comfy_api.latest`), used when ComfyUI provides that module;
+- v1.py: V1 classes (INPUT_TYPES), used by older ComfyUI and wherever V3 is unavailable.
+
+`NODE_CLASS_MAPPINGS` holds the V3 classes under current ComfyUI (ComfyUI registers the classes of
+NODE_CLASS_MAPPINGS whatever their API, and ignores `comfy_entrypoint` when that dictionary
+exists), and the V1 classes otherwise, so importing this package never needs ComfyUI.
+`comfy_entrypoint` is the V3 registration hook for loaders that prefer it.
+"""
+from __future__ import annotations
+
+import logging
+
+from . import core, v1
+
+NODE_API = "v1"
+NODES = list(v1.NODES)
+try:
+    from comfy_api.latest import io as _io
+except Exception:  # no ComfyUI, or a ComfyUI without the V3 schema
+    _io = None
+if _io is not None:
+    try:
+        from .v3 import build_nodes
+
+        NODES = build_nodes(_io)
+        NODE_API = "v3"
+    except Exception as e:  # an incompatible comfy_api: the V1 classes still work
+        logging.getLogger("specar").warning("SpecAR: V3 nodes unavailable (%s); using the V1 nodes", e)
+
+NODE_CLASS_MAPPINGS = {cls.__name__: cls for cls in NODES}
+NODE_DISPLAY_NAME_MAPPINGS = dict(v1.NODE_DISPLAY_NAME_MAPPINGS)
+
+core.register_model_folder()  # inside ComfyUI: models/specar becomes a model folder (no-op without it)
+
+
+async def comfy_entrypoint():
+    """V3 registration: a ComfyExtension listing the V3 node classes."""
+    from comfy_api.latest import ComfyExtension, io
+
+    from .v3 import build_nodes
+
+    node_list = NODES if NODE_API == "v3" else build_nodes(io)
+
+    class SpecARExtension(ComfyExtension):
+        async def on_load(self) -> None:
+            core.register_model_folder()
+
+        async def get_node_list(self):
+            return list(node_list)
+
+    return SpecARExtension()
+
+
+__all__ = ["NODE_API", "NODE_CLASS_MAPPINGS", "NODE_DISPLAY_NAME_MAPPINGS", "NODES", "comfy_entrypoint"]

@@ -1,58 +1,98 @@
-"""What the nodes do, as plain functions testable without ComfyUI.
+"""What the nodes do, as plain functions shared by the V1 and V3 node classes.
 
-ComfyUI modules (`folder_paths`, `comfy.*`) are imported lazily and only where needed, so this
-module (and the whole pack) imports without ComfyUI installed.
+ComfyUI modules (`folder_paths`, `comfy.utils`, `comfy.model_management`) are imported lazily, only
+where needed and guarded, so this module (and the whole pack) imports and runs without ComfyUI.
 """
 from __future__ import annotations
 
 import json
+import logging
 import os
 from typing import Callable, Optional
 
 import torch
 
-from ..model_loaders.registry import BUILTIN_MODELS, load_model
+from ..model_loaders.registry import BUILTIN_MODELS, detect_family, load_model
 from ..samplers.api import generate
-from ..samplers.backends import BACKEND_PARAMS, BACKENDS, COUPLINGS, INITS, MAX_WINDOW
+from ..samplers.engine import GenerationInterrupted
+from . import spec
 
+log = logging.getLogger("specar")
 FOLDER = "specar"  # ComfyUI/models/specar/<model folder>
-DEVICES = ("auto", "cpu", "cuda")
-DTYPES = ("auto", "float32", "bfloat16", "float16")
 _cache: dict = {}
 
 
-def model_folders() -> list:
-    """Sub-folders of every registered models/specar path (HF-style model folders)."""
+# ---------------------------------------------------------------------------------------------
+# models
+
+def _folder_paths():
     try:
         import folder_paths
     except ImportError:
+        return None
+    return folder_paths
+
+
+def register_model_folder() -> None:
+    """Register ComfyUI/models/specar with folder_paths (extra_model_paths.yaml may add more paths)."""
+    fp = _folder_paths()
+    if fp is None:
+        return
+    names = getattr(fp, "folder_names_and_paths", None)
+    if isinstance(names, dict) and FOLDER in names and names[FOLDER][0]:
+        default = os.path.join(fp.models_dir, FOLDER)
+        if default not in names[FOLDER][0]:
+            fp.add_model_folder_path(FOLDER, default)
+        return
+    fp.add_model_folder_path(FOLDER, os.path.join(fp.models_dir, FOLDER), is_default=True)
+
+
+def _model_dirs() -> list:
+    fp = _folder_paths()
+    if fp is None:
         return []
+    try:
+        register_model_folder()
+        return list(fp.get_folder_paths(FOLDER))
+    except Exception as e:  # a broken folder setup must not break the node list
+        log.warning("SpecAR: cannot read the %s model folders: %s", FOLDER, e)
+        return []
+
+
+def model_folders() -> list:
+    """Sub-folders of the models/specar paths whose config.json names a supported family."""
     names = []
-    for base in folder_paths.get_folder_paths(FOLDER):
-        if os.path.isdir(base):
-            names += sorted(d for d in os.listdir(base) if os.path.isdir(os.path.join(base, d)))
+    for base in _model_dirs():
+        if not os.path.isdir(base):
+            continue
+        for d in sorted(os.listdir(base)):
+            path = os.path.join(base, d)
+            if not os.path.isdir(path) or d in names or d in BUILTIN_MODELS:
+                continue
+            try:
+                detect_family(path)
+            except ValueError as e:
+                log.info("SpecAR: skipping %s: %s", path, e)
+                continue
+            names.append(d)
     return names
 
 
 def model_choices() -> list:
-    return list(BUILTIN_MODELS) + [n for n in model_folders() if n not in BUILTIN_MODELS]
+    return list(BUILTIN_MODELS) + model_folders()
 
 
-def _resolve(name: str) -> str:
+def resolve_model(name: str) -> str:
     if name in BUILTIN_MODELS:
         return name
-    try:
-        import folder_paths
-        for base in folder_paths.get_folder_paths(FOLDER):
-            path = os.path.join(base, name)
-            if os.path.isdir(path):
-                return path
-    except ImportError:
-        pass
+    for base in _model_dirs():
+        path = os.path.join(base, name)
+        if os.path.isdir(path):
+            return path
     raise ValueError(f"model {name!r} not found: choose one of {', '.join(model_choices())}")
 
 
-def _device(choice: str) -> str:
+def resolve_device(choice: str) -> str:
     if choice == "auto":
         try:
             import comfy.model_management as mm
@@ -66,34 +106,97 @@ def _device(choice: str) -> str:
 
 def load_cached(name: str, device: str = "auto", dtype: str = "auto"):
     """Load a model once and keep it across runs (one model at a time: loading another frees it)."""
-    for what, value, allowed in (("device", device, DEVICES), ("dtype", dtype, DTYPES)):
-        if value not in allowed:
-            raise ValueError(f"{what} must be one of {', '.join(allowed)}; got {value!r}")
+    err = spec.validate(spec.loader_spec(model_choices).inputs, {"model": name, "device": device, "dtype": dtype})
+    if err:
+        raise ValueError(err)
     key = (name, device, dtype)
     if key not in _cache:
         free_models()
-        _cache[key] = load_model(_resolve(name), device=_device(device), dtype=None if dtype == "auto" else dtype)
+        _install_free_hook()
+        _cache[key] = load_model(resolve_model(name), device=resolve_device(device),
+                                 dtype=None if dtype == "auto" else dtype)
     return _cache[key]
 
 
-def free_models():
-    """Drop cached models (ComfyUI's 'free memory' calls this through the hook in comfy_nodes)."""
+def free_models() -> None:
+    """Drop the cached model (ComfyUI's 'unload models' / POST /free reach this through the hook)."""
+    had = bool(_cache)
     _cache.clear()
-    if torch.cuda.is_available():
+    if had and torch.cuda.is_available():
         torch.cuda.empty_cache()
 
 
-def backend_kwargs(backend: str, values: dict) -> dict:
-    """The widget values that belong to the chosen backend."""
-    if backend not in BACKEND_PARAMS:
-        raise ValueError(f"backend must be one of {', '.join(BACKENDS)}; got {backend!r}")
-    return {k: values[k] for k in BACKEND_PARAMS[backend] if k in values}
+_hooked: list = []
 
+
+def _install_free_hook() -> None:
+    """Free our cached model whenever ComfyUI unloads all models (the Unload Models button, POST /free)."""
+    if _hooked:
+        return
+    try:
+        import comfy.model_management as mm
+    except ImportError:
+        return
+    original = mm.unload_all_models
+
+    def unload_all_models(*args, **kwargs):
+        free_models()
+        return original(*args, **kwargs)
+
+    unload_all_models.specar_original = original
+    mm.unload_all_models = unload_all_models
+    _hooked.append(original)
+
+
+# ---------------------------------------------------------------------------------------------
+# ComfyUI progress bar and interrupt
+
+class ComfyProgress:
+    """progress(done, total) -> ComfyUI's progress bar (whose every update also checks the interrupt)."""
+
+    def __init__(self):
+        try:
+            import comfy.utils
+            self._utils = comfy.utils
+        except ImportError:
+            self._utils = None
+        self.bar = None
+
+    def __call__(self, done: int, total: int) -> None:
+        if self._utils is None:
+            return
+        if self.bar is None:
+            self.bar = self._utils.ProgressBar(total)
+        self.bar.update_absolute(done, total)
+
+
+def comfy_interrupt() -> Optional[Callable[[], bool]]:
+    try:
+        import comfy.model_management as mm
+    except ImportError:
+        return None
+    return mm.processing_interrupted
+
+
+def raise_comfy_interrupt(exc: BaseException):
+    """Turn our GenerationInterrupted into ComfyUI's InterruptProcessingException (flag reset)."""
+    try:
+        import comfy.model_management as mm
+    except ImportError:
+        raise exc
+    check = getattr(mm, "throw_exception_if_processing_interrupted", None)
+    if check is not None:
+        check()  # raises and clears the interrupt flag
+    raise mm.InterruptProcessingException() from exc
+
+
+# ---------------------------------------------------------------------------------------------
+# sampling
 
 def heatmap(accepted_at_step: list, size: Optional[tuple] = None) -> torch.Tensor:
     """[H, W, 3] float image: each token coloured by how many tokens its step committed
-    (dark blue: one, yellow: the longest step), with step boundaries visible as colour changes."""
-    steps = torch.tensor(accepted_at_step)
+    (dark purple: one, yellow: the longest step), so step boundaries show as colour changes."""
+    steps = torch.as_tensor(accepted_at_step, dtype=torch.long)
     counts = torch.bincount(steps.flatten())
     length = counts[steps].float()  # tokens committed by the step that committed each token
     t = (length - 1) / max(float(length.max()) - 1, 1.0)
@@ -105,7 +208,7 @@ def heatmap(accepted_at_step: list, size: Optional[tuple] = None) -> torch.Tenso
     img = stops[i] * (1 - frac) + stops[i + 1] * frac
     if size is not None:
         img = torch.nn.functional.interpolate(img.permute(2, 0, 1)[None], size=size, mode="nearest")[0].permute(1, 2, 0)
-    return img
+    return img.clamp(0, 1).contiguous()
 
 
 def pil_to_tensor(images) -> torch.Tensor:
@@ -113,39 +216,80 @@ def pil_to_tensor(images) -> torch.Tensor:
     return torch.stack([torch.from_numpy(np.asarray(im.convert("RGB"), dtype=np.float32) / 255.0) for im in images])
 
 
-def summary(stats, ar_tokens: int) -> str:
-    speed = f"{stats.step_compression:.1f}x fewer"
-    return (f"AR {ar_tokens} steps -> {stats.backend.upper()} {stats.nfe + 1} steps, {speed}, "
-            f"{stats.latency_s:.1f} s")
+def summary(stats) -> str:
+    """'AR 256 steps -> SJD 42 steps, 6.1x fewer, 0.3 s' (a step = one forward pass, the prefill included)."""
+    steps = stats.nfe + 1
+    if stats.backend == "ar":
+        return f"AR {stats.image_tokens} steps (baseline), {stats.latency_s:.1f} s"
+    return (f"AR {stats.image_tokens} steps -> {stats.backend.upper()} {steps} steps, "
+            f"{stats.step_compression:.1f}x fewer, {stats.latency_s:.1f} s")
 
 
-def run_sampler(model, prompt: str, negative_prompt: str, seed: int, backend: str, cfg_scale: float,
-                temperature: float, top_k: int, top_p: float, batch_size: int = 1,
-                progress: Optional[Callable] = None, interrupt: Optional[Callable] = None, **widgets):
-    """Generate and return (IMAGE [B,H,W,C], tokens, stats JSON, heatmap IMAGE [1,h,w,3], summary)."""
-    res = generate(model, prompt, backend=backend, seed=seed, cfg_scale=None if cfg_scale < 0 else cfg_scale,
-                   temperature=temperature, top_k=None if top_k == 0 else top_k, top_p=top_p,
-                   negative_prompt=negative_prompt, batch_size=batch_size, progress=progress, interrupt=interrupt,
-                   **backend_kwargs(backend, widgets))
+def sampler_error(values: dict) -> Optional[str]:
+    """The sampler's own validation of its widget values (None = valid)."""
+    err = spec.validate(spec.sampler_spec().inputs, values)
+    if err:
+        return err
+    backend = values.get("backend")
+    if backend is None:
+        return None
+    try:
+        from ..samplers.backends import make_backend
+        make_backend(backend, **spec.backend_values(backend, values))
+    except ValueError as e:
+        return str(e)
+    return None
+
+
+def run_sampler(model, values: dict, progress: Optional[Callable] = None, interrupt: Optional[Callable] = None):
+    """Generate from the sampler's widget values.
+
+    Returns (IMAGE [B,H,W,C], tokens, stats JSON, heatmap IMAGE [B,H,W,3], summary text)."""
+    err = sampler_error(values)
+    if err:
+        raise ValueError(err)
+    backend = values["backend"]
+    cfg, top_k = values.get("cfg_scale", -1.0), values.get("top_k", 0)
+    batch = values.get("batch_size", 1)
+    res = generate(model, values["prompt"], backend=backend, seed=values["seed"],
+                   cfg_scale=None if cfg < 0 else float(cfg), temperature=float(values.get("temperature", 1.0)),
+                   top_k=None if top_k == 0 else top_k, top_p=float(values.get("top_p", 1.0)),
+                   negative_prompt=values.get("negative_prompt", ""), batch_size=batch, progress=progress,
+                   interrupt=interrupt, **spec.backend_values(backend, values))
     geo = model.geometry
+    grid = res.tokens.reshape(batch, geo.height, geo.width)
     if res.images:
         image = pil_to_tensor(res.images)
     else:  # no decoder: show the codes as grey levels
-        codes = res.tokens.reshape(batch_size, geo.height, geo.width).float() / max(geo.vocab_size - 1, 1)
+        codes = grid.float() / max(geo.vocab_size - 1, 1)
         image = codes[..., None].expand(-1, -1, -1, 3).contiguous()
-    heat = heatmap(res.stats.accepted_at_step[0], size=tuple(image.shape[1:3]))[None]
+    size = tuple(image.shape[1:3])
+    heat = torch.stack([heatmap(a, size=size) for a in res.stats.accepted_at_step])
+    text = summary(res.stats)
     stats = res.stats.to_dict()
-    text = summary(res.stats, geo.num_image_tokens)
     stats["summary"] = text
-    tokens = {"tokens": res.tokens.reshape(batch_size, geo.height, geo.width), "model": model}
+    stats["model"] = getattr(model, "name", type(model).__name__)
+    tokens = {"tokens": grid, "model": model}
     return image, tokens, json.dumps(stats), heat, text
 
 
-def decode_tokens(tokens: dict) -> torch.Tensor:
+def run_sampler_in_comfy(model, values: dict):
+    """run_sampler with ComfyUI's progress bar and interrupt; returns (outputs tuple, ui dict)."""
+    try:
+        image, tokens, stats, heat, text = run_sampler(model, values, progress=ComfyProgress(),
+                                                       interrupt=comfy_interrupt())
+    except GenerationInterrupted as e:
+        raise_comfy_interrupt(e)
+    return (image, tokens, stats, heat), {"text": [text], "specar_stats": [stats]}
+
+
+def decode_tokens(tokens) -> torch.Tensor:
+    if not isinstance(tokens, dict) or "model" not in tokens or "tokens" not in tokens:
+        raise ValueError("tokens must come from the tokens output of a SpecAR Sampler")
     images = tokens["model"].decode_tokens(tokens["tokens"])
     if not images:
         raise ValueError("this model has no image decoder")
     return pil_to_tensor(images)
 
 
-__all__ = ["COUPLINGS", "INITS", "MAX_WINDOW", "model_choices", "load_cached", "run_sampler", "decode_tokens"]
+__all__ = ["decode_tokens", "free_models", "load_cached", "model_choices", "run_sampler", "run_sampler_in_comfy"]

@@ -1,0 +1,84 @@
+"""The nodes as V1 classes (INPUT_TYPES dictionaries): for ComfyUI versions without `comfy_api`.
+
+Generated from spec.py, like the V3 classes in v3.py; the work is done by core.py.
+"""
+from __future__ import annotations
+
+from . import core, spec
+
+
+def input_options(w: spec.Widget) -> tuple:
+    """One V1 input entry: (TYPE or [choices], {options})."""
+    opts = {"tooltip": w.tooltip}
+    if w.default is not None:
+        opts["default"] = w.default
+    for key in ("min", "max", "step"):
+        if getattr(w, key) is not None:
+            opts[key] = getattr(w, key)
+    if w.multiline:
+        opts["multiline"] = True
+    if w.control_after_generate:
+        opts["control_after_generate"] = True
+    kind = w.choices() if w.kind == "COMBO" else w.kind
+    return (kind, opts)
+
+
+def input_types(node: spec.NodeSpec) -> dict:
+    return {"required": {w.name: input_options(w) for w in node.inputs}}
+
+
+def _make(node_fn, function: str, run):
+    node = node_fn()
+
+    class Node:
+        @classmethod
+        def INPUT_TYPES(cls):
+            return input_types(node_fn())
+
+        @classmethod
+        def VALIDATE_INPUTS(cls, **values):
+            # declaring **values makes ComfyUI skip its own checks, so every widget is checked here
+            err = spec.validate(node_fn().inputs, values)
+            if err is None and node.node_id == "SpecARSampler":
+                err = core.sampler_error(values)
+            return True if err is None else err
+
+    Node.__name__ = node.node_id
+    Node.__qualname__ = node.node_id
+    Node.DESCRIPTION = node.description
+    Node.CATEGORY = spec.CATEGORY
+    Node.RETURN_TYPES = tuple(o.kind for o in node.outputs)
+    Node.RETURN_NAMES = tuple(o.name for o in node.outputs)
+    Node.OUTPUT_TOOLTIPS = tuple(o.tooltip for o in node.outputs)
+    Node.OUTPUT_NODE = node.output_node
+    Node.FUNCTION = function
+    setattr(Node, function, run)
+    if not any(w.is_widget for w in node.inputs):
+        del Node.VALIDATE_INPUTS
+    return Node
+
+
+def _load(self, model, device="auto", dtype="auto"):
+    return (core.load_cached(model, device, dtype),)
+
+
+def _sample(self, model, **values):
+    outputs, ui = core.run_sampler_in_comfy(model, values)
+    return {"ui": ui, "result": outputs}
+
+
+def _decode(self, tokens):
+    return (core.decode_tokens(tokens),)
+
+
+SpecARModelLoader = _make(lambda: spec.loader_spec(core.model_choices), "load", _load)
+SpecARSampler = _make(spec.sampler_spec, "sample", _sample)
+SpecARDecode = _make(spec.decode_spec, "decode", _decode)
+
+NODES = [SpecARModelLoader, SpecARSampler, SpecARDecode]
+NODE_CLASS_MAPPINGS = {cls.__name__: cls for cls in NODES}
+NODE_DISPLAY_NAME_MAPPINGS = {
+    "SpecARModelLoader": spec.loader_spec(list).display_name,
+    "SpecARSampler": spec.sampler_spec().display_name,
+    "SpecARDecode": spec.decode_spec().display_name,
+}

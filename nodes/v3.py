@@ -1,0 +1,99 @@
+"""The nodes as V3 classes (ComfyUI's `comfy_api.latest` schema), built on demand.
+
+`build_nodes(io)` takes the `comfy_api.latest.io` module as an argument, so importing this file
+needs no ComfyUI; nodes/__init__.py calls it when ComfyUI provides the module. The schemas are
+generated from spec.py (as the V1 classes in v1.py are); the work is done by core.py.
+"""
+from __future__ import annotations
+
+from . import core, spec
+
+
+def _widget_input(io, types: dict, w: spec.Widget):
+    common = dict(tooltip=w.tooltip)
+    if w.kind == "INT":
+        return io.Int.Input(w.name, default=w.default, min=w.min, max=w.max, step=w.step,
+                            control_after_generate=w.control_after_generate or None, **common)
+    if w.kind == "FLOAT":
+        return io.Float.Input(w.name, default=w.default, min=w.min, max=w.max, step=w.step, **common)
+    if w.kind == "BOOLEAN":
+        return io.Boolean.Input(w.name, default=w.default, **common)
+    if w.kind == "STRING":
+        return io.String.Input(w.name, default=w.default, multiline=w.multiline, **common)
+    if w.kind == "COMBO":
+        return io.Combo.Input(w.name, options=w.choices(), default=w.default, **common)
+    return types[w.kind].Input(w.name, **common)
+
+
+def schema(io, types: dict, node: spec.NodeSpec):
+    input_ids = {w.name for w in node.inputs}
+    outputs = []
+    for o in node.outputs:
+        out_id = o.name if o.name not in input_ids else f"{o.name}_out"  # ids are unique across inputs and outputs
+        outputs.append(types[o.kind].Output(out_id, display_name=o.name, tooltip=o.tooltip))
+    return io.Schema(
+        node_id=node.node_id,
+        display_name=node.display_name,
+        category=spec.CATEGORY,
+        description=node.description,
+        inputs=[_widget_input(io, types, w) for w in node.inputs],
+        outputs=outputs,
+        is_output_node=node.output_node,
+    )
+
+
+def build_nodes(io) -> list:
+    """The V3 node classes, for the given `comfy_api.latest.io` module."""
+    types = {
+        spec.MODEL_TYPE: io.Custom(spec.MODEL_TYPE),
+        spec.TOKENS_TYPE: io.Custom(spec.TOKENS_TYPE),
+        "IMAGE": io.Image,
+        "STRING": io.String,
+    }
+
+    def loader():
+        return spec.loader_spec(core.model_choices)
+
+    class SpecARModelLoader(io.ComfyNode):
+        @classmethod
+        def define_schema(cls):
+            return schema(io, types, loader())
+
+        @classmethod
+        def validate_inputs(cls, **values):
+            # declaring **values makes ComfyUI skip its own checks, so every widget is checked here
+            err = spec.validate(loader().inputs, values)
+            return True if err is None else err
+
+        @classmethod
+        def execute(cls, model, device="auto", dtype="auto"):
+            return io.NodeOutput(core.load_cached(model, device, dtype))
+
+    class SpecARSampler(io.ComfyNode):
+        @classmethod
+        def define_schema(cls):
+            return schema(io, types, spec.sampler_spec())
+
+        @classmethod
+        def validate_inputs(cls, **values):
+            err = core.sampler_error(values)
+            return True if err is None else err
+
+        @classmethod
+        def execute(cls, model, **values):
+            outputs, ui = core.run_sampler_in_comfy(model, values)
+            return io.NodeOutput(*outputs, ui=ui)
+
+    class SpecARDecode(io.ComfyNode):
+        @classmethod
+        def define_schema(cls):
+            return schema(io, types, spec.decode_spec())
+
+        @classmethod
+        def execute(cls, tokens):
+            return io.NodeOutput(core.decode_tokens(tokens))
+
+    return [SpecARModelLoader, SpecARSampler, SpecARDecode]
+
+
+__all__ = ["build_nodes", "schema"]

@@ -1,0 +1,191 @@
+"""The example workflows in example_workflows/, generated from the node specs (so that their widget
+values follow the nodes' widget order), in both formats:
+
+- example_workflows/<name>.json: UI format (what ComfyUI saves; its template browser lists these),
+  with a <name>.jpg thumbnail;
+- example_workflows/api/<name>.json: the API-format twin, for headless runs (POST /prompt).
+
+Regenerate (and re-render the thumbnails with the demo model):
+    python -m specar.nodes.workflows [--no-thumbnails]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+
+from . import spec
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EXAMPLES = os.path.join(ROOT, "example_workflows")
+TITLES = {"ar": "AR (baseline)", "sjd": "SJD", "scd": "SCD", "sjd_pac": "SJD-PAC"}
+
+WORKFLOWS = {
+    "specar_demo": {
+        "note": "SpecAR with the embedded demo model: SJD-PAC (lossless speculative decoding). The node shows the "
+                "speed-up over plain AR sampling; the heatmap shows where long runs of drafts were accepted.",
+        "prompt": "a large red circle on a blue background",
+        "seed": 7,
+        "samplers": [{"backend": "sjd_pac"}],
+    },
+    "specar_backends_side_by_side": {
+        "note": "AR vs SJD vs SCD vs SJD-PAC on the demo model, same prompt and seed. All four sample the same "
+                "distribution (lossless); compare the steps on each node and the acceptance heatmaps.",
+        "prompt": "a small yellow star on a noisy green background",
+        "seed": 42,
+        "samplers": [{"backend": b} for b in ("ar", "sjd", "scd", "sjd_pac")],
+    },
+}
+
+
+def sampler_values(prompt: str, seed: int, **overrides) -> dict:
+    """Every sampler widget's value: its default, unless given."""
+    values = {w.name: w.default for w in spec.sampler_spec().widgets()}
+    values.update(prompt=prompt, seed=seed, negative_prompt="")
+    unknown = set(overrides) - set(values)
+    if unknown:
+        raise ValueError(f"not sampler widgets: {sorted(unknown)}")
+    values.update(overrides)
+    return values
+
+
+def loader_values() -> dict:
+    return {"model": "demo", "device": "auto", "dtype": "auto"}
+
+
+def build_api(desc: dict) -> dict:
+    prompt = {"1": {"class_type": "SpecARModelLoader", "inputs": loader_values(),
+                    "_meta": {"title": "SpecAR Model Loader"}}}
+    for i, s in enumerate(desc["samplers"]):
+        sid, img, heat = str(10 + i), str(20 + i), str(30 + i)
+        title = TITLES.get(s["backend"], s["backend"])
+        prompt[sid] = {"class_type": "SpecARSampler",
+                       "inputs": {"model": ["1", 0], **sampler_values(desc["prompt"], desc["seed"], **s)},
+                       "_meta": {"title": f"SpecAR Sampler - {title}"}}
+        prompt[img] = {"class_type": "PreviewImage", "inputs": {"images": [sid, 0]},
+                       "_meta": {"title": f"{title} image"}}
+        prompt[heat] = {"class_type": "PreviewImage", "inputs": {"images": [sid, 3]},
+                        "_meta": {"title": f"{title} acceptance heatmap"}}
+    return prompt
+
+
+def build_ui(desc: dict) -> dict:
+    """UI format: the API graph laid out in columns, widget values in widget order."""
+    api = build_api(desc)
+    sampler = spec.sampler_spec()
+    sampler_widgets = sampler.widgets()
+    out_types = [o.kind for o in sampler.outputs]
+    nodes, links = [], []
+    link_id = 0
+    incoming = {}  # (dst, slot) -> link id
+    outgoing = {}  # (src, slot) -> [link ids]
+    for dst, node in api.items():
+        slot = 0
+        for name, value in node["inputs"].items():
+            if isinstance(value, list):
+                link_id += 1
+                src, src_slot = value
+                kind = "SPECAR_MODEL" if api[src]["class_type"] == "SpecARModelLoader" else out_types[src_slot]
+                links.append([link_id, int(src), src_slot, int(dst), slot, kind])
+                incoming[(dst, name)] = (link_id, kind)
+                outgoing.setdefault((src, src_slot), []).append(link_id)
+                slot += 1
+    order = 0
+    for nid, node in api.items():
+        ct, title = node["class_type"], node["_meta"]["title"]
+        i = int(nid) % 10
+        if ct == "SpecARModelLoader":
+            pos, size = [40, 120], [320, 130]
+            widgets = list(loader_values().values())
+            inputs = []
+            outputs = [{"name": "model", "type": "SPECAR_MODEL", "links": outgoing.get((nid, 0), []), "slot_index": 0}]
+        elif ct == "SpecARSampler":
+            pos, size = [400 + 360 * i, 40], [340, 700]
+            widgets = []
+            for w in sampler_widgets:
+                widgets.append(node["inputs"][w.name])
+                if w.control_after_generate:
+                    widgets.append("fixed")
+            link, kind = incoming[(nid, "model")]
+            inputs = [{"name": "model", "type": kind, "link": link}]
+            outputs = [{"name": o.name, "type": o.kind, "links": outgoing.get((nid, k)) or None, "slot_index": k}
+                       for k, o in enumerate(sampler.outputs)]
+        else:  # PreviewImage
+            row = 0 if int(nid) < 30 else 1
+            pos, size = [400 + 360 * i, 780 + 380 * row], [340, 350]
+            widgets = []
+            link, kind = incoming[(nid, "images")]
+            inputs = [{"name": "images", "type": kind, "link": link}]
+            outputs = []
+        nodes.append({"id": int(nid), "type": ct, "title": title, "pos": pos, "size": size, "flags": {},
+                      "order": order, "mode": 0, "inputs": inputs, "outputs": outputs,
+                      "properties": {"Node name for S&R": ct}, "widgets_values": widgets})
+        order += 1
+    nodes.append({"id": 90, "type": "Note", "title": "About this workflow", "pos": [40, 300], "size": [320, 260],
+                  "flags": {}, "order": order, "mode": 0, "inputs": [], "outputs": [], "properties": {},
+                  "widgets_values": [desc["note"] + "\n\nMore: docs/NODES.md in the SpecAR pack."],
+                  "color": "#432", "bgcolor": "#653"})
+    return {"last_node_id": max(n["id"] for n in nodes), "last_link_id": link_id, "nodes": nodes, "links": links,
+            "groups": [], "config": {}, "extra": {"ds": {"scale": 0.8, "offset": [0, 0]}}, "version": 0.4}
+
+
+def render_thumbnail(desc: dict, path: str) -> None:
+    """Run the workflow's samplers with the demo model and save image + heatmap per backend as a JPEG."""
+    from PIL import Image, ImageDraw
+
+    from . import core
+
+    model = core.load_cached("demo", "cpu", "auto")
+    api = build_api(desc)
+    tiles = []
+    for nid, node in api.items():
+        if node["class_type"] != "SpecARSampler":
+            continue
+        values = {k: v for k, v in node["inputs"].items() if k != "model"}
+        image, _, stats, heat, _ = core.run_sampler(model, values)
+        steps = json.loads(stats)["nfe"] + 1
+        tiles.append((TITLES.get(values["backend"], values["backend"]), steps, image[0], heat[0]))
+    cell = 192
+    single = len(tiles) == 1  # one sampler: image and heatmap side by side
+    cols, rows = (2, 1) if single else (len(tiles), 2)
+    canvas = Image.new("RGB", (cols * cell, rows * cell + 44), (24, 24, 28))
+    draw = ImageDraw.Draw(canvas)
+    for k, (title, steps, image, heat) in enumerate(tiles):
+        for j, t in enumerate((image, heat)):
+            x, y = ((j, 0) if single else (k, j))
+            im = Image.fromarray((t.numpy() * 255).round().astype("uint8")).resize((cell - 8, cell - 8), Image.NEAREST)
+            canvas.paste(im, (x * cell + 4, 22 + y * cell))
+        draw.text((k * cell + 6, 4), title, fill=(235, 235, 235))
+        draw.text((k * cell + 6, rows * cell + 26), f"{steps} steps", fill=(235, 235, 235))
+    if single:
+        draw.text((cell + 6, 4), "acceptance heatmap", fill=(235, 235, 235))
+    canvas.save(path, quality=88)
+
+
+def write_all(thumbnails: bool = True) -> list:
+    os.makedirs(os.path.join(EXAMPLES, "api"), exist_ok=True)
+    written = []
+    for name, desc in WORKFLOWS.items():
+        for path, data in ((os.path.join(EXAMPLES, f"{name}.json"), build_ui(desc)),
+                           (os.path.join(EXAMPLES, "api", f"{name}.json"), build_api(desc))):
+            with open(path, "w") as f:
+                json.dump(data, f, indent=1)
+                f.write("\n")
+            written.append(path)
+        if thumbnails:
+            path = os.path.join(EXAMPLES, f"{name}.jpg")
+            render_thumbnail(desc, path)
+            written.append(path)
+    return written
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--no-thumbnails", action="store_true", help="do not render the .jpg thumbnails")
+    args = ap.parse_args(argv)
+    for path in write_all(thumbnails=not args.no_thumbnails):
+        print(path)
+
+
+if __name__ == "__main__":
+    main()
