@@ -70,8 +70,12 @@ class SpeculativeEngine:
         self.last_img = int((f == -1).nonzero().max())
         self.Rb = geo.row_stride + self.T + 2  # ring of per-position distributions
         self.rows = torch.arange(batch, device=dev)
+        # one spare column of `seq` and one spare slot of `dist` past the end: masked-out writes
+        # land there, so a masked write is a single index_put with no read-back (fixed shapes)
+        self.spare = ext
         self.seq = torch.where(self.forced >= 0, self.forced, 0).expand(batch, ext).clone()
-        self.dist = torch.zeros(batch, self.Rb, self.V, device=dev)
+        self.seq = torch.cat([self.seq, self.seq[:, :1]], 1)
+        self.dist = torch.zeros(batch, self.Rb + 1, self.V, device=dev)
         self.gen = make_generator(seed, dev)
         self.gkey = gumbel_key(seed)
         self.parents = [-1] + list(range(self.T - 1))
@@ -88,13 +92,13 @@ class SpeculativeEngine:
         return exponential_noise(shape, self.gen, self.dev)
 
     def _write(self, pos, mask, tokens=None, dists=None):
-        """Masked writes of tokens into `seq` and distributions into the ring `dist`."""
+        """Masked writes of tokens into `seq` and distributions into the ring `dist` (positions
+        in one call are distinct per row; masked-out entries go to the spare column / slot)."""
         r = self.rows[:, None].expand_as(pos)
         if tokens is not None:
-            self.seq[r, pos] = torch.where(mask, tokens, self.seq[r, pos])
+            self.seq[r, torch.where(mask, pos, self.spare)] = tokens
         if dists is not None:
-            slot = pos % self.Rb
-            self.dist[r, slot] = torch.where(mask[..., None], dists, self.dist[r, slot])
+            self.dist[r, torch.where(mask, pos % self.Rb, self.Rb)] = dists
 
     # -- drafting of positions that enter the window -----------------------------------------
     def _init(self, pos, need):
@@ -185,7 +189,9 @@ class SpeculativeEngine:
             line, first = slot.expand(B, T), None
             if tree_step:
                 line, first = self._verify_siblings(tokens, p_all, q[:, 0], in_tree, noise[:, 0], forced[:, 0])
-            x_line, p = tokens.gather(1, line), p_all[self.rows[:, None], line]  # the verified line
+            x_line, p = tokens, p_all
+            if tree_step:  # the verified line: the chain, or the chosen branch after the pending token
+                x_line, p = tokens.gather(1, line), p_all[self.rows[:, None], line]
             n_acc, mrs_out = verify_chain(p[:, :-1], q, x_line[:, 1:], u, noise[:, :-1], enabled, forced, first=first)
             n_acc = torch.where(active, n_acc, 0)
             n_en = enabled.sum(-1)
@@ -204,7 +210,7 @@ class SpeculativeEngine:
             self._write(new_f[:, None], active[:, None], pending[:, None])
             self._write(tpos, newly, dists=p)
             r = self.rows[:, None].expand_as(tpos)
-            at_step[r, tpos] = torch.where(newly, nfe, at_step[r, tpos])
+            at_step[r, torch.where(newly, tpos, self.spare)] = nfe
             # re-draft the positions verification did not reach (we have their stale-context p)
             refine = (tpos > new_f[:, None]) & (tpos <= (frontier + n_en + 1)[:, None]) & active[:, None] & self.is_img[tpos]
             y, q_y = self._redraft(p, tpos, mrs_out, noise)

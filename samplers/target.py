@@ -50,6 +50,14 @@ def guided_logits(cond: torch.Tensor, uncond: Optional[torch.Tensor], cfg_scale:
     return uncond.float() + cfg_scale * (cond.float() - uncond.float())
 
 
+def kth_largest(x: torch.Tensor, k: int) -> torch.Tensor:
+    """The k-th largest value along the last dim, keepdim. Same value either way; the kernel is
+    the device's faster one (CPU: kthvalue's selection is 1.5-4x faster than topk at V=1024)."""
+    if x.device.type == "cuda":
+        return x.topk(k, dim=-1).values[..., -1:]
+    return x.kthvalue(x.shape[-1] - k + 1, dim=-1, keepdim=True).values
+
+
 def target_probs(cond: torch.Tensor, uncond: Optional[torch.Tensor], params: SamplingParams) -> torch.Tensor:
     """Probabilities [..., V] (float32) of the distribution plain AR sampling uses."""
     logits = guided_logits(cond, uncond, params.cfg_scale)
@@ -58,7 +66,7 @@ def target_probs(cond: torch.Tensor, uncond: Optional[torch.Tensor], params: Sam
         return torch.nn.functional.one_hot(logits.argmax(-1), V).to(torch.float32)
     logits = logits / params.temperature
     if params.top_k and params.top_k < V:
-        kth = logits.topk(params.top_k, dim=-1).values[..., -1:]
+        kth = kth_largest(logits, params.top_k)
         logits = logits.masked_fill(logits < kth, float("-inf"))
     probs = torch.softmax(logits, dim=-1)
     if params.top_p < 1.0:
