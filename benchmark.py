@@ -65,6 +65,21 @@ def parse_config(text: str) -> dict:
     return {"backend": name, **params}
 
 
+def with_windows(configs: List[dict], windows: Optional[List[int]]) -> List[dict]:
+    """--windows: each configuration that has a window parameter but did not set one runs once
+    per window (in the given order); AR and configurations with an explicit window run as given."""
+    if not windows:
+        return configs
+    out = []
+    for cfg in configs:
+        if "window" in BACKEND_PARAMS[cfg["backend"]] and "window" not in cfg:
+            for w in windows:
+                out.append(parse_config(_label({**cfg, "window": w})))  # validated like the rest
+        else:
+            out.append(cfg)
+    return out
+
+
 def _label(cfg: dict) -> str:
     rest = ",".join(f"{k}={v}" for k, v in cfg.items() if k != "backend")
     return cfg["backend"] + (f":{rest}" if rest else "")
@@ -130,13 +145,20 @@ def run(model, configs: List[dict], prompts: List[str], seeds: List[int], repeat
 
 
 def format_table(rows: List[dict]) -> str:
-    head = f"{'configuration':44s} {'NFE':>7s} {'compr.':>7s} {'acc.len':>7s} {'latency':>9s} {'speedup':>8s} {'overhead':>8s}"
+    """The stdout report: one line per configuration, then each one's accepted-length histogram."""
+    head = (f"{'configuration':44s} {'NFE':>7s} {'compr.':>7s} {'acc.len':>7s} {'prefill':>8s} {'decode':>8s} "
+            f"{'latency':>8s} {'speedup':>8s} {'overhead':>8s} {'peak mem':>9s}")
     lines = [head, "-" * len(head)]
     for r in rows:
         sp = "-" if r["speedup_vs_ar"] is None else f"{r['speedup_vs_ar']:.2f}x"
         ov = "-" if r["overhead_share"] is None else f"{100 * r['overhead_share']:.0f}%"
+        mem = "-" if r["peak_memory_bytes"] is None else f"{r['peak_memory_bytes'] / 2**20:.0f} MiB"
         lines.append(f"{r['label']:44s} {r['nfe']:7.1f} {r['step_compression']:6.2f}x {r['mean_accepted_length']:7.2f} "
-                     f"{r['latency_s']:8.3f}s {sp:>8s} {ov:>8s}")
+                     f"{r['prefill_s']:7.3f}s {r['decode_s']:7.3f}s {r['latency_s']:7.3f}s {sp:>8s} {ov:>8s} {mem:>9s}")
+    lines += ["", "tokens committed per step: how many steps (summed over all runs of a configuration)"]
+    for r in rows:
+        hist = " ".join(f"{k}:{v}" for k, v in r["accepted_length_histogram"].items())
+        lines.append(f"{r['label']:44s} {hist}")
     return "\n".join(lines)
 
 
@@ -145,6 +167,8 @@ def main(argv=None):
     ap.add_argument("--model", default="demo", help="built-in name, model folder, or tiny:V,HxW[,row_end]")
     ap.add_argument("--backends", nargs="+", default=DEFAULT_CONFIGS,
                     help="configurations like ar  sjd:window=32  sjd_pac:window=64,tree_width=4")
+    ap.add_argument("--windows", type=int, nargs="+",
+                    help="run each configuration without an explicit window once per window (e.g. 16 32 64)")
     ap.add_argument("--prompts", help="file with one prompt per line (default: 4 built-in prompts)")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     ap.add_argument("--repeats", type=int, default=1)
@@ -157,7 +181,7 @@ def main(argv=None):
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
-    configs = [parse_config(c) for c in args.backends]
+    configs = with_windows([parse_config(c) for c in args.backends], args.windows)
     prompts = DEFAULT_PROMPTS
     if args.prompts:
         with open(args.prompts) as f:

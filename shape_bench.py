@@ -5,10 +5,14 @@ Trained 7B weights cannot be downloaded here, and speed does not depend on the w
 random-weight model of Lumina-mGPT / Chameleon 7B's shape (hidden 4096, 32 layers, 32 heads,
 MLP 11008, vocabulary 65536 of which 8192 image codes) in bf16 gives the real forward cost. We
 time, with CFG as a batch of two on a context of `--context` tokens:
-  - one forward of a chain of 1, 16, 32, 64 tokens (the step of AR and of windowed backends);
-  - the sampling core's work per step at the same window: target distribution (CFG, top-k),
-    MRS over the window, residual and fresh sampling, coupling re-drafts, and proactive tree
-    building (K=4, D=3), i.e. everything the engine does besides the forward.
+  - one forward of a chain of 1, 16, 32, 64 tokens (the step of AR and of windowed backends),
+    logits of the image-code rows of the head only;
+  - the sampling core's work per step: the real engine (`SpeculativeEngine`) generating a whole
+    image of the family's geometry (48x48 codes plus row ends, 8192 codes, top-k 2000, CFG 3)
+    on `FreeForwardModel`, a model whose forward is a tiny low-rank bigram, timed apart
+    (profile=True) and subtracted. What is left is everything the engine does besides the
+    forward: target distribution, verification, coupling re-drafts, tree building, drafting of
+    new positions, bookkeeping and the step's one host read.
 `--small` runs a tiny shape so the script itself is testable on a CPU.
 """
 from __future__ import annotations
@@ -17,19 +21,21 @@ import argparse
 import json
 import platform
 import time
+from typing import Sequence
 
 import torch
 
+from .model_loaders.contract import ARImageModel, EncodedPrompt, ForwardOutput, ImageGeometry, Session
 from .model_loaders.llama import LlamaConfig, LlamaDecoder, rope_tables
-from .samplers.randomness import exponential_noise, sample_by_race
-from .samplers.target import SamplingParams, target_probs
-from .samplers.verify import maximal_coupling, verify_candidates, verify_chain
+from .samplers.backends import make_backend
+from .samplers.engine import SpeculativeEngine
+from .samplers.target import SamplingParams
 
 SHAPES = {
     "chameleon-7b": dict(vocab_size=65536, hidden_size=4096, num_layers=32, num_heads=32, intermediate_size=11008,
-                         image_codes=8192, top_k=2000),
+                         image_codes=8192, top_k=2000, grid=48),
     "small": dict(vocab_size=2048, hidden_size=64, num_layers=2, num_heads=4, intermediate_size=176,
-                  image_codes=1024, top_k=200),
+                  image_codes=1024, top_k=200, grid=8),
 }
 
 
@@ -66,24 +72,100 @@ def build(shape: dict, device, dtype, max_positions: int) -> LlamaDecoder:
     return model.to(dtype).eval()
 
 
-def core_step(p_logits_c, p_logits_u, sampling, V, T, gen, device):
-    """The engine's per-step sampling work on [1, T, V] logits (CFG batch already split)."""
-    p = target_probs(p_logits_c, p_logits_u, sampling)  # [1, T, V]
-    if T == 1:  # AR: sample the next token, nothing else
-        return sample_by_race(p, exponential_noise((1, 1, V), gen, device))
-    q = torch.softmax(torch.randn(1, T - 1, V, device=device, generator=gen), -1)
-    x = sample_by_race(q, exponential_noise((1, T - 1, V), gen, device))
-    noise = exponential_noise((1, T, V), gen, device)
-    u = torch.rand(1, T - 1, device=device, generator=gen)
-    enabled = torch.ones(1, T - 1, dtype=torch.bool, device=device)
-    n, out = verify_chain(p[:, :-1], q, x, u, noise[:, :-1], enabled)
-    redraft = maximal_coupling(p[:, :-1], q, x, u, noise[:, :-1])
-    fresh = sample_by_race(p, noise)
-    # proactive tree: K=4 siblings without replacement at one position, D=3 deep
-    keys = (exponential_noise((1, V), gen, device) / p[:, 0]).argsort(-1)[:, :4]
-    deeper = sample_by_race(p[:, None, 1:3].expand(1, 3, 2, V), exponential_noise((1, 3, 2, V), gen, device))
-    idx, tok = verify_candidates(p[:, 0], keys, torch.rand(1, 4, device=device, generator=gen), noise[:, 0], q=p[:, 0])
-    return n, out, redraft, fresh, deeper, tok
+class FreeForwardModel(ARImageModel):
+    """The model contract with a forward that costs (almost) nothing: next-token logits are a
+    fixed random rank-`rank` bigram of the input token, sharpened so that drafts are accepted
+    at a realistic rate. Running the real engine on it times the sampling core alone."""
+
+    name = "free-forward"
+
+    def __init__(self, geometry: ImageGeometry, device, rank: int = 16, sharpness: float = 4.0, seed: int = 0):
+        self.geometry = geometry
+        self._device = torch.device(device)
+        g = torch.Generator(device=self._device).manual_seed(seed)
+        V = geometry.vocab_size
+        n_ids = V + 1  # image codes and the row end
+        self.emb = torch.randn(2, n_ids, rank, device=self._device, generator=g)  # cond, uncond
+        self.out = torch.randn(rank, V, device=self._device, generator=g) * (sharpness / rank ** 0.5)
+
+    @property
+    def device(self) -> torch.device:
+        return self._device
+
+    def encode_prompt(self, text: str, negative_text: str = "") -> EncodedPrompt:
+        return EncodedPrompt(cond=[0], uncond=[0], text=text, negative_text=negative_text)
+
+    def _logits(self, tokens, cfg):
+        cond = self.emb[0][tokens] @ self.out
+        return ForwardOutput(cond=cond, uncond=self.emb[1][tokens] @ self.out if cfg else None)
+
+    def start(self, prompt, batch, cfg, draft_capacity) -> Session:
+        first = self._logits(torch.zeros(batch, 1, dtype=torch.long, device=self._device), cfg)
+        return Session(batch=batch, cfg=cfg, committed=torch.zeros(batch, dtype=torch.long, device=self._device),
+                       first=first)
+
+    def forward(self, session: Session, tokens: torch.Tensor, parents: Sequence[int]) -> ForwardOutput:
+        return self._logits(tokens, session.cfg)
+
+    def commit(self, session: Session, path, length) -> None:
+        session.committed = session.committed + length
+
+
+def forward_cost(shape: dict, device, dtype, context: int, windows, repeats: int) -> list:
+    """Forward latency of a chain of L+1 tokens (L=1: one token) after `context` cached tokens,
+    CFG as a batch of two, per window L."""
+    T_max = max(windows) + 1
+    model = build(shape, device, dtype, context + T_max + 8)
+    image_rows = slice(4, 4 + shape["image_codes"])
+    measure = _timer(device)
+    rows = 2  # CFG: conditional and unconditional
+    S = context + T_max + 1
+    cache = model.new_cache(rows, S)
+    gen = torch.Generator(device=device).manual_seed(0)
+    results = []
+    with torch.inference_mode():
+        ctx = torch.randint(0, shape["vocab_size"], (rows, context), device=device, generator=gen)
+        pos = torch.arange(context, device=device).expand(rows, -1)
+        mask = (torch.arange(S, device=device)[None, :] <= torch.arange(context, device=device)[:, None])[None]
+        model.hidden_states(ctx, pos, mask.expand(rows, -1, -1), cache, pos)
+        for L in windows:
+            T = L if L == 1 else L + 1  # window L: pending token + L drafts
+            tok = torch.randint(0, shape["image_codes"], (rows, T), device=device, generator=gen)
+            slots = context + torch.arange(T, device=device).expand(rows, -1)
+            m = (torch.arange(S, device=device)[None, :] <= slots[0][:, None])[None].expand(rows, -1, -1)
+
+            def fwd():  # logits of the image-code rows of the head only, as the adapters compute them
+                h = model.hidden_states(tok, slots, m, cache, slots)
+                return h @ model.lm_head.weight[image_rows].T
+
+            results.append({"window": L, "tokens_per_forward": T, "forward_ms": 1e3 * measure(fwd, repeats)})
+    return results
+
+
+# per-step sampling-core cost is measured for these engine configurations
+CORE_CONFIGS = [("ar", {}), ("sjd", {"window": 16}), ("sjd", {"window": 32}), ("sjd", {"window": 64}),
+                ("scd", {"window": 64, "coupling": "maximal"}), ("scd", {"window": 64, "coupling": "gumbel"}),
+                ("sjd_pac", {"window": 64})]
+
+
+def core_cost(shape: dict, device, seeds=(0, 1)) -> list:
+    """The engine's time per step outside the forward, per configuration (mean over `seeds`)."""
+    grid = shape["grid"]
+    model = FreeForwardModel(ImageGeometry(grid, grid, shape["image_codes"], row_end=True), device)
+    sampling = SamplingParams(cfg_scale=3.0, top_k=shape["top_k"])
+    rows = []
+    for name, params in CORE_CONFIGS:
+        spec = make_backend(name, **params)
+        per_step, compression = [], []
+        for seed in (seeds[0],) + tuple(seeds):  # the first run is a warm-up
+            with torch.inference_mode():
+                _, st = SpeculativeEngine(model, spec, sampling, seed, 1, profile=True).run(model.encode_prompt(""))
+            per_step.append(st.overhead_s / st.nfe)
+            compression.append(st.step_compression)
+        rows.append({"backend": name, "params": spec.params(), "window": spec.window or 1,
+                     "core_ms": 1e3 * sum(per_step[1:]) / len(seeds),
+                     "step_compression_free_model": sum(compression[1:]) / len(seeds)})
+    return rows
 
 
 def main(argv=None):
@@ -99,51 +181,33 @@ def main(argv=None):
     args = ap.parse_args(argv)
     shape = SHAPES["small" if args.small else args.shape]
     device, dtype = torch.device(args.device), getattr(torch, args.dtype)
-    T_max = max(args.windows) + 1
-    model = build(shape, device, dtype, args.context + T_max + 8)
+    results = forward_cost(shape, device, dtype, args.context, args.windows, args.repeats)
     V = shape["image_codes"]
-    image_rows = slice(4, 4 + V)
-    measure = _timer(device)
-    rows = 2  # CFG: conditional and unconditional
-    S = args.context + T_max + 1
-    cache = model.new_cache(rows, S)
-    gen = torch.Generator(device=device).manual_seed(0)
-    with torch.inference_mode():
-        ctx = torch.randint(0, shape["vocab_size"], (rows, args.context), device=device, generator=gen)
-        pos = torch.arange(args.context, device=device).expand(rows, -1)
-        mask = (torch.arange(S, device=device)[None, :] <= torch.arange(args.context, device=device)[:, None])[None]
-        model.hidden_states(ctx, pos, mask.expand(rows, -1, -1), cache, pos)
-        sampling = SamplingParams(cfg_scale=3.0, temperature=1.0, top_k=shape["top_k"])
-        results = []
-        for L in args.windows:
-            T = L if L == 1 else L + 1  # window L: pending token + L drafts
-            tok = torch.randint(0, V, (rows, T), device=device, generator=gen)
-            slots = args.context + torch.arange(T, device=device).expand(rows, -1)
-            m = (torch.arange(S, device=device)[None, :] <= slots[0][:, None])[None].expand(rows, -1, -1)
-
-            def fwd():
-                h = model.hidden_states(tok, slots, m, cache, slots)
-                return h @ model.lm_head.weight[image_rows].T
-
-            t_fwd = measure(fwd, args.repeats)
-            logits = fwd().float()
-            t_core = measure(lambda: core_step(logits[:1], logits[1:], sampling, V, T, gen, device), args.repeats)
-            results.append({"window": L, "tokens_per_forward": T, "forward_ms": 1e3 * t_fwd, "core_ms": 1e3 * t_core,
-                            "core_share": t_core / (t_core + t_fwd)})
+    core = core_cost(shape, device)
+    fwd_ms = {r["window"]: r["forward_ms"] for r in results}
+    for c in core:  # the step's cost at the nearest measured window at or above the config's
+        w = min((x for x in fwd_ms if x >= c["window"]), default=max(fwd_ms))
+        c["forward_ms_at_window"] = fwd_ms[w]
+        c["core_share"] = c["core_ms"] / (c["core_ms"] + fwd_ms[w])
     base = results[0]["forward_ms"]
     print(f"shape {args.shape if not args.small else 'small'}, {args.dtype}, device {device}, context {args.context}, CFG batch 2")
-    print(f"{'window':>6s} {'tokens':>6s} {'forward ms':>10s} {'x 1-token':>9s} {'core ms':>8s} {'core share':>10s}")
+    print(f"{'window':>6s} {'tokens':>6s} {'forward ms':>10s} {'x 1-token':>9s}")
     for r in results:
-        print(f"{r['window']:6d} {r['tokens_per_forward']:6d} {r['forward_ms']:10.2f} {r['forward_ms'] / base:9.2f} "
-              f"{r['core_ms']:8.2f} {100 * r['core_share']:9.1f}%")
+        print(f"{r['window']:6d} {r['tokens_per_forward']:6d} {r['forward_ms']:10.2f} {r['forward_ms'] / base:9.2f}")
+    grid = shape["grid"]
+    print(f"\nsampling core per step (real engine, {grid}x{grid} codes + row ends, {V} codes, top-k {shape['top_k']}, CFG 3)")
+    print(f"{'configuration':34s} {'core ms':>8s} {'forward ms':>10s} {'core share':>10s}")
+    for c in core:
+        label = c["backend"] + "".join(f" {k}={v}" for k, v in c["params"].items() if k in ("window", "coupling"))
+        print(f"{label:34s} {c['core_ms']:8.2f} {c['forward_ms_at_window']:10.2f} {100 * c['core_share']:9.1f}%")
     if args.json:
         meta = {"shape": "small" if args.small else args.shape, "dtype": args.dtype, "device": str(device),
                 "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
                 "machine": platform.platform(), "torch": torch.__version__, "context": args.context,
                 "date": time.strftime("%Y-%m-%d")}
         with open(args.json, "w") as f:
-            json.dump({"meta": meta, "rows": results}, f, indent=1)
-    return results
+            json.dump({"meta": meta, "rows": results, "core": core}, f, indent=1)
+    return results, core
 
 
 if __name__ == "__main__":

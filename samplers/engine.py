@@ -140,6 +140,8 @@ class SpeculativeEngine:
         B, T, N, V, dev = self.B, self.T, self.N, self.V, self.dev
         sync = torch.cuda.synchronize if self.dev.type == "cuda" else (lambda: None)
         timed = self.profile or self.dev.type != "cuda"
+        if dev.type == "cuda":  # peak memory of this generation, not of the process so far
+            torch.cuda.reset_peak_memory_stats(dev)
         t0 = time.perf_counter()
         session = self.model.start(prompt, B, self.sampling.uses_cfg, draft_capacity=self.T_tree + 1)
         p0 = target_probs(session.first.cond[:, 0], None if session.first.uncond is None else session.first.uncond[:, 0],

@@ -18,21 +18,36 @@ def test_parse_config_types_and_validation():
         benchmark.parse_config("eagle")
 
 
+def test_windows_expand_configs_without_a_window():
+    configs = [benchmark.parse_config(c) for c in ("ar", "sjd", "scd:coupling=gumbel", "sjd_pac:window=8")]
+    labels = [benchmark._label(c) for c in benchmark.with_windows(configs, [4, 16])]
+    assert labels == ["ar", "sjd:window=4", "sjd:window=16", "scd:coupling=gumbel,window=4",
+                      "scd:coupling=gumbel,window=16", "sjd_pac:window=8"]
+    assert benchmark.with_windows(configs, None) == configs
+    with pytest.raises(ValueError, match="window"):
+        benchmark.with_windows(configs, [0])
+
+
 def test_bench_command_writes_json(tmp_path):
     out = tmp_path / "bench.json"
     cmd = [sys.executable, "-m", "specar", "bench", "--model", "tiny:8,4x4,row_end", "--seeds", "0",
-           "--backends", "ar", "sjd:window=8", "sjd_pac:window=8,tree_width=2", "--quiet", "--json", str(out)]
+           "--backends", "ar", "sjd", "sjd_pac:window=8,tree_width=2", "--windows", "8", "--quiet", "--json", str(out)]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
     data = json.loads(out.read_text())
     rows = data["rows"]
-    assert [r["backend"] for r in rows] == ["ar", "sjd", "sjd_pac"]
+    assert [r["label"] for r in rows] == ["ar", "sjd:window=8", "sjd_pac:window=8,tree_width=2"]
     for r in rows:
         for key in ("backend", "params", "nfe", "step_compression", "latency_s", "speedup_vs_ar"):
             assert key in r
     assert rows[0]["speedup_vs_ar"] == pytest.approx(1.0) and rows[0]["step_compression"] == pytest.approx(1.0)
     assert data["meta"]["command"].startswith("python -m specar bench")
-    assert "ar " in res.stdout or res.stdout.splitlines()[2].startswith("ar")
+    table = res.stdout.splitlines()
+    assert table[2].startswith("ar ") and table[3].startswith("sjd:window=8 ")
+    # each configuration's histogram is printed, and its counts add up to the steps of its runs
+    hist_line = next(line for line in table[6:] if line.startswith("sjd:window=8 "))
+    counts = [int(item.split(":")[1]) for item in hist_line.split()[1:]]
+    assert sum(counts) == sum(rows[1]["accepted_length_histogram"].values()) > 0
 
 
 def test_shape_bench_small_runs(tmp_path):
@@ -41,9 +56,18 @@ def test_shape_bench_small_runs(tmp_path):
            "--context", "64", "--windows", "1", "16", "--repeats", "2", "--json", str(out)]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
-    rows = json.loads(out.read_text())["rows"]
-    assert [r["window"] for r in rows] == [1, 16]
-    assert all(r["forward_ms"] > 0 and r["core_ms"] > 0 for r in rows)
+    data = json.loads(out.read_text())
+    assert [r["window"] for r in data["rows"]] == [1, 16]
+    assert all(r["forward_ms"] > 0 for r in data["rows"])
+    core = {(c["backend"], c["window"]): c for c in data["core"]}
+    assert {("ar", 1), ("sjd", 16), ("sjd", 64), ("sjd_pac", 64)} <= set(core)
+    for c in core.values():
+        assert c["core_ms"] > 0 and 0 < c["core_share"] < 1
+    # the engine really ran speculative steps on the free-forward model
+    assert core[("ar", 1)]["step_compression_free_model"] == pytest.approx(1.0)
+    assert core[("sjd", 16)]["step_compression_free_model"] > 1.0
+    # a config's forward cost is the one of the nearest measured window at or above its own
+    assert core[("sjd", 16)]["forward_ms_at_window"] == data["rows"][1]["forward_ms"]
 
 
 def test_demo_command_saves_pictures(tmp_path):
