@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import sys
@@ -78,6 +79,19 @@ def with_windows(configs: List[dict], windows: Optional[List[int]]) -> List[dict
         else:
             out.append(cfg)
     return out
+
+
+def cpu_name() -> str:
+    """The CPU model (Linux: /proc/cpuinfo), else what `platform` knows: figures differ a lot
+    between CPU models, so every benchmark file records it."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 def _label(cfg: dict) -> str:
@@ -195,7 +209,7 @@ def main(argv=None):
     meta = {"command": "python -m specar bench " + " ".join(argv if argv is not None else sys.argv[1:]),
             "model": args.model, "prompts": prompts, "seeds": args.seeds, "repeats": args.repeats,
             "threads": args.threads, "device": str(model.device), "machine": platform.platform(),
-            "processor": platform.processor() or platform.machine(), "torch": torch.__version__,
+            "processor": cpu_name(), "cpu_count": os.cpu_count(), "torch": torch.__version__,
             "date": time.strftime("%Y-%m-%d"), "wall_s": round(time.time() - t0, 1)}
     if args.json:
         with open(args.json, "w") as f:

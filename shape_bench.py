@@ -25,6 +25,7 @@ from typing import Sequence
 
 import torch
 
+from .benchmark import cpu_name
 from .model_loaders.contract import ARImageModel, EncodedPrompt, ForwardOutput, ImageGeometry, Session
 from .model_loaders.llama import LlamaConfig, LlamaDecoder, rope_tables
 from .samplers.backends import make_backend
@@ -203,7 +204,7 @@ def main(argv=None):
     if args.json:
         meta = {"shape": "small" if args.small else args.shape, "dtype": args.dtype, "device": str(device),
                 "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
-                "machine": platform.platform(), "torch": torch.__version__, "context": args.context,
+                "machine": platform.platform(), "processor": cpu_name(), "torch": torch.__version__, "context": args.context,
                 "date": time.strftime("%Y-%m-%d")}
         with open(args.json, "w") as f:
             json.dump({"meta": meta, "rows": results, "core": core}, f, indent=1)

@@ -245,7 +245,7 @@ class SpeculativeEngine:
         first = self.seq.gather(1, bpos[:, :1]).clamp(0, V - 1)  # the chain's draft at depth 1
         keys = self._noise(B, V) / q[:, 0]  # exponential race keys: ascending order = draws w/o replacement
         keys = keys.scatter(1, first, float("inf"))
-        order = keys.argsort(-1)[:, : K - 1]  # [B, K-1]
+        order = keys.topk(K - 1, dim=-1, largest=False).indices  # [B, K-1], ascending: the first K-1 draws
         ok1 = torch.isfinite(keys.gather(1, order)) & (q[:, 0].gather(1, order) > 0)
         deeper = sample_by_race(q[:, None, 1:].expand(B, K - 1, D - 1, V), self._noise(B, K - 1, D - 1, V))
         tok = torch.cat([order[:, :, None], deeper], 2)  # [B, K-1, D]
