@@ -205,7 +205,6 @@ def main(argv=None):
     t0 = time.time()
     rows = run(model, configs, prompts, args.seeds, args.repeats, sampling=sampling,
                log=None if args.quiet else (lambda s: print(s, file=sys.stderr)))
-    print(format_table(rows))
     meta = {"command": "python -m specar bench " + " ".join(argv if argv is not None else sys.argv[1:]),
             "model": args.model, "prompts": prompts, "seeds": args.seeds, "repeats": args.repeats,
             "threads": args.threads, "device": str(model.device), "machine": platform.platform(),
@@ -214,6 +213,7 @@ def main(argv=None):
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"meta": meta, "rows": rows}, f, indent=1)
+    print(format_table(rows))  # after the file: a closed stdout (| head) must not lose the run
     return rows
 
 
