@@ -29,8 +29,9 @@ import re
 import torch
 
 from .contract import EncodedPrompt, ImageGeometry
-from .hf_common import (HFImageModel, load_pretrained, load_tokenizer, read_config, resolve_device, resolve_dtype,
+from .hf_common import (HFImageModel, load_pretrained, load_tokenizer, resolve_device, resolve_dtype,
                         to_pil)
+from .registry import read_config
 
 DOWNSAMPLE = 8  # Emu3Processor.downsample_ratio
 DEFAULT_IMAGE_AREA = 518400

@@ -28,8 +28,8 @@ from typing import Optional, Sequence
 
 import torch
 
-from .contract import ARImageModel, EncodedPrompt, ForwardOutput, Session, tree_ancestry, tree_depths
-from .slots import draft_layout, prefill_layout
+from .contract import ARImageModel, EncodedPrompt, ForwardOutput, Session
+from .slots import cfg_rows, draft_layout, path_moves, prefill_layout, tree_tensors
 
 try:  # transformers >= 4.5x: the Cache / layer classes this cache plugs into
     from transformers.cache_utils import Cache, CacheLayerMixin
@@ -67,20 +67,6 @@ def resolve_dtype(dtype, device: torch.device) -> torch.dtype:
     if isinstance(dtype, str) and dtype.lower() in DTYPES:
         return DTYPES[dtype.lower()]
     raise ValueError(f"dtype must be one of bf16, fp16, fp32 (or auto), got {dtype!r}")
-
-
-def read_config(folder: str) -> dict:
-    path = os.path.join(folder, "config.json")
-    if not os.path.isfile(path):
-        raise ValueError(f"{path} is missing: a transformers model folder needs its config.json")
-    try:
-        with open(path, encoding="utf-8") as f:
-            cfg = json.load(f)
-    except (OSError, ValueError) as e:
-        raise ValueError(f"{path} is not valid JSON: {e}") from e
-    if not isinstance(cfg, dict):
-        raise ValueError(f"{path} must hold a JSON object")
-    return cfg
 
 
 def require_file(folder: str, *names: str, what: str) -> str:
@@ -354,13 +340,6 @@ class HFImageModel(ARImageModel):
             return ForwardOutput(cond=logits[:batch], uncond=logits[batch:], hidden=h[:batch])
         return ForwardOutput(cond=logits, hidden=h)
 
-    def _tree(self, parents: Sequence[int]):
-        key = (tuple(int(p) for p in parents), self.device)
-        if key not in self._trees:
-            depth = torch.tensor(tree_depths(key[0]), device=self.device)
-            self._trees[key] = (depth, tree_ancestry(key[0]).to(self.device))
-        return self._trees[key]
-
     # contract --------------------------------------------------------------------------------
     @torch.inference_mode()
     def start(self, prompt: EncodedPrompt, batch: int, cfg: bool, draft_capacity: int) -> Session:
@@ -386,16 +365,9 @@ class HFImageModel(ARImageModel):
 
     @torch.inference_mode()
     def forward(self, session: Session, tokens: torch.Tensor, parents: Sequence[int]) -> ForwardOutput:
-        st = session.state
-        B, T = tokens.shape
-        if len(parents) != T:
-            raise ValueError(f"parents has {len(parents)} entries for {T} tokens")
-        dev = self.device
-        depth, anc = self._tree(parents)
-        tokens = tokens.to(dev)
-        committed = session.committed
-        if session.cfg:
-            tokens, committed = torch.cat([tokens, tokens]), torch.cat([committed, committed])
+        st, B, dev = session.state, tokens.shape[0], self.device
+        depth, anc = tree_tensors(self._trees, parents, dev, tokens.shape[1])
+        tokens, committed = cfg_rows(session.cfg, tokens.to(dev), session.committed)
         slots, positions, allowed = draft_layout(st, committed, depth, anc)
         h = self._run(self._draft_embeds(tokens), positions, allowed, st["cache"], slots)
         return self._output(h, B, session.cfg)
@@ -405,14 +377,6 @@ class HFImageModel(ARImageModel):
         st = session.state
         length = length.to(self.device)
         if path is not None:  # gather the accepted nodes to consecutive slots
-            path = path.to(self.device)
-            committed = session.committed
-            if session.cfg:
-                path, committed = torch.cat([path, path]), torch.cat([committed, committed])
-            base = st["P"] + committed
-            D = path.shape[1]
-            rows = torch.arange(st["rows"], device=self.device)[:, None]
-            src = base[:, None] + path.clamp(min=0)
-            dst = base[:, None] + torch.arange(D, device=self.device)
+            rows, dst, src = path_moves(st, *cfg_rows(session.cfg, session.committed, path.to(self.device)))
             st["cache"].gather(rows, dst, src)
         session.committed = session.committed + length

@@ -22,8 +22,9 @@ import os
 import torch
 
 from .contract import EncodedPrompt, ImageGeometry
-from .hf_common import (HFImageModel, load_pretrained, load_tokenizer, read_config, resolve_device, resolve_dtype,
+from .hf_common import (HFImageModel, load_pretrained, load_tokenizer, resolve_device, resolve_dtype,
                         to_pil)
+from .registry import read_config
 
 # the Janus-Pro format, used when the folder ships no chat template
 FALLBACK_TEMPLATE = "<|User|>: {text}\n\n<|Assistant|>:"

@@ -10,9 +10,9 @@ from typing import Callable, Optional, Sequence
 
 import torch
 
-from .contract import ARImageModel, EncodedPrompt, ForwardOutput, ImageGeometry, Session, tree_ancestry, tree_depths
+from .contract import ARImageModel, EncodedPrompt, ForwardOutput, ImageGeometry, Session
 from .llama import LlamaDecoder
-from .slots import draft_layout, prefill_layout
+from .slots import cfg_rows, draft_layout, path_moves, prefill_layout, tree_tensors
 
 PAD, BOS, BOI, ROW_END = 0, 1, 2, 3
 IMAGE_OFFSET = 4
@@ -80,13 +80,6 @@ class LlamaImageModel(ARImageModel):
                           first=self._output(h[:, -1:], batch, cfg), state=state)
         return session
 
-    def _tree(self, parents: Sequence[int]):
-        key = (tuple(int(p) for p in parents), self.device)
-        if key not in self._trees:
-            depth = torch.tensor(tree_depths(key[0]), device=self.device)
-            self._trees[key] = (depth, tree_ancestry(key[0]).to(self.device))
-        return self._trees[key]
-
     def _output(self, h, batch, cfg) -> ForwardOutput:
         w = self.decoder.lm_head.weight[self._image_rows]  # logits for image rows only
         logits = (h @ w.T).float()
@@ -96,18 +89,11 @@ class LlamaImageModel(ARImageModel):
 
     @torch.inference_mode()
     def forward(self, session: Session, tokens: torch.Tensor, parents: Sequence[int]) -> ForwardOutput:
-        st = session.state
-        B, T = tokens.shape
-        if len(parents) != T:
-            raise ValueError(f"parents has {len(parents)} entries for {T} tokens")
-        dev = self.device
-        depth, anc = self._tree(parents)
+        st, B, dev = session.state, tokens.shape[0], self.device
+        depth, anc = tree_tensors(self._trees, parents, dev, tokens.shape[1])
         if self._engine_to_model.device != dev:  # once per device: no host-to-device copy per step
             self._engine_to_model = self._engine_to_model.to(dev)
-        ids = self._engine_to_model[tokens]
-        committed = session.committed
-        if session.cfg:
-            ids, committed = torch.cat([ids, ids]), torch.cat([committed, committed])
+        ids, committed = cfg_rows(session.cfg, self._engine_to_model[tokens], session.committed)
         slots, positions, mask = draft_layout(st, committed, depth, anc)
         h = self.decoder.hidden_states(ids, positions, mask, st["cache"], slots)
         return self._output(h, B, session.cfg)
@@ -116,14 +102,7 @@ class LlamaImageModel(ARImageModel):
     def commit(self, session: Session, path: Optional[torch.Tensor], length: torch.Tensor) -> None:
         st = session.state
         if path is not None:  # gather the accepted nodes to consecutive slots
-            committed = session.committed
-            if session.cfg:
-                path, committed = torch.cat([path, path]), torch.cat([committed, committed])
-            base = st["P"] + committed
-            D = path.shape[1]
-            rows = torch.arange(st["rows"], device=self.device)[:, None]
-            src = base[:, None] + path.clamp(min=0)
-            dst = base[:, None] + torch.arange(D, device=self.device)
+            rows, dst, src = path_moves(st, *cfg_rows(session.cfg, session.committed, path))
             for layer in st["cache"]:
                 for c in layer:  # [R, H, S, hd] viewed as [R, S, H, hd]
                     c = c.permute(0, 2, 1, 3)

@@ -52,13 +52,11 @@ _ORIGINAL_FORMATS = {
 }
 
 
-def detect_family(folder: str) -> str:
-    """The model family of a folder, from its config.json (``model_type``, ``architectures``)."""
+def read_config(folder: str) -> dict:
+    """A model folder's config.json as a dict; a clear ValueError when missing or malformed."""
     path = os.path.join(folder, "config.json")
     if not os.path.isfile(path):
-        raise ValueError(f"no supported model family recognised in folder {folder!r}: it has no config.json "
-                         f"(supported: {', '.join(FAMILIES)} folders in transformers format, or the built-in "
-                         f"models {', '.join(BUILTIN_MODELS)})")
+        raise ValueError(f"{path} is missing: a transformers model folder needs its config.json")
     try:
         with open(path, encoding="utf-8") as f:
             cfg = json.load(f)
@@ -66,6 +64,17 @@ def detect_family(folder: str) -> str:
         raise ValueError(f"{path} is not valid JSON: {e}") from e
     if not isinstance(cfg, dict):
         raise ValueError(f"{path} must hold a JSON object")
+    return cfg
+
+
+def detect_family(folder: str) -> str:
+    """The model family of a folder, from its config.json (``model_type``, ``architectures``)."""
+    path = os.path.join(folder, "config.json")
+    if not os.path.isfile(path):
+        raise ValueError(f"no supported model family recognised in folder {folder!r}: it has no config.json "
+                         f"(supported: {', '.join(FAMILIES)} folders in transformers format, or the built-in "
+                         f"models {', '.join(BUILTIN_MODELS)})")
+    cfg = read_config(folder)
     model_type = str(cfg.get("model_type", ""))
     archs = cfg.get("architectures") or []
     if model_type in _ORIGINAL_FORMATS:

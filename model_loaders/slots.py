@@ -2,11 +2,16 @@
 
 Row r keeps its left-padded prompt in slots ``0..P-1`` and sequence position j at slot
 ``P + j``; draft node i of a forward goes to slot ``P + committed + i``. These two functions are
-the one implementation of the prefill mask and of the draft-tree mask / positions.
+the one implementation of the prefill mask, of the draft-tree mask / positions and of the
+slot moves that commit an accepted tree path.
 """
 from __future__ import annotations
 
+from typing import Sequence
+
 import torch
+
+from .contract import tree_ancestry, tree_depths
 
 
 def prefill_layout(branches: list, batch: int, capacity_after_prompt: int, pad_id: int, device):
@@ -52,3 +57,31 @@ def draft_layout(state: dict, committed: torch.Tensor, depth: torch.Tensor, anc:
     in_tree = (rel >= 0) & (rel < T)
     tree_part = anc[:, rel.clamp(0, T - 1)].permute(1, 0, 2) & in_tree[:, None, :]  # [R, T, S]
     return slots, positions, prefix[:, None, :] | tree_part
+
+
+def tree_tensors(memo: dict, parents: Sequence[int], device, n_tokens: int):
+    """(depth [T], ancestry [T, T]) of the draft tree of a forward of `n_tokens` tokens, on
+    `device`, memoised in `memo`: the engine sends the same one or two tree shapes every step."""
+    if len(parents) != n_tokens:
+        raise ValueError(f"parents has {len(parents)} entries for {n_tokens} tokens")
+    key = (tuple(int(p) for p in parents), device)
+    if key not in memo:
+        memo[key] = (torch.tensor(tree_depths(key[0]), device=device), tree_ancestry(key[0]).to(device))
+    return memo[key]
+
+
+def cfg_rows(cfg: bool, *tensors):
+    """Per-image tensors repeated for the unconditional rows (rows ``B..2B-1``) when CFG is on."""
+    return tuple(torch.cat([t, t]) if cfg else t for t in tensors)
+
+
+def path_moves(state: dict, committed: torch.Tensor, path: torch.Tensor):
+    """Cache moves that make an accepted tree path consecutive: for every row, the slot of node
+    ``path[r, k]`` (``src``) is copied to the slot of sequence position ``committed + k``
+    (``dst``). committed [R], path [R, D] (CFG rows included). Returns (rows [R, 1], dst, src)."""
+    base = state["P"] + committed
+    dev = committed.device
+    rows = torch.arange(state["rows"], device=dev)[:, None]
+    src = base[:, None] + path.clamp(min=0)
+    dst = base[:, None] + torch.arange(path.shape[1], device=dev)
+    return rows, dst, src
