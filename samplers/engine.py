@@ -31,6 +31,9 @@ from .target import SamplingParams, target_probs
 from .verify import gumbel_coupling, one_hot, verify_candidates, verify_chain
 
 
+GUMBEL_TABLE_BYTES = 1 << 28  # 256 MiB: a 48x48 image over 8192 codes needs 77 MB per image row
+
+
 class GenerationInterrupted(Exception):
     """Raised when the caller's interrupt check fires; the model stays usable."""
 
@@ -78,6 +81,12 @@ class SpeculativeEngine:
         self.dist = torch.zeros(batch, self.Rb + 1, self.V, device=dev)
         self.gen = make_generator(seed, dev)
         self.gkey = gumbel_key(seed)
+        # Gumbel coupling: the noise of every (row, position) computed once per generation when it
+        # fits in GUMBEL_TABLE_BYTES (a step would otherwise hash [B, T, V] again; over a whole
+        # image steps * T >= positions, so the table is also less work). Same values either way.
+        self.gumbel_table = None
+        if backend.refine == "gumbel" and batch * ext * self.V * 4 <= GUMBEL_TABLE_BYTES:
+            self.gumbel_table = position_gumbel(self.gkey, self.rows[:, None], torch.arange(ext, device=dev)[None], self.V)
         self.parents = [-1] + list(range(self.T - 1))
         # proactive drafting: K-1 branches of D nodes after the chain, each rooted at the pending slot
         self.K, self.D = backend.tree_width, backend.tree_depth
@@ -287,7 +296,11 @@ class SpeculativeEngine:
             # after the last slot had none, so it is drafted fresh
             coupled = torch.cat([mrs_out, fresh[:, -1:]], dim=1)
         else:
-            coupled = gumbel_coupling(p, position_gumbel(self.gkey, self.rows[:, None], tpos, self.V))
+            if self.gumbel_table is not None:
+                g = self.gumbel_table[self.rows[:, None], tpos]
+            else:
+                g = position_gumbel(self.gkey, self.rows[:, None], tpos, self.V)
+            coupled = gumbel_coupling(p, g)
         if alpha < 1.0:
             coin = torch.rand(coupled.shape, generator=self.gen, device=self.dev) < alpha
             coupled = torch.where(coin, coupled, fresh)
