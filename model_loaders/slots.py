@@ -1,8 +1,8 @@
 """Slot layout shared by the static-cache adapters (our Llama, transformers families).
 
 Row r keeps its left-padded prompt in slots ``0..P-1`` and sequence position j at slot
-``P + j``; draft node i of a forward goes to slot ``P + committed + i``. These two functions are
-the one implementation of the prefill mask, of the draft-tree mask / positions and of the
+``P + j``; draft node i of a forward goes to slot ``P + committed + i``. This module is the one
+implementation of the prefill mask, of the draft-tree mask / positions and of the
 slot moves that commit an accepted tree path.
 """
 from __future__ import annotations

@@ -76,8 +76,8 @@ class SpeculativeEngine:
         # one spare column of `seq` and one spare slot of `dist` past the end: masked-out writes
         # land there, so a masked write is a single index_put with no read-back (fixed shapes)
         self.spare = ext
-        self.seq = torch.where(self.forced >= 0, self.forced, 0).expand(batch, ext).clone()
-        self.seq = torch.cat([self.seq, self.seq[:, :1]], 1)
+        known = torch.where(self.forced >= 0, self.forced, 0)  # forced tokens in place, 0 elsewhere
+        self.seq = torch.cat([known, known.new_zeros(1)]).expand(batch, ext + 1).clone()
         self.dist = torch.zeros(batch, self.Rb + 1, self.V, device=dev)
         self.gen = make_generator(seed, dev)
         self.gkey = gumbel_key(seed)
