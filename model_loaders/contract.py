@@ -84,7 +84,8 @@ class ForwardOutput:
 
     cond: torch.Tensor  # [B, T, V] float
     uncond: Optional[torch.Tensor] = None  # [B, T, V] float, None without CFG
-    hidden: Optional[torch.Tensor] = None  # [B, T, D] last hidden states (conditional rows)
+    hidden: Optional[torch.Tensor] = None  # [B, T, D] last hidden states of the conditional rows
+    hidden_uncond: Optional[torch.Tensor] = None  # [B, T, D] of the unconditional rows (CFG only)
 
 
 @dataclass
@@ -121,11 +122,12 @@ class ARImageModel(ABC):
         draft tokens beyond the full sequence, and return the session with position 0's logits."""
 
     @abstractmethod
-    def forward(self, session: Session, tokens: torch.Tensor, parents: Sequence[int]) -> ForwardOutput:
+    def forward(self, session: Session, tokens: torch.Tensor, parents) -> ForwardOutput:
         """Evaluate draft tokens [B, T] (engine ids) placed after each row's committed prefix in
         one forward pass. ``parents[i]`` is the index of node i's parent (-1: the last committed
-        token); a chain is ``[-1, 0, 1, ...]``. Node i sits at sequence position
-        ``committed + depth(i)`` and attends to the prefix and its ancestors only."""
+        token); a chain is ``[-1, 0, 1, ...]``. ``parents`` is a sequence (one tree for every row)
+        or a LongTensor [B, T] (one tree per row, e.g. dynamic draft trees). Node i sits at
+        sequence position ``committed + depth(i)`` and attends to the prefix and its ancestors only."""
 
     @abstractmethod
     def commit(self, session: Session, path: torch.Tensor, length: torch.Tensor) -> None:
@@ -133,6 +135,30 @@ class ARImageModel(ABC):
         ``path[b, :length[b]]`` (root first) become sequence positions
         ``committed[b] .. committed[b] + length[b] - 1``; everything else is dropped. Never
         recomputes the prefix. A chain (``path[b, k] == k``) costs no copy."""
+
+    # -- what trained drafters (Hawk heads, EAGLE layers) need from the target ----------------
+    max_positions: Optional[int] = None  # positions the model supports (None: unlimited)
+
+    def positions_needed(self, prompt_tokens: int, draft_capacity: int) -> int:
+        """Positions a generation uses: the prompt, the image and the draft slots of a forward."""
+        return prompt_tokens + self.geometry.seq_len + draft_capacity + 1
+
+    @property
+    def hidden_size(self) -> int:
+        """Width D of `ForwardOutput.hidden`."""
+        raise NotImplementedError(f"{type(self).__name__} does not expose hidden states")
+
+    def image_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The target's own image-code head on hidden states [..., D] -> logits [..., V]."""
+        raise NotImplementedError(f"{type(self).__name__} does not expose its image head")
+
+    def embed_tokens(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Input embeddings [..., D] of engine ids (image codes and structure tokens)."""
+        raise NotImplementedError(f"{type(self).__name__} does not expose its token embeddings")
+
+    def torch_module(self) -> "torch.nn.Module":
+        """The network whose weights identify this model (drafter fingerprints)."""
+        raise NotImplementedError(f"{type(self).__name__} does not expose its weights")
 
     def decode_tokens(self, tokens: torch.Tensor):
         """[B, H, W] image codes -> list of PIL images, or None when the model has no decoder."""

@@ -131,7 +131,7 @@ class Emu3ImageModel(HFImageModel):
         self.default_sampling = {"cfg_scale": 3.0, "top_k": min(2048, V)}
         self.backbone = self.model.model.text_model
         self._num_layers = mc.text_config.num_hidden_layers
-        self._max_positions = getattr(mc.text_config, "max_position_embeddings", None)
+        self.max_positions = getattr(mc.text_config, "max_position_embeddings", None)
         self._embed = self.model.get_input_embeddings()
         dev = self._embed.weight.device
         self._img_ids = torch.tensor([codes[c] for c in range(V)], dtype=torch.long)

@@ -28,8 +28,7 @@ from typing import Optional, Sequence
 
 import torch
 
-from .contract import ARImageModel, EncodedPrompt, ForwardOutput, Session
-from .slots import cfg_rows, draft_layout, path_moves, prefill_layout, tree_tensors
+from .slot_model import SlotCacheModel
 
 try:  # transformers >= 4.5x: the Cache / layer classes this cache plugs into
     from transformers.cache_utils import Cache, CacheLayerMixin
@@ -288,23 +287,19 @@ class SlotCache(Cache):
 
 
 # ----------------------------------------------------------------------------------------------
-# the adapter base: prefill, chain / tree forwards, commit over a SlotCache
+# the adapter base: the transformers decoder stack behind SlotCacheModel
 # ----------------------------------------------------------------------------------------------
-class HFImageModel(ARImageModel):
-    """Contract implementation shared by the transformers adapters.
+class HFImageModel(SlotCacheModel):
+    """`SlotCacheModel` over a transformers decoder stack.
 
-    Subclasses set ``self.backbone`` (the decoder stack: takes inputs_embeds, attention_mask,
-    position_ids, past_key_values), ``self.geometry`` and implement:
-    ``_prompt_embeds(ids [R, P])``, ``_draft_embeds(engine ids [R, T])``,
-    ``_image_logits(hidden [R, T, D]) -> [R, T, V]`` (image codes only), ``_max_positions``.
+    Subclasses set ``self.model`` (the transformers model), ``self.backbone`` (the decoder stack:
+    takes inputs_embeds, attention_mask, position_ids, past_key_values), ``self.geometry``,
+    ``self._num_layers``, ``max_positions`` and implement ``_prompt_embeds(ids [R, P])``,
+    ``_draft_embeds(engine ids [R, T])`` and ``_image_logits(hidden [R, T, D]) -> [R, T, V]``
+    (image codes only).
     """
 
     backbone: torch.nn.Module
-    _max_positions: Optional[int] = None
-    pad_id: int = 0
-
-    def __init__(self):
-        self._trees = {}
 
     @property
     def device(self) -> torch.device:
@@ -314,7 +309,14 @@ class HFImageModel(ARImageModel):
     def dtype(self) -> torch.dtype:
         return self._dtype
 
-    # hooks -----------------------------------------------------------------------------------
+    @property
+    def hidden_size(self) -> int:
+        return int(self._embed.weight.shape[1])
+
+    def torch_module(self):
+        return self.model
+
+    # family hooks ------------------------------------------------------------------------------
     def _prompt_embeds(self, ids: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
@@ -324,7 +326,22 @@ class HFImageModel(ARImageModel):
     def _image_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
-    # internals -------------------------------------------------------------------------------
+    # SlotCacheModel hooks ----------------------------------------------------------------------
+    def _new_cache(self, rows: int, capacity: int):
+        return SlotCache(self._num_layers, rows, capacity)
+
+    def _embed_prompt(self, ids):
+        return self._prompt_embeds(ids)
+
+    def embed_tokens(self, tokens):
+        return self._draft_embeds(tokens)
+
+    def image_logits(self, hidden):
+        return self._image_logits(hidden)
+
+    def _gather(self, cache, rows, dst, src):
+        cache.gather(rows, dst, src)
+
     def _run(self, embeds, positions, allowed, cache: SlotCache, slots):
         """One pass of the decoder stack; `allowed` [R, T, S] bool -> float additive mask."""
         mask = torch.zeros(allowed.shape, dtype=embeds.dtype, device=embeds.device)
@@ -333,50 +350,3 @@ class HFImageModel(ARImageModel):
         out = self.backbone(inputs_embeds=embeds, attention_mask=mask[:, None], position_ids=positions,
                             past_key_values=cache, use_cache=True)
         return out.last_hidden_state
-
-    def _output(self, h, batch, cfg) -> ForwardOutput:
-        logits = self._image_logits(h).float()
-        if cfg:
-            return ForwardOutput(cond=logits[:batch], uncond=logits[batch:], hidden=h[:batch])
-        return ForwardOutput(cond=logits, hidden=h)
-
-    # contract --------------------------------------------------------------------------------
-    @torch.inference_mode()
-    def start(self, prompt: EncodedPrompt, batch: int, cfg: bool, draft_capacity: int) -> Session:
-        prompt = self.check_prompt(prompt)
-        if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
-            raise ValueError(f"batch must be an int >= 1, got {batch!r}")
-        dev = self.device
-        branches = [list(prompt.cond)] + ([list(prompt.uncond)] if cfg else [])
-        P = max(len(s) for s in branches)
-        longest = P + self.geometry.seq_len + draft_capacity + 1
-        if self._max_positions is not None and longest > self._max_positions:
-            raise ValueError(f"a prompt of {P} tokens plus a {self.geometry.seq_len}-token image (and "
-                             f"{draft_capacity + 1} draft slots) needs {longest} positions; this model was "
-                             f"trained for {self._max_positions} (max_position_embeddings in config.json)")
-        tokens, positions, allowed, slots, state = prefill_layout(
-            branches, batch, self.geometry.seq_len + draft_capacity + 1, self.pad_id, dev)
-        R = state["rows"]
-        cache = SlotCache(self._num_layers, R, state["S"])
-        h = self._run(self._prompt_embeds(tokens), positions, allowed, cache, slots)
-        state["cache"] = cache
-        return Session(batch=batch, cfg=cfg, committed=torch.zeros(batch, dtype=torch.long, device=dev),
-                       first=self._output(h[:, -1:], batch, cfg), state=state)
-
-    @torch.inference_mode()
-    def forward(self, session: Session, tokens: torch.Tensor, parents: Sequence[int]) -> ForwardOutput:
-        st, B, dev = session.state, tokens.shape[0], self.device
-        depth, anc = tree_tensors(self._trees, parents, dev, tokens.shape[1])
-        tokens, committed = cfg_rows(session.cfg, tokens.to(dev), session.committed)
-        slots, positions, allowed = draft_layout(st, committed, depth, anc)
-        h = self._run(self._draft_embeds(tokens), positions, allowed, st["cache"], slots)
-        return self._output(h, B, session.cfg)
-
-    @torch.inference_mode()
-    def commit(self, session: Session, path: Optional[torch.Tensor], length: torch.Tensor) -> None:
-        st = session.state
-        length = length.to(self.device)
-        if path is not None:  # gather the accepted nodes to consecutive slots
-            rows, dst, src = path_moves(st, *cfg_rows(session.cfg, session.committed, path.to(self.device)))
-            st["cache"].gather(rows, dst, src)
-        session.committed = session.committed + length

@@ -88,7 +88,7 @@ class JanusImageModel(HFImageModel):
         self.default_sampling = {"cfg_scale": 5.0, "top_k": min(1000, V)}
         self.backbone = self.model.model.language_model
         self._num_layers = mc.text_config.num_hidden_layers
-        self._max_positions = getattr(mc.text_config, "max_position_embeddings", None)
+        self.max_positions = getattr(mc.text_config, "max_position_embeddings", None)
         self._embed = self.model.get_input_embeddings()
         # special ids: the generation config (what transformers' generate uses), else the tokenizer
         try:

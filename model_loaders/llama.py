@@ -122,10 +122,11 @@ class LlamaDecoder(nn.Module):
         return [(torch.zeros(shape, dtype=dtype, device=device), torch.zeros(shape, dtype=dtype, device=device))
                 for _ in range(cfg.num_layers)]
 
-    def hidden_states(self, tokens, positions, mask, cache=None, slots=None):
+    def hidden_states(self, tokens, positions, mask, cache=None, slots=None, embeds=None):
         """tokens/positions [R, T]; mask [R, T, S] bool (True = attend); cache from `new_cache`
-        with `slots` [R, T] where the new keys/values are written (None: no cache, S == T)."""
-        x = self.embed(tokens)
+        with `slots` [R, T] where the new keys/values are written (None: no cache, S == T).
+        ``embeds`` [R, T, D] replaces the token embedding (then `tokens` is ignored)."""
+        x = self.embed(tokens) if embeds is None else embeds
         cos, sin = self.rope_cos[positions][:, None], self.rope_sin[positions][:, None]  # [R, 1, T, hd]
         for i, block in enumerate(self.blocks):
             x = block(x, cos, sin, None if cache is None else cache[i], slots, mask)

@@ -2,23 +2,36 @@
 
 Row r keeps its left-padded prompt in slots ``0..P-1`` and sequence position j at slot
 ``P + j``; draft node i of a forward goes to slot ``P + committed + i``. This module is the one
-implementation of the prefill mask, of the draft-tree mask / positions and of the
-slot moves that commit an accepted tree path.
+implementation of the prefill mask, of the draft-tree mask / positions (one tree shared by all
+rows, or one tree per row) and of the slot moves that commit an accepted tree path.
 """
 from __future__ import annotations
 
-from typing import Sequence
+import math
+from dataclasses import dataclass
+from typing import Any, Sequence, Union
 
 import torch
 
 from .contract import tree_ancestry, tree_depths
 
 
+@dataclass
+class SlotState:
+    """`Session.state` of the slot-cache adapters (internal rows R = batch, or 2 * batch with CFG)."""
+
+    valid: torch.Tensor  # [R, S] bool: slot holds a real token (False: left padding of the prompt)
+    pos0: torch.Tensor  # [R] position id of sequence position 0 (the prompt's length)
+    P: int  # prompt slots (longest prompt; shorter ones are left-padded)
+    S: int  # slots per row
+    rows: int  # internal rows R
+    cache: Any = None  # the adapter's KV cache
+
+
 def prefill_layout(branches: list, batch: int, capacity_after_prompt: int, pad_id: int, device):
     """Left-padded prompt rows (``batch`` copies of each branch, branch by branch).
 
-    Returns (tokens [R, P], positions [R, P], mask [R, P, S], slots [R, P], state dict with
-    valid [R, S], pos0 [R], P, S, rows)."""
+    Returns (tokens [R, P], positions [R, P], mask [R, P, S], slots [R, P], SlotState)."""
     n, P = len(branches), max(len(s) for s in branches)
     S = P + capacity_after_prompt
     tokens = torch.full((n, P), pad_id, dtype=torch.long)
@@ -38,30 +51,54 @@ def prefill_layout(branches: list, batch: int, capacity_after_prompt: int, pad_i
     own = ar[None, :] == torch.arange(P, device=device)[:, None]
     mask = (causal[None] & valid[:, None, :]) | own[None]
     slots = torch.arange(P, device=device).expand(R, P)
-    return tokens, positions, mask, slots, dict(valid=valid, pos0=pos0, P=P, S=S, rows=R)
+    return tokens, positions, mask, slots, SlotState(valid=valid, pos0=pos0, P=P, S=S, rows=R)
 
 
-def draft_layout(state: dict, committed: torch.Tensor, depth: torch.Tensor, anc: torch.Tensor):
+def draft_layout(state: SlotState, committed: torch.Tensor, depth: torch.Tensor, anc: torch.Tensor):
     """Slots, positions and attention mask of a draft tree after each row's committed prefix.
 
-    committed [R] (CFG rows included), depth [T], anc [T, T] (node j is i or an ancestor of i).
-    Returns (slots [R, T], positions [R, T], mask [R, T, S])."""
-    T = depth.numel()
+    committed [R] (CFG rows included); depth [T] and anc [T, T] for one tree shared by all rows,
+    or depth [R, T] and anc [R, T, T] for one tree per row (``anc[.., i, j]``: node j is i or an
+    ancestor of i). Returns (slots [R, T], positions [R, T], mask [R, T, S])."""
+    T = depth.shape[-1]
+    R = committed.shape[0]
     dev = committed.device
-    base = state["P"] + committed  # [R] first free slot of each row
+    depth = depth.expand(R, T)
+    anc = anc.expand(R, T, T)
+    base = state.P + committed  # [R] first free slot of each row
     slots = base[:, None] + torch.arange(T, device=dev)
-    positions = state["pos0"][:, None] + committed[:, None] + depth[None]
-    s = torch.arange(state["S"], device=dev)
-    prefix = (s[None] < base[:, None]) & state["valid"]  # [R, S]
+    positions = state.pos0[:, None] + committed[:, None] + depth
+    s = torch.arange(state.S, device=dev)
+    prefix = (s[None] < base[:, None]) & state.valid  # [R, S]
     rel = s[None] - base[:, None]
     in_tree = (rel >= 0) & (rel < T)
-    tree_part = anc[:, rel.clamp(0, T - 1)].permute(1, 0, 2) & in_tree[:, None, :]  # [R, T, S]
+    tree_part = anc.gather(2, rel.clamp(0, T - 1)[:, None, :].expand(R, T, state.S)) & in_tree[:, None, :]
     return slots, positions, prefix[:, None, :] | tree_part
 
 
-def tree_tensors(memo: dict, parents: Sequence[int], device, n_tokens: int):
-    """(depth [T], ancestry [T, T]) of the draft tree of a forward of `n_tokens` tokens, on
-    `device`, memoised in `memo`: the engine sends the same one or two tree shapes every step."""
+def batched_tree_tensors(parents: torch.Tensor):
+    """(depth [B, T], ancestry [B, T, T]) of one tree per row, on the parents' device, without a
+    host read: the ancestry is the transitive closure of the parent relation, by ceil(log2 T)
+    boolean matrix squarings. ``parents [B, T]``: -1 (child of the committed prefix) or an
+    earlier node index (not checked here: the engine builds them)."""
+    B, T = parents.shape
+    dev = parents.device
+    adj = torch.nn.functional.one_hot(parents.clamp(min=0), T).bool() & (parents >= 0)[..., None]
+    anc = adj | torch.eye(T, dtype=torch.bool, device=dev)
+    for _ in range(max(1, math.ceil(math.log2(max(T, 2))))):
+        a = anc.float()
+        anc = anc | (torch.bmm(a, a) > 0)
+    return anc.sum(-1) - 1, anc
+
+
+def tree_tensors(memo: dict, parents: Union[Sequence[int], torch.Tensor], device, n_tokens: int):
+    """(depth, ancestry) of the draft tree of a forward of `n_tokens` tokens on `device`: ``[T]``
+    and ``[T, T]`` for a shared tree (a list, memoised in `memo`: the Jacobi backends send the
+    same one or two shapes every step), ``[B, T]`` and ``[B, T, T]`` for per-row trees (a tensor)."""
+    if isinstance(parents, torch.Tensor) and parents.dim() == 2:
+        if parents.shape[1] != n_tokens:
+            raise ValueError(f"parents has {parents.shape[1]} entries per row for {n_tokens} tokens")
+        return batched_tree_tensors(parents.to(device))
     if len(parents) != n_tokens:
         raise ValueError(f"parents has {len(parents)} entries for {n_tokens} tokens")
     key = (tuple(int(p) for p in parents), device)
@@ -75,13 +112,13 @@ def cfg_rows(cfg: bool, *tensors):
     return tuple(torch.cat([t, t]) if cfg else t for t in tensors)
 
 
-def path_moves(state: dict, committed: torch.Tensor, path: torch.Tensor):
+def path_moves(state: SlotState, committed: torch.Tensor, path: torch.Tensor):
     """Cache moves that make an accepted tree path consecutive: for every row, the slot of node
     ``path[r, k]`` (``src``) is copied to the slot of sequence position ``committed + k``
     (``dst``). committed [R], path [R, D] (CFG rows included). Returns (rows [R, 1], dst, src)."""
-    base = state["P"] + committed
+    base = state.P + committed
     dev = committed.device
-    rows = torch.arange(state["rows"], device=dev)[:, None]
+    rows = torch.arange(state.rows, device=dev)[:, None]
     src = base[:, None] + path.clamp(min=0)
     dst = base[:, None] + torch.arange(path.shape[1], device=dev)
     return rows, dst, src

@@ -274,3 +274,10 @@ def test_missing_tokenizer_and_mismatched_weights(tiny, tmp_path):
     (dst / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(ValueError, match="config.json|model.safetensors"):
         specar.load_model(str(dst), **GRID_2X2)
+
+
+@pytest.mark.parametrize("cfg", [False, True])
+def test_adapter_conformance(mdl, cfg):
+    from specar.model_loaders.conformance import check_commit_path, check_hidden_states, check_per_row_trees
+    for check in (check_per_row_trees, check_commit_path, check_hidden_states):
+        check(mdl, cfg, TOL)

@@ -276,3 +276,10 @@ def test_wrong_resolution_and_dtype(tiny):
         specar.load_model(tiny[0], image_size=384)
     with pytest.raises(ValueError, match="dtype"):
         specar.load_model(tiny[0], dtype="int8")
+
+
+@pytest.mark.parametrize("cfg", [False, True])
+def test_adapter_conformance(mdl, cfg):
+    from specar.model_loaders.conformance import check_commit_path, check_hidden_states, check_per_row_trees
+    for check in (check_per_row_trees, check_commit_path, check_hidden_states):
+        check(mdl, cfg, TOL)

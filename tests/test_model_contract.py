@@ -103,3 +103,28 @@ def test_geometry_forced_tokens():
     assert g.seq_len == 8 and g.row_stride == 4
     assert g.forced_tokens().tolist() == [-1, -1, -1, 5, -1, -1, -1, 5]
     assert g.image_positions().tolist() == [0, 1, 2, 4, 5, 6]
+
+
+def test_tiny_llama_adapter_conformance():
+    from specar.model_loaders.conformance import check_conformance
+    check_conformance(tiny_model(8, (3, 4), seed=5, row_end=True))
+
+
+def test_demo_model_conformance():
+    from specar.model_loaders.conformance import check_conformance
+    check_conformance(specar_load("demo"), tol=1e-4)
+
+
+def specar_load(name):
+    import specar
+    return specar.load_model(name)
+
+
+def test_conformance_catches_a_broken_commit():
+    # planted bug: commit ignores the path (keeps the first nodes, as for a chain)
+    from specar.model_loaders.conformance import check_commit_path
+    m = tiny_model(8, (3, 4), seed=5, row_end=True)
+    real = m.commit
+    m.commit = lambda s, path, length: real(s, None, length)
+    with pytest.raises(AssertionError, match="after committing a tree path"):
+        check_commit_path(m, False, 1e-5)
