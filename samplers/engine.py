@@ -27,7 +27,7 @@ from ..model_loaders.contract import ARImageModel, EncodedPrompt
 from .backends import Backend
 from .randomness import exponential_noise, gumbel_key, make_generator, position_gumbel, sample_by_race
 from .stats import GenerationStats
-from .target import SamplingParams, target_probs
+from .target import SamplingParams, invalid_rows, target_probs
 from .verify import gumbel_coupling, one_hot, verify_candidates, verify_chain
 
 
@@ -156,6 +156,7 @@ class SpeculativeEngine:
         p0 = target_probs(session.first.cond[:, 0], None if session.first.uncond is None else session.first.uncond[:, 0],
                           self.sampling)
         x0 = sample_by_race(p0, self._noise(B, V))
+        bad = invalid_rows(p0).any()  # logits that are not a distribution (read with the step's host read)
         frontier = torch.zeros(B, dtype=torch.long, device=dev)
         self._write(frontier[:, None], torch.ones(B, 1, dtype=torch.bool, device=dev), x0[:, None], p0[:, None])
         sync()
@@ -171,8 +172,12 @@ class SpeculativeEngine:
         while True:
             active = frontier < self.last_img
             done = torch.where(active, frontier + 1, N)  # committed positions per row (finished: all)
-            n_active, n_done, n_tree = torch.stack([active.sum(), done.sum(), (in_tree & active).sum()]).tolist()
+            n_active, n_done, n_tree, n_bad = torch.stack([active.sum(), done.sum(), (in_tree & active).sum(),
+                                                           bad.long()]).tolist()
             # ^ the step's one host read
+            if n_bad:
+                raise ValueError(f"the model returned logits that are not a distribution (NaN, or no finite value) "
+                                 f"after {nfe} forward passes; with fp16 weights try bf16 or fp32")
             if progress is not None:
                 progress(n_done, B * N)
             if n_active == 0:
@@ -199,11 +204,13 @@ class SpeculativeEngine:
             u = torch.rand(B, T - 1, generator=self.gen, device=dev)
             line, first = slot.expand(B, T), None
             if tree_step:
-                line, first = self._verify_siblings(tokens, p_all, q[:, 0], in_tree, noise[:, 0], forced[:, 0])
+                line, first, k_star = self._verify_siblings(tokens, p_all, q[:, 0], in_tree, noise[:, 0], forced[:, 0])
             x_line, p = tokens, p_all
             if tree_step:  # the verified line: the chain, or the chosen branch after the pending token
                 x_line, p = tokens.gather(1, line), p_all[self.rows[:, None], line]
             n_acc, mrs_out = verify_chain(p[:, :-1], q, x_line[:, 1:], u, noise[:, :-1], enabled, forced, first=first)
+            if tree_step:
+                n_acc = self._cap_branch_acceptance(n_acc, k_star)
             n_acc = torch.where(active, n_acc, 0)
             n_en = enabled.sum(-1)
             new_f = frontier + n_acc + 1
@@ -220,6 +227,7 @@ class SpeculativeEngine:
             self._write(tpos[:, :-1], newly[:, :-1], x_line[:, 1:])  # accepted drafts (a branch's, after a tree)
             self._write(new_f[:, None], active[:, None], pending[:, None])
             self._write(tpos, newly, dists=p)
+            bad = bad | (invalid_rows(p) & newly).any()
             r = self.rows[:, None].expand_as(tpos)
             at_step[r, torch.where(newly, tpos, self.spare)] = nfe
             # re-draft the positions verification did not reach (we have their stale-context p)
@@ -279,7 +287,15 @@ class SpeculativeEngine:
         branch_slot = T + (k_star.clamp(min=1) - 1)[:, None] * D + depth[None] - 1
         on_branch = (k_star[:, None] >= 1) & (depth[None] >= 1) & (depth[None] <= D)
         line = torch.where(on_branch, branch_slot, depth[None])
-        return line, (k_star >= 0, torch.where(k_star >= 0, tokens.gather(1, line[:, 1:2]).squeeze(1), token))
+        return line, (k_star >= 0, torch.where(k_star >= 0, tokens.gather(1, line[:, 1:2]).squeeze(1), token)), k_star
+
+    def _cap_branch_acceptance(self, n_acc, k_star):
+        """When a proactive branch (k >= 1) won depth 1, its line holds only D nodes of its own:
+        the chain's nodes after them were computed in the chain's context, so their outputs (the
+        p of positions D+2, ...) and their KV are wrong for this branch. Acceptance stops at D;
+        the output of branch node D (the exact p of position D+1) then yields the pending token:
+        the MRS output there (a sample of that p whichever draft it verified), or a fresh sample."""
+        return torch.where(k_star >= 1, n_acc.clamp(max=self.D), n_acc)
 
     def _redraft(self, p, tpos, mrs_out, noise):
         """Next step's draft at each target position (used where verification stopped short) and

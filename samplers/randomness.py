@@ -18,14 +18,26 @@ def make_generator(seed: int, device) -> torch.Generator:
     return g
 
 
+# The smallest and largest Exp(1) values a race can use: float32 uniforms have 24 bits, so
+# u in [2^-25, 1 - 2^-25] maps every draw into the OPEN interval (0, inf) of E.
+_U_MIN = 2.0 ** -25
+
+
 def exponential_noise(shape, generator: torch.Generator, device) -> torch.Tensor:
+    """Exp(1) noise in the open interval (0, inf): never 0 (a rand() of exactly 0 happens with
+    probability 2^-24 per element, i.e. in most images of a real model) and never inf."""
     u = torch.rand(shape, generator=generator, device=device)
-    return -torch.log1p(-u)  # u in [0, 1) -> E in [0, inf); never inf
+    return -torch.log1p(-u.clamp(min=_U_MIN))  # u = 0 -> E ~ 3e-8 > 0; u <= 1 - 2^-24 -> E < 17
 
 
 def sample_by_race(probs: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
-    """Index drawn from ``probs`` [..., V] using Exp(1) noise of the same shape."""
-    return (probs / noise).argmax(-1)
+    """Index drawn from ``probs`` [..., V] using Exp(1) noise of the same shape.
+
+    Zero-probability entries are masked out of the race (key -1), not merely made small: a
+    positive p whose key underflows to 0 still beats every masked entry, and ties among positive
+    keys pick a positive entry. So the winner always has p > 0 (for a row with any mass)."""
+    keys = probs / noise
+    return torch.where(probs > 0, keys, -1.0).argmax(-1)
 
 
 def _mulmod32(x: torch.Tensor, c: int) -> torch.Tensor:

@@ -45,9 +45,14 @@ class SamplingParams:
 
 
 def guided_logits(cond: torch.Tensor, uncond: Optional[torch.Tensor], cfg_scale: float) -> torch.Tensor:
+    """CFG on raw logits, in float32 whatever the model's dtype (bf16 / fp16 logits are upcast
+    first). A code that either branch masks (-inf) stays masked: uncond + s * (cond - uncond) would
+    be -inf - -inf = NaN (or +inf for a code only the unconditional branch forbids)."""
     if uncond is None or cfg_scale == 1.0:
         return cond.float()
-    return uncond.float() + cfg_scale * (cond.float() - uncond.float())
+    c, u = cond.float(), uncond.float()
+    g = u + cfg_scale * (c - u)
+    return torch.where(torch.isfinite(c) & torch.isfinite(u), g, float("-inf"))
 
 
 def kth_largest(x: torch.Tensor, k: int) -> torch.Tensor:
@@ -62,9 +67,13 @@ def target_probs(cond: torch.Tensor, uncond: Optional[torch.Tensor], params: Sam
     """Probabilities [..., V] (float32) of the distribution plain AR sampling uses."""
     logits = guided_logits(cond, uncond, params.cfg_scale)
     V = logits.shape[-1]
+    top = logits.max(-1, keepdim=True).values
     if params.temperature == 0:
-        return torch.nn.functional.one_hot(logits.argmax(-1), V).to(torch.float32)
-    logits = logits / params.temperature
+        # a row with no finite logit (NaN, all -inf) has no argmax: NaN marks it for the engine
+        greedy = torch.nn.functional.one_hot(logits.argmax(-1), V).to(torch.float32)
+        return torch.where(torch.isfinite(top), greedy, float("nan"))
+    # shift by the row maximum before dividing: a tiny temperature then gives -inf, never inf - inf
+    logits = (logits - top) / params.temperature
     if params.top_k and params.top_k < V:
         kth = kth_largest(logits, params.top_k)
         logits = logits.masked_fill(logits < kth, float("-inf"))
@@ -79,3 +88,10 @@ def target_probs(cond: torch.Tensor, uncond: Optional[torch.Tensor], params: Sam
         probs = probs.masked_fill(drop, 0.0)
         probs = probs / probs.sum(-1, keepdim=True)
     return probs
+
+
+def invalid_rows(probs: torch.Tensor) -> torch.Tensor:
+    """Rows [...] of `target_probs` output that are not a distribution: the model's logits had NaN
+    or no finite entry there (fp16 overflow, a broken checkpoint, a mask that forbids everything).
+    Sampling from such a row would return an arbitrary token, so the engine stops instead."""
+    return ~(probs.sum(-1) > 0.5)  # NaN compares False
