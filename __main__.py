@@ -1,15 +1,16 @@
-"""`python -m specar <command>`: demo (make demo), bench (backends side by side), shape-bench (7B-shape forward vs sampling core)."""
+"""`python -m specar <command>`: demo (make demo), bench (backends side by side), shape-bench (7B-shape
+forward vs sampling core), evaluate-demo (prompt following of the demo model). Commands live in cli/."""
 import sys
 
 
 def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
-    commands = {"demo": "demo", "bench": "benchmark", "shape-bench": "shape_bench"}
+    commands = {"demo": "demo", "bench": "benchmark", "shape-bench": "shape_bench", "evaluate-demo": "evaluate_demo"}
     if not argv or argv[0] not in commands:
         print(f"usage: python -m specar {{{','.join(commands)}}} [options]  (add -h for a command's options)")
         return 2
     import importlib
-    module = importlib.import_module(f".{commands[argv[0]]}", __package__)
+    module = importlib.import_module(f".cli.{commands[argv[0]]}", __package__)
     module.main(argv[1:])
     return 0
 

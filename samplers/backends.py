@@ -1,107 +1,176 @@
-"""Backends: what each method drafts. The engine (engine.py) does everything else.
+"""Backends: one parameter schema per backend, read by validation, the nodes, the docs and the
+bench. The drafting itself lives in `samplers/drafters/` (one module per method); a schema names
+its drafter class, imported when a generation starts.
 
-A backend answers three questions the engine asks every step:
-- ``window``: how many image-token drafts follow the pending token in one forward;
-- ``init``: how a position that enters the window for the first time is drafted (and with which q);
-- ``refine``: how a position that was drafted but not reached by verification is re-drafted for
-  the next step, from the new (stale-context) p computed at it: an independent sample (SJD), the
-  maximal coupling of the old draft with the new p, or Gumbel coupling (SCD).
-
-Parameter names are shared with the ComfyUI node widgets.
+To add a backend: write its drafter module, then add a `BackendSchema` to `SCHEMAS` below.
 """
 from __future__ import annotations
 
+import importlib
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
 
 INITS = ("random", "repeat_left", "repeat_above", "sample_left", "sample_above")
 COUPLINGS = ("maximal", "gumbel")
 MAX_WINDOW = 128
 
-# name -> {param: (default, description)}; the single source for docs, nodes and validation
-BACKEND_PARAMS = {
-    "ar": {},
-    "sjd": {
-        "window": (16, "draft tokens verified per forward (1..128; shrinks near the end of the image)"),
-        "init": ("random", "how new window positions are drafted: " + ", ".join(INITS)),
-    },
-    "scd": {
-        "window": (16, "draft tokens verified per forward (1..128)"),
-        "init": ("random", "how new window positions are drafted: " + ", ".join(INITS)),
-        "coupling": ("maximal", "how re-drafts are coupled to the previous draft: maximal or gumbel"),
-        "coupling_strength": (1.0, "alpha in [0, 1]: probability of a coupled (vs independent) re-draft"),
-    },
-    "sjd_pac": {
-        "window": (64, "draft tokens of the main chain per forward (1..128)"),
-        "tree_depth": (3, "proactive drafting: depth D of the branches after a rejection (1..window)"),
-        "tree_width": (4, "proactive drafting: candidates K at the first open position (1 = off; at most the image vocabulary)"),
-        "continuation": (True, "adaptive continuation: keep verifying after the first rejection and keep passing drafts"),
-        "init": ("random", "how new window positions are drafted: " + ", ".join(INITS)),
-        "coupling": ("maximal", "the coupling adaptive continuation uses: maximal (the paper's) or gumbel"),
-    },
-}
-BACKENDS = tuple(BACKEND_PARAMS)
+
+@dataclass(frozen=True)
+class Param:
+    """One backend parameter: default, allowed values, help text and the paper's recommendation."""
+
+    name: str
+    default: Any
+    help: str
+    lo: Optional[float] = None  # numbers: inclusive range (model-dependent limits are checked later)
+    hi: Optional[float] = None
+    choices: tuple = ()  # strings: the allowed values
+    paper: str = ""  # what the method's paper recommends (shown in tooltips and docs)
+
+    @property
+    def kind(self) -> type:
+        return type(self.default)
+
+    def check(self, value):
+        """The value if allowed, else a ValueError naming the parameter and what is allowed."""
+        n, kind = self.name, self.kind
+        if kind is bool:
+            if not isinstance(value, bool):
+                raise ValueError(f"{n} must be True or False, got {value!r}")
+        elif kind is int:
+            hi = "" if self.hi is None else f", {int(self.hi)}"
+            if isinstance(value, bool) or not isinstance(value, int) or value < self.lo or \
+                    (self.hi is not None and value > self.hi):
+                what = f"in [{int(self.lo)}{hi}]" if self.hi is not None else f">= {int(self.lo)}"
+                raise ValueError(f"{n} must be an int {what}, got {value!r}")
+        elif kind is float:
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or \
+                    not self.lo <= value <= self.hi:
+                raise ValueError(f"{n} must be a number in [{self.lo:g}, {self.hi:g}], got {value!r}")
+            value = float(value)
+        elif self.choices:
+            if value not in self.choices:
+                raise ValueError(f"{n} must be one of {', '.join(self.choices)}; got {value!r}")
+        elif not isinstance(value, str):
+            raise ValueError(f"{n} must be a string, got {value!r}")
+        return value
 
 
 @dataclass(frozen=True)
-class Backend:
+class BackendSchema:
     name: str
-    window: int = 0
-    init: str = "random"
-    refine: str = "independent"  # independent | maximal | gumbel
-    coupling_strength: float = 0.0
-    tree_width: int = 1  # K: candidates at the first open position after a rejection (1: chain only)
-    tree_depth: int = 1  # D: depth of each extra branch
-    coupling: str = ""  # as given by the user (sjd_pac keeps it even with continuation off)
+    label: str  # readable name for the UI
+    summary: str  # one line: the method and its paper
+    params: tuple = ()
+    drafter: str = ""  # "module:Class" under samplers.drafters
+    lossless: bool = True
+    cross_check: Optional[Callable[[dict], None]] = None  # checks between parameters (ValueError)
+
+    def param(self, name: str) -> Param:
+        return next(p for p in self.params if p.name == name)
+
+
+@dataclass(frozen=True)
+class BackendConfig:
+    """A validated backend choice: the name and every parameter's value (defaults filled in)."""
+
+    name: str
+    values: tuple = ()  # ((param, value), ...) in schema order
 
     def params(self) -> dict:
-        keys = BACKEND_PARAMS[self.name]
-        full = {"window": self.window, "init": self.init, "coupling": self.coupling or self.refine,
-                "coupling_strength": self.coupling_strength, "tree_depth": self.tree_depth,
-                "tree_width": self.tree_width, "continuation": self.refine != "independent"}
-        return {k: full[k] for k in keys}
+        return dict(self.values)
+
+    @property
+    def schema(self) -> BackendSchema:
+        return SCHEMAS[self.name]
+
+    def make_drafter(self, model, sampling):
+        module, cls = self.schema.drafter.split(":")
+        return getattr(importlib.import_module(module, __package__), cls)(self, model, sampling)
 
 
-def _check_int(name, value, lo, hi):
-    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
-        raise ValueError(f"{name} must be an int in [{lo}, {hi}], got {value!r}")
-    return value
+# ---------------------------------------------------------------------------------------------
+# the schemas
+WINDOW_HELP = "draft tokens verified per forward (shrinks near the end of the image)"
+INIT = Param("init", "random", "how new window positions are drafted: " + ", ".join(INITS), choices=INITS,
+             paper="SJD paper: random")
 
 
-def _check_choice(name, value, choices):
-    if value not in choices:
-        raise ValueError(f"{name} must be one of {', '.join(choices)}; got {value!r}")
-    return value
+def _window(default: int, paper: str) -> Param:
+    return Param("window", default, WINDOW_HELP, lo=1, hi=MAX_WINDOW, paper=paper)
 
 
-def make_backend(name: str, **params) -> Backend:
+def _tree_depth_within_window(values: dict) -> None:
+    if values["tree_depth"] > values["window"]:
+        raise ValueError(f"tree_depth must be an int in [1, {values['window']}], got {values['tree_depth']} (a branch "
+                         f"cannot be deeper than the window, {values['window']})")
+
+
+SCHEMAS = {}
+
+
+def register_backend(schema: BackendSchema) -> None:
+    SCHEMAS[schema.name] = schema
+
+
+register_backend(BackendSchema(
+    "ar", "AR (baseline)", "plain autoregressive sampling, one token per forward (the baseline)",
+    drafter=".drafters.jacobi:JacobiDrafter"))
+register_backend(BackendSchema(
+    "sjd", "SJD", "Speculative Jacobi Decoding (Teng et al.)",
+    params=(_window(16, "SJD paper: 16 (32 and 64 also studied)"), INIT),
+    drafter=".drafters.jacobi:JacobiDrafter"))
+register_backend(BackendSchema(
+    "scd", "SCD", "Speculative Jacobi Decoding with coupled re-drafts (So et al.)",
+    params=(_window(16, "SCD paper: 16-64"), INIT,
+            Param("coupling", "maximal", "how re-drafts are coupled to the previous draft: maximal or gumbel",
+                  choices=COUPLINGS, paper="SCD paper: maximal"),
+            Param("coupling_strength", 1.0, "alpha: probability of a coupled (vs independent) re-draft", lo=0.0,
+                  hi=1.0, paper="SCD paper: 1.0 (0 = plain SJD re-drafting)")),
+    drafter=".drafters.jacobi:JacobiDrafter"))
+register_backend(BackendSchema(
+    "sjd_pac", "SJD-PAC", "SJD with proactive drafting and adaptive continuation (Kang et al.)",
+    params=(_window(64, "SJD-PAC paper: 64"),
+            Param("tree_depth", 3, "proactive drafting: depth D of the branches after a rejection (at most window)",
+                  lo=1, hi=MAX_WINDOW, paper="SJD-PAC paper: D = 3"),
+            Param("tree_width", 4, "proactive drafting: candidates K at the first open position (1 = off; at most "
+                  "the image vocabulary)", lo=1, paper="SJD-PAC paper: K = 4 (the authors' code uses 3)"),
+            Param("continuation", True, "adaptive continuation: keep verifying after the first rejection and keep "
+                  "passing drafts", paper="SJD-PAC paper: on"),
+            INIT,
+            Param("coupling", "maximal", "the coupling adaptive continuation uses: maximal (the paper's) or gumbel",
+                  choices=COUPLINGS, paper="SJD-PAC paper: maximal")),
+    drafter=".drafters.jacobi:JacobiDrafter", cross_check=_tree_depth_within_window))
+
+
+def _backends() -> tuple:
+    return tuple(SCHEMAS)
+
+
+BACKENDS = _backends()
+# name -> {param: (default, help)}: the compact view older code and the nodes read
+BACKEND_PARAMS = {name: {p.name: (p.default, p.help) for p in s.params} for name, s in SCHEMAS.items()}
+PARAM_CHOICES = {p.name: p.choices for s in SCHEMAS.values() for p in s.params if p.choices}
+PARAM_RANGES = {p.name: (p.lo, p.hi) for s in SCHEMAS.values() for p in s.params if p.lo is not None}
+PAPER_NOTES = {}
+for _s in SCHEMAS.values():
+    for _p in _s.params:
+        if _p.paper and _p.paper not in PAPER_NOTES.get(_p.name, ""):
+            PAPER_NOTES[_p.name] = "; ".join(filter(None, [PAPER_NOTES.get(_p.name), _p.paper]))
+
+
+def make_backend(name: str, **params) -> BackendConfig:
     """Validate a backend name and its parameters; ValueError names the bad one and what is allowed."""
-    if name not in BACKEND_PARAMS:
-        raise ValueError(f"backend must be one of {', '.join(BACKENDS)}; got {name!r}")
-    allowed = BACKEND_PARAMS[name]
+    if name not in SCHEMAS:
+        raise ValueError(f"backend must be one of {', '.join(SCHEMAS)}; got {name!r}")
+    schema = SCHEMAS[name]
+    allowed = [p.name for p in schema.params]
     unknown = sorted(set(params) - set(allowed))
     if unknown:
         raise ValueError(f"backend {name!r} has no parameter {', '.join(unknown)}; "
                          f"its parameters are: {', '.join(allowed) or '(none)'}")
-    p = {k: params.get(k, default) for k, (default, _) in allowed.items()}
-    if name == "ar":
-        return Backend("ar")
-    window = _check_int("window", p["window"], 1, MAX_WINDOW)
-    init = _check_choice("init", p["init"], INITS)
-    if name == "sjd":
-        return Backend("sjd", window=window, init=init)
-    coupling = _check_choice("coupling", p["coupling"], COUPLINGS)
-    if name == "sjd_pac":
-        depth = _check_int("tree_depth", p["tree_depth"], 1, window)
-        width = p["tree_width"]
-        if isinstance(width, bool) or not isinstance(width, int) or width < 1:
-            raise ValueError(f"tree_width must be an int >= 1 (at most the image vocabulary), got {width!r}")
-        cont = p["continuation"]
-        if not isinstance(cont, bool):
-            raise ValueError(f"continuation must be True or False, got {cont!r}")
-        return Backend("sjd_pac", window=window, init=init, refine=coupling if cont else "independent",
-                       coupling_strength=1.0, tree_width=width, tree_depth=depth, coupling=coupling)
-    a = p["coupling_strength"]
-    if isinstance(a, bool) or not isinstance(a, (int, float)) or not math.isfinite(a) or not 0.0 <= a <= 1.0:
-        raise ValueError(f"coupling_strength must be a number in [0, 1], got {a!r}")
-    return Backend("scd", window=window, init=init, refine=coupling, coupling_strength=float(a))
+    values = {p.name: p.check(params.get(p.name, p.default)) for p in schema.params}
+    if schema.cross_check is not None:
+        schema.cross_check(values)
+    return BackendConfig(name, tuple(values.items()))

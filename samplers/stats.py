@@ -24,6 +24,7 @@ class GenerationStats:
     overhead_s: Optional[float] = None  # decode time outside model forwards: drafting + verification
     peak_memory_bytes: Optional[int] = None  # CUDA only
     accepted_at_step: list = field(default_factory=list)  # per image: [H][W] decode step of each token
+    lossy: bool = False  # True only for an explicitly lossy option (relaxed acceptance)
 
     def to_dict(self) -> dict:
         d = asdict(self)

@@ -130,3 +130,62 @@ def verify_candidates(p: torch.Tensor, candidates: torch.Tensor, u: torch.Tensor
             q_cur = torch.where(rej, q_next, q_cur)
     token = torch.where(open_, sample_by_race(r, noise), token)
     return index, token
+
+
+def tree_children(parents: torch.Tensor, valid: torch.Tensor, max_children: int) -> torch.Tensor:
+    """children [B, N, K]: the first K valid children of every node in node-index order (-1: none).
+    parents [B, N] (-1: child of the committed prefix), valid [B, N]."""
+    B, N = parents.shape
+    j = torch.arange(N, device=parents.device)
+    is_child = (parents[:, None, :] == j[None, :, None]) & valid[:, None, :]  # [B, node, j]
+    key = torch.where(is_child, N - j, 0)  # earlier children first
+    vals, idx = key.topk(min(max_children, N), dim=-1)
+    return torch.where(vals > 0, idx, -1)
+
+
+def verify_tree(p: torch.Tensor, tokens: torch.Tensor, parents: torch.Tensor, q: torch.Tensor, valid: torch.Tensor,
+                forced: torch.Tensor, u: torch.Tensor, noise: torch.Tensor, max_depth: int, max_children: int,
+                without_replacement: bool = False):
+    """Verify a draft tree per row, root (node 0, the pending token) down, one depth at a time.
+
+    p [B, N, V]: target of the position after each node; tokens [B, N]; parents [B, N]; q [B, N, V]:
+    the distribution each node's token was drawn from; valid [B, N]; forced [B, N]: the node sits
+    at a structure position (its token is forced and always accepted); u [B, D, K] and noise
+    [B, D + 1, V] with D = max_depth, K = max_children.
+
+    At each depth the children of the current node are siblings: `verify_candidates` tries them in
+    order (independent candidates with their own q, or without replacement from one q). The
+    first accepted child becomes the current node; if none is (or there are none) the residual
+    sample is the next pending token; a row that accepts down to depth D takes a fresh sample of
+    the deepest node's p. Returns ``(n_accepted [B], path [B, D + 1], pending [B])``; path holds
+    the accepted nodes root first (entries past ``n_accepted`` are 0)."""
+    B, N, V = p.shape
+    dev = p.device
+    rows = torch.arange(B, device=dev)
+    kids = tree_children(parents, valid, max_children)  # [B, N, K]
+    cur = torch.zeros(B, dtype=torch.long, device=dev)
+    path = torch.zeros(B, max_depth + 1, dtype=torch.long, device=dev)
+    n_acc = torch.zeros(B, dtype=torch.long, device=dev)
+    pending = torch.zeros(B, dtype=torch.long, device=dev)
+    open_ = torch.ones(B, dtype=torch.bool, device=dev)
+    for d in range(max_depth):
+        c = kids[rows, cur]  # [B, K]
+        present = c >= 0
+        cc = c.clamp(min=0)
+        cand = tokens.gather(1, cc).clamp(0, V - 1)  # structure ids are past the image vocabulary
+        p_cur = p[rows, cur]
+        if without_replacement:
+            idx, tok = verify_candidates(p_cur, cand, u[:, d], noise[:, d], q=q[rows, cc[:, 0]], valid=present)
+        else:
+            idx, tok = verify_candidates(p_cur, cand, u[:, d], noise[:, d], qs=q[rows[:, None], cc], valid=present)
+        at_forced = forced.gather(1, cc[:, :1]).squeeze(1) & present[:, 0]
+        idx = torch.where(at_forced, 0, idx)
+        acc = open_ & (idx >= 0)
+        child = cc.gather(1, idx.clamp(min=0)[:, None]).squeeze(1)
+        pending = torch.where(open_ & ~acc, tok, pending)
+        cur = torch.where(acc, child, cur)
+        path[:, d + 1] = torch.where(acc, child, 0)
+        n_acc = n_acc + acc.long()
+        open_ = acc
+    bonus = sample_by_race(p[rows, cur], noise[:, max_depth])
+    return n_acc, path, torch.where(open_, bonus, pending)

@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from specar import benchmark
+from specar.cli import benchmark
 
 
 def test_parse_config_types_and_validation():

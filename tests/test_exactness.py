@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import specar
-from specar.samplers import engine as engine_mod
+from specar.samplers.drafters import jacobi as jacobi_mod
 from specar.samplers import verify as verify_mod
 from specar.testing import chi_square_test, exact_distribution, tiny_model
 
@@ -87,18 +87,18 @@ def test_backend_is_exact(case):
         assert res.stats.step_compression == pytest.approx(1.0)
 
 
-def _stale_q_redraft(self, p, tpos, mrs_out, noise):
+def _stale_q_redraft(self, state, p, tpos, mrs_out, noise):
     # planted bug: record the distribution the OLD draft came from instead of the new p
-    y, _ = _orig_redraft(self, p, tpos, mrs_out, noise)
-    stale = self.dist[self.rows[:, None], tpos % self.Rb]
+    y, _ = _orig_redraft(self, state, p, tpos, mrs_out, noise)
+    stale = self.dist[state.rows[:, None], tpos % self.ring]
     return y, stale
 
 
-_orig_redraft = engine_mod.SpeculativeEngine._redraft
+_orig_redraft = jacobi_mod.JacobiDrafter._redraft
 
 
 def test_planted_stale_q_is_caught(monkeypatch):
-    monkeypatch.setattr(engine_mod.SpeculativeEngine, "_redraft", _stale_q_redraft)
+    monkeypatch.setattr(jacobi_mod.JacobiDrafter, "_redraft", _stale_q_redraft)
     (p_value, stat, dof, tv), _ = check_exact("sjd", dict(window=3, init="random"), "v3-2x2", "plain")
     assert p_value < P_FAIL, f"planted stale-q bug went unnoticed: p={p_value:.2e} TV={tv:.4f}"
 
@@ -112,19 +112,19 @@ def test_planted_wrong_residual_is_caught(monkeypatch):
 
 def test_planted_bug_in_coupling_is_caught(monkeypatch):
     # planted bug: Gumbel-coupled re-drafts recorded with the stale q (SCD)
-    monkeypatch.setattr(engine_mod.SpeculativeEngine, "_redraft", _stale_q_redraft)
+    monkeypatch.setattr(jacobi_mod.JacobiDrafter, "_redraft", _stale_q_redraft)
     (p_value, stat, dof, tv), _ = check_exact("scd", dict(window=3, coupling="gumbel"), "v3-2x2", "plain")
     assert p_value < P_FAIL, f"planted bug went unnoticed: p={p_value:.2e} TV={tv:.4f}"
 
 
 def test_planted_sibling_bug_is_caught(monkeypatch):
     # planted bug: verify tree siblings without zeroing the rejected ones in q
-    real = engine_mod.verify_candidates
+    real = jacobi_mod.verify_candidates
 
     def no_q_update(p, cands, u, noise, q=None, qs=None, valid=None):
         return real(p, cands, u, noise, qs=q[..., None, :].expand(*cands.shape, q.shape[-1]), valid=valid)
 
-    monkeypatch.setattr(engine_mod, "verify_candidates", no_q_update)
+    monkeypatch.setattr(jacobi_mod, "verify_candidates", no_q_update)
     (p_value, stat, dof, tv), _ = check_exact("sjd_pac", dict(window=3, tree_depth=2, tree_width=3), "v3-2x2", "plain")
     assert p_value < P_FAIL, f"planted sibling bug went unnoticed: p={p_value:.2e} TV={tv:.4f}"
 

@@ -23,7 +23,7 @@ if not hasattr(transformers, "JanusForConditionalGeneration"):
 
 import specar
 from specar.model_loaders.contract import tree_ancestry
-from specar.samplers import engine as engine_mod
+from specar.samplers.drafters import jacobi as jacobi_mod
 from specar.testing import chi_square_test, exact_distribution
 
 TOL = 1e-5
@@ -219,13 +219,13 @@ def test_exactness_chi_square(no_decode, case):
 
 
 def test_planted_stale_q_is_caught(no_decode, monkeypatch):
-    orig = engine_mod.SpeculativeEngine._redraft
+    orig = jacobi_mod.JacobiDrafter._redraft
 
-    def stale(self, p, tpos, mrs_out, noise):
-        y, _ = orig(self, p, tpos, mrs_out, noise)
-        return y, self.dist[self.rows[:, None], tpos % self.Rb]
+    def stale(self, state, p, tpos, mrs_out, noise):
+        y, _ = orig(self, state, p, tpos, mrs_out, noise)
+        return y, self.dist[state.rows[:, None], tpos % self.ring]
 
-    monkeypatch.setattr(engine_mod.SpeculativeEngine, "_redraft", stale)
+    monkeypatch.setattr(jacobi_mod.JacobiDrafter, "_redraft", stale)
     (p, stat, dof, tv), _ = _exact_case(no_decode, "sjd", dict(window=3), dict(cfg_scale=1.0))
     assert p < P_FAIL, f"planted bug went unnoticed: p={p:.2e} TV={tv:.4f}"
 

@@ -26,11 +26,11 @@ from typing import Sequence
 import torch
 
 from .benchmark import cpu_name
-from .model_loaders.contract import ARImageModel, EncodedPrompt, ForwardOutput, ImageGeometry, Session
-from .model_loaders.llama import LlamaConfig, LlamaDecoder, rope_tables
-from .samplers.backends import make_backend
-from .samplers.engine import SpeculativeEngine
-from .samplers.target import SamplingParams
+from ..model_loaders.contract import ARImageModel, EncodedPrompt, ForwardOutput, ImageGeometry, Session
+from ..model_loaders.llama import LlamaConfig, LlamaDecoder, rope_tables
+from ..samplers.backends import make_backend
+from ..samplers.engine import SpeculativeEngine
+from ..samplers.target import SamplingParams
 
 SHAPES = {
     "chameleon-7b": dict(vocab_size=65536, hidden_size=4096, num_layers=32, num_heads=32, intermediate_size=11008,
@@ -163,7 +163,7 @@ def core_cost(shape: dict, device, seeds=(0, 1)) -> list:
                 _, st = SpeculativeEngine(model, spec, sampling, seed, 1, profile=True).run(model.encode_prompt(""))
             per_step.append(st.overhead_s / st.nfe)
             compression.append(st.step_compression)
-        rows.append({"backend": name, "params": spec.params(), "window": spec.window or 1,
+        rows.append({"backend": name, "params": spec.params(), "window": spec.params().get("window") or 1,
                      "core_ms": 1e3 * sum(per_step[1:]) / len(seeds),
                      "step_compression_free_model": sum(compression[1:]) / len(seeds)})
     return rows

@@ -14,7 +14,7 @@ import time
 import torch
 
 from .benchmark import _model, cpu_name, parse_config
-from .samplers.api import generate
+from ..samplers.api import generate
 
 PROMPTS = [
     "a large red circle on a blue background",

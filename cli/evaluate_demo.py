@@ -1,7 +1,7 @@
 """How well the demo model follows prompts: generate the 16 fixed prompts of judge.JUDGE_PROMPTS,
 judge each image automatically, save a grid.
 
-    python -m specar.model_loaders.demo.evaluate --out docs/figures/demo_prompts.png
+    python -m specar evaluate-demo --out docs/figures/demo_prompts.png
 """
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import json
 
 import torch
 
-from ...samplers.api import generate
-from ..registry import load_model
-from .judge import JUDGE_PROMPTS, PromptJudge
+from ..samplers.api import generate
+from ..model_loaders.registry import load_model
+from ..model_loaders.demo.judge import JUDGE_PROMPTS, PromptJudge
 
 
 def main(argv=None):

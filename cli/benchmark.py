@@ -17,9 +17,9 @@ from typing import List, Optional
 
 import torch
 
-from .model_loaders.registry import load_model
-from .samplers.api import generate
-from .samplers.backends import BACKEND_PARAMS, make_backend
+from ..model_loaders.registry import load_model
+from ..samplers.api import generate
+from ..samplers.backends import BACKEND_PARAMS, make_backend
 
 # the default run: AR, the SJD-PAC ablation of the paper (SJD -> +PD -> +PD+AC -> L=64) and SCD
 DEFAULT_CONFIGS = [
@@ -101,7 +101,7 @@ def _label(cfg: dict) -> str:
 
 def _model(spec: str, device, dtype):
     if spec.startswith("tiny:"):  # tiny:vocab,HxW[,row_end] -- random weights, for testing the command
-        from .testing import tiny_model
+        from ..testing import tiny_model
         parts = spec[5:].split(",")
         h, w = (int(x) for x in parts[1].split("x"))
         return tiny_model(int(parts[0]), (h, w), seed=0, row_end="row_end" in parts[2:], device=device or "cpu")

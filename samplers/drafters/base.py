@@ -1,0 +1,185 @@
+"""The drafter protocol: what every drafting method gives the engine and is told back.
+
+One engine loop (samplers/engine.py) serves every backend:
+
+    propose -> model.forward(tree) -> target p -> verify -> commit -> observe
+
+A drafter owns everything method-specific: how draft tokens are made (Jacobi iteration, Hawk's
+heads, an EAGLE layer), the exact q each was drawn from, its own caches, and the shape of its
+trees. The engine owns the committed sequence, the model session, the target distribution,
+statistics and the host read of each step. Verification is done with the pure functions of
+`samplers/verify.py`; `Drafter.verify` defaults to the general tree rule (`verify_tree`).
+
+Fixed shapes: a drafter proposes exactly `node_budget` nodes every step (pending token
+included); a smaller tree is padded with nodes marked invalid (they ride in the forward, attend
+to nothing harmful, and are never accepted). So the forward and all tensors keep one shape for a
+whole generation even when the tree changes shape every step (graph-friendly on the GPU).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional, Sequence, Union
+
+import torch
+
+from ...model_loaders.contract import ARImageModel, ForwardOutput, ImageGeometry
+from ..randomness import exponential_noise, make_generator
+from ..target import SamplingParams
+
+# sentinels of `SequenceLayout.forced` (engine ids >= 0 are forced structure tokens)
+IMAGE_POSITION = -1  # a position the model samples
+BEYOND_IMAGE = -2  # a slot past the end of the image (drafts there are disabled)
+NO_PARENT = -1  # parents[i] of a node attached to the committed prefix (the pending token)
+SIBLINGS_INDEPENDENT = "independent"  # each sibling drawn from its own q (Hawk, deterministic top-k)
+SIBLINGS_WITHOUT_REPLACEMENT = "without_replacement"  # siblings drawn without replacement from one q
+
+
+@dataclass
+class SequenceLayout:
+    """Per-position tables of the generated sequence, extended past its end by `slack` slots so
+    that windows and trees near the end keep their shape. Built once per generation."""
+
+    geometry: ImageGeometry
+    forced: torch.Tensor  # [ext] forced engine id, IMAGE_POSITION or BEYOND_IMAGE
+    is_img: torch.Tensor  # [ext] bool
+    prev_img: torch.Tensor  # [ext] latest image position < j (-1: none)
+    last_img: int  # the last image position of the sequence
+    ext: int  # positions covered (seq_len + slack)
+
+    @classmethod
+    def build(cls, geometry: ImageGeometry, slack: int, device) -> "SequenceLayout":
+        n = geometry.seq_len
+        ext = n + slack
+        f = torch.full((ext,), BEYOND_IMAGE, dtype=torch.long)
+        f[:n] = geometry.forced_tokens()
+        if f[0] >= 0:
+            raise ValueError("the first sequence position must be an image token")
+        img_pos = torch.where(f == IMAGE_POSITION, torch.arange(ext), torch.full_like(f, -1))
+        prev = torch.cummax(img_pos, 0).values  # latest image position <= j
+        prev_img = torch.cat([torch.tensor([-1]), prev[:-1]])
+        return cls(geometry=geometry, forced=f.to(device), is_img=(f == IMAGE_POSITION).to(device),
+                   prev_img=prev_img.to(device), last_img=int((f == IMAGE_POSITION).nonzero().max()), ext=ext)
+
+
+@dataclass
+class LoopState:
+    """The engine's state of one generation, shared with the drafter (read-only for it, except
+    `seq` beyond each row's frontier, which a drafter may use as its own scratch of drafts)."""
+
+    model: ARImageModel
+    sampling: SamplingParams
+    layout: SequenceLayout
+    batch: int
+    vocab_size: int
+    device: torch.device
+    generator: torch.Generator
+    seed: int
+    rows: torch.Tensor  # arange(batch)
+    frontier: torch.Tensor  # [B] position of each row's pending token (committed, KV not cached yet)
+    active: torch.Tensor  # [B] rows still generating
+    seq: torch.Tensor  # [B, ext + 1] committed tokens up to the frontier; one spare column at the end
+    step: int = 0  # decode forwards so far
+
+    @property
+    def spare(self) -> int:
+        """Index of the spare column of `seq`: masked-out writes land there (no read-back)."""
+        return self.seq.shape[1] - 1
+
+    def noise(self, *shape) -> torch.Tensor:
+        return exponential_noise(shape, self.generator, self.device)
+
+    def uniform(self, *shape) -> torch.Tensor:
+        return torch.rand(shape, generator=self.generator, device=self.device)
+
+    def write_tokens(self, pos: torch.Tensor, mask: torch.Tensor, tokens: torch.Tensor) -> None:
+        """seq[b, pos[b, i]] = tokens[b, i] where mask (positions distinct per row)."""
+        r = self.rows[:, None].expand_as(pos)
+        self.seq[r, torch.where(mask, pos, self.spare)] = tokens
+
+
+@dataclass
+class DraftTree:
+    """One step's proposal for every row, padded to the drafter's node budget N.
+
+    Node 0 is the pending token (already decided; its output is the target p of the next
+    position). Node i > 0 sits at position ``frontier + depth(i)``. For every node, ``q[:, i]`` is
+    the distribution its token was drawn from given everything verified before it (one-hot for a
+    deterministic candidate such as a top-k choice or a copied token); nodes at forced positions
+    hold the structure token and are always accepted."""
+
+    tokens: torch.Tensor  # [B, N] engine ids
+    parents: Union[Sequence[int], torch.Tensor]  # one tree for all rows (list) or [B, N] per row
+    q: Optional[torch.Tensor] = None  # [B, N, V]
+    valid: Optional[torch.Tensor] = None  # [B, N] bool; None: all valid
+    siblings: str = SIBLINGS_INDEPENDENT
+    depth: Optional[torch.Tensor] = None  # [B, N] or [N] depth of each node (0: the pending token)
+    max_children: int = 1  # most valid children of any node (bounds the sibling loop)
+    max_depth: int = 0  # deepest node
+
+
+@dataclass
+class Verdict:
+    """What verification decided for every row."""
+
+    n_accepted: torch.Tensor  # [B] drafts accepted (0: only the pending token is committed)
+    path: Optional[torch.Tensor]  # [B, Dmax + 1] node index of the accepted path, root first (None: a chain)
+    pending: torch.Tensor  # [B] the token after the accepted drafts (residual or fresh sample)
+    tokens: torch.Tensor  # [B, Dmax + 1] tokens along the path (index 0: the old pending token)
+    p_path: torch.Tensor  # [B, Dmax + 1, V] target of the position after each path node
+    extras: dict = field(default_factory=dict)  # drafter-private results (e.g. MRS outputs)
+
+
+class Drafter:
+    """Base class of drafting methods. Subclasses set `name`, `node_budget` and implement
+    `start`, `propose` and `observe`; `verify` defaults to the general tree rule."""
+
+    name: str = "drafter"
+    node_budget: int = 1  # nodes per forward, pending token included
+    slack: int = 3  # positions past the end of the image its trees may reach (node_budget + 2 is safe)
+    lossless: bool = True
+
+    def start(self, state: LoopState, first: ForwardOutput, p0: torch.Tensor) -> None:
+        """Called once after the prefill (p0 [B, V]: target of position 0, already sampled into
+        seq[:, 0])."""
+
+    def host_hint(self, state: LoopState) -> Optional[torch.Tensor]:
+        """A 0-dim integer tensor read back with the engine's one host read per step and passed to
+        `propose` as `hint` (e.g. how many rows want a bigger tree), or None."""
+        return None
+
+    def propose(self, state: LoopState, hint: int = 0) -> DraftTree:
+        raise NotImplementedError
+
+    def verify(self, state: LoopState, tree: DraftTree, p: torch.Tensor, out: ForwardOutput) -> Verdict:
+        from ..verify import verify_tree
+        return verify_tree_step(state, tree, p, verify_tree)
+
+    def observe(self, state: LoopState, tree: DraftTree, verdict: Verdict, p: torch.Tensor,
+                out: ForwardOutput, previous_frontier: torch.Tensor) -> None:
+        """Told after the commit (``state.frontier`` already moved; ``state.active`` still the
+        step's): the verdict, every node's target p [B, N, V], the forward's output (hidden
+        states of both CFG branches included) and each row's frontier before the step."""
+
+
+def verify_tree_step(state: LoopState, tree: DraftTree, p: torch.Tensor, verify_fn) -> Verdict:
+    """Draw the step's randomness and run the general tree verification (see verify.verify_tree)."""
+    B, N = tree.tokens.shape
+    D, K, V = tree.max_depth, max(tree.max_children, 1), state.vocab_size
+    parents = tree.parents
+    if not isinstance(parents, torch.Tensor):
+        parents = torch.tensor(list(parents), device=state.device).expand(B, N)
+    depth = tree.depth.expand(B, N) if tree.depth is not None else None
+    if depth is None:
+        from ...model_loaders.slots import batched_tree_tensors
+        depth = batched_tree_tensors(parents)[0]
+    pos = state.frontier[:, None] + depth
+    forced = state.layout.forced[pos.clamp(max=state.layout.ext - 1)] >= 0
+    valid = tree.valid if tree.valid is not None else torch.ones(B, N, dtype=torch.bool, device=state.device)
+    u = state.uniform(B, D, K)
+    noise = state.noise(B, D + 1, V)
+    n_acc, path, pending = verify_fn(p, tree.tokens, parents, tree.q, valid & (state.layout.forced[
+        pos.clamp(max=state.layout.ext - 1)] != BEYOND_IMAGE), forced, u, noise, D, K,
+        without_replacement=tree.siblings == SIBLINGS_WITHOUT_REPLACEMENT)
+    tokens = tree.tokens.gather(1, path)
+    p_path = p[state.rows[:, None], path]
+    return Verdict(n_accepted=n_acc, path=path, pending=pending, tokens=tokens, p_path=p_path)

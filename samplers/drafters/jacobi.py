@@ -1,0 +1,262 @@
+"""The Jacobi family: AR, SJD, SCD and SJD-PAC as one drafter.
+
+Drafts live in the engine's sequence buffer beyond each row's frontier (the previous step's
+samples: Jacobi iteration) with the q each was drawn from in a ring of per-position
+distributions. One step feeds the chain ``[pending, d_1, ..., d_{T-1}]``; verification accepts a
+prefix of it (`verify_chain`, all positions at once); positions it did not reach are re-drafted
+from their new p (SJD: independently; SCD / adaptive continuation: coupled with the old draft),
+and positions entering the window are initialised by `init`. SJD-PAC adds proactive drafting:
+after a rejection the next forward also carries K-1 branches of depth D under the pending token,
+drawn without replacement with the chain's draft at depth 1 (`_build_tree`, `_verify_siblings`).
+
+AR is this drafter with an empty window: one slot, the pending token, and no drafts.
+"""
+from __future__ import annotations
+
+import torch
+
+from ...model_loaders.contract import ForwardOutput
+from ..randomness import gumbel_key, position_gumbel, sample_by_race
+from ..verify import gumbel_coupling, one_hot, verify_candidates, verify_chain
+from .base import BEYOND_IMAGE, IMAGE_POSITION, DraftTree, Drafter, LoopState, Verdict
+
+GUMBEL_TABLE_BYTES = 1 << 28  # 256 MiB: a 48x48 image over 8192 codes needs 77 MB per image row
+
+
+def slot_count(forced: torch.Tensor, window: int) -> int:
+    """Slots per forward: the pending token plus the longest run of positions holding `window`
+    image tokens (and the forced tokens between and right after them)."""
+    n = forced.numel()
+    count = (forced < 0).long().cumsum(0)  # image tokens at positions <= j
+    last = torch.searchsorted(count, count + window, right=True) - 1  # last j with count <= count[c] + window
+    last = last.clamp(max=n - 1)
+    return int((last - torch.arange(n)).max()) + 1
+
+
+class JacobiDrafter(Drafter):
+    def __init__(self, config, model, sampling):
+        p = config.params()
+        geo = model.geometry
+        self.config, self.name = config, config.name
+        self.window = p.get("window", 0)  # image drafts after the pending token (0: AR)
+        self.init = p.get("init", "random")
+        # how positions verification did not reach are re-drafted: independent (SJD), maximal or gumbel
+        self.refine = {"scd": p.get("coupling"), "sjd_pac": p.get("coupling") if p.get("continuation") else
+                       "independent"}.get(config.name, "independent")
+        self.coupling_strength = p.get("coupling_strength", 1.0 if config.name == "sjd_pac" else 0.0)
+        self.K, self.D = p.get("tree_width", 1), p.get("tree_depth", 1)  # proactive tree: K candidates, depth D
+        if self.K > geo.vocab_size:
+            raise ValueError(f"tree_width must be in [1, {geo.vocab_size}] (the image vocabulary), got {self.K}")
+        # chain slots T: the pending token, `window` image drafts and the forced tokens among them
+        self.T = min(slot_count(geo.forced_tokens(), self.window), geo.seq_len)
+        self.slack = self.T + 2  # positions past the end of the image a window may reach
+        self.chain_parents = [-1] + list(range(self.T - 1))
+        # proactive drafting: K-1 extra branches of D nodes after the chain, each rooted at the pending slot
+        self.tree_parents = list(self.chain_parents)
+        for _ in range(self.K - 1):
+            for d in range(self.D):
+                self.tree_parents.append(0 if d == 0 else len(self.tree_parents) - 1)
+        self.node_budget = len(self.tree_parents)
+        # ring of per-position draft distributions q (and targets of committed positions):
+        # a position's entry lives at pos % ring; one spare entry at the end takes masked-out writes
+        self.ring = geo.row_stride + self.T + 2
+
+    # -- start -------------------------------------------------------------------------------
+    def start(self, state: LoopState, first: ForwardOutput, p0: torch.Tensor) -> None:
+        B, V, dev = state.batch, state.vocab_size, state.device
+        self.dist = torch.zeros(B, self.ring + 1, V, device=dev)
+        self._write(state, state.frontier[:, None], state.active[:, None], dists=p0[:, None])
+        self.gkey = gumbel_key(state.seed)
+        # Gumbel coupling: the noise of every (row, position) computed once per generation when it
+        # fits in GUMBEL_TABLE_BYTES (a step would otherwise hash [B, T, V] again; over a whole
+        # image steps * T >= positions, so the table is also less work). Same values either way.
+        self.gumbel_table = None
+        ext = state.layout.ext
+        if self.refine == "gumbel" and B * ext * V * 4 <= GUMBEL_TABLE_BYTES:
+            self.gumbel_table = position_gumbel(self.gkey, state.rows[:, None], torch.arange(ext, device=dev)[None], V)
+        T = self.T
+        self.drafted = state.frontier.clone()  # last position that holds a draft
+        self._init(state, state.frontier[:, None] + torch.arange(1, T, device=dev),
+                   torch.ones(B, T - 1, dtype=torch.bool, device=dev))
+        self.drafted = self.drafted + T - 1
+        self.in_tree = torch.zeros(B, dtype=torch.bool, device=dev)  # rows whose next draft is a tree
+
+    def host_hint(self, state: LoopState):
+        """How many rows want the proactive tree in the next forward."""
+        return (self.in_tree & state.active).sum() if self.K > 1 else None
+
+    # -- propose -----------------------------------------------------------------------------
+    def propose(self, state: LoopState, hint: int = 0) -> DraftTree:
+        self.tree_step = tree_step = hint > 0
+        self.pos = state.frontier[:, None] + torch.arange(self.T, device=state.device)  # pending, then the chain
+        tokens = state.seq.gather(1, self.pos)
+        if tree_step:  # proactive drafting: K-1 extra branches of depth D under the pending token
+            tokens = torch.cat([tokens, self.branch_tok.flatten(1)], 1)
+        return DraftTree(tokens=tokens, parents=self.tree_parents if tree_step else self.chain_parents)
+
+    # -- verify ------------------------------------------------------------------------------
+    def verify(self, state: LoopState, tree: DraftTree, p_all: torch.Tensor, out: ForwardOutput) -> Verdict:
+        B, T, V, dev, rows = state.batch, self.T, state.vocab_size, state.device, state.rows
+        layout, tokens, pos = state.layout, tree.tokens, self.pos
+        dpos = pos[:, 1:]
+        q = self.dist[rows[:, None], dpos % self.ring]
+        forced = layout.forced[dpos] >= 0
+        enabled = (layout.is_img[dpos].long().cumsum(-1) <= self.window) & (layout.forced[dpos] != BEYOND_IMAGE)
+        noise = state.noise(B, T, V)  # noise[:, i-1] serves position frontier+i
+        u = state.uniform(B, T - 1)
+        line, first, k_star = torch.arange(T, device=dev).expand(B, T), None, None
+        if self.tree_step:
+            line, first, k_star = self._verify_siblings(state, tokens, p_all, q[:, 0], noise[:, 0], forced[:, 0])
+        x_line, p = tokens, p_all
+        if self.tree_step:  # the verified line: the chain, or the chosen branch after the pending token
+            x_line, p = tokens.gather(1, line), p_all[rows[:, None], line]
+        n_acc, mrs_out = verify_chain(p[:, :-1], q, x_line[:, 1:], u, noise[:, :-1], enabled, forced, first=first)
+        if self.tree_step:
+            n_acc = self._cap_branch_acceptance(n_acc, k_star)
+        n_acc = torch.where(state.active, n_acc, 0)
+        n_en = enabled.sum(-1)
+        # the new pending token: correction after a rejection, else a fresh sample of p
+        fresh_next = sample_by_race(p[rows, n_acc], noise[rows, n_acc])
+        rejected = n_acc < n_en
+        correction = torch.cat([mrs_out, fresh_next[:, None]], 1)[rows, n_acc]
+        pending = torch.where(rejected, correction, fresh_next)
+        return Verdict(n_accepted=n_acc, path=line if self.tree_step else None, pending=pending, tokens=x_line,
+                       p_path=p, extras=dict(mrs_out=mrs_out, noise=noise, n_enabled=n_en, rejected=rejected))
+
+    def _verify_siblings(self, state, tokens, p_all, q1, noise1, forced1):
+        """Depth 1 of a tree step: the chain's draft and the branches' first tokens are siblings
+        drawn without replacement from q1; verify them in order. Returns the slot line of the
+        branch verification continues on, the depth-1 outcome (accepted, token) and the winner."""
+        B, K, D, T = state.batch, self.K, self.D, self.T
+        cands = torch.cat([tokens[:, 1:2], self.branch_tok[:, :, 0]], 1).clamp(0, state.vocab_size - 1)  # [B, K]
+        valid = torch.cat([torch.ones(B, 1, dtype=torch.bool, device=state.device),
+                           self.branch_valid[:, :, 0] & self.in_tree[:, None]], 1)
+        u = state.uniform(B, K)
+        k_star, token = verify_candidates(p_all[:, 0], cands, u, noise1, q=q1, valid=valid)
+        k_star = torch.where(forced1, 0, k_star)  # a structure token: every branch holds it
+        depth = torch.arange(T, device=state.device)
+        branch_slot = T + (k_star.clamp(min=1) - 1)[:, None] * D + depth[None] - 1
+        on_branch = (k_star[:, None] >= 1) & (depth[None] >= 1) & (depth[None] <= D)
+        line = torch.where(on_branch, branch_slot, depth[None])
+        first = (k_star >= 0, torch.where(k_star >= 0, tokens.gather(1, line[:, 1:2]).squeeze(1), token))
+        return line, first, k_star
+
+    def _cap_branch_acceptance(self, n_acc, k_star):
+        """When a proactive branch (k >= 1) won depth 1, its line holds only D nodes of its own:
+        the chain's nodes after them were computed in the chain's context, so their outputs (the
+        p of positions D+2, ...) and their KV are wrong for this branch. Acceptance stops at D;
+        the output of branch node D (the exact p of position D+1) then yields the pending token:
+        the MRS output there (a sample of that p whichever draft it verified), or a fresh sample."""
+        return torch.where(k_star >= 1, n_acc.clamp(max=self.D), n_acc)
+
+    # -- observe -----------------------------------------------------------------------------
+    def observe(self, state: LoopState, tree: DraftTree, verdict: Verdict, p_all: torch.Tensor,
+                out: ForwardOutput, previous_frontier: torch.Tensor) -> None:
+        dev, active, T = state.device, state.active, self.T
+        frontier, new_frontier, n_acc, p = previous_frontier, state.frontier, verdict.n_accepted, verdict.p_path
+        slot = torch.arange(T, device=dev)
+        tpos = frontier[:, None] + 1 + slot  # positions of p's targets
+        newly = (slot[None] <= n_acc[:, None]) & active[:, None]
+        self._write(state, tpos, newly, dists=p)
+        # re-draft the positions verification did not reach (we have their stale-context p)
+        n_en = verdict.extras["n_enabled"]
+        refine = (tpos > new_frontier[:, None]) & (tpos <= (frontier + n_en + 1)[:, None]) & active[:, None] \
+            & state.layout.is_img[tpos]
+        y, q_y = self._redraft(state, p, tpos, verdict.extras["mrs_out"], verdict.extras["noise"])
+        self._write(state, tpos, refine, y, q_y)
+        # drafts for positions entering the window, then the proactive tree after a rejection
+        npos = new_frontier[:, None] + slot[1:]
+        self._init(state, npos, (npos > self.drafted[:, None]) & active[:, None])
+        self.drafted = torch.where(active, torch.maximum(self.drafted, new_frontier + T - 1), self.drafted)
+        if self.K > 1:
+            self.in_tree = verdict.extras["rejected"] & active
+            self._build_tree(state)
+
+    # -- drafting ------------------------------------------------------------------------------
+    def _write(self, state, pos, mask, tokens=None, dists=None):
+        """Masked writes of draft tokens into `seq` and their q into the ring (positions in one
+        call are distinct per row; masked-out entries go to the spare column / slot)."""
+        if tokens is not None:
+            state.write_tokens(pos, mask, tokens)
+        if dists is not None:
+            r = state.rows[:, None].expand_as(pos)
+            self.dist[r, torch.where(mask, pos % self.ring, self.ring)] = dists
+
+    def _init(self, state, pos, need):
+        """Draft positions `pos` [B, K] (consecutive per row) where `need`; record their q."""
+        if self.window == 0:  # AR drafts nothing
+            return
+        layout, V, strat = state.layout, state.vocab_size, self.init
+        need = need & layout.is_img[pos]
+        B, K = pos.shape
+        # the last image position before the first one to draft: the source of left-initialisation
+        first = torch.where(need, pos, pos[:, -1:]).min(-1).values
+        left = layout.prev_img[first].clamp(min=0)
+        if strat == "random":
+            x = torch.randint(V, (B, K), generator=state.generator, device=state.device)
+            self._write(state, pos, need, x, torch.full((B, K, V), 1.0 / V, device=state.device))
+            return
+        stride = layout.geometry.row_stride
+        chunks = [(0, K)] if strat.endswith("_left") else [(s, min(s + stride, K)) for s in range(0, K, stride)]
+        for s, e in chunks:  # sources of a chunk lie before it (row above, or the left source)
+            p = pos[:, s:e]
+            src = left[:, None].expand_as(p)
+            if strat.endswith("_above"):
+                above = p - stride
+                src = torch.where(above >= 0, above, src)
+            if strat.startswith("repeat"):
+                x = state.seq.gather(1, src).clamp(0, V - 1)  # clamp: sources of masked-out slots may be structure
+                q = one_hot(x, V)
+            else:
+                q = self.dist[state.rows[:, None], src % self.ring]
+                x = sample_by_race(q, state.noise(B, e - s, V))
+            self._write(state, p, need[:, s:e], x, q)
+
+    def _redraft(self, state, p, tpos, mrs_out, noise):
+        """Next step's draft at each target position (used where verification stopped short) and
+        the q it is distributed as: always the new p, whether drawn independently or coupled."""
+        return self._coupled_draft(state, p, tpos, mrs_out, noise), p
+
+    def _coupled_draft(self, state, p, tpos, mrs_out, noise):
+        fresh = sample_by_race(p, noise)
+        kind, alpha = self.refine, self.coupling_strength
+        if kind == "independent":
+            return fresh
+        if kind == "maximal":
+            # slots 1..T-1 had an old draft: MRS output couples it with the new p; the position
+            # after the last slot had none, so it is drafted fresh
+            coupled = torch.cat([mrs_out, fresh[:, -1:]], dim=1)
+        else:
+            if self.gumbel_table is not None:
+                g = self.gumbel_table[state.rows[:, None], tpos]
+            else:
+                g = position_gumbel(self.gkey, state.rows[:, None], tpos, state.vocab_size)
+            coupled = gumbel_coupling(p, g)
+        if alpha < 1.0:
+            coin = torch.rand(coupled.shape, generator=state.generator, device=state.device) < alpha
+            coupled = torch.where(coin, coupled, fresh)
+        return coupled
+
+    def _build_tree(self, state):
+        """K-1 extra branches for positions frontier+1 .. frontier+D, built without a forward from
+        the distributions recorded there. Depth 1: candidates drawn WITHOUT replacement from q
+        at frontier+1, excluding the chain's own draft (which is the first draw); deeper nodes:
+        drawn independently for every branch from that position's q."""
+        B, K, D, V, layout = state.batch, self.K, self.D, state.vocab_size, state.layout
+        bpos = state.frontier[:, None] + torch.arange(1, D + 1, device=state.device)  # [B, D]
+        q = self.dist[state.rows[:, None], bpos % self.ring]  # [B, D, V]
+        first = state.seq.gather(1, bpos[:, :1]).clamp(0, V - 1)  # the chain's draft at depth 1
+        keys = state.noise(B, V) / q[:, 0]  # exponential race keys: ascending order = draws w/o replacement
+        keys = keys.scatter(1, first, float("inf"))
+        order = keys.topk(K - 1, dim=-1, largest=False).indices  # [B, K-1], ascending: the first K-1 draws
+        ok1 = torch.isfinite(keys.gather(1, order)) & (q[:, 0].gather(1, order) > 0)
+        deeper = sample_by_race(q[:, None, 1:].expand(B, K - 1, D - 1, V), state.noise(B, K - 1, D - 1, V))
+        tok = torch.cat([order[:, :, None], deeper], 2)  # [B, K-1, D]
+        forced = layout.forced[bpos]
+        tok = torch.where(forced[:, None] >= 0, forced[:, None], tok)
+        valid = (forced[:, None] != BEYOND_IMAGE).expand(B, K - 1, D).clone()
+        valid[:, :, 0] &= ok1 | (forced[:, None, 0] >= 0)
+        self.branch_tok, self.branch_valid = tok, valid
+
+
+__all__ = ["JacobiDrafter", "slot_count", "IMAGE_POSITION"]
