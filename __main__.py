@@ -5,7 +5,8 @@ import sys
 
 def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
-    commands = {"demo": "demo", "bench": "benchmark", "shape-bench": "shape_bench", "evaluate-demo": "evaluate_demo"}
+    commands = {"demo": "demo", "bench": "benchmark", "shape-bench": "shape_bench", "evaluate-demo": "evaluate_demo",
+                "train-drafter": "train_drafter"}
     if not argv or argv[0] not in commands:
         print(f"usage: python -m specar {{{','.join(commands)}}} [options]  (add -h for a command's options)")
         return 2

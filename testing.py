@@ -41,6 +41,7 @@ def tiny_model(vocab_size: int = 4, grid: Union[int, tuple] = (2, 2), seed: int 
         dec.lm_head.weight.mul_(logit_scale)
     model = LlamaImageModel(dec.to(device), geometry, byte_text_encoder(text_offset), name=f"tiny-v{vocab_size}-{h}x{w}")
     model.default_sampling = {"cfg_scale": 1.0, "top_k": None}
+    model.random_drafter_seed = seed  # trained backends (hawk, adt_tree) run with random-weight drafters
     return model
 
 

@@ -105,6 +105,8 @@ class ARImageModel(ABC):
 
     geometry: ImageGeometry
     name: str = "model"
+    folder: Optional[str] = None  # where the weights live; trained drafters are looked up beside them
+    random_drafter_seed: Optional[int] = None  # tiny test models: drafters get random weights (no files)
     # the family's recommended sampling settings, used when generate() is not told otherwise
     default_sampling: dict = {"cfg_scale": 1.0, "top_k": None}
 

@@ -143,12 +143,50 @@ register_backend(BackendSchema(
                   choices=COUPLINGS, paper="SJD-PAC paper: maximal")),
     drafter=".drafters.jacobi:JacobiDrafter", cross_check=_tree_depth_within_window))
 
+# -- Hawk (owned by samplers/drafters/hawk.py; adjust only this block) ----------------------------
+register_backend(BackendSchema(
+    "hawk", "Hawk", "spatial (horizontal + vertical) draft heads with a speculation cache (Chen et al.)",
+    params=(Param("horizontal_heads", 4, "horizontal heads: positions T+1..T+n after the pending token", lo=1, hi=16,
+                  paper="Hawk paper: Medusa-style heads"),
+            Param("vertical_depth", 1, "vertical heads: rows below (T + d * row) kept in the speculation cache", lo=0,
+                  hi=4, paper="Hawk paper: VSD"),
+            Param("candidates", 2, "candidates drawn from each head's distribution at a position", lo=1, hi=16),
+            Param("node_budget", 32, "nodes per forward (pending token included); the tree is padded to it", lo=2,
+                  hi=512),
+            Param("heads", "", "heads folder; empty: hawk_heads/ beside the model's weights")),
+    drafter=".drafters.hawk:HawkDrafter"))
 
-def _backends() -> tuple:
-    return tuple(SCHEMAS)
+# -- ADT-Tree (owned by samplers/drafters/adt_tree.py; adjust only this block) ----------------------
+ADT_INITS = ("left", "above", "random")
+register_backend(BackendSchema(
+    "adt_tree", "ADT-Tree", "EAGLE drafter with adjacency-adaptive dynamic draft trees (Lei et al.)",
+    params=(Param("node_budget", 32, "nodes per forward (pending token included); the tree is padded to it", lo=2,
+                  hi=512),
+            Param("tree_init", "left", "where a new tree's depth and width come from: the left neighbour's tree, the "
+                  "one above, or random", choices=ADT_INITS, paper="ADT-Tree paper: left (horizontal)"),
+            Param("adaptive", True, "bisection adaptation of depth and width from the previous tree's acceptance "
+                  "(off: a fixed EAGLE-2 tree)", paper="ADT-Tree paper: on"),
+            Param("beta", 1.0, "acceptance-rate threshold of the adaptation", lo=0.0, hi=1.0, paper="ADT-Tree paper: 1"),
+            Param("depth", 5, "initial (or fixed) tree depth d", lo=1, hi=10, paper="ADT-Tree paper: d in (0, 10)"),
+            Param("width", 8, "initial (or fixed) expansion width k", lo=1, hi=14, paper="ADT-Tree paper: k in (3, 14)"),
+            Param("relaxed", False, "LOSSY: LANTERN relaxed acceptance (latent-proximity neighbourhoods); off = lossless",
+                  paper="LANTERN: lossy, off by default"),
+            Param("relaxed_k", 10, "LANTERN: neighbourhood size k (codebook nearest neighbours)", lo=1, hi=1000),
+            Param("relaxed_delta", 0.1, "LANTERN: total-variation budget delta of the relaxation", lo=0.0, hi=1.0),
+            Param("drafter", "", "EAGLE drafter folder; empty: eagle_drafter/ beside the model's weights")),
+    drafter=".drafters.adt_tree:ADTTreeDrafter"))
 
 
-BACKENDS = _backends()
+def _installed(schema: BackendSchema) -> bool:
+    """A backend is offered only when its drafter module is part of this installation."""
+    import importlib.util
+    module = schema.drafter.split(":")[0]
+    return importlib.util.find_spec(module, __package__) is not None
+
+
+for _name in [n for n, s in SCHEMAS.items() if not _installed(s)]:
+    del SCHEMAS[_name]
+BACKENDS = tuple(SCHEMAS)
 # name -> {param: (default, help)}: the compact view older code and the nodes read
 BACKEND_PARAMS = {name: {p.name: (p.default, p.help) for p in s.params} for name, s in SCHEMAS.items()}
 PARAM_CHOICES = {p.name: p.choices for s in SCHEMAS.values() for p in s.params if p.choices}

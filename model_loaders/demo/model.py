@@ -61,4 +61,5 @@ def load_demo_model(device=None, dtype=None, path: str = WEIGHTS) -> LlamaImageM
                             max_prompt_tokens=meta["max_prompt_tokens"], name="demo", decoder_fn=decode)
     model.default_sampling = dict(meta["default_sampling"])
     model.codebook = codebook
+    model.folder = path
     return model

@@ -1,0 +1,43 @@
+"""`python -m specar train-drafter --kind {hawk,eagle} --model <demo|folder> --out <dir>`: train a
+drafter on the frozen target by self-distillation (training/). The kinds' training functions
+live in training/<kind>.py and take (model, args)."""
+from __future__ import annotations
+
+import argparse
+import importlib
+
+import torch
+
+KINDS = {"hawk": "..training.hawk:train_hawk", "eagle": "..training.eagle:train_eagle"}
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m specar train-drafter", description=__doc__.splitlines()[0])
+    ap.add_argument("--kind", required=True, choices=sorted(KINDS))
+    ap.add_argument("--model", default="demo", help="demo, or a model folder")
+    ap.add_argument("--out", required=True, help="output folder (drafter.safetensors, drafter.json, checkpoint/)")
+    ap.add_argument("--prompts", default=None, help="text file, one prompt per line (default for demo: its data generator)")
+    ap.add_argument("--images", type=int, default=512, help="images the target samples for distillation")
+    ap.add_argument("--steps", type=int, default=2000)
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--device", default=None)
+    ap.add_argument("--resume", action="store_true", help="continue from <out>/checkpoint")
+    return ap
+
+
+def main(argv=None):
+    args = parser().parse_args(argv)
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    from ..model_loaders.registry import load_model
+    model = load_model(args.model, device=args.device)
+    module, fn = KINDS[args.kind].split(":")
+    train = getattr(importlib.import_module(module, __package__), fn)
+    train(model, args)
+
+
+if __name__ == "__main__":
+    main()

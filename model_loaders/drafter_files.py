@@ -1,0 +1,103 @@
+"""Trained drafter files (Hawk heads, EAGLE layers): one folder per drafter with
+
+    drafter.safetensors   the weights (safetensors only: nothing is unpickled)
+    drafter.json          {"kind", "format", "config": {...}, "target": {"name", "fingerprint", ...},
+                           "training": {...}}
+
+The target section names the model the drafter was trained on and a fingerprint of its
+weights (fingerprint.py); loading a drafter for another model is refused with a clear error
+(a mismatched drafter would still be lossless, only slow, so refusing is about not wasting the
+user's time). A model finds its drafters beside its weights: ``<model folder>/<DRAFTER_FOLDERS[kind]>``.
+"""
+from __future__ import annotations
+
+import json
+import os
+from typing import Optional
+
+import torch
+
+from .fingerprint import fingerprint_mismatch, weights_fingerprint
+
+FORMAT = 1
+WEIGHTS_FILE = "drafter.safetensors"
+CONFIG_FILE = "drafter.json"
+DRAFTER_FOLDERS = {"hawk": "hawk_heads", "eagle": "eagle_drafter"}
+TRAIN_COMMAND = "python -m specar train-drafter --kind {kind} --model {model} --out {out}"
+
+
+def drafter_folder(model, kind: str) -> Optional[str]:
+    """Where `model`'s drafter of this kind lives (None when the model has no folder)."""
+    base = getattr(model, "folder", None)
+    return None if base is None else os.path.join(base, DRAFTER_FOLDERS[kind])
+
+
+def target_section(model) -> dict:
+    geo = model.geometry
+    return {"name": model.name, "fingerprint": weights_fingerprint(model.torch_module()),
+            "vocab_size": geo.vocab_size, "grid": [geo.height, geo.width], "row_end": geo.row_end,
+            "hidden_size": model.hidden_size}
+
+
+def save_drafter(folder: str, kind: str, model, tensors: dict, config: dict, training: Optional[dict] = None) -> None:
+    from safetensors.torch import save_file
+
+    os.makedirs(folder, exist_ok=True)
+    save_file({k: v.detach().contiguous().cpu() for k, v in tensors.items()}, os.path.join(folder, WEIGHTS_FILE))
+    meta = {"kind": kind, "format": FORMAT, "config": config, "target": target_section(model),
+            "training": training or {}}
+    with open(os.path.join(folder, CONFIG_FILE), "w", encoding="utf-8") as f:
+        json.dump(meta, f, indent=1)
+
+
+def missing_drafter_error(model, kind: str, folder: Optional[str]) -> ValueError:
+    where = folder or f"<model folder>/{DRAFTER_FOLDERS[kind]}"
+    name = getattr(model, "folder", None) or model.name
+    return ValueError(f"no {kind} drafter for model {model.name!r}: {where} has no {CONFIG_FILE} / {WEIGHTS_FILE}. "
+                      f"Train one with: " + TRAIN_COMMAND.format(kind=kind, model=name, out=where))
+
+
+def load_drafter(folder: Optional[str], kind: str, model, device=None):
+    """(tensors, meta) of a drafter folder, checked: files present and readable, the kind, and
+    the target's fingerprint. Every failure is a ValueError naming the file and the fix."""
+    if folder is None or not os.path.isfile(os.path.join(folder, CONFIG_FILE)):
+        raise missing_drafter_error(model, kind, folder)
+    cfg_path, w_path = os.path.join(folder, CONFIG_FILE), os.path.join(folder, WEIGHTS_FILE)
+    try:
+        with open(cfg_path, encoding="utf-8") as f:
+            meta = json.load(f)
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{cfg_path} is not valid JSON ({e}); retrain the drafter") from e
+    if not isinstance(meta, dict) or meta.get("kind") != kind:
+        got = meta.get("kind") if isinstance(meta, dict) else None
+        raise ValueError(f"{cfg_path} describes a {got!r} drafter, not a {kind!r} one")
+    if meta.get("format") != FORMAT:
+        raise ValueError(f"{cfg_path} has format {meta.get('format')!r}; this SpecAR reads format {FORMAT}")
+    target = meta.get("target") or {}
+    why = fingerprint_mismatch(target.get("fingerprint") or {}, weights_fingerprint(model.torch_module()))
+    if why is not None:
+        raise ValueError(f"{cfg_path} was trained for model {target.get('name')!r}, not for the loaded model "
+                         f"{model.name!r} ({why}); train a drafter for this model with: "
+                         + TRAIN_COMMAND.format(kind=kind, model=getattr(model, 'folder', None) or model.name,
+                                                out=folder))
+    if not os.path.isfile(w_path):
+        raise ValueError(f"{w_path} is missing (its {CONFIG_FILE} is there); retrain or recopy the drafter")
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+    try:
+        tensors = load_file(w_path, device=str(device or "cpu"))
+    except (SafetensorError, OSError, ValueError, RuntimeError) as e:
+        raise ValueError(f"{w_path} is corrupt ({e}); retrain or recopy the drafter") from e
+    return tensors, meta
+
+
+def check_shapes(path: str, tensors: dict, expected: dict) -> None:
+    """Every expected tensor present with its shape (expected: name -> shape), nothing else."""
+    got = {k: tuple(v.shape) for k, v in tensors.items()}
+    want = {k: tuple(v) for k, v in expected.items()}
+    if got != want:
+        bad = sorted(set(got) ^ set(want)) or [k for k in want if got[k] != want[k]]
+        raise ValueError(f"{path} does not match its {CONFIG_FILE} (first mismatches: {bad[:3]})")
+
+
+__all__ = ["DRAFTER_FOLDERS", "drafter_folder", "save_drafter", "load_drafter", "check_shapes", "torch"]
