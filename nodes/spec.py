@@ -110,24 +110,10 @@ def validate(inputs: list, values: dict) -> Optional[str]:
 # ---------------------------------------------------------------------------------------------
 # backend parameters -> widgets
 
-# what the papers recommend, quoted in the tooltips
-PAPER_NOTES = {
-    "window": "SJD paper: 16 (32 and 64 also studied); SCD: 16-64; SJD-PAC paper: 64",
-    "init": "SJD paper: random",
-    "coupling": "SCD paper: maximal; SJD-PAC's adaptive continuation is the maximal coupling",
-    "coupling_strength": "SCD paper: 1.0 (0 = plain SJD re-drafting)",
-    "tree_depth": "SJD-PAC paper: D = 3",
-    "tree_width": "SJD-PAC paper: K = 4 (the authors' code uses 3; 1 turns proactive drafting off)",
-    "continuation": "SJD-PAC paper: on",
-}
-PARAM_CHOICES = {"init": INITS, "coupling": COUPLINGS, **getattr(_backends, "PARAM_CHOICES", {})}
-PARAM_RANGES = {
-    "window": (1, MAX_WINDOW),
-    "tree_depth": (1, MAX_WINDOW),
-    "tree_width": (1, 65536),
-    "coupling_strength": (0.0, 1.0),
-    **getattr(_backends, "PARAM_RANGES", {}),
-}
+# what the papers recommend, allowed values and ranges: all from the backends' parameter schemas
+PAPER_NOTES = dict(_backends.PAPER_NOTES)
+PARAM_CHOICES = {"init": INITS, "coupling": COUPLINGS, **_backends.PARAM_CHOICES}
+PARAM_RANGES = {"window": (1, MAX_WINDOW), **_backends.PARAM_RANGES}
 
 
 def _defaults_by_backend(param: str) -> dict:
@@ -204,12 +190,7 @@ def backend_values(backend: str, values: dict) -> dict:
     return out
 
 
-BACKEND_HELP = {
-    "ar": "plain autoregressive sampling, one token per forward (the baseline)",
-    "sjd": "Speculative Jacobi Decoding",
-    "scd": "Speculative Jacobi Decoding with coupled re-drafts",
-    "sjd_pac": "SJD with proactive drafting and adaptive continuation",
-}
+BACKEND_HELP = {name: schema.summary for name, schema in _backends.SCHEMAS.items()}
 
 
 # ---------------------------------------------------------------------------------------------

@@ -158,3 +158,77 @@ def test_verify_chain_stops_at_first_rejection_and_respects_enabled():
     assert n.tolist() == [2] and out[0, 2] == 3  # correction from the residual
     n, _ = verify_chain(p, q, x, u, noise, enabled=torch.tensor([[True, False, False, False]]))
     assert n.tolist() == [1]
+
+
+# -- the general tree rule (Hawk, ADT-Tree): verify_tree ------------------------------------------
+TREE_PARENTS = [-1, 0, 0, 1, 2, 2]  # root (pending) -> {1, 2}; 1 -> {3}; 2 -> {4, 5}
+
+
+def _tree_trial(n, seed, one_hot_nodes=()):
+    """Two positions drafted as a tree; returns (pairs [n, 2], P1, P2) where the pair is the two
+    tokens the verified tree (continued by plain sampling where it stopped) commits."""
+    from specar.samplers.verify import verify_tree
+    V = 4
+    g = torch.Generator().manual_seed(seed)
+    P1 = torch.softmax(torch.randn(V, generator=g) * 1.5, -1)
+    P2 = torch.softmax(torch.randn(V, V, generator=g) * 1.5, -1)  # P2[x1] = distribution of token 2
+    P2[:, 0] = 0.0  # a forbidden code, as top-k gives
+    P2 = P2 / P2.sum(-1, keepdim=True)
+    qs = torch.softmax(torch.randn(6, V, generator=g), -1)  # each node's own q
+    tokens = torch.zeros(n, 6, dtype=torch.long)
+    q = qs.expand(n, 6, V).clone()
+    for i in range(1, 6):
+        if i in one_hot_nodes:  # a deterministic candidate: always the argmax of its q, q one-hot
+            tokens[:, i] = qs[i].argmax()
+            q[:, i] = one_hot(tokens[:, i], V)
+        else:
+            tokens[:, i] = sample_by_race(q[:, i], exponential_noise((n, V), g, "cpu"))
+    p = torch.empty(n, 6, V)
+    p[:, 0] = P1
+    p[:, 1:] = P2[tokens[:, 1:]]
+    parents = torch.tensor(TREE_PARENTS).expand(n, 6)
+    valid = torch.ones(n, 6, dtype=torch.bool)
+    forced = torch.zeros(n, 6, dtype=torch.bool)
+    u = torch.rand(n, 2, 2, generator=g)
+    noise = exponential_noise((n, 3, V), g, "cpu")
+    n_acc, path, pending = verify_tree(p, tokens, parents, q, valid, forced, u, noise, 2, 2)
+    rows = torch.arange(n)
+    t1 = torch.where(n_acc >= 1, tokens[rows, path[:, 1]], pending)
+    t2_next = sample_by_race(P2[t1], exponential_noise((n, V), g, "cpu"))  # the next step, where the tree stopped
+    t2 = torch.where(n_acc >= 2, tokens[rows, path[:, 2]], torch.where(n_acc == 1, pending, t2_next))
+    return torch.stack([t1, t2], 1), P1, P2, n_acc
+
+
+@pytest.mark.parametrize("one_hot_nodes", [(), (1, 4)])
+def test_verify_tree_commits_the_exact_joint(one_hot_nodes):
+    pairs, P1, P2, n_acc = _tree_trial(N, 11, one_hot_nodes)
+    joint = (P1[:, None] * P2).flatten()
+    assert chi2_pvalue(pairs[:, 0] * 4 + pairs[:, 1], joint) > P_FAIL
+    assert (n_acc == 2).any() and (n_acc == 0).any()  # both depths and the residual path were exercised
+
+
+def test_verify_tree_catches_a_missing_residual_update(monkeypatch):
+    import specar.samplers.verify as verify_mod
+    monkeypatch.setattr(verify_mod, "residual", lambda p, q: p)  # planted bug: siblings see the old p
+    pairs, P1, P2, _ = _tree_trial(N, 11)
+    joint = (P1[:, None] * P2).flatten()
+    counts = torch.bincount(pairs[:, 0] * 4 + pairs[:, 1], minlength=16).double()
+    e = joint.double() * N
+    keep = e > 0
+    stat = ((counts[keep] - e[keep]) ** 2 / e[keep]).sum()
+    p_value = float(torch.special.gammaincc(torch.tensor((int(keep.sum()) - 1) / 2, dtype=torch.float64), stat / 2))
+    assert p_value < P_FAIL
+
+
+def test_race_never_picks_a_zero_probability_code_even_with_zero_noise():
+    # the float edge case of issue 11: noise exactly 0 must not let a p = 0 code win
+    p = torch.zeros(3, 8)
+    p[:, 5] = 1.0
+    p[2, 2] = 1e-45  # a denormal: p / E can underflow to 0, still beats every p = 0 code
+    p[2, 5] = 0.0
+    noise = torch.ones(3, 8)
+    noise[:, 0] = 0.0
+    assert sample_by_race(p, noise).tolist() == [5, 5, 2]
+    g = torch.Generator().manual_seed(0)
+    e = exponential_noise((1 << 20,), g, "cpu")
+    assert bool((e > 0).all()) and bool(torch.isfinite(e).all())
