@@ -29,7 +29,7 @@ import re
 import torch
 
 from .contract import EncodedPrompt, ImageGeometry
-from .hf_common import (HFImageModel, load_pretrained, load_tokenizer, resolve_device, resolve_dtype,
+from .hf_common import (HFImageModel, load_tokenizer, resolve_device, resolve_dtype,
                         to_pil)
 from .registry import read_config
 
@@ -99,12 +99,8 @@ class Emu3ImageModel(HFImageModel):
                                  f"Emu3 needs it for its generation layout")
             special[attr] = v
         self.special = special
-        self.model = load_pretrained(Emu3ForConditionalGeneration, folder, self._device, self._dtype,
-                                     device_map=device_map, max_memory=max_memory, offload_folder=offload_folder,
-                                     attn_implementation=attn_implementation)
-        mc = self.model.config
-        if device_map is not None:
-            self._device = self.model.get_input_embeddings().weight.device
+        mc = self._load_transformers_model(Emu3ForConditionalGeneration, folder, device_map, max_memory, offload_folder,
+                                           attn_implementation)
         vm = self.model.vocabulary_mapping
         V = int(mc.vq_config.codebook_size)
         codes = {}
@@ -129,10 +125,7 @@ class Emu3ImageModel(HFImageModel):
         self.pad_id = tok.pad_token_id if tok.pad_token_id is not None else 0
         self.geometry = ImageGeometry(height=H, width=W, vocab_size=V, row_end=True)
         self.default_sampling = {"cfg_scale": 3.0, "top_k": min(2048, V)}
-        self.backbone = self.model.model.text_model
-        self._num_layers = mc.text_config.num_hidden_layers
-        self.max_positions = getattr(mc.text_config, "max_position_embeddings", None)
-        self._embed = self.model.get_input_embeddings()
+        self._use_backbone(self.model.model.text_model, mc.text_config)
         dev = self._embed.weight.device
         self._img_ids = torch.tensor([codes[c] for c in range(V)], dtype=torch.long)
         # engine id -> vocabulary id: the V codes, then the row-end (EOL) token

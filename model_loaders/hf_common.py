@@ -316,6 +316,24 @@ class HFImageModel(SlotCacheModel):
     def torch_module(self):
         return self.model
 
+    def _load_transformers_model(self, cls, folder: str, device_map=None, max_memory=None, offload_folder=None,
+                                 attn_implementation=None):
+        """`load_pretrained` into ``self.model`` (with accelerate's device_map, the input embeddings'
+        device becomes the model's device); returns the model's config."""
+        self.model = load_pretrained(cls, folder, self._device, self._dtype, device_map=device_map,
+                                     max_memory=max_memory, offload_folder=offload_folder,
+                                     attn_implementation=attn_implementation)
+        if device_map is not None:
+            self._device = self.model.get_input_embeddings().weight.device
+        return self.model.config
+
+    def _use_backbone(self, backbone, text_config) -> None:
+        """The decoder stack the slot cache drives, and what the text config says about it."""
+        self.backbone = backbone
+        self._num_layers = text_config.num_hidden_layers
+        self.max_positions = getattr(text_config, "max_position_embeddings", None)
+        self._embed = self.model.get_input_embeddings()
+
     # family hooks ------------------------------------------------------------------------------
     def _prompt_embeds(self, ids: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError

@@ -22,7 +22,7 @@ import os
 import torch
 
 from .contract import EncodedPrompt, ImageGeometry
-from .hf_common import (HFImageModel, load_pretrained, load_tokenizer, resolve_device, resolve_dtype,
+from .hf_common import (HFImageModel, load_tokenizer, resolve_device, resolve_dtype,
                         to_pil)
 from .registry import read_config
 
@@ -65,12 +65,8 @@ class JanusImageModel(HFImageModel):
         self._dtype = resolve_dtype(dtype, self._device)
         # tokenizer first: a missing file fails before the (slow) weight loading
         self.tokenizer = load_tokenizer(folder)
-        self.model = load_pretrained(JanusForConditionalGeneration, folder, self._device, self._dtype,
-                                     device_map=device_map, max_memory=max_memory, offload_folder=offload_folder,
-                                     attn_implementation=attn_implementation)
-        mc = self.model.config
-        if device_map is not None:
-            self._device = self.model.get_input_embeddings().weight.device
+        mc = self._load_transformers_model(JanusForConditionalGeneration, folder, device_map, max_memory, offload_folder,
+                                           attn_implementation)
         vq = mc.vq_config
         grid = int(vq.num_patches)
         self.pixel_factor = 2 ** (len(vq.channel_multiplier) - 1)
@@ -86,10 +82,7 @@ class JanusImageModel(HFImageModel):
         V = int(vq.num_embeddings)
         self.geometry = ImageGeometry(height=grid, width=grid, vocab_size=V, row_end=False)
         self.default_sampling = {"cfg_scale": 5.0, "top_k": min(1000, V)}
-        self.backbone = self.model.model.language_model
-        self._num_layers = mc.text_config.num_hidden_layers
-        self.max_positions = getattr(mc.text_config, "max_position_embeddings", None)
-        self._embed = self.model.get_input_embeddings()
+        self._use_backbone(self.model.model.language_model, mc.text_config)
         # special ids: the generation config (what transformers' generate uses), else the tokenizer
         try:
             gen = GenerationConfig.from_pretrained(folder, local_files_only=True)
