@@ -87,6 +87,7 @@ class SpeculativeEngine:
     def _prefill(self, prompt):
         """Prefill, the first token (a sample of position 0's target), and the drafter's start."""
         model, B, V, dev = self.model, self.batch, self.model.geometry.vocab_size, self.model.device
+        self._check_positions(prompt)
         session = model.start(prompt, B, self.sampling.uses_cfg, draft_capacity=self.drafter.node_budget + 1)
         first = session.first
         p0 = target_probs(first.cond[:, 0], None if first.uncond is None else first.uncond[:, 0], self.sampling)
@@ -102,6 +103,25 @@ class SpeculativeEngine:
         state.write_tokens(state.frontier[:, None], state.active[:, None], x0[:, None])
         self.drafter.start(state, first, p0)
         return session, state, invalid_rows(p0).any()
+
+    def _check_positions(self, prompt) -> None:
+        """A tree that does not fit in the model's positions fails before the prefill, naming the
+        backend parameters that set its size and the largest node budget this model allows."""
+        limit = self.model.max_positions
+        if limit is None:
+            return
+        P = max(len(prompt.cond), len(prompt.uncond) if self.sampling.uses_cfg else 0)
+        budget = self.drafter.node_budget
+        need = self.model.positions_needed(P, budget + 1)
+        if need > limit:
+            allowed = limit - self.model.positions_needed(P, 1)
+            size_params = [f"{k}={v}" for k, v in self.backend.params().items()
+                           if k in ("window", "tree_width", "tree_depth", "node_budget", "horizontal_heads",
+                                    "vertical_depth", "candidates")]
+            raise ValueError(f"{self.backend.name} with {', '.join(size_params)} needs {budget} draft slots per "
+                             f"forward, but this model ({limit} positions, a {P}-token prompt and a "
+                             f"{self.model.geometry.seq_len}-token image) allows at most {max(allowed, 0)}: lower "
+                             f"{' or '.join(p.split('=')[0] for p in size_params) or 'the tree size'}")
 
     def _host_read(self, state, bad, progress, interrupt) -> bool:
         """The step's one read of device values: False when every row is done."""

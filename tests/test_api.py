@@ -162,3 +162,9 @@ def test_gumbel_noise_table_equals_hashing_each_step(mdl, monkeypatch, batch):
     hashed = specar.generate(mdl, "x", **kw)
     assert torch.equal(with_table.sequence, hashed.sequence)
     assert with_table.stats.nfe == hashed.stats.nfe
+
+
+def test_a_tree_too_big_for_the_model_names_its_parameters():
+    demo = specar.load_model("demo")
+    with pytest.raises(ValueError, match=r"tree_width=64 needs \d+ draft slots .* allows at most \d+: lower window"):
+        specar.generate(demo, "a red circle", backend="sjd_pac", tree_width=64)
