@@ -153,6 +153,10 @@ register_backend(BackendSchema(
             Param("candidates", 2, "candidates drawn from each head's distribution at a position", lo=1, hi=16),
             Param("node_budget", 32, "nodes per forward (pending token included); the tree is padded to it", lo=2,
                   hi=512),
+            Param("vertical_reach", 0, "tree levels past the horizontal heads drafted from the vertical cache alone "
+                  "(0: the paper's tree; needs vertical_depth >= 1)", lo=0, hi=64, paper="Hawk paper: 0"),
+            Param("chain_prior", 0.6, "tree shape: assumed acceptance of a node's first child (higher: deeper, "
+                  "narrower trees within node_budget)", lo=0.05, hi=0.95),
             Param("heads", "", "heads folder; empty: hawk_heads/ beside the model's weights")),
     drafter=".drafters.hawk:HawkDrafter"))
 
@@ -167,11 +171,17 @@ register_backend(BackendSchema(
             Param("adaptive", True, "bisection adaptation of depth and width from the previous tree's acceptance "
                   "(off: a fixed EAGLE-2 tree)", paper="ADT-Tree paper: on"),
             Param("beta", 1.0, "acceptance-rate threshold of the adaptation", lo=0.0, hi=1.0, paper="ADT-Tree paper: 1"),
-            Param("depth", 5, "initial (or fixed) tree depth d", lo=1, hi=10, paper="ADT-Tree paper: d in (0, 10)"),
-            Param("width", 8, "initial (or fixed) expansion width k", lo=1, hi=14, paper="ADT-Tree paper: k in (3, 14)"),
+            Param("depth", 5, "initial (or fixed) tree depth d (adaptive: kept in [1, max_depth] and below "
+                  "node_budget)", lo=1, hi=64, paper="ADT-Tree paper: d in (0, 10)"),
+            Param("width", 8, "initial (or fixed) expansion width k: top-k children per node and nodes expanded per "
+                  "layer (adaptive: kept in [4, 13]; at most the image vocabulary)", lo=1, hi=13,
+                  paper="ADT-Tree paper: k in (3, 14)"),
+            Param("max_depth", 9, "adaptive: the deepest tree the bisection may grow (below node_budget)", lo=1,
+                  hi=64, paper="ADT-Tree paper: 9 (d in (0, 10))"),
             Param("relaxed", False, "LOSSY: LANTERN relaxed acceptance (latent-proximity neighbourhoods); off = lossless",
                   paper="LANTERN: lossy, off by default"),
-            Param("relaxed_k", 10, "LANTERN: neighbourhood size k (codebook nearest neighbours)", lo=1, hi=1000),
+            Param("relaxed_k", 10, "LANTERN: neighbourhood size k (nearest codes by VQ codebook latent; models "
+                  "without a codebook: by image-token embedding)", lo=1, hi=1000, paper="LANTERN: k = 1000 (Anole)"),
             Param("relaxed_delta", 0.1, "LANTERN: total-variation budget delta of the relaxation", lo=0.0, hi=1.0),
             Param("drafter", "", "EAGLE drafter folder; empty: eagle_drafter/ beside the model's weights")),
     drafter=".drafters.adt_tree:ADTTreeDrafter"))

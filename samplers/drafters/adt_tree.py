@@ -1,0 +1,286 @@
+"""ADT-Tree (Lei et al.): an EAGLE drafter with adjacency-adaptive dynamic draft trees.
+
+Drafting (EAGLE-2 dynamic tree, `ADTTreeDrafter.propose`): the EAGLE layer (eagle.py) first
+recomputes its band of the last `window` committed positions from the stored target features
+(both CFG branches) -- no drafter KV cache survives a step, so nothing needs rolling back --
+and yields the root feature g_f, whose draft distribution q (target_probs of the drafter's
+cond/uncond logits, the target's CFG / temperature / top-k / top-p) gives the depth-1
+candidates. Each layer then expands the top-k nodes of the previous layer by cumulative draft
+probability: every expanded node gets its top-k tokens as children; of all children the top-k by
+cumulative score are forwarded through the layer (attending to the window and their ancestors)
+to expand the next layer. Finally all generated nodes are reranked and the best N = node_budget - 1
+kept (scores never grow along a path and ties keep generation order, so the kept set contains
+every kept node's ancestors). The tree changes shape every step: per-row parents [B, N], padded
+with invalid nodes.
+
+Depth d and width k per row (ADT, `observe`): initialised from the left neighbour's tree (the
+previous step; `tree_init="above"`: the tree that covered the position one image row up;
+"random": uniform in the ranges), then bisection: alpha = accepted / d; alpha >= beta: d += l_d,
+k -= l_k; else d -= l_d, k += l_k; d in [1, max_depth] (default 9), k in [4, 13] (the paper's open
+ranges (0, 10), (3, 14)). `adaptive=False`: a fixed EAGLE-2 tree (d = depth, k = width) of the same budget.
+
+Verification: candidates are deterministic top-k choices, so q is one-hot and siblings are
+independent (the rejected token is removed from the residual); the default `verify_tree` walks
+the tree. Forced row ends: the structure token is the single child. LANTERN relaxed acceptance
+(`relaxed=True`, LOSSY) overrides `verify` with lantern.py.
+"""
+from __future__ import annotations
+
+import os
+
+import torch
+
+from ...model_loaders.contract import ForwardOutput
+from ...model_loaders.drafter_files import check_shapes, drafter_folder, load_drafter, WEIGHTS_FILE
+from ..target import target_probs
+from ..verify import one_hot
+from .base import BEYOND_IMAGE, DraftTree, Drafter, LoopState, Verdict
+from .eagle import EagleConfig, EagleNet, random_eagle
+
+D_RANGE = (1, 9)  # the paper's (0, 10)
+K_RANGE = (4, 13)  # the paper's (3, 14)
+L_D, L_K = 1, 3  # the paper's adjustment steps (Anole)
+NEG = -1e30  # score of an absent candidate
+
+
+def load_eagle(model, folder: str = "") -> EagleNet:
+    """The model's EAGLE drafter: `folder` (or <model folder>/eagle_drafter) when it holds one, a
+    random-weight layer for tiny test models (random_drafter_seed), else the ValueError naming
+    the training command."""
+    path = folder or drafter_folder(model, "eagle")
+    has_file = path is not None and os.path.isfile(os.path.join(path, "drafter.json"))
+    if not has_file and not folder and getattr(model, "random_drafter_seed", None) is not None:
+        return random_eagle(model, model.random_drafter_seed)
+    tensors, meta = load_drafter(path, "eagle", model)
+    cfg = EagleConfig(**meta["config"])
+    if cfg.hidden_size != model.hidden_size:
+        raise ValueError(f"{path}: drafter width {cfg.hidden_size} != the model's hidden size {model.hidden_size}")
+    net = EagleNet(cfg)
+    check_shapes(os.path.join(path, WEIGHTS_FILE), tensors, net.expected_shapes())
+    net.load_state_dict(tensors)
+    return net
+
+
+class ADTTreeDrafter(Drafter):
+    name = "adt_tree"
+
+    def __init__(self, config, model, sampling):
+        p = config.params()
+        self.config, self.model, self.sampling = config, model, sampling
+        self.node_budget = p.get("node_budget", 32)
+        self.tree_init = p.get("tree_init", "left")
+        self.adaptive = p.get("adaptive", True)
+        self.beta = p.get("beta", 1.0)
+        V = model.geometry.vocab_size
+        self.d0, self.k0 = p.get("depth", 5), min(p.get("width", 8), V)
+        # a tree of N nodes is at most N - 1 deep (the adapters' commit assumes path width <= N)
+        self.d_lo, self.d_hi = D_RANGE[0], min(p.get("max_depth", D_RANGE[1]), self.node_budget - 1)
+        self.d0 = min(self.d0, self.node_budget - 1)
+        if self.adaptive:
+            self.d0 = min(max(self.d0, self.d_lo), self.d_hi)
+            self.k_lo, self.k_hi = min(K_RANGE[0], V), min(K_RANGE[1], V)
+            self.k0 = min(max(self.k0, self.k_lo), self.k_hi)
+        self.slack = max(self.d0, self.d_hi) + 3
+        self.relaxed = p.get("relaxed", False)
+        self.lossless = not self.relaxed
+        dev = model.device
+        self.net = load_eagle(model, p.get("drafter", "")).to(dev).float().eval()
+        self.window = self.net.cfg.window
+        self.head_dtype = model.embed_tokens(torch.zeros(1, dtype=torch.long, device=dev)).dtype
+        if self.relaxed:
+            from .lantern import neighbour_table
+            self.neighbours = neighbour_table(model, p.get("relaxed_k", 10)).to(dev)
+            self.delta = p.get("relaxed_delta", 0.1)
+
+    # -- helpers -----------------------------------------------------------------------------
+    def _q(self, g: torch.Tensor, B: int) -> torch.Tensor:
+        """Draft distribution [B, ..., V] of drafter features g [R, ..., D] (R = B or 2B with CFG)."""
+        logits = self.model.image_logits(g.to(self.head_dtype))
+        return target_probs(logits[:B], logits[B:] if self.cfg else None, self.sampling)
+
+    def _embed(self, tokens: torch.Tensor) -> torch.Tensor:
+        e = self.model.embed_tokens(tokens).float()
+        return torch.cat([e, e]) if self.cfg else e
+
+    # -- start -------------------------------------------------------------------------------
+    def start(self, state: LoopState, first: ForwardOutput, p0: torch.Tensor) -> None:
+        B, dev = state.batch, state.device
+        self.cfg = first.hidden_uncond is not None
+        h0 = first.hidden[:, 0] if not self.cfg else torch.cat([first.hidden[:, 0], first.hidden_uncond[:, 0]])
+        R = h0.shape[0]
+        # feats[r, j]: the target feature whose output predicted position j (j = 0: the prompt's last)
+        self.feats = torch.zeros(R, state.layout.ext + 2, h0.shape[-1], device=dev)
+        self.feats[:, 0] = h0.float()
+        self.d = torch.full((B,), self.d0, dtype=torch.long, device=dev)
+        self.k = torch.full((B,), self.k0, dtype=torch.long, device=dev)
+        # (d, k) of the tree that covered each position (for tree_init="above")
+        self.dk_at = torch.zeros(B, state.layout.ext + 2, 2, dtype=torch.long, device=dev)
+
+    def host_hint(self, state: LoopState):
+        act = state.active
+        dmax = torch.where(act, self.d, 0).max()
+        kmax = torch.where(act, self.k, 0).max()
+        return dmax * 64 + kmax
+
+    # -- propose -----------------------------------------------------------------------------
+    @torch.no_grad()
+    def propose(self, state: LoopState, hint: int = 0) -> DraftTree:
+        B, V, dev, layout = state.batch, state.vocab_size, state.device, state.layout
+        dmax, kmax = max(hint // 64, 1), max(hint % 64, 1)
+        R, W, rows = (2 * B if self.cfg else B), self.window, state.rows
+        rrows = torch.arange(R, device=dev)
+        f = state.frontier
+        fR = f.repeat(2) if self.cfg else f
+        M = (dmax - 1) * kmax  # tree slots forwarded through the layer
+        S = W + M
+        kv = self.net.new_cache(R, S, dev, torch.float32)
+        # 1. the window of committed positions f-W+1 .. f
+        wpos = fR[:, None] - W + 1 + torch.arange(W, device=dev)
+        wvalid = wpos >= 0
+        wposc = wpos.clamp(min=0)
+        feats = self.feats[rrows[:, None], wposc]
+        toks = state.seq[rows[:, None], wposc[:B]]
+        ar = torch.arange(W, device=dev)
+        mask = torch.zeros(R, W, S, dtype=torch.bool, device=dev)
+        mask[:, :, :W] = (ar[:, None] >= ar[None, :]) & wvalid[:, None, :]
+        mask[:, ar, ar] = True
+        g = self.net(feats, self._embed(toks), wposc, mask, kv, ar.expand(R, W))
+        g_e = g[:, -1:]  # [R, 1, D] features of the expanded nodes (the root)
+        q_e = self._q(g_e, B)  # [B, 1, V]
+        score_e = torch.zeros(B, 1, device=dev)
+        valid_e = torch.ones(B, 1, dtype=torch.bool, device=dev)
+        gidx_e = torch.zeros(B, 1, dtype=torch.long, device=dev)  # global index of expanded nodes (0: root)
+        anc_e = torch.zeros(R, 1, S, dtype=torch.bool, device=dev)  # tree slots each expanded node attends to
+        all_tok, all_par, all_score, all_valid, all_depth = [], [], [], [], []
+        n_glob = 1
+        jk = torch.arange(kmax, device=dev)
+        for d in range(1, dmax + 1):
+            e = g_e.shape[1]
+            pos_d = f + d
+            forced = layout.forced[pos_d.clamp(max=layout.ext - 1)]
+            kk = min(kmax, V)
+            lq, tok = q_e.topk(kk, dim=-1)  # [B, e, kk]
+            if kk < kmax:
+                pad = kmax - kk
+                lq = torch.cat([lq, lq.new_zeros(B, e, pad)], -1)
+                tok = torch.cat([tok, tok.new_zeros(B, e, pad)], -1)
+            ok = valid_e[:, :, None] & (jk[None, None] < self.k[:, None, None]) & (lq > 0) & \
+                (d <= self.d)[:, None, None]
+            lq = lq.clamp(min=1e-30).log()
+            is_forced = (forced >= 0)[:, None, None]
+            tok = torch.where(is_forced, forced[:, None, None].clamp(min=0), tok)
+            ok = torch.where(is_forced, valid_e[:, :, None] & (jk == 0)[None, None] & (d <= self.d)[:, None, None], ok)
+            lq = torch.where(is_forced, 0.0, lq)
+            ok = ok & (forced != BEYOND_IMAGE)[:, None, None]
+            sc = torch.where(ok, score_e[:, :, None] + lq, NEG)
+            par = gidx_e[:, :, None].expand(B, e, kmax)
+            all_tok.append(tok.flatten(1)); all_par.append(par.flatten(1)); all_score.append(sc.flatten(1))
+            all_valid.append(ok.flatten(1)); all_depth.append(torch.full((B, e * kmax), d, device=dev))
+            glob = n_glob + torch.arange(e * kmax, device=dev)
+            n_glob += e * kmax
+            if d == dmax:
+                break
+            # the top-k children (by cumulative score) are expanded next: forward them
+            sflat = sc.flatten(1)
+            order = torch.sort(sflat, dim=1, descending=True, stable=True).indices[:, :kmax]  # [B, kmax]
+            okflat = ok.flatten(1).gather(1, order) & (jk[None] < self.k[:, None])
+            parent_slot = order // kmax  # index into the expanded set
+            ctok = tok.flatten(1).gather(1, order)
+            pR = parent_slot.repeat(2, 1) if self.cfg else parent_slot
+            pfeat = g_e[rrows[:, None], pR]
+            slots = W + (d - 1) * kmax + jk
+            anc = anc_e[rrows[:, None], pR]  # [R, kmax, S]
+            anc[:, jk, slots] = True
+            m = torch.zeros(R, kmax, S, dtype=torch.bool, device=dev)
+            m[:, :, :W] = wvalid[:, None, :]
+            m = m | anc
+            npos = (fR + d)[:, None].expand(R, kmax)
+            g_e = self.net(pfeat, self._embed(ctok), npos, m, kv, slots.expand(R, kmax))
+            q_e = self._q(g_e, B)
+            score_e = sflat.gather(1, order)
+            valid_e = okflat
+            gidx_e = glob[order]
+            anc_e = anc
+        tok, par, sc = torch.cat(all_tok, 1), torch.cat(all_par, 1), torch.cat(all_score, 1)
+        ok, dep = torch.cat(all_valid, 1), torch.cat(all_depth, 1)
+        N = self.node_budget
+        L = tok.shape[1]
+        keep = min(N - 1, L)
+        sel = torch.sort(sc, dim=1, descending=True, stable=True).indices[:, :keep]
+        sel = sel.sort(dim=1).values  # generation order: parents before children
+        inv = torch.zeros(B, L + 1, dtype=torch.long, device=dev)  # global index -> tree index
+        inv.scatter_(1, sel + 1, torch.arange(1, keep + 1, device=dev).expand(B, keep))
+        s_ok = ok.gather(1, sel)
+        s_tok = torch.where(s_ok, tok.gather(1, sel), 0)
+        s_par = torch.where(s_ok, inv.gather(1, par.gather(1, sel)), 0)
+        s_dep = torch.where(s_ok, dep.gather(1, sel), 1)
+        if keep < N - 1:
+            padn = N - 1 - keep
+            z = torch.zeros(B, padn, dtype=torch.long, device=dev)
+            s_ok = torch.cat([s_ok, z.bool()], 1); s_tok = torch.cat([s_tok, z], 1)
+            s_par = torch.cat([s_par, z], 1); s_dep = torch.cat([s_dep, z + 1], 1)
+        pending = state.seq.gather(1, f[:, None])
+        tokens = torch.cat([pending, s_tok], 1)
+        parents = torch.cat([torch.full((B, 1), -1, dtype=torch.long, device=dev), s_par], 1)
+        depth = torch.cat([torch.zeros(B, 1, dtype=torch.long, device=dev), s_dep], 1)
+        valid = torch.cat([torch.ones(B, 1, dtype=torch.bool, device=dev), s_ok], 1)
+        q = one_hot(tokens.clamp(0, V - 1), V)
+        return DraftTree(tokens=tokens, parents=parents, q=q, valid=valid, depth=depth,
+                         max_children=min(kmax, N - 1), max_depth=dmax)
+
+    # -- verify ------------------------------------------------------------------------------
+    def verify(self, state: LoopState, tree: DraftTree, p: torch.Tensor, out: ForwardOutput) -> Verdict:
+        if not self.relaxed:
+            return super().verify(state, tree, p, out)
+        from .lantern import verify_tree_relaxed
+        from .base import verify_tree_step
+        nb, delta = self.neighbours, self.delta
+
+        def relaxed(*args, **kw):
+            return verify_tree_relaxed(*args, neighbours=nb, delta=delta, **kw)
+        return verify_tree_step(state, tree, p, relaxed)
+
+    # -- observe -----------------------------------------------------------------------------
+    @torch.no_grad()
+    def observe(self, state: LoopState, tree: DraftTree, verdict: Verdict, p: torch.Tensor,
+                out: ForwardOutput, previous_frontier: torch.Tensor) -> None:
+        B, dev, act = state.batch, state.device, state.active
+        n_acc = torch.where(act, verdict.n_accepted, 0)
+        path = verdict.path  # [B, Dmax + 1]
+        width = path.shape[1]
+        slot = torch.arange(width, device=dev)
+        keep = (slot[None] <= n_acc[:, None]) & act[:, None]
+        # target features of the accepted path: node i's hidden is position prev_f + i's, which
+        # predicted position prev_f + i + 1
+        tpos = previous_frontier[:, None] + 1 + slot
+        spare = self.feats.shape[1] - 1
+        tpos = torch.where(keep, tpos, spare)
+        hid = out.hidden.gather(1, path[:, :, None].expand(B, width, out.hidden.shape[-1]))
+        self.feats[state.rows[:, None], tpos] = hid.float()
+        if self.cfg:
+            hu = out.hidden_uncond.gather(1, path[:, :, None].expand(B, width, out.hidden.shape[-1]))
+            self.feats[(state.rows + B)[:, None], tpos] = hu.float()
+        # (d, k) of this tree over the positions it covered
+        cov = torch.where(keep, (previous_frontier[:, None] + slot).clamp(max=spare), spare)
+        self.dk_at[state.rows[:, None], cov] = torch.stack([self.d, self.k], -1)[:, None]
+        if not self.adaptive:
+            return
+        # adjacency initialisation of the next tree, then bisection from this tree's acceptance
+        d, k = self.d, self.k
+        if self.tree_init == "above":
+            up = state.frontier - state.layout.geometry.row_stride
+            rec = self.dk_at[state.rows, up.clamp(min=0)]
+            has = (up >= 0) & (rec[:, 0] > 0)
+            d, k = torch.where(has, rec[:, 0], d), torch.where(has, rec[:, 1], k)
+        elif self.tree_init == "random":
+            d = torch.randint(self.d_lo, self.d_hi + 1, (B,), generator=state.generator, device=dev)
+            k = torch.randint(self.k_lo, self.k_hi + 1, (B,), generator=state.generator, device=dev)
+        alpha = n_acc.float() / self.d.float()
+        up_ = alpha >= self.beta
+        nd = torch.where(up_, d + L_D, d - L_D).clamp(self.d_lo, self.d_hi)
+        nk = torch.where(up_, k - L_K, k + L_K).clamp(self.k_lo, self.k_hi)
+        self.d = torch.where(act, nd, self.d)
+        self.k = torch.where(act, nk, self.k)
+
+
+__all__ = ["ADTTreeDrafter", "load_eagle", "D_RANGE", "K_RANGE"]

@@ -1,0 +1,309 @@
+"""Hawk (Chen et al.): spatial draft heads (horizontal + vertical) with a speculation cache.
+
+Heads (Medusa-style, the paper's appendix C): head i is one residual SiLU block on a last hidden
+state of the frozen target, ``g = h + SiLU(W_i h + b_i)``, followed by the TARGET's own image
+head (``model.image_logits``). With h_j the target's hidden state at sequence position j (its
+output predicts j + 1) and T = j + 1 the pending token:
+
+    horizontal head k (k = 1..horizontal_heads) on h_j predicts position T + k
+    vertical head d   (d = 1..vertical_depth)   on h_j predicts position T + d * row_stride
+
+q (exactly): with CFG the head runs on both branches' hidden states (h_j of the conditional rows
+and of the unconditional rows) and the two logit vectors go through the same `target_probs`
+(CFG on raw logits, temperature, top-k, top-p) the target uses; without CFG the conditional
+logits alone. Every draft token is SAMPLED from that q (never a top-k pick, never Medusa's lossy
+typical acceptance), so verification is plain multi-draft speculative sampling.
+
+Speculation cache: the target hidden states of every committed position (both CFG branches),
+stored as the engine commits them. A vertical prediction for position P at depth d is the
+vertical head d on h_{P - 1 - d * row_stride}; it is available once that position is committed
+(the paper computes it when the source position is the speculation point and keeps the q until
+the row is reached; keeping the D-wide source state and applying the deterministic head when the
+row is reached gives the identical q with D instead of V floats per position, and it exists for
+EVERY committed source position, not only for former speculation points).
+
+Spatial sampling pool at P = frontier + k: the horizontal q (head k on h_{frontier - 1}) plus the
+vertical q's of depth d = 1..vertical_depth whose source is committed. Each pool entry gives
+`candidates` independent samples. The pool pairs (sample r, source s) are ordered r-major,
+horizontal first then vertical by depth, and the ones a row lacks (vertical source not committed
+yet) are dropped, so child slot m of a node is the m-th available pair.
+
+Tree: the Cartesian product of the per-position candidates (every node at depth k gets the pool
+of position frontier + k as children, each child a fresh independent sample), pruned to
+`node_budget` nodes by a fixed prior (slot m is assumed accepted with probability
+chain_prior * 0.6^m, chain_prior = 0.6 by default; the best paths are kept, so every kept node's
+parent is kept) and padded with invalid nodes when a row's pool is smaller. Levels 1..n use the
+full pool; with `vertical_reach` r > 0 (an extension, 0 = the paper) levels n+1..n+r are drafted
+from the vertical cache alone (their pool has no horizontal entry). The topology is fixed for a generation; validity is per row. A forced
+row-end position gets the structure token as its single child (always accepted).
+
+Verification: the default `verify_tree` (base.Drafter.verify): siblings independent, each with
+its own q (the pool's horizontal or vertical q it was drawn from), the target moving to the
+residual after each rejection (the paper's appendix A); children of different parents are
+independent samples. Each node's q depends only on committed hidden states, never on the
+speculative tokens before it in the tree, which is what makes the per-node q exact.
+"""
+from __future__ import annotations
+
+import heapq
+import os
+from dataclasses import asdict, dataclass
+
+import torch
+from torch import nn
+
+from ...model_loaders.contract import ForwardOutput
+from ...model_loaders.drafter_files import WEIGHTS_FILE, check_shapes, drafter_folder, load_drafter
+from ..randomness import sample_by_race
+from ..target import target_probs
+from .base import DraftTree, Drafter, LoopState, Verdict
+
+SLOT_ACCEPT = 0.6  # prior acceptance of child slot 0; slot m: SLOT_ACCEPT * SLOT_DECAY ** m
+SLOT_DECAY = 0.6
+
+
+@dataclass
+class HawkConfig:
+    hidden_size: int
+    horizontal_heads: int = 4
+    vertical_depth: int = 1
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class HawkHeads(nn.Module):
+    """Residual SiLU blocks: horizontal heads 0..n-1, vertical heads 0..v-1 (depth d = index + 1)."""
+
+    def __init__(self, cfg: HawkConfig):
+        super().__init__()
+        self.cfg = cfg
+        D, n, v = cfg.hidden_size, cfg.horizontal_heads, cfg.vertical_depth
+        # zero init: every head starts as the identity (the target's own next-token head)
+        self.h_weight = nn.Parameter(torch.zeros(n, D, D))
+        self.h_bias = nn.Parameter(torch.zeros(n, D))
+        self.v_weight = nn.Parameter(torch.zeros(v, D, D))
+        self.v_bias = nn.Parameter(torch.zeros(v, D))
+
+    def expected_shapes(self) -> dict:
+        return {k: tuple(v.shape) for k, v in self.state_dict().items()}
+
+    @staticmethod
+    def _block(h, w, b):
+        """h [..., H, D] with per-head w [H, D, D], b [H, D] -> h + SiLU(W h + b)."""
+        return h + torch.nn.functional.silu(torch.einsum("...hi,hoi->...ho", h, w) + b)
+
+    def horizontal(self, h: torch.Tensor) -> torch.Tensor:
+        """h [..., D] -> features [..., n, D] of positions T + 1 .. T + n."""
+        n = self.h_weight.shape[0]
+        return self._block(h.unsqueeze(-2).expand(*h.shape[:-1], n, h.shape[-1]), self.h_weight, self.h_bias)
+
+    def vertical(self, h: torch.Tensor) -> torch.Tensor:
+        """h [..., v, D] (source state of depth d at index d - 1) -> features [..., v, D]."""
+        return self._block(h, self.v_weight, self.v_bias)
+
+
+def random_heads(cfg: HawkConfig, seed: int) -> HawkHeads:
+    """Random-weight heads (tiny test models: no files); head i's weights do not depend on how many
+    heads there are."""
+    heads = HawkHeads(cfg)
+    D = cfg.hidden_size
+    with torch.no_grad():
+        for name, w, b in (("h", heads.h_weight, heads.h_bias), ("v", heads.v_weight, heads.v_bias)):
+            for i in range(w.shape[0]):
+                g = torch.Generator().manual_seed(int(seed) * 1000 + (17 if name == "h" else 53) * (i + 1))
+                w[i] = torch.randn(D, D, generator=g) * 2.0 * D ** -0.5
+                b[i] = torch.randn(D, generator=g) * 0.5
+    return heads
+
+
+def load_heads(model, horizontal: int, vertical: int, folder: str = "") -> HawkHeads:
+    """The model's Hawk heads (the first `horizontal` / `vertical` of the file): `folder` (or
+    <model folder>/hawk_heads); random-weight heads for tiny test models (random_drafter_seed);
+    else the ValueError naming the training command."""
+    path = folder or drafter_folder(model, "hawk")
+    has_file = path is not None and os.path.isfile(os.path.join(path, "drafter.json"))
+    if not has_file and not folder and getattr(model, "random_drafter_seed", None) is not None:
+        return random_heads(HawkConfig(model.hidden_size, horizontal, vertical), model.random_drafter_seed)
+    tensors, meta = load_drafter(path, "hawk", model)
+    try:
+        cfg = HawkConfig(**meta["config"])
+    except TypeError as e:
+        raise ValueError(f"{path}: drafter.json config is not a Hawk config ({e}); retrain the heads") from e
+    if cfg.hidden_size != model.hidden_size:
+        raise ValueError(f"{path}: heads of width {cfg.hidden_size} != the model's hidden size {model.hidden_size}")
+    full = HawkHeads(cfg)
+    check_shapes(os.path.join(path, WEIGHTS_FILE), tensors, full.expected_shapes())
+    if horizontal > cfg.horizontal_heads or vertical > cfg.vertical_depth:
+        raise ValueError(f"{path} holds {cfg.horizontal_heads} horizontal and {cfg.vertical_depth} vertical heads; "
+                         f"asked for horizontal_heads={horizontal}, vertical_depth={vertical}: lower them or "
+                         f"retrain with more heads")
+    heads = HawkHeads(HawkConfig(cfg.hidden_size, horizontal, vertical))
+    heads.load_state_dict({"h_weight": tensors["h_weight"][:horizontal], "h_bias": tensors["h_bias"][:horizontal],
+                           "v_weight": tensors["v_weight"][:vertical], "v_bias": tensors["v_bias"][:vertical]})
+    return heads
+
+
+def tree_topology(budget: int, width: int, depth: int, prior: float = SLOT_ACCEPT):
+    """(parents, slots, depths) of the best `budget - 1` draft nodes (plus the root) of the
+    Cartesian product tree with `width` child slots per node and `depth` levels, by the prior
+    path score prod prior * SLOT_DECAY ** slot. Nodes sorted by depth then generation order
+    (siblings by slot), so node indices respect parents."""
+    chosen = []  # (depth, key path, parent key)
+    heap = [(-prior * SLOT_DECAY ** m, (m,)) for m in range(width)] if depth >= 1 else []
+    heapq.heapify(heap)
+    while heap and len(chosen) < budget - 1:
+        neg, key = heapq.heappop(heap)
+        chosen.append(key)
+        if len(key) < depth:
+            for m in range(width):
+                heapq.heappush(heap, (neg * prior * SLOT_DECAY ** m, key + (m,)))
+    chosen.sort(key=lambda k: (len(k), k))
+    index = {(): 0}
+    parents, slots, depths = [-1], [0], [0]
+    for i, key in enumerate(chosen, 1):
+        index[key] = i
+        parents.append(index[key[:-1]])
+        slots.append(key[-1])
+        depths.append(len(key))
+    return parents, slots, depths
+
+
+class HawkDrafter(Drafter):
+    name = "hawk"
+
+    def __init__(self, config, model, sampling):
+        p = config.params()
+        self.config, self.model, self.sampling = config, model, sampling
+        self.n = p.get("horizontal_heads", 4)
+        self.v = p.get("vertical_depth", 1)
+        # positions past the horizontal heads drafted from the vertical cache alone (0: the paper's tree)
+        self.reach = p.get("vertical_reach", 0) if self.v else 0
+        self.prior = p.get("chain_prior", SLOT_ACCEPT)
+        self.L = self.n + self.reach  # deepest tree level
+        self.c = p.get("candidates", 2)
+        self.node_budget = p.get("node_budget", 32)
+        self.S = 1 + self.v  # pool sources per position: horizontal, vertical 1..v
+        self.W = self.c * self.S  # child slots per node
+        dev = model.device
+        self.heads = load_heads(model, self.n, self.v, p.get("heads", "")).to(dev).float().eval()
+        parents, slots, depths = tree_topology(self.node_budget, self.W, self.L, self.prior)
+        self.parents = parents + [0] * (self.node_budget - len(parents))  # pad: invalid children of the root
+        self.n_real = len(parents)
+        self.slot_of = torch.tensor(slots + [0] * (self.node_budget - len(parents)), device=dev)
+        self.depth = torch.tensor(depths + [1] * (self.node_budget - len(parents)), device=dev)
+        self.parent_t = torch.tensor(self.parents, device=dev)
+        self.max_depth = max(depths)
+        self.max_children = max(sum(1 for q in parents if q == i) for i in range(len(parents)))
+        self.slack = self.L + 3
+        self.stride = model.geometry.row_stride
+        self.head_dtype = model.embed_tokens(torch.zeros(1, dtype=torch.long, device=dev)).dtype
+
+    # -- helpers -----------------------------------------------------------------------------
+    def _q(self, g: torch.Tensor, B: int) -> torch.Tensor:
+        """q [B, ..., V] of head features g [R, ..., D] (R = 2B with CFG: cond rows first)."""
+        logits = self.model.image_logits(g.to(self.head_dtype))
+        return target_probs(logits[:B], logits[B:] if self.cfg else None, self.sampling)
+
+    def _recorded_q(self, pool_q: torch.Tensor, source: torch.Tensor) -> torch.Tensor:
+        """The q recorded for each node: the pool entry its token was drawn from.
+        pool_q [B, N, S, V], source [B, N] -> [B, N, V]."""
+        B, N, S, V = pool_q.shape
+        return pool_q.gather(2, source[:, :, None, None].expand(B, N, 1, V)).squeeze(2)
+
+    # -- start -------------------------------------------------------------------------------
+    def start(self, state: LoopState, first: ForwardOutput, p0: torch.Tensor) -> None:
+        self.cfg = first.hidden_uncond is not None
+        h0 = first.hidden[:, 0] if not self.cfg else torch.cat([first.hidden[:, 0], first.hidden_uncond[:, 0]])
+        R = h0.shape[0]
+        # hid[r, j + 1]: target hidden state at position j (j = -1: the prompt's last); one spare column
+        self.hid = torch.zeros(R, state.layout.ext + 3, h0.shape[-1], device=state.device)
+        self.hid[:, 0] = h0.float()
+        self.stats_acc = []  # (source of each accepted draft) for acceptance per head, see `acceptance`
+
+    # -- propose -----------------------------------------------------------------------------
+    @torch.no_grad()
+    def propose(self, state: LoopState, hint: int = 0) -> DraftTree:
+        B, V, dev, layout = state.batch, state.vocab_size, state.device, state.layout
+        n, v, S, N, L = self.n, self.v, self.S, self.node_budget, self.L
+        f = state.frontier
+        top = self.hid.shape[1] - 2
+        rowsR = torch.arange(self.hid.shape[0], device=dev)
+        fR = f.repeat(2) if self.cfg else f
+        k = torch.arange(1, L + 1, device=dev)
+        # horizontal: heads on h_{f-1} (index f) for levels 1..n; levels n+1..L have none
+        hh = self.hid[rowsR, fR.clamp(max=top)]  # [R, D]
+        qh = self._q(self.heads.horizontal(hh), B)[:, :, None]  # [B, n, 1, V]
+        if L > n:
+            qh = torch.cat([qh, qh[:, :1].expand(B, L - n, 1, V)], 1)  # placeholders, never drawn
+        pool = [qh]
+        avail = [(k <= n)[None, :, None].expand(B, L, 1)]
+        if v:
+            d = torch.arange(1, v + 1, device=dev)
+            P = f[:, None] + k  # [B, L]
+            src = P[:, :, None] - 1 - d * self.stride  # [B, L, v] source positions
+            ok = (src >= -1) & (src <= f[:, None, None] - 1)
+            srcR = (src.repeat(2, 1, 1) if self.cfg else src).clamp(min=-1) + 1
+            hv = self.hid[rowsR[:, None, None], srcR.clamp(max=top)]  # [R, L, v, D]
+            pool.append(self._q(self.heads.vertical(hv), B))  # [B, L, v, V]
+            avail.append(ok)
+        pool_q = torch.cat(pool, 2)  # [B, L, S, V]
+        avail = torch.cat(avail, 2)  # [B, L, S]
+        # pairs (sample r, source s), r-major; the available ones first (stable)
+        pair_ok = avail.repeat(1, 1, self.c)  # [B, n, c * S]: pair m -> source m % S
+        order = torch.sort((~pair_ok).to(torch.int8), dim=-1, stable=True).indices
+        n_ok = pair_ok.sum(-1)  # [B, n]
+        # nodes
+        depth = self.depth  # [N]
+        kk = (depth - 1).clamp(min=0)
+        slot = self.slot_of
+        pair = order[:, kk, slot]  # [B, N]
+        source = pair % S
+        valid = slot[None] < n_ok[:, kk]
+        valid[:, 0] = True
+        valid[:, self.n_real:] = False
+        node_q = self._recorded_q(pool_q[:, kk], source)  # [B, N, V]
+        draw_q = pool_q[:, kk].gather(2, source[:, :, None, None].expand(B, N, 1, V)).squeeze(2)
+        tokens = sample_by_race(draw_q, state.noise(B, N, V))
+        pos = (f[:, None] + depth).clamp(max=layout.ext - 1)
+        forced = layout.forced[pos]
+        at_forced = forced >= 0
+        tokens = torch.where(at_forced, forced, tokens)
+        # a forced position: the structure token as the single child (slot 0)
+        valid = (valid | (at_forced & (slot[None] == 0))) & (~at_forced | (slot[None] == 0))
+        tokens[:, 0] = state.seq[state.rows, f.clamp(max=state.seq.shape[1] - 2)]
+        for i in range(1, self.n_real):  # a node under an invalid parent is invalid
+            par = self.parents[i]
+            if par > 0:
+                valid[:, i] &= valid[:, par]
+        tokens = torch.where(valid, tokens, 0)
+        self._source = torch.where(valid, source, -1)
+        return DraftTree(tokens=tokens, parents=self.parents, q=node_q, valid=valid, depth=self.depth,
+                         max_children=self.max_children, max_depth=self.max_depth)
+
+    # -- observe -----------------------------------------------------------------------------
+    def observe(self, state: LoopState, tree: DraftTree, verdict: Verdict, p: torch.Tensor,
+                out: ForwardOutput, previous_frontier: torch.Tensor) -> None:
+        B, dev, act = state.batch, state.device, state.active
+        n_acc = torch.where(act, verdict.n_accepted, 0)
+        path = verdict.path
+        width = path.shape[1]
+        slot = torch.arange(width, device=dev)
+        keep = (slot[None] <= n_acc[:, None]) & act[:, None]
+        spare = self.hid.shape[1] - 1
+        # node path[t] sits at position prev_f + t: its hidden state goes to index prev_f + t + 1
+        tpos = torch.where(keep, (previous_frontier[:, None] + 1 + slot).clamp(max=spare), spare)
+        D = out.hidden.shape[-1]
+        self.hid[state.rows[:, None], tpos] = out.hidden.gather(1, path[:, :, None].expand(B, width, D)).float()
+        if self.cfg:
+            hu = out.hidden_uncond.gather(1, path[:, :, None].expand(B, width, D)).float()
+            self.hid[(state.rows + B)[:, None], tpos] = hu
+        if self.collect:
+            src = self._source.gather(1, path)  # [B, width] source of each path node
+            drafted = (slot[None] >= 1) & (slot[None] <= n_acc[:, None]) & act[:, None]
+            self.stats_acc.append(torch.where(drafted, src, -1).cpu())
+
+    collect = False  # set True to record the source (0: horizontal, d: vertical depth d) of accepted drafts
+
+
+__all__ = ["HawkConfig", "HawkHeads", "HawkDrafter", "load_heads", "random_heads", "tree_topology"]

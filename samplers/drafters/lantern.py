@@ -1,0 +1,113 @@
+"""LANTERN relaxed acceptance (Jang et al.): LOSSY, off by default (`relaxed=True` on adt_tree).
+
+Image tokens whose codebook latents are close are nearly interchangeable, so LANTERN accepts a
+draft x against a relaxed target: p with the mass of x's latent neighbours moved onto x. The
+neighbourhood A(x) is x's `k` nearest codes (L2 between the model's own VQ codebook latents:
+`model.codebook.centroids` on the demo model; models without a codebook use their image-token
+input embeddings instead), taken in order of proximity while the moved mass stays within the
+total-variation budget `delta`:
+
+    p~(x) = p(x) + sum_{y in A} p(y),   p~(y) = 0 for y in A,   TV(p, p~) = sum_{y in A} p(y) <= delta.
+
+Verification is then ordinary speculative sampling against p~ (accept x with min(1, p~(x)/q(x)),
+else the residual of p~), so every position is drawn from a distribution within delta of p.
+With several siblings the budget is shared: a later sibling is only reached with the probability
+that the earlier ones were rejected, and moves at most the budget left divided by that probability,
+so the position's output distribution stays within `delta` of the exact target (given the
+accepted prefix). Over n sampled positions the image is within 1 - (1 - delta)^n <= n delta of
+exact AR in total variation. delta = 0 is exact.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..randomness import sample_by_race
+from ..verify import residual, take
+from .base import DraftTree  # noqa: F401  (documentation of the tree format)
+
+
+def neighbour_table(model, k: int) -> torch.Tensor:
+    """[V, k'] the k' = min(k, V - 1) nearest other codes of every image code, nearest first."""
+    V = model.geometry.vocab_size
+    codebook = getattr(model, "codebook", None)
+    if codebook is not None and getattr(codebook, "centroids", None) is not None:
+        lat = codebook.centroids.float().cpu()
+    else:  # no VQ codebook exposed (tiny models): the image tokens' input embeddings
+        lat = model.embed_tokens(torch.arange(V, device=model.device)).float().cpu()
+    dist = torch.cdist(lat, lat)
+    dist.fill_diagonal_(float("inf"))
+    kk = max(min(k, V - 1), 1)
+    return dist.topk(kk, dim=-1, largest=False).indices
+
+
+def relax(r: torch.Tensor, x: torch.Tensor, neighbours: torch.Tensor, allowed: torch.Tensor):
+    """r [..., V], x [...], allowed [...] (mass that may move): (p~, moved mass)."""
+    nb = neighbours[x]  # [..., k]
+    m = r.gather(-1, nb)
+    inc = m.cumsum(-1) <= allowed[..., None]  # proximity order, within the budget
+    moved = (m * inc).sum(-1)
+    rt = r.scatter(-1, nb, torch.where(inc, 0.0, m))
+    rt = rt.scatter_add(-1, x[..., None], moved[..., None])
+    return rt, moved
+
+
+def relaxed_candidates(p, candidates, u, noise, qs, valid, neighbours, delta):
+    """`verify_candidates` (independent candidates) against the relaxed targets; shared budget."""
+    K = candidates.shape[-1]
+    r = p
+    index = torch.full(candidates.shape[:-1], -1, dtype=torch.long, device=p.device)
+    token = torch.zeros_like(index)
+    open_ = torch.ones_like(index, dtype=torch.bool)
+    budget = torch.full(index.shape, float(delta), device=p.device)  # absolute TV left at this position
+    reach = torch.ones(index.shape, device=p.device)  # probability of reaching this candidate
+    for k in range(K):
+        x = candidates[..., k]
+        q_k = qs[..., k, :]
+        live = open_ & valid[..., k]
+        rt, moved = relax(r, x, neighbours, budget / reach.clamp(min=1e-12))
+        acc_p = take(rt, x)
+        acc = live & (u[..., k] * take(q_k, x) < acc_p)
+        index = torch.where(acc, k, index)
+        token = torch.where(acc, x, token)
+        open_ = open_ & ~acc
+        rej = live & ~acc
+        budget = torch.where(live, (budget - reach * moved).clamp(min=0), budget)
+        accept_prob = torch.minimum(acc_p / take(q_k, x).clamp(min=1e-30), torch.ones_like(acc_p))
+        reach = torch.where(live, reach * (1 - accept_prob), reach)
+        r = torch.where(rej.unsqueeze(-1), residual(rt, q_k), r)
+    token = torch.where(open_, sample_by_race(r, noise), token)
+    return index, token
+
+
+def verify_tree_relaxed(p, tokens, parents, q, valid, forced, u, noise, max_depth, max_children,
+                        without_replacement=False, *, neighbours, delta):
+    """`verify.verify_tree` with `relaxed_candidates` at each depth (independent siblings only)."""
+    from ..verify import tree_children
+    if without_replacement:
+        raise ValueError("relaxed acceptance needs independent siblings")
+    B, N, V = p.shape
+    rows = torch.arange(B, device=p.device)
+    kids = tree_children(parents, valid, max_children)
+    cur = torch.zeros(B, dtype=torch.long, device=p.device)
+    path = torch.zeros(B, max_depth + 1, dtype=torch.long, device=p.device)
+    n_acc = torch.zeros_like(cur)
+    pending = torch.zeros_like(cur)
+    open_ = torch.ones(B, dtype=torch.bool, device=p.device)
+    for d in range(max_depth):
+        c = kids[rows, cur]
+        present = c >= 0
+        cc = c.clamp(min=0)
+        cand = tokens.gather(1, cc).clamp(0, V - 1)
+        idx, tok = relaxed_candidates(p[rows, cur], cand, u[:, d], noise[:, d], q[rows[:, None], cc], present,
+                                      neighbours, delta)
+        at_forced = forced.gather(1, cc[:, :1]).squeeze(1) & present[:, 0]
+        idx = torch.where(at_forced, 0, idx)
+        acc = open_ & (idx >= 0)
+        child = cc.gather(1, idx.clamp(min=0)[:, None]).squeeze(1)
+        pending = torch.where(open_ & ~acc, tok, pending)
+        cur = torch.where(acc, child, cur)
+        path[:, d + 1] = torch.where(acc, child, 0)
+        n_acc = n_acc + acc.long()
+        open_ = acc
+    bonus = sample_by_race(p[rows, cur], noise[:, max_depth])
+    return n_acc, path, torch.where(open_, bonus, pending)

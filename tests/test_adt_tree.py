@@ -1,0 +1,157 @@
+"""ADT-Tree (EAGLE drafter + adjacency-adaptive dynamic trees): exactness, planted bugs, greedy,
+LANTERN's relaxed bound, drafter files.
+
+Exactness follows tests/test_exactness.py: N_SAMPLES images in one batched generation on a
+tiny model (random-weight EAGLE layer, no files), Pearson chi-square against the teacher-forced
+enumeration of every image; a case fails when p < P_FAIL = 1e-6.
+"""
+import json
+import os
+
+import pytest
+import torch
+
+import specar
+from specar.model_loaders.drafter_files import save_drafter
+from specar.samplers import verify as verify_mod
+from specar.samplers.drafters.adt_tree import ADTTreeDrafter, load_eagle
+from specar.samplers.drafters.eagle import EagleConfig, EagleNet
+from specar.testing import chi_square_test, exact_distribution, tiny_model
+
+N_SAMPLES = 16000
+P_FAIL = 1e-6
+
+MODELS = {
+    "v3-2x2": dict(vocab_size=3, grid=(2, 2), seed=0),
+    "v3-2x3-rowend": dict(vocab_size=3, grid=(2, 3), seed=1, row_end=True),
+    "v4-2x2": dict(vocab_size=4, grid=(2, 2), seed=2),
+}
+SETTINGS = {
+    "plain": dict(),
+    "cfg": dict(cfg_scale=2.5, negative_prompt="no"),
+    "t07-topk": dict(temperature=0.7, top_k=2),
+    "mixed": dict(cfg_scale=1.5, temperature=0.7, top_k=3, top_p=0.9),
+}
+_models = {}
+
+
+def model(name):
+    if name not in _models:
+        _models[name] = tiny_model(**MODELS[name])
+    return _models[name]
+
+
+def check_exact(model_name, setting, seed=1234, n=N_SAMPLES, **params):
+    mdl = model(model_name)
+    kw = SETTINGS[setting]
+    res = specar.generate(mdl, "hi", backend="adt_tree", seed=seed, batch_size=n, **kw, **params)
+    return chi_square_test(res.tokens, exact_distribution(mdl, "hi", **kw)), res
+
+
+CASES = [
+    ("v3-2x2", "plain", dict(node_budget=8)),
+    ("v3-2x2", "cfg", dict(node_budget=4, width=2, depth=2)),
+    ("v3-2x3-rowend", "plain", dict(node_budget=6)),
+    ("v3-2x3-rowend", "cfg", dict(tree_init="above", node_budget=8)),
+    ("v4-2x2", "t07-topk", dict(tree_init="random", node_budget=5)),
+    ("v3-2x3-rowend", "mixed", dict(adaptive=False, depth=4, width=2, node_budget=7)),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join([c[0], c[1]] + [f"{k}={v}" for k, v in c[2].items()]))
+def test_adt_tree_is_exact(case):
+    m, s, params = case
+    (p_value, stat, dof, tv), res = check_exact(m, s, **params)
+    print(f"\n{m} {s} {params}: p={p_value:.3g} chi2={stat:.1f} dof={dof} TV={tv:.4f} "
+          f"compression={res.stats.step_compression:.3f}")
+    assert p_value > P_FAIL, f"chi2={stat:.1f} dof={dof} p={p_value:.2e} TV={tv:.4f}"
+    assert not res.stats.lossy
+    assert res.stats.step_compression >= 1.0
+
+
+def test_planted_sibling_bug_is_caught(monkeypatch):
+    # planted bug: a rejected sibling does not update the target (p instead of the residual), so
+    # the next sibling is verified against the un-updated p
+    monkeypatch.setattr(verify_mod, "residual", lambda p, q: p)
+    (p_value, stat, dof, tv), _ = check_exact("v3-2x2", "plain", node_budget=6)
+    print(f"\nplanted sibling bug: p={p_value:.3g} TV={tv:.4f}")
+    assert p_value < P_FAIL, f"planted sibling bug went unnoticed: p={p_value:.2e} TV={tv:.4f}"
+
+
+@pytest.mark.parametrize("model_name", list(MODELS))
+@pytest.mark.parametrize("params", [dict(), dict(adaptive=False), dict(tree_init="above")])
+def test_greedy_gives_the_argmax_sequence(model_name, params):
+    mdl = model(model_name)
+    exact = exact_distribution(mdl, "hi", temperature=0.0, cfg_scale=2.0)
+    (argmax_image, prob), = [(k, v) for k, v in exact.items() if v > 0.5]
+    res = specar.generate(mdl, "hi", backend="adt_tree", temperature=0.0, cfg_scale=2.0, seed=7, batch_size=32,
+                          **params)
+    assert (res.tokens.reshape(32, -1) == torch.tensor(argmax_image)).all()
+
+
+def _tv(res, exact):
+    return chi_square_test(res.tokens, exact)[3]
+
+
+def test_relaxed_is_lossy_and_within_its_bound():
+    """LANTERN: every sampled position is within delta of its exact target in TV, so an image of
+    n positions is within 1 - (1 - delta)^n of exact AR. Sampling noise of the empirical TV over
+    the 3^4 = 81 images at 16000 samples is below 0.5 * sqrt(81 / 16000) = 0.036 in expectation;
+    we allow 0.05."""
+    mdl = model("v3-2x2")
+    exact = exact_distribution(mdl, "hi")
+    n = mdl.geometry.num_image_tokens
+    delta = 0.05
+    res = specar.generate(mdl, "hi", backend="adt_tree", seed=5, batch_size=N_SAMPLES, relaxed=True,
+                          relaxed_delta=delta, relaxed_k=2, node_budget=6)
+    assert res.stats.lossy
+    bound = 1 - (1 - delta) ** n
+    tv = _tv(res, exact)
+    print(f"\nrelaxed delta={delta}: TV={tv:.4f}, bound {bound:.4f} (+0.05 noise)")
+    assert tv <= bound + 0.05, f"TV {tv:.4f} > bound {bound:.4f} + noise"
+    # a big delta really does change the distribution (the relaxation is active), delta = 0 is exact
+    big = specar.generate(mdl, "hi", backend="adt_tree", seed=5, batch_size=N_SAMPLES, relaxed=True,
+                          relaxed_delta=0.5, relaxed_k=2, node_budget=6)
+    tv_big = _tv(big, exact)
+    print(f"relaxed delta=0.5: TV={tv_big:.4f}")
+    assert tv_big > 0.06
+    zero = specar.generate(mdl, "hi", backend="adt_tree", seed=5, batch_size=N_SAMPLES, relaxed=True,
+                           relaxed_delta=0.0, node_budget=6)
+    assert chi_square_test(zero.tokens, exact)[0] > P_FAIL
+
+
+def test_runs_with_no_files_on_tiny_models_and_is_deterministic():
+    mdl = tiny_model(16, (4, 4), seed=3, row_end=True)
+    a = specar.generate(mdl, "a cat", backend="adt_tree", seed=11).tokens
+    b = specar.generate(mdl, "a cat", backend="adt_tree", seed=11).tokens
+    assert torch.equal(a, b)
+
+
+def test_missing_drafter_names_the_training_command(tmp_path):
+    mdl = tiny_model(4, (2, 2), seed=0)
+    mdl.random_drafter_seed = None
+    mdl.folder = str(tmp_path)
+    with pytest.raises(ValueError, match="train-drafter --kind eagle"):
+        specar.generate(mdl, "hi", backend="adt_tree")
+
+
+def test_saved_drafter_loads_and_mismatched_target_is_refused(tmp_path):
+    mdl = tiny_model(4, (2, 2), seed=0)
+    net = EagleNet(EagleConfig.for_model(mdl))
+    out = str(tmp_path / "eagle_drafter")
+    save_drafter(out, "eagle", mdl, net.state_dict(), net.cfg.to_dict(), training={"steps": 0})
+    loaded = load_eagle(mdl, out)
+    for k, v in net.state_dict().items():
+        assert torch.equal(loaded.state_dict()[k], v)
+    res = specar.generate(mdl, "hi", backend="adt_tree", drafter=out, seed=1, batch_size=4)
+    assert res.tokens.shape == (4, 2, 2)
+    other = tiny_model(4, (2, 2), seed=9)
+    with pytest.raises(ValueError, match="trained for model"):
+        load_eagle(other, out)
+    # shapes are checked against drafter.json
+    meta = json.load(open(os.path.join(out, "drafter.json")))
+    meta["config"]["num_heads"] = 1
+    meta["config"]["intermediate_size"] = 8
+    json.dump(meta, open(os.path.join(out, "drafter.json"), "w"))
+    with pytest.raises(ValueError, match="does not match"):
+        load_eagle(mdl, out)

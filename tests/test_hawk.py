@@ -1,0 +1,186 @@
+"""Hawk (spatial draft heads + speculation cache): exactness, a planted bug, greedy, head files,
+the node budget.
+
+Exactness follows tests/test_exactness.py: N_SAMPLES images in one batched generation on a
+tiny model (random-weight heads, no files), Pearson chi-square against the teacher-forced
+enumeration of every image; a case fails when p < P_FAIL = 1e-6.
+"""
+import json
+import os
+
+import pytest
+import torch
+
+import specar
+from specar.model_loaders.drafter_files import save_drafter
+from specar.samplers.drafters import hawk as hawk_mod
+from specar.samplers.drafters.hawk import HawkConfig, HawkDrafter, load_heads, random_heads
+from specar.testing import chi_square_test, exact_distribution, tiny_model
+
+N_SAMPLES = 16000
+P_FAIL = 1e-6
+
+MODELS = {
+    "v3-2x2": dict(vocab_size=3, grid=(2, 2), seed=0),
+    "v3-2x3-rowend": dict(vocab_size=3, grid=(2, 3), seed=1, row_end=True),
+    "v4-2x2": dict(vocab_size=4, grid=(2, 2), seed=2),
+}
+SETTINGS = {
+    "plain": dict(),
+    "cfg": dict(cfg_scale=2.5, negative_prompt="no"),
+    "t07-topk": dict(temperature=0.7, top_k=2),
+    "mixed": dict(cfg_scale=1.5, temperature=0.7, top_k=3, top_p=0.9),
+}
+_models = {}
+
+
+def model(name):
+    if name not in _models:
+        _models[name] = tiny_model(**MODELS[name])
+    return _models[name]
+
+
+def check_exact(model_name, setting, seed=1234, n=N_SAMPLES, **params):
+    mdl = model(model_name)
+    kw = SETTINGS[setting]
+    res = specar.generate(mdl, "hi", backend="hawk", seed=seed, batch_size=n, **kw, **params)
+    return chi_square_test(res.tokens, exact_distribution(mdl, "hi", **kw)), res
+
+
+CASES = [
+    ("v3-2x2", "plain", dict(vertical_depth=1, candidates=2, node_budget=12)),
+    ("v3-2x2", "cfg", dict(vertical_depth=1, horizontal_heads=3, candidates=1, node_budget=6)),
+    ("v3-2x3-rowend", "plain", dict(vertical_depth=1, node_budget=10)),
+    ("v3-2x3-rowend", "cfg", dict(vertical_depth=2, horizontal_heads=5, candidates=2, node_budget=16)),
+    ("v4-2x2", "t07-topk", dict(vertical_depth=0, candidates=3, node_budget=8)),
+    ("v3-2x3-rowend", "mixed", dict(vertical_depth=1, horizontal_heads=2, candidates=1, node_budget=4)),
+    ("v3-2x3-rowend", "plain", dict(vertical_depth=1, horizontal_heads=1, vertical_reach=4, chain_prior=0.9,
+                                    node_budget=9)),
+    ("v4-2x2", "cfg", dict(vertical_depth=2, horizontal_heads=1, vertical_reach=2, candidates=2, node_budget=12)),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join([c[0], c[1]] + [f"{k}={v}" for k, v in c[2].items()]))
+def test_hawk_is_exact(case):
+    m, s, params = case
+    (p_value, stat, dof, tv), res = check_exact(m, s, **params)
+    print(f"\n{m} {s} {params}: p={p_value:.3g} chi2={stat:.1f} dof={dof} TV={tv:.4f} "
+          f"compression={res.stats.step_compression:.3f} mean_acc={res.stats.mean_accepted_length:.3f}")
+    assert p_value > P_FAIL, f"chi2={stat:.1f} dof={dof} p={p_value:.2e} TV={tv:.4f}"
+    assert not res.stats.lossy
+    assert res.stats.step_compression > 1.0
+
+
+def test_vertical_candidates_are_used(monkeypatch):
+    """The vertical cache is exercised: some accepted drafts come from a vertical head."""
+    monkeypatch.setattr(HawkDrafter, "collect", True)
+    seen = {}
+    real_init = HawkDrafter.__init__
+
+    def init(self, *a, **k):
+        real_init(self, *a, **k)
+        seen["d"] = self
+
+    monkeypatch.setattr(HawkDrafter, "__init__", init)
+    specar.generate(model("v3-2x3-rowend"), "hi", backend="hawk", seed=3, batch_size=512, vertical_depth=1)
+    src = torch.cat([s.flatten() for s in seen["d"].stats_acc])
+    n_h, n_v = int((src == 0).sum()), int((src == 1).sum())
+    print(f"\naccepted drafts: horizontal {n_h}, vertical {n_v}")
+    assert n_v > 50 and n_h > 50
+
+
+def test_planted_vertical_q_bug_is_caught(monkeypatch):
+    # planted bug: a vertical candidate is verified against the HORIZONTAL head's q
+    def horizontal_q(self, pool_q, source):
+        B, N, S, V = pool_q.shape
+        return pool_q[:, :, 0]
+
+    monkeypatch.setattr(HawkDrafter, "_recorded_q", horizontal_q)
+    (p_value, stat, dof, tv), _ = check_exact("v4-2x2", "plain", vertical_depth=1, candidates=1, node_budget=8)
+    print(f"\nplanted vertical-q bug: p={p_value:.3g} TV={tv:.4f}")
+    assert p_value < P_FAIL, f"planted bug went unnoticed: p={p_value:.2e} TV={tv:.4f}"
+
+
+@pytest.mark.parametrize("model_name", list(MODELS))
+def test_greedy_gives_the_argmax_sequence(model_name):
+    mdl = model(model_name)
+    exact = exact_distribution(mdl, "hi", temperature=0.0, cfg_scale=2.0)
+    (argmax_image, prob), = [(k, v) for k, v in exact.items() if v > 0.5]
+    res = specar.generate(mdl, "hi", backend="hawk", temperature=0.0, cfg_scale=2.0, seed=7, batch_size=64,
+                          vertical_depth=1, node_budget=10)
+    assert (res.tokens.reshape(64, -1) == torch.tensor(argmax_image)).all()
+
+
+def test_node_budget_respected_and_tree_padded():
+    mdl = tiny_model(16, (4, 4), seed=3, row_end=True)
+    shapes = []
+    real = mdl.forward
+
+    def spy(session, tokens, parents):
+        shapes.append((tuple(tokens.shape), len(parents)))
+        return real(session, tokens, parents)
+
+    mdl.forward = spy
+    res = specar.generate(mdl, "a cat", backend="hawk", seed=1, batch_size=3, node_budget=7, vertical_depth=2,
+                          horizontal_heads=4, candidates=3)
+    assert set(shapes) == {((3, 7), 7)}, set(shapes)  # one fixed shape every step
+    assert res.stats.step_compression >= 1.0
+    d = HawkDrafter(specar.samplers.backends.make_backend("hawk", node_budget=300, candidates=1, vertical_depth=0,
+                                                          horizontal_heads=2), mdl,
+                    specar.samplers.target.SamplingParams())
+    assert d.n_real == 3 and len(d.parents) == 300  # a chain of 2 drafts, padded with invalid nodes
+
+
+def test_same_seed_same_tokens():
+    mdl = tiny_model(16, (4, 4), seed=3, row_end=True)
+    a = specar.generate(mdl, "a cat", backend="hawk", seed=11).tokens
+    b = specar.generate(mdl, "a cat", backend="hawk", seed=11).tokens
+    assert torch.equal(a, b)
+
+
+# -- head files ----------------------------------------------------------------------------------
+def _with_folder(tmp_path, **kw):
+    mdl = tiny_model(4, (2, 2), **kw)
+    mdl.folder = str(tmp_path)
+    mdl.random_drafter_seed = None
+    return mdl
+
+
+def test_missing_heads_names_the_training_command(tmp_path):
+    mdl = _with_folder(tmp_path)
+    with pytest.raises(ValueError, match="train-drafter --kind hawk"):
+        specar.generate(mdl, "hi", backend="hawk")
+
+
+def test_heads_from_a_file_and_mismatches(tmp_path):
+    mdl = _with_folder(tmp_path)
+    folder = os.path.join(str(tmp_path), "hawk_heads")
+    cfg = HawkConfig(mdl.hidden_size, 3, 1)
+    heads = random_heads(cfg, 5)
+    save_drafter(folder, "hawk", mdl, heads.state_dict(), cfg.to_dict(), training={"steps": 0})
+    loaded = load_heads(mdl, 2, 1)
+    assert torch.equal(loaded.h_weight, heads.h_weight[:2])
+    res = specar.generate(mdl, "hi", backend="hawk", horizontal_heads=3, seed=2, batch_size=4)
+    assert res.tokens.shape == (4, 2, 2)
+    with pytest.raises(ValueError, match="horizontal_heads=4"):
+        specar.generate(mdl, "hi", backend="hawk", horizontal_heads=4)
+    # another target: refused by fingerprint
+    other = _with_folder(tmp_path, seed=9)
+    with pytest.raises(ValueError, match="not for the loaded model"):
+        load_heads(other, 2, 1)
+    # shapes that disagree with drafter.json
+    meta_path = os.path.join(folder, "drafter.json")
+    meta = json.load(open(meta_path))
+    meta["config"]["vertical_depth"] = 2
+    json.dump(meta, open(meta_path, "w"))
+    with pytest.raises(ValueError, match="does not match"):
+        load_heads(mdl, 2, 1)
+
+
+def test_shipped_demo_heads_load_and_run():
+    from specar.model_loaders.registry import load_model
+    mdl = load_model("demo")
+    heads = load_heads(mdl, 6, 2)  # fingerprint and shapes checked
+    assert heads.h_weight.shape == (6, mdl.hidden_size, mdl.hidden_size)
+    res = specar.generate(mdl, "a red circle", backend="hawk", seed=0)
+    assert res.stats.step_compression > 2.0, res.stats.step_compression

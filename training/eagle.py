@@ -1,0 +1,136 @@
+"""EAGLE drafter training by self-distillation: `python -m specar train-drafter --kind eagle`.
+
+Data: `distill_batch` (the target samples images with plain AR at its own recommended settings,
+then teacher-forces them once for the hidden states of both CFG branches). Both branches are
+training rows: a conditional row pairs the conditional features with the tokens, an
+unconditional row the unconditional ones (the drafter runs both at inference).
+
+Loss (EAGLE): smooth-L1 between the layer's output feature g_j and the target's hidden state h_j
+(feature regression) + `ce_weight` * cross-entropy of the target's own distribution
+softmax(image_logits(h_j)) against the drafter's logits image_logits(g_j). Input features get
+uniform noise (EAGLE's +-0.1 scaled to the feature norm) so the layer tolerates its own predicted
+features when it drafts several layers deep. Band attention of `window` positions as at inference.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+from ..model_loaders.drafter_files import save_drafter
+from ..samplers.drafters.eagle import EagleConfig, EagleNet
+from .loop import train
+from .selfdistill import DistillBatch, distill_batch, training_prompts
+
+CE_WEIGHT = 0.1
+NOISE = 0.1
+
+
+@torch.inference_mode()
+def chunked_distill_batch(model, prompt: str, batch: int, seed: int, chunk: int = 128) -> DistillBatch:
+    """`distill_batch` whose teacher forcing runs in chunks of `chunk` positions (models whose
+    position limit is below prompt + 2 * image, as the demo's 512, cannot take the whole image
+    as one draft)."""
+    from ..samplers.api import generate
+    res = generate(model, prompt, backend="ar", seed=seed, batch_size=batch)
+    cfg = model.default_sampling.get("cfg_scale", 1.0) != 1.0
+    seq = res.sequence.to(model.device)
+    B, n = seq.shape
+    session = model.start(model.encode_prompt(prompt), B, cfg, draft_capacity=chunk + 1)
+    hs, hus = [], []
+    for s in range(0, n - 1, chunk):
+        e = min(s + chunk, n - 1)
+        out = model.forward(session, seq[:, s:e], [-1] + list(range(e - s - 1)))
+        hs.append(out.hidden)
+        hus.append(out.hidden_uncond)
+        path = torch.arange(e - s, device=model.device).expand(B, e - s)
+        model.commit(session, path, torch.full((B,), e - s, device=model.device))
+    first = session.first
+    return DistillBatch(sequence=res.sequence, hidden=torch.cat(hs, 1),
+                        hidden_uncond=torch.cat(hus, 1) if cfg else None, first_hidden=first.hidden[:, 0],
+                        first_hidden_uncond=first.hidden_uncond[:, 0] if cfg else None, prompts=[prompt] * B)
+
+
+def collect(model, args, log=sys.stderr):
+    """Features [R, n, D] (index j: the feature that predicted position j), tokens [R, n]."""
+    per = max(1, min(args.per_prompt, args.images))
+    n_prompts = max(1, args.images // per)
+    prompts = training_prompts(model, n_prompts, args.seed) if args.prompts is None else \
+        [l.strip() for l in open(args.prompts, encoding="utf-8") if l.strip()][:n_prompts]
+    feats, toks = [], []
+    t0 = time.perf_counter()
+    for i, pr in enumerate(prompts):
+        b = chunked_distill_batch(model, pr, per, seed=args.seed * 100003 + i)
+        seq = b.sequence.cpu()
+        h = torch.cat([b.first_hidden[:, None], b.hidden], 1).float().cpu()  # [per, n, D]
+        feats.append(h); toks.append(seq)
+        if b.hidden_uncond is not None:
+            hu = torch.cat([b.first_hidden_uncond[:, None], b.hidden_uncond], 1).float().cpu()
+            feats.append(hu); toks.append(seq)
+        log.write(f"\rdistillation data: {i + 1}/{len(prompts)} prompts, {time.perf_counter() - t0:.0f}s ")
+        log.flush()
+    log.write("\n")
+    return torch.cat(feats), torch.cat(toks), time.perf_counter() - t0
+
+
+def eagle_loss(net: EagleNet, model, feats, toks, forced, noise: float = NOISE):
+    """feats [R, n, D] (j: feature predicting j), toks [R, n]: EAGLE loss on positions 0..n-2."""
+    R, n, D = feats.shape
+    x_f = feats[:, :-1]  # f_{j-1} for inputs j = 0..n-2
+    if noise:
+        x_f = x_f + (torch.rand_like(x_f) - 0.5) * 2 * noise * x_f.abs().mean()
+    emb = model.embed_tokens(toks[:, :-1].to(model.device)).float()
+    pos = torch.arange(n - 1, device=feats.device).expand(R, n - 1)
+    mask = net.band_mask(n - 1, feats.device).expand(R, n - 1, n - 1)
+    g = net(x_f, emb, pos, mask)
+    target = feats[:, 1:]  # h_j: predicts j + 1
+    keep = ~forced[1:]  # positions whose next token is sampled
+    reg = F.smooth_l1_loss(g[:, keep], target[:, keep])
+    head_dtype = model.embed_tokens(toks[:1, :1].to(model.device)).dtype
+    with torch.no_grad():
+        p = torch.softmax(model.image_logits(target[:, keep].to(head_dtype)).float(), -1)
+    logq = torch.log_softmax(model.image_logits(g[:, keep].to(head_dtype)).float(), -1)
+    ce = -(p * logq).sum(-1).mean()
+    return reg + CE_WEIGHT * ce, reg, ce
+
+
+def train_eagle(model, args):
+    for name, default in (("per_prompt", 8), ("window", None)):
+        if not hasattr(args, name):
+            setattr(args, name, default)
+    t_start = time.perf_counter()
+    feats, toks, t_data = collect(model, args)
+    dev = model.device
+    feats, toks = feats.to(dev), toks.to(dev)
+    cfg = EagleConfig.for_model(model, args.window)
+    net = EagleNet(cfg).to(dev)
+    for prm in model.torch_module().parameters():
+        prm.requires_grad_(False)
+    forced = (model.geometry.forced_tokens() >= 0).to(dev)
+    g = torch.Generator(device="cpu").manual_seed(args.seed)
+    R = feats.shape[0]
+    last = {}
+
+    def loss_fn(step):
+        idx = torch.randint(R, (min(args.batch, R),), generator=g).to(dev)
+        loss, reg, ce = eagle_loss(net, model, feats[idx], toks[idx], forced)
+        last.update(reg=float(reg), ce=float(ce))
+        return loss
+
+    os.makedirs(args.out, exist_ok=True)
+    summary = train(net, loss_fn, args.steps, args.out, args.lr, resume=args.resume)
+    # held-out style check on the training data: top-1 agreement of the drafter with the target
+    with torch.no_grad():
+        idx = torch.arange(min(R, 16), device=dev)
+        loss, reg, ce = eagle_loss(net, model, feats[idx], toks[idx], forced, noise=0.0)
+    training = {"time_s": round(time.perf_counter() - t_start, 1), "data_s": round(t_data, 1),
+                "train_s": round(summary["seconds"], 1), "steps": args.steps, "loss": summary["final_loss"],
+                "eval_loss": float(loss), "eval_reg": float(reg), "eval_ce": float(ce),
+                "images": int(toks.shape[0] // (2 if model.default_sampling.get("cfg_scale", 1.0) != 1.0 else 1)),
+                "batch": args.batch, "lr": args.lr, "seed": args.seed}
+    save_drafter(args.out, "eagle", model, net.state_dict(), cfg.to_dict(), training=training)
+    print(f"saved {args.out}: {training}")
+    return net
