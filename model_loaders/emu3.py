@@ -29,7 +29,7 @@ import re
 import torch
 
 from .contract import EncodedPrompt, ImageGeometry
-from .hf_common import (HFImageModel, load_tokenizer, resolve_device, resolve_dtype,
+from .hf_common import (SharedVocabImageModel, load_tokenizer, resolve_device, resolve_dtype,
                         to_pil)
 from .registry import read_config
 
@@ -54,7 +54,7 @@ def generation_grid(ratio: str, image_area: int, factor: int = DOWNSAMPLE):
     return h, w
 
 
-class Emu3ImageModel(HFImageModel):
+class Emu3ImageModel(SharedVocabImageModel):
     family = "emu3"
 
     def __init__(self, folder: str, device=None, dtype=None, image_area=None, ratio=None, device_map=None,
@@ -126,12 +126,7 @@ class Emu3ImageModel(HFImageModel):
         self.geometry = ImageGeometry(height=H, width=W, vocab_size=V, row_end=True)
         self.default_sampling = {"cfg_scale": 3.0, "top_k": min(2048, V)}
         self._use_backbone(self.model.model.text_model, mc.text_config)
-        dev = self._embed.weight.device
-        self._img_ids = torch.tensor([codes[c] for c in range(V)], dtype=torch.long)
-        # engine id -> vocabulary id: the V codes, then the row-end (EOL) token
-        self._engine_to_model = torch.cat([self._img_ids, torch.tensor([self.eol_id])]).to(dev)
-        head = self.model.lm_head.weight
-        self._head_rows = head.detach().index_select(0, self._img_ids.to(head.device)).contiguous()
+        self._map_image_codes([codes[c] for c in range(V)], [self.eol_id])  # row end: EOL
 
     # -- prompts ---------------------------------------------------------------------------
     def format_prompt(self, text: str) -> str:
@@ -154,15 +149,6 @@ class Emu3ImageModel(HFImageModel):
         return torch.cat([ids, tail], 1)
 
     # -- model hooks -----------------------------------------------------------------------
-    def _prompt_embeds(self, ids):
-        return self._embed(ids.to(self._embed.weight.device))
-
-    def _draft_embeds(self, tokens):
-        return self._embed(self._engine_to_model[tokens.to(self._engine_to_model.device)])
-
-    def _image_logits(self, hidden):
-        return hidden.to(self._head_rows.device) @ self._head_rows.T
-
     @torch.inference_mode()
     def decode_tokens(self, tokens: torch.Tensor, chunk: int = 4):
         B, H, W = tokens.shape

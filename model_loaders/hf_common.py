@@ -144,9 +144,10 @@ def check_memory(files, dtype: torch.dtype, device: torch.device, device_map, ex
 
 
 def load_pretrained(cls, folder: str, device: torch.device, dtype: torch.dtype, device_map=None, max_memory=None,
-                    offload_folder=None, attn_implementation: Optional[str] = None):
+                    offload_folder=None, attn_implementation: Optional[str] = None, allow_missing=()):
     """`cls.from_pretrained` from a local folder only: safetensors, no remote code, and every
-    checkpoint tensor must match the config (no silently random-initialised weights)."""
+    checkpoint tensor must match the config (no silently random-initialised weights), except
+    missing parameters under the `allow_missing` prefixes (parts image generation never runs)."""
     files = safetensors_files(folder)
     check_memory(files, dtype, device, device_map)
     kwargs = dict(dtype=dtype, local_files_only=True, use_safetensors=True, trust_remote_code=False,
@@ -170,6 +171,8 @@ def load_pretrained(cls, folder: str, device: torch.device, dtype: torch.dtype, 
     problems = []
     for key in ("missing_keys", "unexpected_keys", "mismatched_keys", "error_msgs"):
         items = list(info.get(key) or [])
+        if key == "missing_keys":
+            items = [i for i in items if not str(i).startswith(tuple(allow_missing))]
         if items:
             shown = ", ".join(str(i) for i in items[:5]) + (" ..." if len(items) > 5 else "")
             problems.append(f"{key.replace('_', ' ')} ({len(items)}): {shown}")
@@ -368,3 +371,26 @@ class HFImageModel(SlotCacheModel):
         out = self.backbone(inputs_embeds=embeds, attention_mask=mask[:, None], position_ids=positions,
                             past_key_values=cache, use_cache=True)
         return out.last_hidden_state
+
+
+class SharedVocabImageModel(HFImageModel):
+    """A family whose image codes are rows of the text vocabulary (Emu3, Chameleon): engine code c
+    is vocabulary id `_img_ids[c]`, the structure tokens (row ends) follow the V codes, and the
+    image head is the LM head restricted to the code rows."""
+
+    def _map_image_codes(self, img_ids: list, structure_ids: list) -> None:
+        dev = self._embed.weight.device
+        self._img_ids = torch.tensor(img_ids, dtype=torch.long)
+        # engine id -> vocabulary id: the V codes, then the structure tokens
+        self._engine_to_model = torch.cat([self._img_ids, torch.tensor(structure_ids, dtype=torch.long)]).to(dev)
+        head = self.model.lm_head.weight
+        self._head_rows = head.detach().index_select(0, self._img_ids.to(head.device)).contiguous()
+
+    def _prompt_embeds(self, ids):
+        return self._embed(ids.to(self._embed.weight.device))
+
+    def _draft_embeds(self, tokens):
+        return self._embed(self._engine_to_model[tokens.to(self._engine_to_model.device)])
+
+    def _image_logits(self, hidden):
+        return hidden.to(self._head_rows.device) @ self._head_rows.T

@@ -15,9 +15,13 @@ def load_model(name_or_path: str, device=None, dtype=None, **options):
     """Load a built-in model by name (``"demo"``) or a model folder by path.
 
     Folders in transformers format are recognised from their config.json: Janus / Janus-Pro
-    (``model_type: janus``) and Emu3 (``emu3``). Options for those: ``device_map``, ``max_memory``,
-    ``offload_folder`` (accelerate big-model loading), ``attn_implementation``; Emu3 also takes
-    ``image_area`` and ``ratio``. Local files only: nothing is downloaded.
+    (``model_type: janus``), Emu3 (``emu3``) and Chameleon-family models, Lumina-mGPT and Anole
+    (``chameleon``). Options for those: ``device_map``, ``max_memory``, ``offload_folder``
+    (accelerate big-model loading), ``attn_implementation``; Emu3 also takes ``image_area`` and
+    ``ratio``; Chameleon takes ``layout`` (``lumina`` / ``anole``), ``resolution`` and
+    ``target_size``. A LlamaGen folder (the authors' ``c2i_*.pt`` / ``t2i_*.pt`` and
+    ``vq_ds16_*.pt`` checkpoints, no config.json) is recognised from its file names (docs/MODELS.md).
+    Local files only: nothing is downloaded.
     """
     if not isinstance(name_or_path, str):
         raise ValueError(f"load_model takes a built-in name ({', '.join(BUILTIN_MODELS)}) or a folder path, "
@@ -44,6 +48,8 @@ def load_model(name_or_path: str, device=None, dtype=None, **options):
 FAMILIES = {
     "janus": ".janus:load_janus",
     "emu3": ".emu3:load_emu3",
+    "chameleon": ".chameleon:load_chameleon",  # Lumina-mGPT and Anole (two layouts)
+    "llamagen": ".llamagen:load_llamagen",  # the authors' .pt checkpoints, no config.json
 }
 # checkpoints in their authors' original (remote-code) format: what to use instead
 _ORIGINAL_FORMATS = {
@@ -55,6 +61,8 @@ _ORIGINAL_FORMATS = {
 def read_config(folder: str) -> dict:
     """A model folder's config.json as a dict; a clear ValueError when missing or malformed."""
     path = os.path.join(folder, "config.json")
+    if not os.path.isfile(path) and _is_llamagen(folder):
+        return "llamagen"
     if not os.path.isfile(path):
         raise ValueError(f"{path} is missing: a transformers model folder needs its config.json")
     try:
@@ -70,6 +78,8 @@ def read_config(folder: str) -> dict:
 def detect_family(folder: str) -> str:
     """The model family of a folder, from its config.json (``model_type``, ``architectures``)."""
     path = os.path.join(folder, "config.json")
+    if not os.path.isfile(path) and _is_llamagen(folder):
+        return "llamagen"
     if not os.path.isfile(path):
         raise ValueError(f"no supported model family recognised in folder {folder!r}: it has no config.json "
                          f"(supported: {', '.join(FAMILIES)} folders in transformers format, or the built-in "
@@ -84,9 +94,19 @@ def detect_family(folder: str) -> str:
                          f"conversion instead (BAAI/Emu3-Gen-hf)")
     if model_type in FAMILIES:
         return model_type
-    for family, arch in (("janus", "JanusForConditionalGeneration"), ("emu3", "Emu3ForConditionalGeneration")):
+    for family, arch in (("janus", "JanusForConditionalGeneration"), ("emu3", "Emu3ForConditionalGeneration"),
+                         ("chameleon", "ChameleonForConditionalGeneration"),
+                         ("chameleon", "ChameleonXLLMXForConditionalGeneration")):
         if arch in archs:
             return family
     raise ValueError(f"no supported model family recognised in folder {folder!r}: {path} has model_type "
                      f"{model_type or '(none)'!r}, architectures {archs or '(none)'}; supported: "
                      f"{', '.join(FAMILIES)} (transformers format) and the built-in models {', '.join(BUILTIN_MODELS)}")
+
+
+def _is_llamagen(folder: str) -> bool:
+    """A LlamaGen folder: the authors' GPT checkpoint (c2i_* / t2i_*) next to their VQ tokenizer (vq_*)."""
+    names = os.listdir(folder)
+    ext = (".pt", ".pth", ".safetensors")
+    return any(n.startswith(("c2i_", "t2i_")) and n.endswith(ext) for n in names) and \
+        any(n.startswith("vq_") and n.endswith(ext) for n in names)

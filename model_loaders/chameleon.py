@@ -1,0 +1,217 @@
+"""Chameleon-family image generators through transformers' `ChameleonForConditionalGeneration`:
+Lumina-mGPT (Alpha-VLLM) and Anole (GAIR), two layouts of one adapter.
+
+Image codes are text-vocabulary entries ``IMGIMG<letters>Z`` (8192 codes, ids 4..8195 in the real
+vocabulary), found through ``config.json``'s ``vocabulary_map`` exactly as transformers'
+``ChameleonImageVocabularyMapping`` decodes their names. Logits come from the ``lm_head`` rows of
+those ids only (the shipped ``forward`` masks image logits out, so it is never called).
+
+Layouts (``layout`` option; default from config.json ``architectures``: Lumina-mGPT's checkpoints
+name ``ChameleonXLLMXForConditionalGeneration``, anything else is Anole):
+
+- ``lumina``, as Lumina-mGPT's inference code builds it:
+  cond   ``BOS "Generate an image of {w}x{h} according to the following prompt:\\n{text}" <reserved08706>
+          <racm3:break> <h> <w>``, with ``<h>``/``<w>`` = ``<reserved{8800 + n:05d}>``, n = pixels / 32;
+  uncond ``<racm3:break> <h> <w>`` (its CFG branch starts at the image-start token; a negative
+          prompt replaces it by the cond layout of that text, an extension);
+  image  H rows of W codes, each followed by the forced newline ``<reserved08799>`` (engine id V,
+          `ImageGeometry.row_end`), then ``<eoss>`` (appended for decoding only).
+  The model writes image-start and the size tokens itself when asked for a size; the adapter
+  places them in the prompt for the requested size (``resolution="WxH"``, one of the sizes
+  Lumina-mGPT's own code offers for ``target_size`` 512 / 768 / 1024: 32-pixel patches, aspect
+  ratio at most 4).
+- ``anole``, Chameleon's own layout: cond ``BOS text <racm3:break>``, uncond ``BOS <racm3:break>``
+  (or the negative text in that layout); image 32x32 codes (512 px), then ``<eoss>``.
+
+Pixels: the Chameleon VQGAN decoder (chameleon_vqgan.py) from ``vqgan.yaml`` + ``vqgan.ckpt`` /
+``vqgan.safetensors`` in the model folder.
+"""
+from __future__ import annotations
+
+import os
+import re
+
+import torch
+
+from .chameleon_vqgan import load_vqgan_decoder
+from .contract import EncodedPrompt, ImageGeometry
+from .hf_common import SharedVocabImageModel, load_pretrained, load_tokenizer, resolve_device, resolve_dtype, to_pil
+from .registry import read_config
+
+LAYOUTS = ("lumina", "anole")
+IMAGE_START, IMAGE_END = "<racm3:break>", "<eoss>"
+LUMINA_SEP, LUMINA_NEWLINE = "<reserved08706>", "<reserved08799>"
+LUMINA_PATCH = 32  # pixels per size-token unit (2x2 codes)
+LUMINA_PROMPT = "Generate an image of {w}x{h} according to the following prompt:\n{text}"
+IMG_NAME = re.compile(r"^IMGIMG([A-J]+)Z$")
+
+
+def code_token_name(code: int) -> str:
+    """Vocabulary name of image code `code` (digits written as letters A..J)."""
+    return "IMGIMG" + "".join(chr(ord("A") + int(d)) for d in str(code)) + "Z"
+
+
+def lumina_sizes(target_size: int):
+    """(width, height) pixel sizes Lumina-mGPT offers for `target_size` (its generate_crop_size_list:
+    (target/32)^2 patches of 32 px, aspect ratio at most 4), widest first."""
+    n = (target_size // LUMINA_PATCH) ** 2
+    sizes, wp, hp = [], n, 1
+    while wp > 0:
+        if max(wp, hp) / min(wp, hp) <= 4.0:
+            sizes.append((wp * LUMINA_PATCH, hp * LUMINA_PATCH))
+        if (hp + 1) * wp <= n:
+            hp += 1
+        else:
+            wp -= 1
+    return sizes
+
+
+def lumina_size_token(n: int) -> str:
+    return f"<reserved{8800 + n:05d}>"
+
+
+class ChameleonImageModel(SharedVocabImageModel):
+    family = "chameleon"
+
+    def __init__(self, folder: str, device=None, dtype=None, layout=None, resolution=None, target_size=None,
+                 device_map=None, max_memory=None, offload_folder=None, attn_implementation=None):
+        super().__init__()
+        from transformers import ChameleonForConditionalGeneration
+
+        cfg = read_config(folder)
+        cfg_path = os.path.join(folder, "config.json")
+        self.folder = folder
+        self.name = os.path.basename(os.path.normpath(folder)) or "chameleon"
+        self._device = resolve_device(device)
+        self._dtype = resolve_dtype(dtype, self._device)
+        if layout is None:
+            layout = "lumina" if any("XLLMX" in a for a in cfg.get("architectures") or []) else "anole"
+        if layout not in LAYOUTS:
+            raise ValueError(f"layout must be one of {', '.join(LAYOUTS)} (Lumina-mGPT or Anole / Chameleon), "
+                             f"got {layout!r}")
+        self.layout = layout
+        tok = self.tokenizer = load_tokenizer(folder)
+        vocab = tok.get_vocab()
+        self.vqgan = load_vqgan_decoder(folder, device=self._device)  # before the (slow) language model
+        f = self.pixel_factor = self.vqgan.downsample
+        V = int(self.vqgan.quantize.embedding.weight.shape[0])
+        vmap = cfg.get("vocabulary_map") or vocab
+        codes = {}
+        for name, idx in vmap.items():
+            m = IMG_NAME.match(name)
+            if m:
+                codes[int("".join(str(ord(c) - ord("A")) for c in m.group(1)))] = int(idx)
+        if sorted(codes) != list(range(V)):
+            raise ValueError(f"{cfg_path}: vocabulary_map has {len(codes)} image tokens (IMGIMG...Z) but the image "
+                             f"tokenizer's codebook (vqgan.yaml n_embed) has {V}")
+        for name in (IMAGE_START, IMAGE_END) + ((LUMINA_SEP, LUMINA_NEWLINE) if layout == "lumina" else ()):
+            if name not in vocab:
+                raise ValueError(f"the tokenizer in {folder!r} has no {name} token, which the {layout} layout needs")
+        self.boi_id, self.eoi_id = vocab[IMAGE_START], vocab[IMAGE_END]
+        self.bos_id = tok.bos_token_id
+        if self.bos_id is None:
+            raise ValueError(f"the tokenizer in {folder!r} defines no BOS token (tokenizer_config.json bos_token)")
+        H, W = self._grid(layout, resolution, target_size, cfg, f, vocab)
+        self.model = load_pretrained(ChameleonForConditionalGeneration, folder, self._device, self._dtype,
+                                     device_map=device_map, max_memory=max_memory, offload_folder=offload_folder,
+                                     attn_implementation=attn_implementation, allow_missing=("model.vqmodel.",))
+        mc = self.model.config
+        if device_map is not None:
+            self._device = self.model.get_input_embeddings().weight.device
+        self.vqgan.to(self._device)
+        self.max_positions = getattr(mc, "max_position_embeddings", None)
+        seq = H * (W + int(layout == "lumina"))
+        if self.max_positions is not None and seq + 8 > self.max_positions:
+            raise ValueError(f"a {W * f}x{H * f} image is {seq} tokens; this model was trained for at most "
+                             f"{self.max_positions} positions (config.json max_position_embeddings)")
+        self.pad_id = tok.pad_token_id if tok.pad_token_id is not None else 0
+        self.geometry = ImageGeometry(height=H, width=W, vocab_size=V, row_end=layout == "lumina")
+        # Lumina-mGPT's recommended settings (its demo: CFG 3, image top-k 2000); Chameleon's own
+        # inference guides images with CFG 3 (it samples with top-p 0.9 and temperature 0.7 otherwise)
+        self.default_sampling = ({"cfg_scale": 3.0, "top_k": min(2000, V)} if layout == "lumina"
+                                 else {"cfg_scale": 3.0, "top_k": None})
+        self.backbone = self.model.model
+        self._num_layers = mc.num_hidden_layers
+        self._embed = self.model.get_input_embeddings()
+        self._map_image_codes([codes[c] for c in range(V)], [vocab[LUMINA_NEWLINE]] if layout == "lumina" else [])
+
+    def _grid(self, layout, resolution, target_size, cfg, f, vocab):
+        if layout == "anole":
+            if resolution is not None or target_size is not None:
+                raise ValueError("the anole layout generates at the image tokenizer's resolution only "
+                                 "(vqgan.yaml ddconfig.resolution); resolution / target_size are Lumina-mGPT options")
+            n = (cfg.get("vq_config") or {}).get("resolution", 512) // f
+            self.size_ids = []
+            return n, n
+        if target_size is None:
+            m = re.search(r"(512|768|1024)", self.name)
+            target_size = int(m.group(1)) if m else 768
+        if isinstance(target_size, bool) or not isinstance(target_size, int) or target_size < LUMINA_PATCH:
+            raise ValueError(f"target_size must be an int >= {LUMINA_PATCH} (Lumina-mGPT: 512, 768 or 1024), "
+                             f"got {target_size!r}")
+        sizes = lumina_sizes(target_size)
+        if resolution is None:
+            resolution = f"{target_size}x{target_size}"
+        m = re.fullmatch(r"\s*(\d+)\s*x\s*(\d+)\s*", resolution) if isinstance(resolution, str) else None
+        if m is None or (int(m.group(1)), int(m.group(2))) not in sizes:
+            shown = ", ".join(f"{w}x{h}" for w, h in sizes)
+            raise ValueError(f"resolution {resolution!r} is not one Lumina-mGPT offers for target_size {target_size}; "
+                             f"allowed (WxH): {shown}")
+        w, h = int(m.group(1)), int(m.group(2))
+        if LUMINA_PATCH % f:
+            raise ValueError(f"the image tokenizer downsamples {f}x; Lumina-mGPT's 32-pixel size tokens need a "
+                             f"divisor of 32")
+        self.resolution = (w, h)
+        names = [lumina_size_token(h // LUMINA_PATCH), lumina_size_token(w // LUMINA_PATCH)]
+        for n in names:
+            if n not in vocab:
+                raise ValueError(f"the tokenizer in {self.folder!r} has no size token {n} for {resolution}")
+        self.size_ids = [vocab[n] for n in names]
+        return h // f, w // f
+
+    # -- prompts ---------------------------------------------------------------------------
+    def _text_ids(self, text: str) -> list:
+        return list(self.tokenizer(text, add_special_tokens=False).input_ids)
+
+    def format_prompt(self, text: str) -> str:
+        if self.layout == "lumina":
+            w, h = self.resolution
+            return LUMINA_PROMPT.format(w=w, h=h, text=text)
+        return text
+
+    def _ids(self, text: str) -> list:
+        ids = [self.bos_id] + self._text_ids(self.format_prompt(text))
+        if self.layout == "lumina":
+            ids.append(self.tokenizer.convert_tokens_to_ids(LUMINA_SEP))
+        return ids + [self.boi_id] + self.size_ids
+
+    def encode_prompt(self, text: str, negative_text: str = "") -> EncodedPrompt:
+        for name, value in (("prompt", text), ("negative_prompt", negative_text)):
+            if not isinstance(value, str):
+                raise ValueError(f"{name} must be a str, got {type(value).__name__}")
+        if negative_text:
+            uncond = self._ids(negative_text)
+        elif self.layout == "lumina":
+            uncond = [self.boi_id] + self.size_ids
+        else:
+            uncond = [self.bos_id, self.boi_id]
+        return EncodedPrompt(cond=self._ids(text), uncond=uncond, text=text, negative_text=negative_text)
+
+    def to_model_ids(self, seq: torch.Tensor) -> torch.Tensor:
+        """Engine ids [B, seq_len] -> vocabulary ids followed by end-of-image."""
+        ids = self._engine_to_model.cpu()[seq.cpu()]
+        return torch.cat([ids, torch.full((ids.shape[0], 1), self.eoi_id)], 1)
+
+    # -- model hooks -----------------------------------------------------------------------
+    @torch.inference_mode()
+    def decode_tokens(self, tokens: torch.Tensor, chunk: int = 4):
+        dev = self.vqgan.post_quant_conv.weight.device
+        out = []
+        for i in range(0, tokens.shape[0], chunk):
+            pix = self.vqgan(tokens[i:i + chunk].to(dev))
+            out.extend(to_pil(pix.permute(0, 2, 3, 1)))
+        return out
+
+
+def load_chameleon(folder: str, device=None, dtype=None, **options) -> ChameleonImageModel:
+    return ChameleonImageModel(folder, device=device, dtype=dtype, **options)

@@ -1,0 +1,94 @@
+"""Safe loading of the authors' checkpoint files (`.pt` / `.ckpt` / `.safetensors`).
+
+Pickled checkpoints are opened with ``torch.load(weights_only=True)`` only: tensors and plain
+containers load, anything that would run code (pickled classes, Lightning callbacks, ...) is
+refused with a message naming the file. `convert_checkpoint` writes the tensors of a checkpoint
+that loads safely to a safetensors file (``python -m specar convert-checkpoint IN OUT``), which
+loads faster and without pickle.
+"""
+from __future__ import annotations
+
+import os
+from typing import Iterable
+
+import torch
+
+# where the authors' training scripts keep the weights inside a checkpoint dictionary
+STATE_KEYS = ("state_dict", "model", "module", "ema")
+
+
+def _refuse(path: str, err: Exception) -> ValueError:
+    return ValueError(
+        f"{path} cannot be loaded safely: torch.load(weights_only=True) refused it ({str(err).splitlines()[0][:300]}). "
+        f"SpecAR never unpickles arbitrary objects. If you trust the file, convert it once in a separate "
+        f"Python session that you control: `import torch, safetensors.torch as st; sd = torch.load(PATH, "
+        f"weights_only=False)['state_dict' or 'model']; st.save_file({{k: v.contiguous() for k, v in sd.items()}}, "
+        f"OUT.safetensors)` and put OUT.safetensors next to it (see docs/MODELS.md)")
+
+
+def load_state_dict(path: str, keys: Iterable[str] = STATE_KEYS) -> dict:
+    """Tensors of a checkpoint file: a safetensors file, or a pickle opened with weights_only=True
+    (unwrapping one of `keys` when the weights sit under it). Errors name the file."""
+    if not os.path.isfile(path):
+        raise ValueError(f"checkpoint file {path} is missing")
+    if path.endswith(".safetensors"):
+        from safetensors.torch import load_file
+        try:
+            return load_file(path)
+        except Exception as e:  # header or data corrupt
+            raise ValueError(f"{path} is not a valid safetensors file: {e}") from e
+    try:
+        obj = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # UnpicklingError for pickled objects, RuntimeError for corrupt archives
+        raise _refuse(path, e) from e
+    if isinstance(obj, dict):
+        for k in keys:
+            if isinstance(obj.get(k), dict):
+                obj = obj[k]
+                break
+    if not isinstance(obj, dict) or not obj or not all(isinstance(v, torch.Tensor) for v in obj.values()):
+        raise ValueError(f"{path} does not hold a state dict of tensors (looked at the top level and under "
+                         f"{', '.join(keys)})")
+    return obj
+
+
+def load_into(module: torch.nn.Module, state: dict, path: str, prefix: str = "", ignore=()) -> None:
+    """Copy `state` (keys under `prefix`) into `module`; every parameter must be present with its
+    shape, and nothing but the `ignore` prefixes may be left over. Errors name the file."""
+    own = module.state_dict()
+    sub = {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
+    missing = sorted(set(own) - set(sub))
+    extra = sorted(k for k in set(sub) - set(own) if not k.startswith(tuple(ignore)))
+    wrong = sorted(k for k in set(own) & set(sub) if tuple(own[k].shape) != tuple(sub[k].shape))
+    problems = []
+    for what, items in (("missing", missing), ("unexpected", extra), ("wrong shape", wrong)):
+        if items:
+            shown = ", ".join(prefix + i + (f" {tuple(sub[i].shape)} vs {tuple(own[i].shape)}" if what == "wrong shape"
+                                            else "") for i in items[:4])
+            problems.append(f"{what} ({len(items)}): {shown}{' ...' if len(items) > 4 else ''}")
+    if problems:
+        raise ValueError(f"weights in {path} do not match the expected architecture: " + "; ".join(problems))
+    module.load_state_dict({k: sub[k] for k in own}, strict=True)
+
+
+def convert_checkpoint(src: str, dst: str) -> int:
+    """Write the tensors of `src` (loaded safely) to the safetensors file `dst`; returns the count."""
+    from safetensors.torch import save_file
+
+    if not dst.endswith(".safetensors"):
+        raise ValueError(f"the output file must end in .safetensors, got {dst!r}")
+    state = load_state_dict(src)
+    save_file({k: v.contiguous() for k, v in state.items()}, dst)
+    return len(state)
+
+
+def main(argv=None):
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m specar convert-checkpoint",
+                                 description="convert a .pt/.ckpt checkpoint (loaded with weights_only=True) to safetensors")
+    ap.add_argument("src")
+    ap.add_argument("dst")
+    a = ap.parse_args(argv)
+    n = convert_checkpoint(a.src, a.dst)
+    print(f"wrote {n} tensors to {a.dst}")
