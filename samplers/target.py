@@ -72,8 +72,11 @@ def target_probs(cond: torch.Tensor, uncond: Optional[torch.Tensor], params: Sam
         # a row with no finite logit (NaN, all -inf) has no argmax: NaN marks it for the engine
         greedy = torch.nn.functional.one_hot(logits.argmax(-1), V).to(torch.float32)
         return torch.where(torch.isfinite(top), greedy, float("nan"))
-    # shift by the row maximum before dividing: a tiny temperature then gives -inf, never inf - inf
-    logits = (logits - top) / params.temperature
+    # shift by the row maximum before dividing: a tiny temperature then gives -inf, never inf - inf.
+    # The divisor is at least float32's smallest normal number: a temperature below it (1e-300) would
+    # round to 0 in float32 and give 0/0 = NaN at the maximum; at that floor any logit gap over ~1e-36
+    # already underflows exp, so the result (the maxima, ties uniform) is what the exact temperature gives.
+    logits = (logits - top) / max(float(params.temperature), torch.finfo(torch.float32).tiny)
     if params.top_k and params.top_k < V:
         kth = kth_largest(logits, params.top_k)
         logits = logits.masked_fill(logits < kth, float("-inf"))
