@@ -13,6 +13,7 @@ from typing import Callable, Optional
 import torch
 
 from ..model_loaders.registry import BUILTIN_MODELS, detect_family, load_model
+from ..samplers import backends as _backends
 from ..samplers.api import generate
 from ..samplers.engine import GenerationInterrupted
 from . import spec
@@ -34,26 +35,28 @@ def _folder_paths():
 
 
 def register_model_folder() -> None:
-    """Register ComfyUI/models/specar with folder_paths (extra_model_paths.yaml may add more paths)."""
+    """Register ComfyUI/models/specar (models) and models/specar_drafters (Hawk heads, EAGLE drafters)
+    with folder_paths (extra_model_paths.yaml may add more paths)."""
     fp = _folder_paths()
     if fp is None:
         return
     names = getattr(fp, "folder_names_and_paths", None)
-    if isinstance(names, dict) and FOLDER in names and names[FOLDER][0]:
-        default = os.path.join(fp.models_dir, FOLDER)
-        if default not in names[FOLDER][0]:
-            fp.add_model_folder_path(FOLDER, default)
-        return
-    fp.add_model_folder_path(FOLDER, os.path.join(fp.models_dir, FOLDER), is_default=True)
+    for folder in (FOLDER, spec.DRAFTER_FOLDER):
+        default = os.path.join(fp.models_dir, folder)
+        if isinstance(names, dict) and folder in names and names[folder][0]:
+            if default not in names[folder][0]:
+                fp.add_model_folder_path(folder, default)
+        else:
+            fp.add_model_folder_path(folder, default, is_default=True)
 
 
-def _model_dirs() -> list:
+def _model_dirs(folder: str = FOLDER) -> list:
     fp = _folder_paths()
     if fp is None:
         return []
     try:
         register_model_folder()
-        return list(fp.get_folder_paths(FOLDER))
+        return list(fp.get_folder_paths(folder))
     except Exception as e:  # a broken folder setup must not break the node list
         log.warning("SpecAR: cannot read the %s model folders: %s", FOLDER, e)
         return []
@@ -216,26 +219,85 @@ def pil_to_tensor(images) -> torch.Tensor:
     return torch.stack([torch.from_numpy(np.asarray(im.convert("RGB"), dtype=np.float32) / 255.0) for im in images])
 
 
-def summary(stats) -> str:
-    """'AR 256 steps -> SJD 42 steps, 6.1x fewer, 0.3 s' (a step = one forward pass, the prefill included)."""
-    steps = stats.nfe + 1
+# measured AR latencies, so the summary can show a measured speed-up: (model, batch, guided) -> seconds
+_ar_latency: dict = {}
+
+
+def summary(stats, model=None, guided: bool = True) -> str:
+    """One line for the node: readable backend name, forward passes against AR's, measured latency,
+    and the speed-up over a measured AR run of the same model, batch and guidance when one exists
+    (step counts are not a speed-up: on a CPU a window forward can cost more than the steps it saves)."""
+    label = _backends.SCHEMAS[stats.backend].label
+    n = stats.image_tokens
     if stats.backend == "ar":
-        return f"AR {stats.image_tokens} steps (baseline), {stats.latency_s:.1f} s"
-    return (f"AR {stats.image_tokens} steps -> {stats.backend.upper()} {steps} steps, "
-            f"{stats.step_compression:.1f}x fewer, {stats.latency_s:.1f} s")
+        if model is not None:
+            _ar_latency[(id(model), stats.batch, guided)] = stats.latency_s
+        return f"{label}: {n} tokens in {stats.nfe + 1} forward passes, {stats.latency_s:.2f} s"
+    # forward passes with the prefill (which samples the first token), as step_compression counts them
+    text = (f"{label}: {n} tokens in {stats.nfe + 1} forward passes ({stats.step_compression:.1f}x fewer than AR), "
+            f"{stats.latency_s:.2f} s")
+    ar = _ar_latency.get((id(model), stats.batch, guided)) if model is not None else None
+    if ar is None:
+        return text + "; speed-up: run backend ar once with this model, batch and guidance to measure it"
+    speedup = ar / max(stats.latency_s, 1e-9)
+    verdict = "faster" if speedup >= 1 else "slower: the extra drafting costs more than it saves on this device"
+    return text + f"; {speedup:.2f}x AR's measured {ar:.2f} s ({verdict})"
+
+
+def drafter_folders(kind: str) -> list:
+    """Drafter folders of one kind ("hawk", "eagle") under ComfyUI/models/specar_drafters."""
+    names = []
+    for base in _model_dirs(spec.DRAFTER_FOLDER):
+        if not os.path.isdir(base):
+            continue
+        for d in sorted(os.listdir(base)):
+            meta = os.path.join(base, d, "drafter.json")
+            try:
+                with open(meta) as f:
+                    if json.load(f).get("kind") == kind and d not in names:
+                        names.append(d)
+            except (OSError, ValueError, AttributeError):
+                continue  # not a drafter folder (or unreadable): not listed; loading it would say why
+    return names
+
+
+def resolve_drafter(name: str, kind: str) -> str:
+    """A drafter folder chosen on the node -> its path ("" = the drafter beside the model)."""
+    if name == "":
+        return ""
+    for base in _model_dirs(spec.DRAFTER_FOLDER):
+        path = os.path.join(base, name)
+        if os.path.isdir(path):
+            return path
+    if os.path.isabs(name) and os.path.isdir(name):
+        return name  # API prompts may give a path
+    raise ValueError(f"drafter folder {name!r} not found under models/{spec.DRAFTER_FOLDER}; choose one of "
+                     f"{', '.join([spec.BESIDE_MODEL] + drafter_folders(kind))}")
+
+
+def sampler_spec():
+    return spec.sampler_spec(drafter_folders)
+
+
+def backend_config(values: dict):
+    """(SamplerSettings, BackendConfig) from the sampler's values; ValueError names the bad value
+    (ranges, choices, and the checks between parameters, once)."""
+    err = spec.validate(sampler_spec().inputs, values)
+    if err:
+        raise ValueError(err)
+    settings = spec.sampler_settings(values)
+    schema = _backends.SCHEMAS[settings.backend]
+    params = dict(settings.params)
+    for p in schema.params:
+        if p.folder_of and p.name in params:
+            params[p.name] = resolve_drafter(params[p.name], p.folder_of)
+    return settings, _backends.make_backend(settings.backend, **params)
 
 
 def sampler_error(values: dict) -> Optional[str]:
-    """The sampler's own validation of its widget values (None = valid)."""
-    err = spec.validate(spec.sampler_spec().inputs, values)
-    if err:
-        return err
-    backend = values.get("backend")
-    if backend is None:
-        return None
+    """The sampler's own validation of its values (None = valid)."""
     try:
-        from ..samplers.backends import make_backend
-        make_backend(backend, **spec.backend_values(backend, values))
+        backend_config(values)
     except ValueError as e:
         return str(e)
     return None
@@ -245,17 +307,13 @@ def run_sampler(model, values: dict, progress: Optional[Callable] = None, interr
     """Generate from the sampler's widget values.
 
     Returns (IMAGE [B,H,W,C], tokens, stats JSON, heatmap IMAGE [B,H,W,3], summary text)."""
-    err = sampler_error(values)
-    if err:
-        raise ValueError(err)
-    backend = values["backend"]
-    cfg, top_k = values.get("cfg_scale", -1.0), values.get("top_k", 0)
+    settings, config = backend_config(values)
     batch = values.get("batch_size", 1)
-    res = generate(model, values["prompt"], backend=backend, seed=values["seed"],
-                   cfg_scale=None if cfg < 0 else float(cfg), temperature=float(values.get("temperature", 1.0)),
-                   top_k=None if top_k == 0 else top_k, top_p=float(values.get("top_p", 1.0)),
+    res = generate(model, values["prompt"], backend=settings.backend, seed=values["seed"],
+                   cfg_scale=settings.cfg_scale, temperature=float(values.get("temperature", 1.0)),
+                   top_k=settings.top_k, top_p=float(values.get("top_p", 1.0)),
                    negative_prompt=values.get("negative_prompt", ""), batch_size=batch, progress=progress,
-                   interrupt=interrupt, **spec.backend_values(backend, values))
+                   interrupt=interrupt, **config.params())
     geo = model.geometry
     grid = res.tokens.reshape(batch, geo.height, geo.width)
     if res.images:
@@ -265,10 +323,17 @@ def run_sampler(model, values: dict, progress: Optional[Callable] = None, interr
         image = codes[..., None].expand(-1, -1, -1, 3).contiguous()
     size = tuple(image.shape[1:3])
     heat = torch.stack([heatmap(a, size=size) for a in res.stats.accepted_at_step])
-    text = summary(res.stats)
+    defaults = getattr(model, "default_sampling", {})
+    cfg = settings.cfg_scale if settings.cfg_scale is not None else defaults.get("cfg_scale", 1.0)
+    top_k = settings.top_k if settings.top_k is not None else defaults.get("top_k")
+    text = summary(res.stats, model, guided=cfg != 1.0)
     stats = res.stats.to_dict()
     stats["summary"] = text
+    stats["backend_label"] = _backends.SCHEMAS[settings.backend].label
     stats["model"] = getattr(model, "name", type(model).__name__)
+    stats["sampling"] = {"cfg_scale": cfg, "top_k": top_k or "off", "temperature": values.get("temperature", 1.0),
+                         "top_p": values.get("top_p", 1.0),
+                         "guidance": "model default" if settings.cfg_scale is None else "custom"}
     tokens = {"tokens": grid, "model": model}
     return image, tokens, json.dumps(stats), heat, text
 

@@ -2,18 +2,21 @@
 
 Both node flavours are generated from these declarations: the V3 classes (`v3.py`, ComfyUI's
 `comfy_api.latest` schema) and the V1 classes (`v1.py`, `INPUT_TYPES` dictionaries), so the two
-cannot drift apart. The backend widgets are built from `specar.BACKEND_PARAMS`: a backend added
-there appears on the sampler node with no change here (optional `PARAM_CHOICES` / `PARAM_RANGES`
-dictionaries in samplers/backends.py give its string parameters a dropdown and its numbers limits).
+cannot drift apart. Each backend's parameters are built from its schema in samplers/backends.py
+(default, range, choices, the paper's setting): a backend registered there appears on the sampler
+node with its own inputs and no change here. The backend and the guidance are `Switch`es: ComfyUI's
+V3 DynamicCombo where available (only the chosen option's inputs exist), else flattened.
 
-`validate(widgets, values)` is the nodes' own validation: ComfyUI does not check every widget
-value itself (combo values of V3 schemas, values of API-format prompts sent over HTTP), and a
-custom validation function makes it skip its own range checks, so ours checks everything.
+Validation: the widgets declare their ranges and choices, so ComfyUI files a bad value against the
+input that has it, once; the nodes declare no validate function (a validate function taking every
+input makes ComfyUI file its message once per input). `validate(inputs, values)` checks the same
+ranges again when a node runs (ComfyUI does not check V3 combo values everywhere), and cross-parameter
+and model-dependent limits are checked then, once, before generating.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Optional, Union
 
 from ..samplers import backends as _backends
@@ -23,10 +26,12 @@ CATEGORY = "SpecAR"
 SEED_MAX = 0xFFFFFFFFFFFFFFFF
 INT_MAX = 2**31 - 1
 MODEL_TYPE = "SPECAR_MODEL"
+DRAFTER_FOLDER = "specar_drafters"  # ComfyUI/models/specar_drafters/<drafter folder>
 TOKENS_TYPE = "SPECAR_TOKENS"
 DEVICES = ("auto", "cpu", "cuda")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 CONTROL_AFTER_GENERATE = ("fixed", "increment", "decrement", "randomize")
+PREVIEW_MODES = ("image", "image + acceptance", "off")
 
 
 @dataclass
@@ -94,100 +99,187 @@ class NodeSpec:
     extra: dict = field(default_factory=dict)
 
     def widgets(self) -> list:
-        return [w for w in self.inputs if w.is_widget]
+        """The widgets in the flat layout (V1; V3 without DynamicCombo), in order."""
+        return [w for w in flatten(self.inputs) if w.is_widget]
 
 
 def validate(inputs: list, values: dict) -> Optional[str]:
-    """The first error among the widget values present in `values` (absent or None = linked: skipped)."""
+    """The first error among the widget values present in `values` (absent or None = linked: skipped);
+    a Switch's inputs are checked for its chosen option only, flat or nested (V3 DynamicCombo)."""
     for w in inputs:
-        if w.is_widget and values.get(w.name) is not None:
+        err = None
+        if isinstance(w, Switch):
+            err = w.check(values)
+        elif w.is_widget and values.get(w.name) is not None:
             err = w.check(values[w.name])
-            if err:
-                return err
+        if err:
+            return err
     return None
 
 
 # ---------------------------------------------------------------------------------------------
-# backend parameters -> widgets
+# switches: a combo whose choice decides which further inputs apply
 
-# what the papers recommend, allowed values and ranges: all from the backends' parameter schemas
-PAPER_NOTES = dict(_backends.PAPER_NOTES)
-PARAM_CHOICES = {"init": INITS, "coupling": COUPLINGS, **_backends.PARAM_CHOICES}
-PARAM_RANGES = {"window": (1, MAX_WINDOW), **_backends.PARAM_RANGES}
+@dataclass
+class Switch:
+    """A choice that decides which further inputs apply: the backend (each backend has its own
+    parameters) and the guidance ("model default" or custom values).
 
+    Rendered as ComfyUI's V3 DynamicCombo where the running ComfyUI has it (only the chosen
+    option's inputs exist); elsewhere as a combo followed by every option's inputs, flattened
+    (`flat_name`), which the web extension hides unless their option is chosen."""
+    name: str
+    tooltip: str
+    default: str
+    options: dict  # option key -> [Widget] (its inputs, named without prefix)
+    prefix: bool = False  # flattened names: "<option>_<input>" (options share input names) or the input's own
+    kind: str = "SWITCH"
 
-def _defaults_by_backend(param: str) -> dict:
-    return {b: spec[param][0] for b, spec in BACKEND_PARAMS.items() if param in spec}
+    is_widget = True
 
+    def flat_name(self, key: str, w: Widget) -> str:
+        return f"{key}_{w.name}" if self.prefix else w.name
 
-def backend_default_sentinel(param: str):
-    """0 for an integer parameter whose default differs between backends and whose valid range
-    starts at 1: the widget's 0 then means "the chosen backend's own default". None otherwise."""
-    defaults = _defaults_by_backend(param)
-    values = set(defaults.values())
-    if len(values) > 1 and all(isinstance(v, int) and not isinstance(v, bool) for v in values):
-        lo = PARAM_RANGES.get(param, (1, None))[0]
-        if lo is not None and lo >= 1:
-            return 0
-    return None
+    def combo(self) -> Widget:
+        return Widget(self.name, "COMBO", self.tooltip, default=self.default, options=tuple(self.options))
 
+    def check(self, values: dict) -> Optional[str]:
+        """None if the choice and its option's inputs in `values` are valid (flat or nested layout)."""
+        value = values.get(self.name)
+        if value is None:
+            return None
+        nested = isinstance(value, dict)
+        key = value.get(self.name) if nested else value
+        err = self.combo().check(key)
+        if err:
+            return err
+        for w in self.options[key]:
+            v = value.get(w.name) if nested else values.get(self.flat_name(key, w))
+            err = None if v is None else w.check(v)
+            if err:
+                return err.replace(w.name, self.flat_name(key, w), 1) if not nested else err
+        return None
 
-def backend_param_widgets() -> list:
-    """One widget per backend parameter name (shared by the backends that have it)."""
-    widgets = []
-    names = []
-    for spec in BACKEND_PARAMS.values():
-        names += [p for p in spec if p not in names]
-    for name in names:
-        defaults = _defaults_by_backend(name)
-        first_backend = next(iter(defaults))
-        default, description = BACKEND_PARAMS[first_backend][name]
-        users = ", ".join(defaults)
-        sentinel = backend_default_sentinel(name)
-        if sentinel is not None:
-            per = ", ".join(f"{b} {v}" for b, v in defaults.items())
-            default_text = f"{sentinel} = the chosen backend's own default ({per})"
-        elif len(set(map(repr, defaults.values()))) > 1:
-            default_text = "defaults: " + ", ".join(f"{b} {v}" for b, v in defaults.items())
-        else:
-            default_text = f"default {default}"
-        tooltip = f"{description}. {default_text[0].upper()}{default_text[1:]}"
-        if name in PAPER_NOTES:
-            tooltip += f"; {PAPER_NOTES[name]}"
-        tooltip += f". Used by: {users} (ignored by the other backends)."
-        lo, hi = PARAM_RANGES.get(name, (None, None))
-        if isinstance(default, bool):
-            w = Widget(name, "BOOLEAN", tooltip, default=default)
-        elif isinstance(default, int):
-            if sentinel is not None:
-                default, lo = sentinel, sentinel
-            w = Widget(name, "INT", tooltip, default=default, min=0 if lo is None else lo,
-                       max=INT_MAX if hi is None else hi, step=1)
-        elif isinstance(default, float):
-            w = Widget(name, "FLOAT", tooltip, default=default, min=0.0 if lo is None else lo,
-                       max=1e6 if hi is None else hi, step=0.05)
-        elif name in PARAM_CHOICES:
-            w = Widget(name, "COMBO", tooltip, default=default, options=tuple(PARAM_CHOICES[name]))
-        else:
-            w = Widget(name, "STRING", tooltip, default=str(default))
-        widgets.append(w)
-    return widgets
+    def flat_widgets(self) -> list:
+        out = [self.combo()]
+        for key, widgets in self.options.items():
+            out += [replace(w, name=self.flat_name(key, w)) for w in widgets]
+        return out
 
 
-def backend_values(backend: str, values: dict) -> dict:
-    """The parameters the chosen backend takes, from the widget values (sentinels resolved)."""
-    if backend not in BACKEND_PARAMS:
-        raise ValueError(f"backend must be one of {', '.join(BACKEND_PARAMS)}; got {backend!r}")
-    out = {}
-    for name, (default, _) in BACKEND_PARAMS[backend].items():
-        if name not in values or values[name] is None:
-            continue
-        value = values[name]
-        sentinel = backend_default_sentinel(name)
-        if sentinel is not None and value == sentinel:
-            value = default
-        out[name] = value
+def flatten(inputs: list) -> list:
+    """Inputs with every Switch flattened (the V1 layout, and the V3 one without DynamicCombo)."""
+    out = []
+    for w in inputs:
+        out += w.flat_widgets() if isinstance(w, Switch) else [w]
     return out
+
+
+# ---------------------------------------------------------------------------------------------
+# backend parameters -> widgets (each backend's own, with its real default)
+
+BESIDE_MODEL = "(beside the model)"  # drafter folder choice: the drafter shipped next to the model's weights
+
+
+def param_widget(p, label: str, drafter_choices: Callable[[str], list]) -> Widget:
+    """The widget of one backend parameter (samplers/backends.py Param), default and range from its schema."""
+    tooltip = f"{label}: {p.help}. Default {p.default}"
+    if p.paper:
+        tooltip += f"; {p.paper}"
+    tooltip += "."
+    if p.folder_of:
+        return Widget(p.name, "COMBO", tooltip.replace(f"Default {p.default}", f"Default {BESIDE_MODEL}") +
+                      f" Folders with {p.folder_of} drafters under ComfyUI/models/{DRAFTER_FOLDER} are listed.",
+                      default=BESIDE_MODEL, options=lambda kind=p.folder_of: [BESIDE_MODEL] + drafter_choices(kind))
+    if isinstance(p.default, bool):
+        return Widget(p.name, "BOOLEAN", tooltip, default=p.default)
+    if isinstance(p.default, int):
+        return Widget(p.name, "INT", tooltip, default=p.default, min=int(p.lo), max=INT_MAX if p.hi is None else
+                      int(p.hi), step=1)
+    if isinstance(p.default, float):
+        step = 0.01 if p.hi is not None and p.hi <= 1 else 0.05
+        return Widget(p.name, "FLOAT", tooltip, default=p.default, min=p.lo, max=p.hi, step=step)
+    if p.choices:
+        return Widget(p.name, "COMBO", tooltip, default=p.default, options=tuple(p.choices))
+    return Widget(p.name, "STRING", tooltip, default=p.default)
+
+
+def backend_switch(drafter_choices: Callable[[str], list] = lambda kind: []) -> Switch:
+    schemas = _backends.SCHEMAS  # read each time: a backend registered later appears too
+    names = tuple(schemas)
+    help_text = "; ".join(f"{s.label}: {s.summary}" for s in schemas.values())
+    return Switch(
+        "backend", f"how tokens are drafted and verified. {help_text}. Every lossless backend samples exactly what AR "
+        "samples; only the chosen backend's parameters are shown.", default="sjd_pac" if "sjd_pac" in names
+        else names[0], prefix=True,
+        options={n: [param_widget(p, s.label, drafter_choices) for p in s.params] for n, s in schemas.items()})
+
+
+MODEL_DEFAULT = "model default"
+GUIDANCE_HELP = ("classifier-free guidance and top-k: the model's recommended values (demo: cfg 3, top-k 256; "
+                 "Janus-Pro: 5, 1000; Emu3: 3, 2048; Lumina-mGPT: 3, 2000; Anole: 3, 2000; LlamaGen c2i: 4, "
+                 "2000; the values used are shown after the run) or custom values")
+
+
+def guidance_switch() -> Switch:
+    return Switch("guidance", GUIDANCE_HELP, default=MODEL_DEFAULT, options={
+        MODEL_DEFAULT: [],
+        "custom": [
+            Widget("cfg_scale", "FLOAT", "classifier-free guidance scale: 1 = no guidance, higher = closer to the "
+                   "prompt (0 = the unconditional branch alone)", default=3.0, min=0.0, max=100.0, step=0.1),
+            Widget("top_k", "INT", "keep the k most likely image tokens (0 = all tokens)", default=1000, min=0,
+                   max=INT_MAX, step=1),
+        ]})
+
+
+@dataclass
+class SamplerSettings:
+    """The sampler node's values, whatever layout they came in: what `generate` takes."""
+    backend: str
+    params: dict  # the backend's parameters (drafter folder names not yet resolved to paths)
+    cfg_scale: Optional[float]  # None: the model's recommended value
+    top_k: Optional[int]
+
+
+# the sampler's widget names before per-backend inputs (workflows saved up to SpecAR 0.1): shared backend
+# parameter names where 0 meant "the backend's default", cfg_scale -1 and top_k 0 "the model's"
+LEGACY_PARAMS = ("window", "init", "coupling", "coupling_strength", "tree_depth", "tree_width", "continuation")
+
+
+def sampler_settings(values: dict) -> SamplerSettings:
+    """Read the sampler's values in any layout: nested (V3 DynamicCombo: backend = {"backend": name,
+    param: value}), flat ("backend" + "<backend>_<param>") or legacy (SpecAR 0.1 API prompts: shared
+    parameter names, sentinels). ValueError names a bad backend."""
+    backend = values.get("backend")
+    if isinstance(backend, dict):  # V3 DynamicCombo: the chosen option and its inputs
+        nested = dict(backend)
+        backend = nested.pop("backend", None)
+        params = nested
+    else:
+        params = None
+    if backend not in _backends.SCHEMAS:
+        raise ValueError(f"backend must be one of {', '.join(_backends.SCHEMAS)}; got {backend!r}")
+    schema = _backends.SCHEMAS[backend]
+    if params is None:
+        params = {p.name: values[f"{backend}_{p.name}"] for p in schema.params if f"{backend}_{p.name}" in values}
+        if not params and any(k in values for k in LEGACY_PARAMS):  # SpecAR 0.1: shared names, 0 = default
+            params = {p.name: values[p.name] for p in schema.params
+                      if p.name in values and not (p.kind is int and values[p.name] == 0)}
+    for p in schema.params:
+        if p.folder_of and params.get(p.name) == BESIDE_MODEL:
+            params[p.name] = ""
+    guidance = values.get("guidance")
+    if guidance is None and "cfg_scale" in values:  # SpecAR 0.1: cfg_scale < 0 / top_k 0 = the model's
+        cfg, top_k = values["cfg_scale"], values.get("top_k", 0)
+        return SamplerSettings(backend, params, None if cfg < 0 else float(cfg), None if top_k == 0 else top_k)
+    custom = guidance if isinstance(guidance, dict) else values  # nested (V3 DynamicCombo) or flat
+    if isinstance(guidance, dict):
+        guidance = guidance.get("guidance")
+    if guidance in (None, MODEL_DEFAULT):
+        return SamplerSettings(backend, params, None, None)
+    if guidance != "custom":
+        raise ValueError(f"guidance must be one of {MODEL_DEFAULT}, custom; got {guidance!r}")
+    return SamplerSettings(backend, params, float(custom["cfg_scale"]), custom["top_k"])
 
 
 BACKEND_HELP = {name: schema.summary for name, schema in _backends.SCHEMAS.items()}
@@ -216,9 +308,7 @@ def loader_spec(model_choices: Callable[[], list]) -> NodeSpec:
     )
 
 
-def sampler_spec() -> NodeSpec:
-    backends = tuple(BACKEND_PARAMS)  # read each time: a backend registered later appears too
-    backend_tip = "; ".join(f"{b}: {BACKEND_HELP.get(b, b)}" for b in backends)
+def sampler_spec(drafter_choices: Callable[[str], list] = lambda kind: []) -> NodeSpec:
     inputs = [
         Widget("model", MODEL_TYPE, "from the SpecAR Model Loader"),
         Widget("prompt", "STRING", "what to draw", default="a large red circle on a blue background",
@@ -228,26 +318,24 @@ def sampler_spec() -> NodeSpec:
         Widget("seed", "INT", "random seed: the same seed, sampling settings and backend give the same image; "
                "lossless backends sample the same distribution as AR", default=0, min=0, max=SEED_MAX,
                control_after_generate=True),
-        Widget("backend", "COMBO", f"how tokens are drafted and verified. {backend_tip}. Default sjd_pac "
-               "(every lossless backend samples exactly what AR samples)", default="sjd_pac" if "sjd_pac" in backends
-               else backends[0], options=backends),
-        Widget("cfg_scale", "FLOAT", "classifier-free guidance scale; -1 = the model's recommended value "
-               "(demo 3, Emu3 3, Janus-Pro 5); 1 = no guidance", default=-1.0, min=-1.0, max=100.0, step=0.1),
+        backend_switch(drafter_choices),
+        guidance_switch(),
         Widget("temperature", "FLOAT", "sampling temperature; 1.0 as in the papers, 0 = greedy", default=1.0,
                min=0.0, max=10.0, step=0.05),
-        Widget("top_k", "INT", "keep the k most likely tokens; 0 = the model's recommended value (demo 256, "
-               "Emu3 2048, Janus-Pro 1000)", default=0, min=0, max=INT_MAX, step=1),
         Widget("top_p", "FLOAT", "nucleus sampling; 1.0 = off (the papers' setting)", default=1.0, min=0.01,
                max=1.0, step=0.01),
+        Widget("batch_size", "INT", "images generated at once, each with its own random stream (the largest "
+               "batch this model allows is checked before generating)", default=1, min=1, max=64, step=1),
+        Widget("preview", "COMBO", "live preview while tokens are committed: the partial image, the partial image "
+               "tinted by acceptance (longer accepted runs brighter), or off", default="image",
+               options=PREVIEW_MODES),
     ]
-    inputs += backend_param_widgets()
-    inputs.append(Widget("batch_size", "INT", "images generated at once, each with its own random stream",
-                         default=1, min=1, max=64, step=1))
     return NodeSpec(
         node_id="SpecARSampler",
         display_name="SpecAR Sampler",
         description=("Generate an image with lossless speculative decoding: every backend samples exactly what "
-                     "plain AR sampling does, in fewer forward passes. Shows the speed-up on the node."),
+                     "plain AR sampling does, in fewer forward passes. Shows the measured latency and, once an AR "
+                     "run of the same model exists, the speed-up."),
         inputs=inputs,
         outputs=[
             Output("image", "IMAGE", "the generated images [B,H,W,C]"),
@@ -271,5 +359,5 @@ def decode_spec() -> NodeSpec:
     )
 
 
-__all__ = ["CATEGORY", "NodeSpec", "Output", "Widget", "backend_param_widgets", "backend_values", "decode_spec",
-           "loader_spec", "sampler_spec", "validate"]
+__all__ = ["CATEGORY", "NodeSpec", "Output", "SamplerSettings", "Switch", "Widget", "backend_switch", "decode_spec",
+           "flatten", "guidance_switch", "loader_spec", "sampler_settings", "sampler_spec", "validate"]

@@ -15,8 +15,8 @@ def input_options(w: spec.Widget) -> tuple:
     for key in ("min", "max", "step"):
         if getattr(w, key) is not None:
             opts[key] = getattr(w, key)
-    if w.multiline:
-        opts["multiline"] = True
+    if w.kind == "STRING":
+        opts["multiline"] = w.multiline
     if w.control_after_generate:
         opts["control_after_generate"] = True
     kind = w.choices() if w.kind == "COMBO" else w.kind
@@ -24,7 +24,7 @@ def input_options(w: spec.Widget) -> tuple:
 
 
 def input_types(node: spec.NodeSpec) -> dict:
-    return {"required": {w.name: input_options(w) for w in node.inputs}}
+    return {"required": {w.name: input_options(w) for w in spec.flatten(node.inputs)}}
 
 
 def _make(node_fn, function: str, run):
@@ -35,13 +35,9 @@ def _make(node_fn, function: str, run):
         def INPUT_TYPES(cls):
             return input_types(node_fn())
 
-        @classmethod
-        def VALIDATE_INPUTS(cls, **values):
-            # declaring **values makes ComfyUI skip its own checks, so every widget is checked here
-            err = spec.validate(node_fn().inputs, values)
-            if err is None and node.node_id == "SpecARSampler":
-                err = core.sampler_error(values)
-            return True if err is None else err
+        # No VALIDATE_INPUTS: the widgets declare their ranges and choices, so ComfyUI files a bad value
+        # against its own input, once (a VALIDATE_INPUTS taking every input gets its message filed once
+        # per input); the node checks everything again, and the limits between inputs, when it runs.
 
     Node.__name__ = node.node_id
     Node.__qualname__ = node.node_id
@@ -53,8 +49,6 @@ def _make(node_fn, function: str, run):
     Node.OUTPUT_NODE = node.output_node
     Node.FUNCTION = function
     setattr(Node, function, run)
-    if not any(w.is_widget for w in node.inputs):
-        del Node.VALIDATE_INPUTS
     return Node
 
 
@@ -72,7 +66,7 @@ def _decode(self, tokens):
 
 
 SpecARModelLoader = _make(lambda: spec.loader_spec(core.model_choices), "load", _load)
-SpecARSampler = _make(spec.sampler_spec, "sample", _sample)
+SpecARSampler = _make(core.sampler_spec, "sample", _sample)
 SpecARDecode = _make(spec.decode_spec, "decode", _decode)
 
 NODES = [SpecARModelLoader, SpecARSampler, SpecARDecode]

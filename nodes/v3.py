@@ -25,7 +25,23 @@ def _widget_input(io, types: dict, w: spec.Widget):
     return types[w.kind].Input(w.name, **common)
 
 
-def schema(io, types: dict, node: spec.NodeSpec):
+def _switch_input(io, types: dict, sw: spec.Switch, dynamic: bool) -> list:
+    """A Switch as one DynamicCombo (only the chosen option's inputs exist), or flattened."""
+    if not dynamic:
+        return [_widget_input(io, types, w) for w in sw.flat_widgets()]
+    options = [io.DynamicCombo.Option(key, [_widget_input(io, types, w) for w in widgets])
+               for key, widgets in sw.options.items()]
+    # the default option first: the frontend selects the first option of a new node
+    options.sort(key=lambda o: o.key != sw.default)
+    return [io.DynamicCombo.Input(sw.name, options=options, tooltip=sw.tooltip)]
+
+
+def dynamic_combo_available(io) -> bool:
+    """Whether this ComfyUI has the V3 DynamicCombo (added in late 2025): else switches are flattened."""
+    return hasattr(io, "DynamicCombo") and hasattr(io.DynamicCombo, "Option")
+
+
+def schema(io, types: dict, node: spec.NodeSpec, dynamic: bool = False):
     input_ids = {w.name for w in node.inputs}
     outputs = []
     for o in node.outputs:
@@ -36,7 +52,8 @@ def schema(io, types: dict, node: spec.NodeSpec):
         display_name=node.display_name,
         category=spec.CATEGORY,
         description=node.description,
-        inputs=[_widget_input(io, types, w) for w in node.inputs],
+        inputs=[i for w in node.inputs for i in (_switch_input(io, types, w, dynamic) if isinstance(w, spec.Switch)
+                                                 else [_widget_input(io, types, w)])],
         outputs=outputs,
         is_output_node=node.output_node,
     )
@@ -54,16 +71,14 @@ def build_nodes(io) -> list:
     def loader():
         return spec.loader_spec(core.model_choices)
 
+    # No validate_inputs: the widgets declare their ranges and choices, so ComfyUI files a bad value
+    # against its own input, once (a validate_inputs taking every input gets its message filed once per
+    # input); the nodes check everything again, and the limits between inputs, when they run.
+
     class SpecARModelLoader(io.ComfyNode):
         @classmethod
         def define_schema(cls):
             return schema(io, types, loader())
-
-        @classmethod
-        def validate_inputs(cls, **values):
-            # declaring **values makes ComfyUI skip its own checks, so every widget is checked here
-            err = spec.validate(loader().inputs, values)
-            return True if err is None else err
 
         @classmethod
         def execute(cls, model, device="auto", dtype="auto"):
@@ -72,12 +87,7 @@ def build_nodes(io) -> list:
     class SpecARSampler(io.ComfyNode):
         @classmethod
         def define_schema(cls):
-            return schema(io, types, spec.sampler_spec())
-
-        @classmethod
-        def validate_inputs(cls, **values):
-            err = core.sampler_error(values)
-            return True if err is None else err
+            return schema(io, types, core.sampler_spec(), dynamic=dynamic_combo_available(io))
 
         @classmethod
         def execute(cls, model, **values):

@@ -18,28 +18,36 @@ from . import spec
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXAMPLES = os.path.join(ROOT, "example_workflows")
-TITLES = {"ar": "AR (baseline)", "sjd": "SJD", "scd": "SCD", "sjd_pac": "SJD-PAC"}
+from ..samplers.backends import SCHEMAS
+
+# file names are what ComfyUI's template browser shows on the cards
 
 WORKFLOWS = {
-    "specar_demo": {
+    "SpecAR demo - SJD-PAC": {
         "note": "SpecAR with the embedded demo model: SJD-PAC (lossless speculative decoding). The node shows the "
                 "speed-up over plain AR sampling; the heatmap shows where long runs of drafts were accepted.",
         "prompt": "a large red circle on a blue background",
         "seed": 7,
         "samplers": [{"backend": "sjd_pac"}],
     },
-    "specar_backends_side_by_side": {
-        "note": "AR vs SJD vs SCD vs SJD-PAC on the demo model, same prompt and seed. All four sample the same "
-                "distribution (lossless); compare the steps on each node and the acceptance heatmaps.",
+    "SpecAR - every backend side by side": {
+        "note": "Every backend on the demo model, same prompt and seed: " + ", ".join(s.label for s in SCHEMAS.values())
+                + ". All sample the same distribution (lossless; ADT-Tree's relaxed mode is off); compare the "
+                "forward passes and latency on each node and the acceptance heatmaps. Run AR first: the other "
+                "nodes then show their measured speed-up over it.",
         "prompt": "a small yellow star on a noisy green background",
         "seed": 42,
-        "samplers": [{"backend": b} for b in ("ar", "sjd", "scd", "sjd_pac")],
+        "samplers": [{"backend": b} for b in SCHEMAS],
     },
 }
 
 
+def title(backend: str) -> str:
+    return SCHEMAS[backend].label
+
+
 def sampler_values(prompt: str, seed: int, **overrides) -> dict:
-    """Every sampler widget's value: its default, unless given."""
+    """Every sampler widget's value (flat layout): its default, unless given."""
     values = {w.name: w.default for w in spec.sampler_spec().widgets()}
     values.update(prompt=prompt, seed=seed, negative_prompt="")
     unknown = set(overrides) - set(values)
@@ -58,14 +66,16 @@ def build_api(desc: dict) -> dict:
                     "_meta": {"title": "SpecAR Model Loader"}}}
     for i, s in enumerate(desc["samplers"]):
         sid, img, heat = str(10 + i), str(20 + i), str(30 + i)
-        title = TITLES.get(s["backend"], s["backend"])
+        name = title(s["backend"])
         prompt[sid] = {"class_type": "SpecARSampler",
                        "inputs": {"model": ["1", 0], **sampler_values(desc["prompt"], desc["seed"], **s)},
-                       "_meta": {"title": f"SpecAR Sampler - {title}"}}
-        prompt[img] = {"class_type": "PreviewImage", "inputs": {"images": [sid, 0]},
-                       "_meta": {"title": f"{title} image"}}
+                       "_meta": {"title": f"SpecAR Sampler - {name}"}}
+        # the image is saved (ComfyUI/output/specar/<backend>_00001_.png); the heatmap only previewed
+        prompt[img] = {"class_type": "SaveImage", "inputs": {"filename_prefix": f"specar/{s['backend']}",
+                                                             "images": [sid, 0]},
+                       "_meta": {"title": f"{name} image (saved)"}}
         prompt[heat] = {"class_type": "PreviewImage", "inputs": {"images": [sid, 3]},
-                        "_meta": {"title": f"{title} acceptance heatmap"}}
+                        "_meta": {"title": f"{name} acceptance heatmap"}}
     return prompt
 
 
@@ -110,10 +120,10 @@ def build_ui(desc: dict) -> dict:
             inputs = [{"name": "model", "type": kind, "link": link}]
             outputs = [{"name": o.name, "type": o.kind, "links": outgoing.get((nid, k)) or None, "slot_index": k}
                        for k, o in enumerate(sampler.outputs)]
-        else:  # PreviewImage
+        else:  # SaveImage (the image) or PreviewImage (the heatmap)
             row = 0 if int(nid) < 30 else 1
             pos, size = [400 + 360 * i, 780 + 380 * row], [340, 350]
-            widgets = []
+            widgets = [node["inputs"]["filename_prefix"]] if ct == "SaveImage" else []
             link, kind = incoming[(nid, "images")]
             inputs = [{"name": "images", "type": kind, "link": link}]
             outputs = []
@@ -144,19 +154,19 @@ def render_thumbnail(desc: dict, path: str) -> None:
         values = {k: v for k, v in node["inputs"].items() if k != "model"}
         image, _, stats, heat, _ = core.run_sampler(model, values)
         steps = json.loads(stats)["nfe"] + 1
-        tiles.append((TITLES.get(values["backend"], values["backend"]), steps, image[0], heat[0]))
+        tiles.append((title(values["backend"]), steps, image[0], heat[0]))
     cell = 192
     single = len(tiles) == 1  # one sampler: image and heatmap side by side
     cols, rows = (2, 1) if single else (len(tiles), 2)
     canvas = Image.new("RGB", (cols * cell, rows * cell + 44), (24, 24, 28))
     draw = ImageDraw.Draw(canvas)
-    for k, (title, steps, image, heat) in enumerate(tiles):
+    for k, (label, steps, image, heat) in enumerate(tiles):
         for j, t in enumerate((image, heat)):
             x, y = ((j, 0) if single else (k, j))
             im = Image.fromarray((t.numpy() * 255).round().astype("uint8")).resize((cell - 8, cell - 8), Image.NEAREST)
             canvas.paste(im, (x * cell + 4, 22 + y * cell))
-        draw.text((k * cell + 6, 4), title, fill=(235, 235, 235))
-        draw.text((k * cell + 6, rows * cell + 26), f"{steps} steps", fill=(235, 235, 235))
+        draw.text((k * cell + 6, 4), label, fill=(235, 235, 235))
+        draw.text((k * cell + 6, rows * cell + 26), f"{steps} forward passes", fill=(235, 235, 235))
     if single:
         draw.text((cell + 6, 4), "acceptance heatmap", fill=(235, 235, 235))
     canvas.save(path, quality=88)

@@ -27,6 +27,7 @@ class Param:
     hi: Optional[float] = None
     choices: tuple = ()  # strings: the allowed values
     paper: str = ""  # what the method's paper recommends (shown in tooltips and docs)
+    folder_of: str = ""  # strings naming a drafter folder: the drafter kind stored there ("hawk", "eagle")
 
     @property
     def kind(self) -> type:
@@ -157,7 +158,7 @@ register_backend(BackendSchema(
                   "(0: the paper's tree; needs vertical_depth >= 1)", lo=0, hi=64, paper="Hawk paper: 0"),
             Param("chain_prior", 0.6, "tree shape: assumed acceptance of a node's first child (higher: deeper, "
                   "narrower trees within node_budget)", lo=0.05, hi=0.95),
-            Param("heads", "", "heads folder; empty: hawk_heads/ beside the model's weights")),
+            Param("heads", "", "heads folder; empty: hawk_heads/ beside the model's weights", folder_of="hawk")),
     drafter=".drafters.hawk:HawkDrafter"))
 
 # -- ADT-Tree (owned by samplers/drafters/adt_tree.py; adjust only this block) ----------------------
@@ -183,7 +184,8 @@ register_backend(BackendSchema(
             Param("relaxed_k", 10, "LANTERN: neighbourhood size k (nearest codes by VQ codebook latent; models "
                   "without a codebook: by image-token embedding)", lo=1, hi=1000, paper="LANTERN: k = 1000 (Anole)"),
             Param("relaxed_delta", 0.1, "LANTERN: total-variation budget delta of the relaxation", lo=0.0, hi=1.0),
-            Param("drafter", "", "EAGLE drafter folder; empty: eagle_drafter/ beside the model's weights")),
+            Param("drafter", "", "EAGLE drafter folder; empty: eagle_drafter/ beside the model's weights",
+                  folder_of="eagle")),
     drafter=".drafters.adt_tree:ADTTreeDrafter"))
 
 

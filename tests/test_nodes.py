@@ -19,7 +19,8 @@ import torch
 
 import specar
 from specar.nodes import core, spec, v1, v3
-from specar.samplers.backends import BACKEND_PARAMS
+from specar.samplers import backends
+from specar.samplers.backends import BACKEND_PARAMS, SCHEMAS
 from specar.testing import tiny_model
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -80,6 +81,23 @@ def execute(cls, **inputs):
     if isinstance(out, dict):
         return tuple(out["result"]), out.get("ui")
     return tuple(out), None
+
+
+def comfy_validation_errors(cls, values: dict) -> list:
+    """The inputs ComfyUI's own validation files an error against (execution.validate_inputs for a node
+    without a validate function: a missing required widget, a combo value not offered, a number out
+    of range), in input order, one per input."""
+    bad = []
+    for name, (kind, opts) in cls.INPUT_TYPES()["required"].items():
+        if not (isinstance(kind, list) or kind in ("INT", "FLOAT", "BOOLEAN", "STRING", "COMBO")):
+            continue  # a socket: linked
+        if name not in values:
+            bad.append(name)
+        elif isinstance(values[name], list):
+            continue  # linked to another node's output
+        elif not widget_values_ok(kind, opts, values[name]):
+            bad.append(name)
+    return bad
 
 
 def widget_values_ok(kind, opts, value):
@@ -157,8 +175,13 @@ def test_node_schemas_are_valid(flavour, comfy):
     backend = req["backend"]
     assert (backend[0] if flavour == "v1" else backend[1]["options"]) == list(BACKEND_PARAMS)
     assert req["seed"][1]["control_after_generate"] and req["seed"][1]["max"] == 2**64 - 1
-    for params in BACKEND_PARAMS.values():
-        assert set(params) <= set(req), "a backend parameter has no widget"
+    for b, params in BACKEND_PARAMS.items():  # flat layout: every backend's own inputs, with its defaults
+        for p, (default, _) in params.items():
+            kind, opts = req[f"{b}_{p}"]
+            assert opts["default"] == default or (default == "" and opts["default"] == spec.BESIDE_MODEL), (b, p)
+    assert req["guidance"][1]["default"] == "model default" and req["cfg_scale"][1]["min"] == 0.0
+    for cls in classes.values():  # no validate function: ComfyUI files each bad value once, on its input
+        assert validate_fn(cls) is None
     assert sampler.OUTPUT_NODE and sampler.RETURN_NAMES == ("image", "tokens", "stats", "acceptance_heatmap")
     assert sampler.RETURN_TYPES == ("IMAGE", "SPECAR_TOKENS", "STRING", "IMAGE")
     assert classes["SpecARModelLoader"].RETURN_TYPES == ("SPECAR_MODEL",)
@@ -183,24 +206,38 @@ def test_v1_and_v3_schemas_agree(comfy):
             assert getattr(a[name], attr) == getattr(b[name], attr), (name, attr)
 
 
-def test_sampler_widgets_follow_backend_params(monkeypatch):
-    monkeypatch.setitem(BACKEND_PARAMS, "hawk", {
-        "window": (8, "drafts per forward"),
-        "heads": (4, "trained draft heads used"),
-        "lossy": (False, "relaxed acceptance (lossy)"),
-        "delta": (0.1, "relaxation cap"),
-        "variant": ("tree", "how candidates are arranged"),
-    })
-    req = v1.SpecARSampler.INPUT_TYPES()["required"]
-    assert "hawk" in req["backend"][0]
-    assert req["heads"][0] == "INT" and req["heads"][1]["default"] == 4 and "hawk" in req["heads"][1]["tooltip"]
-    assert req["lossy"][0] == "BOOLEAN" and req["delta"][0] == "FLOAT" and req["variant"][0] == "STRING"
-    assert "hawk 8" in req["window"][1]["tooltip"] and req["window"][1]["default"] == 0  # 0 = backend default
-    assert spec.backend_values("hawk", {"window": 0, "heads": 2, "lossy": True, "delta": 0.2, "variant": "tree",
-                                        "tree_depth": 3}) == {"window": 8, "heads": 2, "lossy": True, "delta": 0.2,
-                                                              "variant": "tree"}
-    assert spec.backend_values("sjd_pac", {"window": 0, "tree_depth": 3})["window"] == BACKEND_PARAMS["sjd_pac"]["window"][0]
-    assert spec.backend_values("sjd", {"window": 32, "tree_depth": 3}) == {"window": 32}
+def test_sampler_widgets_follow_backend_schemas(monkeypatch):
+    fake = backends.BackendSchema("fake", "Fake-Spec", "a backend added later", params=(
+        backends.Param("window", 8, "drafts per forward", lo=1, hi=32, paper="Fake paper: 8"),
+        backends.Param("lossy", False, "relaxed acceptance (lossy)"),
+        backends.Param("delta", 0.1, "relaxation cap", lo=0.0, hi=1.0),
+        backends.Param("variant", "tree", "how candidates are arranged", choices=("tree", "chain"))))
+    monkeypatch.setitem(SCHEMAS, "fake", fake)
+    req = v1.input_types(spec.sampler_spec())["required"]
+    assert "fake" in req["backend"][0]
+    kind, opts = req["fake_window"]
+    assert kind == "INT" and (opts["default"], opts["min"], opts["max"]) == (8, 1, 32)  # a real value, no sentinel
+    assert opts["tooltip"].startswith("Fake-Spec: drafts per forward. Default 8; Fake paper: 8")
+    assert req["fake_lossy"][0] == "BOOLEAN" and req["fake_delta"][0] == "FLOAT" and req["fake_variant"][0] == [
+        "tree", "chain"]
+    assert req["sjd_pac_window"][1]["default"] == SCHEMAS["sjd_pac"].param("window").default
+    assert req["sjd_window"][1]["default"] == SCHEMAS["sjd"].param("window").default
+    # the three layouts of the same choice read alike
+    flat = {"backend": "fake", "fake_window": 4, "fake_lossy": True, "sjd_window": 9, "guidance": "model default"}
+    nested = {"backend": {"backend": "fake", "window": 4, "lossy": True}, "guidance": {"guidance": "model default"}}
+    for values in (flat, nested):
+        got = spec.sampler_settings(values)
+        assert (got.backend, got.params, got.cfg_scale, got.top_k) == ("fake", {"window": 4, "lossy": True}, None, None)
+    custom = spec.sampler_settings({"backend": "sjd", "guidance": "custom", "cfg_scale": 0.0, "top_k": 0})
+    assert (custom.cfg_scale, custom.top_k) == (0.0, 0)  # custom values are taken as they are: 0 = no top-k
+    # SpecAR 0.1 API prompts: shared names, window 0 / cfg_scale -1 / top_k 0 = the default
+    legacy = spec.sampler_settings({"backend": "sjd_pac", "window": 0, "tree_depth": 2, "init": "random",
+                                    "cfg_scale": -1.0, "top_k": 0})
+    assert (legacy.params, legacy.cfg_scale, legacy.top_k) == ({"tree_depth": 2, "init": "random"}, None, None)
+    legacy = spec.sampler_settings({"backend": "sjd", "window": 8, "tree_depth": 2, "cfg_scale": 2.0, "top_k": 7})
+    assert (legacy.params, legacy.cfg_scale, legacy.top_k) == ({"window": 8}, 2.0, 7)
+    with pytest.raises(ValueError, match="backend must be one of ar, .*fake; got 'turbo'"):
+        spec.sampler_settings({"backend": "turbo"})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -226,11 +263,10 @@ def test_model_loader_lists_folders_caches_and_frees(flavour, comfy):
     execute(loader, model="demo", device="auto", dtype="auto")
     assert len(comfy["loaded"]) == 3
 
-    check = validate_fn(loader)
-    assert check(model="demo", device="auto", dtype="auto") is True
-    assert "model must be one of demo, emu3-gen, janus-pro-1b; got 'nope'" in check(model="nope", device="auto",
-                                                                                     dtype="auto")
-    assert "device must be one of" in check(model="demo", device="tpu", dtype="auto")
+    assert comfy_validation_errors(loader, dict(model="demo", device="auto", dtype="auto")) == []
+    assert comfy_validation_errors(loader, dict(model="nope", device="tpu", dtype="auto")) == ["model", "device"]
+    with pytest.raises(ValueError, match=r"model must be one of demo, emu3-gen, janus-pro-1b; got 'nope'"):
+        execute(loader, model="nope", device="auto", dtype="auto")
     with pytest.raises(ValueError, match="dtype must be one of"):
         execute(loader, model="demo", device="auto", dtype="int8")
 
@@ -274,8 +310,9 @@ def test_example_workflows_reference_real_nodes_with_valid_values():
                 if opts.get("control_after_generate"):
                     assert values.pop(0) in spec.CONTROL_AFTER_GENERATE
             assert not values, f"{name}: extra widget values {values}"
-            check = classes[n["type"]].VALIDATE_INPUTS(**dict(zip([w[0] for w in widgets], _plain(n))))
-            assert check is True, f"{name}: {check}"
+            plain = dict(zip([w[0] for w in widgets], _plain(n)))
+            check = core.sampler_error(plain) if n["type"] == "SpecARSampler" else None
+            assert check is None and comfy_validation_errors(classes[n["type"]], plain) == [], f"{name}: {check}"
         link_ids = set()
         for link_id, src, src_slot, dst, dst_slot, kind in wf["links"]:
             link_ids.add(link_id)
@@ -320,9 +357,13 @@ def test_example_workflows_are_up_to_date():
     for name, desc in workflows.WORKFLOWS.items():
         assert _load(os.path.join(EXAMPLES, f"{name}.json")) == json.loads(json.dumps(workflows.build_ui(desc)))
         assert _load(os.path.join(EXAMPLES, "api", f"{name}.json")) == json.loads(json.dumps(workflows.build_api(desc)))
-    backends = [n["inputs"]["backend"] for n in _load(os.path.join(EXAMPLES, "api", "specar_backends_side_by_side.json")).values()
+    backends = [n["inputs"]["backend"] for n in _load(os.path.join(EXAMPLES, "api", "SpecAR - every backend side by side.json")).values()
                 if n["class_type"] == "SpecARSampler"]
-    assert backends == ["ar", "sjd", "scd", "sjd_pac"]
+    assert backends == list(SCHEMAS)  # every backend, ADT-Tree's lossy relaxed mode off
+    side = _load(os.path.join(EXAMPLES, "api", "SpecAR - every backend side by side.json"))
+    assert not any(n["inputs"].get("adt_tree_relaxed") for n in side.values())
+    saved = [n for n in side.values() if n["class_type"] == "SaveImage"]
+    assert len(saved) == len(SCHEMAS) and all(n["inputs"]["filename_prefix"].startswith("specar/") for n in saved)
 
 
 def run_api_workflow(prompt, classes):
@@ -350,10 +391,8 @@ def run_api_workflow(prompt, classes):
                 if isinstance(v, list):
                     src = classes.get(prompt[v[0]]["class_type"])
                     assert src.RETURN_TYPES[v[1]] == cls.INPUT_TYPES()["required"][k][0]
-            check = validate_fn(cls)
-            if check is not None:
-                widgets = {k: v for k, v in node["inputs"].items() if not isinstance(v, list)}
-                assert check(**widgets) is True
+            widgets = {k: v for k, v in node["inputs"].items() if not isinstance(v, list)}
+            assert comfy_validation_errors(cls, widgets) == []
             outputs[nid], uis[nid] = execute(cls, **args)
         assert progressed, "cycle or missing node in workflow"
     return outputs, uis
@@ -373,13 +412,15 @@ def test_api_workflows_run_through_the_node_classes(flavour, comfy):
             assert image.shape == (1, 4, 4, 3) and heat.shape == image.shape
             s = json.loads(stats)
             assert s["backend"] == prompt[nid]["inputs"]["backend"] and s["image_tokens"] == 16 and s["nfe"] >= 1
-            assert s["summary"].startswith("AR 16 steps") and uis[nid]["text"] == [s["summary"]]
+            label = SCHEMAS[s["backend"]].label
+            assert s["summary"].startswith(f"{label}: 16 tokens in {s['nfe'] + 1} forward passes")
+            assert uis[nid]["text"] == [s["summary"]] and s["backend_label"] == label
             assert json.loads(uis[nid]["specar_stats"][0]) == s
             assert tokens["tokens"].shape == (1, 4, 4)
         assert comfy["progress"] and comfy["progress"][-1][0] == comfy["progress"][-1][1]
         assert len(comfy["loaded"]) == 1  # one model for all samplers, loaded once
     # the same seed gives the same tokens whichever flavour of node ran it
-    side = _load(os.path.join(EXAMPLES, "api", "specar_backends_side_by_side.json"))
+    side = _load(os.path.join(EXAMPLES, "api", "SpecAR - every backend side by side.json"))
     out_a, _ = run_api_workflow(side, classes)
     out_b, _ = run_api_workflow(side, classes)
     for nid in side:
@@ -390,35 +431,101 @@ def test_api_workflows_run_through_the_node_classes(flavour, comfy):
 # ---------------------------------------------------------------------------------------------
 # validation, cancellation, decode
 
-BASE = dict(prompt="x", negative_prompt="", seed=0, backend="sjd", cfg_scale=-1.0, temperature=1.0, top_k=0,
-            top_p=1.0, window=0, init="random", coupling="maximal", coupling_strength=1.0, tree_depth=3,
-            tree_width=4, continuation=True, batch_size=1)
+def sampler_values(**changes):
+    from specar.nodes import workflows
+    return {**workflows.sampler_values("x", 0, backend="sjd"), **changes}
+
+
+BASE = sampler_values()
+BACKEND_CHOICES = ", ".join(SCHEMAS)
 
 
 @pytest.mark.parametrize("flavour", flavours())
-@pytest.mark.parametrize("change, message", [
-    ({"backend": "turbo"}, "backend must be one of ar, sjd, scd, sjd_pac; got 'turbo'"),
-    ({"init": "diagonal"}, "init must be one of random, repeat_left"),
-    ({"coupling": "strong"}, "coupling must be one of maximal, gumbel"),
-    ({"window": 999}, "window must be in [0, 128], got 999"),
-    ({"seed": -1}, "seed must be in [0, 18446744073709551615]"),
-    ({"top_p": 0.0}, "top_p must be in [0.01, 1.0]"),
-    ({"temperature": float("nan")}, "temperature must be a finite number"),
-    ({"continuation": "yes"}, "continuation must be true or false"),
-    ({"backend": "sjd_pac", "window": 4, "tree_depth": 5}, "tree_depth must be an int in [1, 4], got 5"),
+@pytest.mark.parametrize("change, bad_input, message", [
+    ({"backend": "turbo"}, "backend", f"backend must be one of {BACKEND_CHOICES}; got 'turbo'"),
+    ({"sjd_init": "diagonal"}, "sjd_init", "sjd_init must be one of random, repeat_left"),
+    ({"backend": "scd", "scd_coupling": "strong"}, "scd_coupling", "scd_coupling must be one of maximal, gumbel"),
+    ({"sjd_window": 999}, "sjd_window", "sjd_window must be in [1, 128], got 999"),
+    ({"seed": -1}, "seed", "seed must be in [0, 18446744073709551615]"),
+    ({"top_p": 0.0}, "top_p", "top_p must be in [0.01, 1.0]"),
+    ({"temperature": float("nan")}, "temperature", "temperature must be a finite number"),
+    ({"backend": "sjd_pac", "sjd_pac_continuation": "yes"}, "sjd_pac_continuation",
+     "sjd_pac_continuation must be true or false"),
+    ({"guidance": "custom", "cfg_scale": -1.0}, "cfg_scale", "cfg_scale must be in [0.0, 100.0], got -1.0"),
+    ({"backend": "hawk", "hawk_heads": "elsewhere"}, "hawk_heads", "hawk_heads must be one of (beside the model)"),
+    # limits between inputs: not a widget range, so ComfyUI files nothing; the node says it once, when it runs
+    ({"backend": "sjd_pac", "sjd_pac_window": 4, "sjd_pac_tree_depth": 5}, None,
+     "tree_depth must be an int in [1, 4], got 5"),
 ])
-def test_bad_widget_values_give_the_nodes_own_error(flavour, change, message, comfy):
+def test_bad_values_give_one_error_on_the_right_input(flavour, change, bad_input, message, comfy):
     classes = node_classes(flavour)
     sampler, loader = classes["SpecARSampler"], classes["SpecARModelLoader"]
     values = {**BASE, **change}
-    err = validate_fn(sampler)(**values)
-    assert isinstance(err, str) and message in err
+    assert comfy_validation_errors(sampler, values) == ([bad_input] if bad_input else [])
     model, = execute(loader, model="demo", device="auto", dtype="auto")[0]
     with pytest.raises(ValueError) as e:
         execute(sampler, model=model, **values)
     assert message in str(e.value)
-    assert validate_fn(sampler)(**BASE) is True
-    assert validate_fn(sampler)(**{**BASE, "backend": None}) is True  # a linked value is checked at run time
+    assert comfy_validation_errors(sampler, BASE) == [] and core.sampler_error(BASE) is None
+    # the inputs of backends not chosen are not the node's concern when it runs
+    assert core.sampler_error({**BASE, "backend": "ar", "sjd_pac_tree_depth": 100}) is None
+
+
+def test_a_tree_too_big_for_the_model_names_its_parameters(comfy):
+    model, = execute(v1.SpecARModelLoader, model="demo", device="auto", dtype="auto")[0]
+    limit = model.max_positions
+    assert limit is not None
+    values = sampler_values(backend="hawk", hawk_node_budget=min(512, limit + 8))
+    with pytest.raises(ValueError) as e:
+        execute(v1.SpecARSampler, model=model, **values)
+    assert "node_budget=" in str(e.value) and "allows at most" in str(e.value) and "lower" in str(e.value)
+
+
+def test_summary_shows_measured_latency_and_speedup_over_a_measured_ar_run(comfy):
+    model, = execute(v1.SpecARModelLoader, model="demo", device="auto", dtype="auto")[0]
+    _, ui = execute(v1.SpecARSampler, model=model, **sampler_values(backend="sjd_pac"))
+    assert ui["text"][0].startswith("SJD-PAC: 16 tokens in ") and "run backend ar once" in ui["text"][0]
+    _, ui = execute(v1.SpecARSampler, model=model, **sampler_values(backend="ar"))
+    ar_s = json.loads(ui["specar_stats"][0])["latency_s"]
+    assert ui["text"][0].startswith("AR (baseline): 16 tokens in 16 forward passes")
+    _, ui = execute(v1.SpecARSampler, model=model, **sampler_values(backend="sjd_pac"))
+    s = json.loads(ui["specar_stats"][0])
+    assert f"{ar_s / s['latency_s']:.2f}x AR's measured {ar_s:.2f} s" in ui["text"][0]
+    assert s["sampling"]["guidance"] == "model default" and s["sampling"]["cfg_scale"] == model.default_sampling.get(
+        "cfg_scale", 1.0)
+    # another batch size has no measured AR run: no speed-up claimed
+    _, ui = execute(v1.SpecARSampler, model=model, **sampler_values(backend="sjd_pac", batch_size=2))
+    assert "run backend ar once" in ui["text"][0]
+
+
+def test_legacy_api_prompt_samples_what_the_new_layout_does(comfy):
+    """A SpecAR 0.1 API prompt (shared names, window 0 / cfg -1 / top_k 0 = defaults) runs, and samples
+    exactly what the same settings in the current layout sample."""
+    model, = execute(v1.SpecARModelLoader, model="demo", device="auto", dtype="auto")[0]
+    legacy = dict(prompt="x", negative_prompt="", seed=5, backend="sjd_pac", cfg_scale=-1.0, temperature=1.0,
+                  top_k=0, top_p=1.0, window=0, init="random", coupling="maximal", coupling_strength=1.0,
+                  tree_depth=2, tree_width=3, continuation=True, batch_size=1)
+    old = core.run_sampler(model, legacy)
+    new = core.run_sampler(model, sampler_values(seed=5, backend="sjd_pac", sjd_pac_tree_depth=2,
+                                                 sjd_pac_tree_width=3))
+    assert torch.equal(old[1]["tokens"], new[1]["tokens"])
+    assert json.loads(old[2])["params"] == json.loads(new[2])["params"]
+
+
+def test_drafter_folders_are_listed_and_resolved(comfy):
+    base = os.path.join(comfy["models_dir"], spec.DRAFTER_FOLDER)
+    for name, kind in (("my-hawk-heads", "hawk"), ("my-eagle", "eagle"), ("broken", None)):
+        os.makedirs(os.path.join(base, name))
+        if kind:
+            with open(os.path.join(base, name, "drafter.json"), "w") as f:
+                json.dump({"kind": kind}, f)
+    req = v1.SpecARSampler.INPUT_TYPES()["required"]
+    assert req["hawk_heads"][0] == [spec.BESIDE_MODEL, "my-hawk-heads"]
+    assert req["adt_tree_drafter"][0] == [spec.BESIDE_MODEL, "my-eagle"]
+    settings, config = core.backend_config(sampler_values(backend="hawk", hawk_heads="my-hawk-heads"))
+    assert config.params()["heads"] == os.path.join(base, "my-hawk-heads")
+    settings, config = core.backend_config(sampler_values(backend="hawk"))
+    assert config.params()["heads"] == ""  # beside the model
 
 
 @pytest.mark.parametrize("flavour", flavours())
@@ -427,7 +534,7 @@ def test_cancel_stops_generation_and_model_stays_usable(flavour, where, comfy):
     classes = node_classes(flavour)
     sampler = classes["SpecARSampler"]
     model, = execute(classes["SpecARModelLoader"], model="demo", device="auto", dtype="auto")[0]
-    args = {**BASE, "backend": "sjd_pac", "window": 4, "tree_depth": 2, "seed": 3}
+    args = {**BASE, "backend": "sjd_pac", "sjd_pac_window": 4, "sjd_pac_tree_depth": 2, "seed": 3}
     reference = execute(sampler, model=model, **args)[0]
     comfy["progress"].clear()
     comfy["interrupt"] = True
@@ -480,7 +587,7 @@ def test_demo_workflow_with_the_real_demo_model(comfy, monkeypatch):
     model = _demo_model()
     monkeypatch.setattr(core, "load_model", lambda name, device=None, dtype=None: model)
     classes = node_classes("v3")
-    prompt = _load(os.path.join(EXAMPLES, "api", "specar_demo.json"))
+    prompt = _load(os.path.join(EXAMPLES, "api", "SpecAR demo - SJD-PAC.json"))
     outputs, uis = run_api_workflow(prompt, classes)
     image, tokens, stats, heat = outputs["10"]
     geo = model.geometry
@@ -488,7 +595,7 @@ def test_demo_workflow_with_the_real_demo_model(comfy, monkeypatch):
     assert heat.shape == image.shape
     s = json.loads(stats)
     assert s["backend"] == "sjd_pac" and s["image_tokens"] == geo.num_image_tokens and s["step_compression"] > 1.5
-    assert uis["10"]["text"][0].startswith(f"AR {geo.num_image_tokens} steps -> SJD_PAC")
+    assert uis["10"]["text"][0].startswith(f"SJD-PAC: {geo.num_image_tokens} tokens in {s['nfe'] + 1} forward passes")
     decoded, = execute(classes["SpecARDecode"], tokens=tokens)[0]
     assert torch.equal(decoded, image)
 
@@ -534,7 +641,7 @@ def test_real_comfyui_server(tmp_path):
         assert {"SpecARModelLoader", "SpecARSampler", "SpecARDecode"} <= set(info), \
             (tmp_path / "server.log").read_text()[-4000:]
         assert info["SpecARSampler"]["category"] == "SpecAR"
-        prompt = _load(os.path.join(EXAMPLES, "api", "specar_demo.json"))
+        prompt = _load(os.path.join(EXAMPLES, "api", "SpecAR demo - SJD-PAC.json"))
         bad = json.loads(json.dumps(prompt))
         bad["10"]["inputs"]["backend"] = "turbo"
         req = urllib.request.Request(url + "/prompt", data=json.dumps({"prompt": bad}).encode(),
@@ -569,14 +676,7 @@ def test_real_comfyui_server(tmp_path):
 
 @pytest.mark.skipif(not shutil.which("node"), reason="needs node to run the web extension")
 def test_web_extension_renders_stats(tmp_path, comfy):
-    # lay out the file as ComfyUI serves it (extensions/<pack>/specar.js next to scripts/app.js)
-    (tmp_path / "package.json").write_text('{"type": "module"}')
-    (tmp_path / "scripts").mkdir()
-    (tmp_path / "scripts" / "app.js").write_text(
-        "export const app = { registerExtension(e) { globalThis.registered = e; } };\n")
-    ext_dir = tmp_path / "extensions" / "specar"
-    ext_dir.mkdir(parents=True)
-    shutil.copy(os.path.join(ROOT, "web", "specar.js"), ext_dir / "specar.js")
+    _web_harness(tmp_path)
     model, = execute(v1.SpecARModelLoader, model="demo", device="auto", dtype="auto")[0]
     _, ui = execute(v1.SpecARSampler, model=model, **{**BASE, "backend": "sjd_pac"})
     (tmp_path / "message.json").write_text(json.dumps(ui))
@@ -609,4 +709,83 @@ console.log(JSON.stringify({ widgets: node.widgets, original: node.calledOrigina
     assert res["original"] and res["other"] and res["size"] == [320, 260]
     assert len(res["widgets"]) == 1 and res["widgets"][0]["serialize"] is False
     text = res["widgets"][0]["value"]
-    assert text.startswith("AR 16 steps -> SJD_PAC") and "step compression" in text and "mean accepted length" in text
+    assert text.startswith("SJD-PAC: 16 tokens in") and "step compression" in text and "mean accepted length" in text
+    assert "backend SJD-PAC" in text and "sampling: cfg" in text
+
+
+def _web_harness(tmp_path):
+    """The extension laid out as ComfyUI serves it (extensions/<pack>/specar.js next to scripts/app.js)."""
+    (tmp_path / "package.json").write_text('{"type": "module"}')
+    (tmp_path / "scripts").mkdir()
+    (tmp_path / "scripts" / "app.js").write_text(
+        "export const app = { registerExtension(e) { globalThis.registered = e; } };\n")
+    ext_dir = tmp_path / "extensions" / "specar"
+    ext_dir.mkdir(parents=True)
+    shutil.copy(os.path.join(ROOT, "web", "specar.js"), ext_dir / "specar.js")
+
+
+@pytest.mark.skipif(not shutil.which("node"), reason="needs node to run the web extension")
+def test_web_extension_migrates_legacy_workflows_and_shows_only_the_chosen_backend(tmp_path, comfy):
+    _web_harness(tmp_path)
+    required = v1.SpecARSampler.INPUT_TYPES()["required"]
+    (tmp_path / "node_def.json").write_text(json.dumps({"name": "SpecARSampler", "input": {"required": required}}))
+    # a sampler node as SpecAR 0.1 saved it: 16 widgets, the seed's control value after the seed
+    legacy = ["a cat", "", 11, "fixed", "sjd_pac", -1.0, 0.9, 0, 1.0, 0, "random", "maximal", 1.0, 2, 3, False, 2]
+    (tmp_path / "legacy.json").write_text(json.dumps(legacy))
+    (tmp_path / "run.js").write_text("""
+import { readFileSync } from "node:fs";
+const mod = await import("./extensions/specar/specar.js");
+const ext = globalThis.registered;
+const def = JSON.parse(readFileSync("node_def.json", "utf8"));
+function NodeType() {}
+await ext.beforeRegisterNodeDef(NodeType, def);
+function makeNode() {
+  const node = new NodeType();
+  node.size = [300, 900];
+  node.widgets = Object.entries(def.input.required).filter(([n, [k]]) => k !== "SPECAR_MODEL").map(([name, [kind, opts]]) =>
+    ({ name, type: Array.isArray(kind) ? "combo" : kind, value: opts.default, callback: null }));
+  node.computeSize = function () { return [300, 20 * this.widgets.filter((w) => w.type !== "specar-hidden").length]; };
+  node.setSize = function (s) { this.size = s; };
+  node.onNodeCreated();
+  return node;
+}
+const shown = (n) => n.widgets.filter((w) => w.type !== "specar-hidden").map((w) => w.name);
+const fresh = makeNode();
+const first = shown(fresh);
+const backend = fresh.widgets.find((w) => w.name === "backend");
+backend.value = "hawk"; backend.callback("hawk");
+const afterHawk = shown(fresh);
+const guidance = fresh.widgets.find((w) => w.name === "guidance");
+guidance.value = "custom"; guidance.callback("custom");
+const afterCustom = shown(fresh);
+const old = makeNode();
+old.onConfigure({ widgets_values: JSON.parse(readFileSync("legacy.json", "utf8")) });
+const migrated = Object.fromEntries(old.widgets.map((w) => [w.name, w.value]));
+console.log(JSON.stringify({ first, afterHawk, afterCustom, migrated, shownOld: shown(old),
+  notes: mod.migrateLegacyValues([...JSON.parse(readFileSync("legacy.json", "utf8"))].map((v, i) => i === 5 ? 2.5 : v), []).notes }));
+""")
+    out = subprocess.run(["node", "run.js"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    res = json.loads(out.stdout)
+    default_backend = required["backend"][1]["default"]
+    own = lambda b: [f"{b}_{p}" for p in BACKEND_PARAMS[b]]  # noqa: E731
+    assert [n for n in res["first"] if n.startswith(tuple(f"{b}_" for b in SCHEMAS))] == own(default_backend)
+    assert "cfg_scale" not in res["first"] and "guidance" in res["first"]
+    assert [n for n in res["afterHawk"] if n.startswith(tuple(f"{b}_" for b in SCHEMAS))] == own("hawk")
+    assert "cfg_scale" in res["afterCustom"] and "top_k" in res["afterCustom"]
+    m = res["migrated"]
+    assert (m["prompt"], m["seed"], m["backend"], m["temperature"], m["batch_size"]) == ("a cat", 11, "sjd_pac", 0.9, 2)
+    assert m["guidance"] == "model default"  # cfg -1 and top_k 0 were the model's values
+    assert (m["sjd_pac_tree_depth"], m["sjd_pac_tree_width"], m["sjd_pac_continuation"]) == (2, 3, False)
+    assert m["sjd_pac_window"] == SCHEMAS["sjd_pac"].param("window").default  # window 0 = the backend's default
+    assert own("sjd_pac")[0] in res["shownOld"] and own("sjd")[0] not in res["shownOld"]
+    assert res["notes"] and "top_k" in res["notes"][0]  # an explicit cfg with the model's top-k: said, not hidden
+    # what the browser migrates runs as the server reads the same SpecAR 0.1 values
+    model, = execute(v1.SpecARModelLoader, model="demo", device="auto", dtype="auto")[0]
+    values = {k: v for k, v in m.items() if k in required and k != "model"}
+    old_values = dict(zip(["prompt", "negative_prompt", "seed"], legacy[:3]))
+    old_values.update(zip(["backend", "cfg_scale", "temperature", "top_k", "top_p", "window", "init", "coupling",
+                           "coupling_strength", "tree_depth", "tree_width", "continuation", "batch_size"], legacy[4:]))
+    a = core.run_sampler(model, values)
+    b = core.run_sampler(model, old_values)
+    assert torch.equal(a[1]["tokens"], b[1]["tokens"])

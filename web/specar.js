@@ -1,8 +1,21 @@
-// SpecAR: show the generation statistics on the SpecAR Sampler node after it runs.
+// SpecAR web extension for the SpecAR Sampler node:
+// - shows only the chosen backend's parameters (and the custom guidance values only when guidance is
+//   "custom") where the node's inputs are flat (ComfyUI without the V3 DynamicCombo, or V1 nodes);
+// - migrates workflows saved by SpecAR 0.1 (shared parameter names, sentinel values) on load;
+// - shows the generation statistics after a run, in a box that grows with its text.
 // The node's `ui` output carries `text` (the one-line summary) and `specar_stats` (GenerationStats as JSON).
 import { app } from "../../scripts/app.js";
 
 const WIDGET = "specar_stats_view";
+// inputs that exist only for one option of a switch, besides "<backend>_<param>" (nodes/spec.py guidance_switch)
+export const GUIDANCE_INPUTS = { custom: ["cfg_scale", "top_k"] };
+export const MODEL_DEFAULT = "model default";
+// the SpecAR 0.1 sampler widgets, in their saved order (the seed is followed by its control value)
+export const LEGACY_SAMPLER_WIDGETS = [
+  "prompt", "negative_prompt", "seed", "backend", "cfg_scale", "temperature", "top_k", "top_p", "window",
+  "init", "coupling", "coupling_strength", "tree_depth", "tree_width", "continuation", "batch_size",
+];
+const LEGACY_INT_DEFAULT_ZERO = ["window"]; // 0 meant "the backend's own default"
 
 function num(x, digits = 2) {
   return x === null || x === undefined || Number.isNaN(Number(x)) ? "-" : Number(x).toFixed(digits);
@@ -23,13 +36,15 @@ export function formatStats(json) {
     .join(" ");
   const lines = [
     s.summary || "",
-    `backend ${s.backend}${params ? " (" + params + ")" : ""}${s.batch > 1 ? `, batch ${s.batch}` : ""}`,
+    `backend ${s.backend_label || s.backend}${params ? " (" + params + ")" : ""}${s.batch > 1 ? `, batch ${s.batch}` : ""}`,
+    `sampling: cfg ${s.sampling?.cfg_scale ?? "-"}, top-k ${s.sampling?.top_k ?? "-"}, temperature ${s.sampling?.temperature ?? "-"}, top-p ${s.sampling?.top_p ?? "-"}`,
     `image tokens ${s.image_tokens}${s.forced_tokens ? ` (+${s.forced_tokens} forced)` : ""}`,
     `forward passes ${s.nfe} + prefill, step compression ${num(s.step_compression)}x`,
     `mean accepted length ${num(s.mean_accepted_length)}`,
     `accepted lengths ${hist}`,
     `latency ${num(s.latency_s)} s (prefill ${num(s.prefill_s)} s, decode ${num(s.decode_s)} s)`,
   ];
+  if (s.lossy) lines.push("LOSSY: relaxed acceptance was on (not the AR distribution)");
   if (s.overhead_s !== null && s.overhead_s !== undefined) {
     lines.push(`drafting + verification ${num(s.overhead_s)} s of the decode`);
   }
@@ -37,6 +52,87 @@ export function formatStats(json) {
     lines.push(`peak memory ${num(s.peak_memory_bytes / 2 ** 30)} GiB`);
   }
   return lines.join("\n");
+}
+
+// The option a flat input belongs to: [switch name, option], or null for inputs every option has.
+export function switchOf(name, backends) {
+  for (const [option, inputs] of Object.entries(GUIDANCE_INPUTS)) {
+    if (inputs.includes(name)) return ["guidance", option];
+  }
+  let best = null;
+  for (const b of backends) {
+    if (name.startsWith(b + "_") && (!best || b.length > best.length)) best = b;
+  }
+  return best ? ["backend", best] : null;
+}
+
+// Widget values of a SpecAR 0.1 sampler -> {widget name: value} of the current inputs, plus notes on
+// what could not be carried over exactly. `values` is the saved widgets_values list.
+export function migrateLegacyValues(values, backends) {
+  const v = [...values];
+  v.splice(3, 1); // the seed's control value
+  const control = values[3];
+  const old = Object.fromEntries(LEGACY_SAMPLER_WIDGETS.map((n, i) => [n, v[i]]));
+  const out = {
+    prompt: old.prompt, negative_prompt: old.negative_prompt, seed: old.seed, backend: old.backend,
+    temperature: old.temperature, top_p: old.top_p, batch_size: old.batch_size,
+  };
+  const notes = [];
+  for (const name of LEGACY_SAMPLER_WIDGETS.slice(8, 15)) {
+    if (LEGACY_INT_DEFAULT_ZERO.includes(name) && old[name] === 0) continue; // keep the backend's default
+    out[`${old.backend}_${name}`] = old[name];
+  }
+  const cfgDefault = old.cfg_scale < 0;
+  const topkDefault = old.top_k === 0;
+  if (cfgDefault && topkDefault) {
+    out.guidance = MODEL_DEFAULT;
+  } else {
+    out.guidance = "custom";
+    if (!cfgDefault) out.cfg_scale = old.cfg_scale;
+    if (!topkDefault) out.top_k = old.top_k;
+    if (cfgDefault || topkDefault) {
+      notes.push(`${cfgDefault ? "cfg_scale" : "top_k"} was "the model's recommended value"; set it on the node`);
+    }
+  }
+  return { values: out, control, notes };
+}
+
+export function isLegacyValues(values, backends) {
+  return Array.isArray(values) && values.length === LEGACY_SAMPLER_WIDGETS.length + 1 &&
+    backends.includes(values[4]) && typeof values[5] === "number";
+}
+
+const HIDDEN = "specar-hidden";
+
+// Show only the inputs of the chosen backend and guidance (flat layouts only: a DynamicCombo does this itself).
+export function updateVisibility(node, backends) {
+  const chosen = {
+    backend: node.widgets?.find((w) => w.name === "backend")?.value,
+    guidance: node.widgets?.find((w) => w.name === "guidance")?.value,
+  };
+  let changed = false;
+  for (const w of node.widgets || []) {
+    const owner = switchOf(w.name, backends);
+    if (!owner) continue;
+    const show = chosen[owner[0]] === owner[1];
+    if (!show && w.type !== HIDDEN) {
+      w.specarType = w.type;
+      w.specarComputeSize = w.computeSize;
+      w.type = HIDDEN;
+      w.hidden = true;
+      w.computeSize = () => [0, -4]; // litegraph: no row for this widget
+      changed = true;
+    } else if (show && w.type === HIDDEN) {
+      w.type = w.specarType;
+      w.hidden = false;
+      w.computeSize = w.specarComputeSize;
+      changed = true;
+    }
+  }
+  if (changed && typeof node.computeSize === "function" && typeof node.setSize === "function") {
+    node.setSize([node.size[0], node.computeSize()[1]]);
+  }
+  return changed;
 }
 
 function statsWidget(node) {
@@ -54,19 +150,62 @@ function statsWidget(node) {
       getValue: () => el.value,
       setValue: (v) => {
         el.value = v;
+        el.rows = String(v).split("\n").length;
       },
+      // the box is as tall as its text, so it never squeezes the prompt box
+      getMinHeight: () => 16 * el.rows + 12,
+      getHeight: () => 16 * el.rows + 12,
     });
   } else {
     widget = node.addWidget("text", WIDGET, "", () => {}, { serialize: false });
   }
   widget.serialize = false; // display only: never saved into the workflow's widget values
+  widget.computeSize = (width) => [width ?? node.size[0], 16 * String(widget.value ?? "").split("\n").length + 12];
   return widget;
 }
 
 app.registerExtension({
-  name: "specar.stats",
+  name: "specar.sampler",
   async beforeRegisterNodeDef(nodeType, nodeData) {
     if (nodeData.name !== "SpecARSampler") return;
+    const backendSpec = nodeData.input?.required?.backend;
+    const backends = Array.isArray(backendSpec?.[0]) ? backendSpec[0] : backendSpec?.[1]?.options || [];
+    const keys = backends.map((b) => (typeof b === "string" ? b : b.key));
+
+    const onNodeCreated = nodeType.prototype.onNodeCreated;
+    nodeType.prototype.onNodeCreated = function () {
+      const r = onNodeCreated?.apply(this, arguments);
+      for (const name of ["backend", "guidance"]) {
+        const w = this.widgets?.find((x) => x.name === name);
+        if (!w || w.specarHooked) continue;
+        const callback = w.callback;
+        w.callback = (...args) => {
+          const out = callback?.apply(w, args);
+          updateVisibility(this, keys);
+          return out;
+        };
+        w.specarHooked = true;
+      }
+      updateVisibility(this, keys);
+      return r;
+    };
+
+    const onConfigure = nodeType.prototype.onConfigure;
+    nodeType.prototype.onConfigure = function (info) {
+      const r = onConfigure?.apply(this, arguments);
+      if (isLegacyValues(info?.widgets_values, keys)) {
+        const { values, control, notes } = migrateLegacyValues(info.widgets_values, keys);
+        for (const w of this.widgets || []) {
+          if (w.name in values) w.value = values[w.name];
+          if (w.name === "control_after_generate" && control !== undefined) w.value = control;
+        }
+        this.properties = { ...(this.properties || {}), specar_migrated_from: "0.1" };
+        for (const n of notes) console.warn(`SpecAR: migrated a SpecAR 0.1 sampler node: ${n}`);
+      }
+      updateVisibility(this, keys);
+      return r;
+    };
+
     const onExecuted = nodeType.prototype.onExecuted;
     nodeType.prototype.onExecuted = function (message) {
       onExecuted?.apply(this, arguments);
