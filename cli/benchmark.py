@@ -21,7 +21,8 @@ from ..model_loaders.registry import load_model
 from ..samplers.api import generate
 from ..samplers.backends import BACKEND_PARAMS, make_backend
 
-# the default run: AR, the SJD-PAC ablation of the paper (SJD -> +PD -> +PD+AC -> L=64) and SCD
+# the default run: AR, the SJD-PAC ablation of the paper (SJD -> +PD -> +PD+AC -> L=64), SCD, Hawk and
+# ADT-Tree (the drafter-based backends need their drafter beside the model: the demo model ships both)
 DEFAULT_CONFIGS = [
     "ar",
     "sjd:window=32",
@@ -31,6 +32,8 @@ DEFAULT_CONFIGS = [
     "scd:window=32,coupling=maximal",
     "scd:window=64,coupling=maximal",
     "scd:window=32,coupling=gumbel",
+    "hawk",  # trained draft heads (the model's hawk_heads/)
+    "adt_tree",  # EAGLE drafter with adaptive trees (the model's eagle_drafter/), lossless (relaxed off)
 ]
 DEFAULT_PROMPTS = [
     "a large red circle on a blue background",
@@ -140,7 +143,8 @@ def run(model, configs: List[dict], prompts: List[str], seeds: List[int], repeat
         rows.append({
             "backend": cfg["backend"],
             "params": stats[0].params,
-            "label": _label(cfg),
+            "label": _label(cfg) + (" (LOSSY)" if any(s.lossy for s in stats) else ""),
+            "lossy": any(s.lossy for s in stats),  # relaxed acceptance: not the AR distribution
             "samples": len(stats),
             "nfe": statistics.mean(s.nfe for s in stats),
             "step_compression": statistics.mean(s.step_compression for s in stats),

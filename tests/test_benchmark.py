@@ -78,3 +78,15 @@ def test_demo_command_saves_pictures(tmp_path):
     names = sorted(p.name for p in tmp_path.iterdir())
     assert names == ["00_ar.png", "00_sjd.png", "01_ar.png", "01_sjd.png", "demo.json", "grid.png"]
     assert "faster" in res.stdout
+
+
+def test_lossy_rows_are_marked():
+    from specar.cli import benchmark
+    from specar.testing import tiny_model
+    model = tiny_model(16, (2, 3), seed=0, row_end=True)
+    model.random_drafter_seed = 0
+    configs = [benchmark.parse_config("adt_tree:node_budget=4,depth=2,width=2,relaxed=true,relaxed_delta=0.3"),
+               benchmark.parse_config("adt_tree:node_budget=4,depth=2,width=2")]
+    rows = benchmark.run(model, configs, ["x"], [0], warmup=False)
+    assert rows[0]["lossy"] and rows[0]["label"].endswith("(LOSSY)")
+    assert not rows[1]["lossy"] and "LOSSY" not in rows[1]["label"]
