@@ -223,10 +223,11 @@ FIT_AND_CLIP = r"""
     x1 = Math.max(x1, b[0] + b[2]); y1 = Math.max(y1, b[1] + b[3]);
   }
   const ds = app.canvas.ds;
-  const scale = Math.min(%(maxscale)f, (cr.width - 2 * pad) / (x1 - x0), (cr.height - 2 * pad) / (y1 - y0));
+  const top = 120;  // the frontend's menu and tab bars lie over the top of the canvas
+  const scale = Math.min(%(maxscale)f, (cr.width - 2 * pad) / (x1 - x0), (cr.height - top - 2 * pad) / (y1 - y0));
   ds.scale = scale;
   ds.offset[0] = (cr.width - scale * (x1 - x0)) / 2 / scale - x0;
-  ds.offset[1] = (cr.height - scale * (y1 - y0)) / 2 / scale - y0;
+  ds.offset[1] = (top + (cr.height - top - scale * (y1 - y0)) / 2) / scale - y0;
   app.canvas.setDirty(true, true);
   app.canvas.draw(true, true);
   await new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)));
@@ -238,9 +239,14 @@ FIT_AND_CLIP = r"""
 """
 
 
-def screenshot(url, workflow, out, node=None, chromium=None, width=1600, height=1200, max_scale=1.0, pad=24):
-    with open(workflow) as f:
-        graph = json.load(f)
+def screenshot(url, workflow, out, node=None, chromium=None, width=1600, height=1200, max_scale=1.0, pad=24,
+               create=False):
+    if create and not node:
+        raise SystemExit("--create needs --node")
+    graph = None
+    if not create:
+        with open(workflow) as f:
+            graph = json.load(f)
     # keep first-run dialogs (template browser, tutorial) out of the picture
     for key, value in (("Comfy.TutorialCompleted", True), ("Comfy.Workflow.ShowMissingNodesWarning", False),
                        ("Comfy.Workflow.ShowMissingModelsWarning", False)):
@@ -259,7 +265,11 @@ def screenshot(url, workflow, out, node=None, chromium=None, width=1600, height=
                     "LiteGraph.registered_node_types['SpecARSampler'])", what="SpecAR's node definitions")
         time.sleep(1.0)
         dt.js("document.dispatchEvent(new KeyboardEvent('keydown', {key: 'Escape'})); true")
-        dt.js(f"window.app.loadGraphData({json.dumps(graph)}).then(() => true)")
+        if create:  # a fresh node at its defaults, on an empty graph
+            dt.js("(async () => { app.graph.clear(); const n = LiteGraph.createNode(%s); n.pos = [100, 100]; "
+                  "app.graph.add(n); return true; })()" % json.dumps(node))
+        else:
+            dt.js(f"window.app.loadGraphData({json.dumps(graph)}).then(() => true)")
         time.sleep(1.5)
         # close anything the frontend popped up over the canvas (dialogs, toasts)
         dt.js("document.querySelectorAll('.p-dialog-close-button, .p-toast-close-button')"
@@ -282,13 +292,22 @@ def screenshot(url, workflow, out, node=None, chromium=None, width=1600, height=
         shutil.rmtree(profile, ignore_errors=True)
 
 
+def default_workflow():
+    folder = os.path.join(ROOT, "example_workflows")
+    names = sorted(n for n in os.listdir(folder) if n.endswith(".json"))
+    demo = [n for n in names if "demo" in n.lower()]
+    return os.path.join(folder, (demo or names)[0])
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--url", default=os.environ.get("SPECAR_COMFYUI_URL"),
                     help="a running ComfyUI server with SpecAR loaded; without it one is started from SPECAR_COMFYUI")
-    ap.add_argument("--workflow", default=os.path.join(ROOT, "example_workflows", "specar_demo.json"))
+    ap.add_argument("--workflow", default=default_workflow(), help="a UI-format workflow (default: the demo)")
     ap.add_argument("--node", default=None, help="clip to the nodes of this type (e.g. SpecARSampler)")
     ap.add_argument("--out", default=os.path.join(ROOT, "docs", "figures", "specar_demo_graph.png"))
+    ap.add_argument("--create", action="store_true",
+                    help="instead of loading the workflow, shoot a new --node at its default values")
     ap.add_argument("--chromium", default=os.environ.get("SPECAR_CHROMIUM"))
     ap.add_argument("--width", type=int, default=1600)
     ap.add_argument("--height", type=int, default=1200)
@@ -304,7 +323,7 @@ def main(argv=None):
         server, url = start_comfyui(comfy, os.environ.get("SPECAR_COMFYUI_PYTHON", sys.executable), workdir)
     try:
         clip = screenshot(url.rstrip("/"), args.workflow, args.out, node=args.node, chromium=args.chromium,
-                          width=args.width, height=args.height, max_scale=args.max_scale)
+                          width=args.width, height=args.height, max_scale=args.max_scale, create=args.create)
         print(f"wrote {args.out} ({os.path.getsize(args.out)} bytes, {clip['width']:.0f}x{clip['height']:.0f} px, "
               f"zoom {clip['scale']:.2f})")
     finally:
