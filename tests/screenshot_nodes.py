@@ -18,6 +18,7 @@ import base64
 import json
 import os
 import shutil
+import signal
 import socket
 import struct
 import subprocess
@@ -151,12 +152,32 @@ def find_chromium(explicit=None):
     raise SystemExit("no Chromium found: apt-get install chromium-headless-shell (or chromium), or pass --chromium")
 
 
+def stop_group(proc):
+    """Stop a process started with start_new_session=True, and everything in its process group."""
+    for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 5)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=wait)
+        except subprocess.TimeoutExpired:
+            continue
+        for _ in range(25):  # the group's other members exit right after the leader
+            try:
+                os.killpg(proc.pid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.2)
+
+
 def start_chromium(binary, width, height):
     profile = tempfile.mkdtemp(prefix="specar-chromium-")
     args = [binary, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--no-first-run",
             "--disable-dev-shm-usage", f"--window-size={width},{height}", "--remote-debugging-port=0",
             f"--user-data-dir={profile}", "about:blank"]
-    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # its own process group: Debian's /usr/bin/chromium* are shell wrappers, and the browser has helpers
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     port_file = os.path.join(profile, "DevToolsActivePort")
     deadline = time.time() + 60
     while not (os.path.exists(port_file) and open(port_file).read().strip()):
@@ -171,6 +192,7 @@ def start_comfyui(comfy_dir, python, workdir):
     """Start ComfyUI on a free loopback port with this pack on its custom nodes path."""
     nodes_dir = os.path.join(workdir, "custom_nodes")
     os.makedirs(nodes_dir, exist_ok=True)
+    os.makedirs(os.path.join(workdir, "user"), exist_ok=True)  # ComfyUI wants --user-directory to exist
     os.symlink(ROOT, os.path.join(nodes_dir, "specar"))
     config = os.path.join(workdir, "extra_model_paths.yaml")
     with open(config, "w") as f:
@@ -284,12 +306,12 @@ def screenshot(url, workflow, out, node=None, chromium=None, width=1600, height=
         dt.ws.close()
         return clip
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        shutil.rmtree(profile, ignore_errors=True)
+        stop_group(proc)
+        for _ in range(20):  # Chromium's helper processes may still be writing to the profile for a moment
+            shutil.rmtree(profile, ignore_errors=True)
+            if not os.path.exists(profile):
+                break
+            time.sleep(0.25)
 
 
 def default_workflow():
