@@ -106,6 +106,7 @@ class NodeSpec:
 def validate(inputs: list, values: dict) -> Optional[str]:
     """The first error among the widget values present in `values` (absent or None = linked: skipped);
     a Switch's inputs are checked for its chosen option only, flat or nested (V3 DynamicCombo)."""
+    values = nest_dotted(values)
     for w in inputs:
         err = None
         if isinstance(w, Switch):
@@ -246,10 +247,27 @@ class SamplerSettings:
 LEGACY_PARAMS = ("window", "init", "coupling", "coupling_strength", "tree_depth", "tree_width", "continuation")
 
 
+def nest_dotted(values: dict) -> dict:
+    """API-format DynamicCombo keys ("backend": "sjd", "backend.window": 32) as ComfyUI nests them
+    before a node runs ({"backend": {"backend": "sjd", "window": 32}}); other values unchanged."""
+    if not any("." in k for k in values):
+        return values
+    out = {k: v for k, v in values.items() if "." not in k}
+    for key, value in values.items():
+        if "." in key:
+            head, _, rest = key.partition(".")
+            group = out.get(head)
+            if not isinstance(group, dict):
+                group = out[head] = {head: group}
+            group[rest] = value
+    return out
+
+
 def sampler_settings(values: dict) -> SamplerSettings:
     """Read the sampler's values in any layout: nested (V3 DynamicCombo: backend = {"backend": name,
     param: value}), flat ("backend" + "<backend>_<param>") or legacy (SpecAR 0.1 API prompts: shared
     parameter names, sentinels). ValueError names a bad backend."""
+    values = nest_dotted(values)
     backend = values.get("backend")
     if isinstance(backend, dict):  # V3 DynamicCombo: the chosen option and its inputs
         nested = dict(backend)
@@ -275,6 +293,9 @@ def sampler_settings(values: dict) -> SamplerSettings:
     custom = guidance if isinstance(guidance, dict) else values  # nested (V3 DynamicCombo) or flat
     if isinstance(guidance, dict):
         guidance = guidance.get("guidance")
+    if guidance is None and not any(k in values for k in LEGACY_PARAMS):
+        # ComfyUI drops a DynamicCombo whose value is none of its options: never a silent default
+        raise ValueError(f"guidance must be one of {MODEL_DEFAULT}, custom; got none (a value that is not an option)")
     if guidance in (None, MODEL_DEFAULT):
         return SamplerSettings(backend, params, None, None)
     if guidance != "custom":

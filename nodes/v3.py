@@ -6,6 +6,7 @@ generated from spec.py (as the V1 classes in v1.py are); the work is done by cor
 """
 from __future__ import annotations
 
+from ..samplers import backends as _backends
 from . import core, spec
 
 
@@ -71,9 +72,10 @@ def build_nodes(io) -> list:
     def loader():
         return spec.loader_spec(core.model_choices)
 
-    # No validate_inputs: the widgets declare their ranges and choices, so ComfyUI files a bad value
-    # against its own input, once (a validate_inputs taking every input gets its message filed once per
-    # input); the nodes check everything again, and the limits between inputs, when they run.
+    # The widgets declare their ranges and choices, so ComfyUI files a bad value against its own input,
+    # once; a validate_inputs taking every input (**values) would make ComfyUI skip those checks and file
+    # its message once per input. The nodes check everything again, and the limits between inputs, when
+    # they run.
 
     class SpecARModelLoader(io.ComfyNode):
         @classmethod
@@ -88,6 +90,17 @@ def build_nodes(io) -> list:
         @classmethod
         def define_schema(cls):
             return schema(io, types, core.sampler_spec(), dynamic=dynamic_combo_available(io))
+
+        @classmethod
+        def validate_inputs(cls, backend=None):
+            # Only `backend`: ComfyUI still checks every other input's range and choices itself (and
+            # files an error once, on that input). A DynamicCombo value that is none of its options
+            # reaches us as no value at all; the nested values arrive as None here (ComfyUI passes
+            # only the named inputs), so only the choice itself is checked.
+            key = backend.get("backend") if isinstance(backend, dict) else backend
+            if key not in _backends.SCHEMAS:
+                return f"backend must be one of {', '.join(_backends.SCHEMAS)}; got {key!r}"
+            return True
 
         @classmethod
         def execute(cls, model, **values):

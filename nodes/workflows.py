@@ -1,9 +1,11 @@
 """The example workflows in example_workflows/, generated from the node specs (so that their widget
-values follow the nodes' widget order), in both formats:
+values follow the nodes' widget order), in the layout of current ComfyUI (>= 0.3.76: the sampler's
+backend and guidance are DynamicCombos), in both formats:
 
 - example_workflows/<name>.json: UI format (what ComfyUI saves; its template browser lists these),
   with a <name>.jpg thumbnail;
-- example_workflows/api/<name>.json: the API-format twin, for headless runs (POST /prompt).
+- example_workflows/api/<name>.json: the API-format twin, for headless runs (POST /prompt);
+  `to_flat` converts it for a ComfyUI without DynamicCombo (`--flat` prints it).
 
 Regenerate (and re-render the thumbnails with the demo model):
     python -m specar.nodes.workflows [--no-thumbnails]
@@ -57,6 +59,64 @@ def sampler_values(prompt: str, seed: int, **overrides) -> dict:
     return values
 
 
+def dynamic_inputs(flat: dict) -> dict:
+    """Flat sampler values -> the API-format inputs of the DynamicCombo layout (ComfyUI >= 0.3.76):
+    "backend": key and "backend.<param>" for the chosen backend's parameters only; the same for
+    guidance. Other values unchanged, in widget order."""
+    out = {}
+    for w in spec.sampler_spec().inputs:
+        if isinstance(w, spec.Switch):
+            key = flat[w.name]
+            out[w.name] = key
+            for sub in w.options[key]:
+                out[f"{w.name}.{sub.name}"] = flat[w.flat_name(key, sub)]
+        elif w.is_widget:
+            out[w.name] = flat[w.name]
+    return out
+
+
+def to_flat(prompt: dict) -> dict:
+    """An API-format workflow of the DynamicCombo layout -> the flat layout of ComfyUI without
+    DynamicCombo (and of the V1 nodes): "backend.window" of backend sjd_pac becomes "sjd_pac_window",
+    the other backends' inputs take their defaults."""
+    out = json.loads(json.dumps(prompt))
+    for node in out.values():
+        if node["class_type"] != "SpecARSampler":
+            continue
+        nested = spec.nest_dotted(node["inputs"])
+        flat = {w.name: w.default for w in spec.sampler_spec().widgets()}
+        links = {}
+        for name, value in nested.items():
+            if isinstance(value, dict):
+                sw = next(w for w in spec.sampler_spec().inputs if isinstance(w, spec.Switch) and w.name == name)
+                key = value[name]
+                flat[name] = key
+                for sub in sw.options[key]:
+                    flat[sw.flat_name(key, sub)] = value[sub.name]
+            elif isinstance(value, list):
+                links[name] = value
+            else:
+                flat[name] = value
+        node["inputs"] = {**links, **flat}
+    return out
+
+
+def ui_widget_values(inputs: dict) -> list:
+    """A sampler's widgets_values in the DynamicCombo layout, as the ComfyUI frontend saves them: in
+    input order, a switch's key followed by its chosen option's values only, the seed followed by its
+    control value."""
+    values = []
+    for w in spec.sampler_spec().inputs:
+        if isinstance(w, spec.Switch):
+            key = inputs[w.name]
+            values += [key] + [inputs[f"{w.name}.{sub.name}"] for sub in w.options[key]]
+        elif w.is_widget:
+            values.append(inputs[w.name])
+            if w.control_after_generate:
+                values.append("fixed")
+    return values
+
+
 def loader_values() -> dict:
     return {"model": "demo", "device": "auto", "dtype": "auto"}
 
@@ -68,7 +128,8 @@ def build_api(desc: dict) -> dict:
         sid, img, heat = str(10 + i), str(20 + i), str(30 + i)
         name = title(s["backend"])
         prompt[sid] = {"class_type": "SpecARSampler",
-                       "inputs": {"model": ["1", 0], **sampler_values(desc["prompt"], desc["seed"], **s)},
+                       "inputs": {"model": ["1", 0],
+                                  **dynamic_inputs(sampler_values(desc["prompt"], desc["seed"], **s))},
                        "_meta": {"title": f"SpecAR Sampler - {name}"}}
         # the image is saved (ComfyUI/output/specar/<backend>_00001_.png); the heatmap only previewed
         prompt[img] = {"class_type": "SaveImage", "inputs": {"filename_prefix": f"specar/{s['backend']}",
@@ -83,7 +144,6 @@ def build_ui(desc: dict) -> dict:
     """UI format: the API graph laid out in columns, widget values in widget order."""
     api = build_api(desc)
     sampler = spec.sampler_spec()
-    sampler_widgets = sampler.widgets()
     out_types = [o.kind for o in sampler.outputs]
     nodes, links = [], []
     link_id = 0
@@ -111,11 +171,7 @@ def build_ui(desc: dict) -> dict:
             outputs = [{"name": "model", "type": "SPECAR_MODEL", "links": outgoing.get((nid, 0), []), "slot_index": 0}]
         elif ct == "SpecARSampler":
             pos, size = [400 + 360 * i, 40], [340, 700]
-            widgets = []
-            for w in sampler_widgets:
-                widgets.append(node["inputs"][w.name])
-                if w.control_after_generate:
-                    widgets.append("fixed")
+            widgets = ui_widget_values(node["inputs"])
             link, kind = incoming[(nid, "model")]
             inputs = [{"name": "model", "type": kind, "link": link}]
             outputs = [{"name": o.name, "type": o.kind, "links": outgoing.get((nid, k)) or None, "slot_index": k}
@@ -192,7 +248,13 @@ def write_all(thumbnails: bool = True) -> list:
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--no-thumbnails", action="store_true", help="do not render the .jpg thumbnails")
+    ap.add_argument("--flat", metavar="API_JSON", help="print this API-format workflow in the flat layout (for a "
+                    "ComfyUI without DynamicCombo, before 0.3.76) instead of writing the examples")
     args = ap.parse_args(argv)
+    if args.flat:
+        with open(args.flat) as f:
+            print(json.dumps(to_flat(json.load(f)), indent=1))
+        return
     for path in write_all(thumbnails=not args.no_thumbnails):
         print(path)
 

@@ -32,7 +32,7 @@ class _classproperty:
         return self.f(owner)
 
 
-def make_io():
+def make_io(with_dynamic_combo: bool = True):
     io = types.ModuleType("comfy_api.latest.io")
 
     class Input:
@@ -141,6 +141,34 @@ def make_io():
     io.Combo = comfytype("COMBO", ComboInput)
     io.Image = comfytype("IMAGE")
     io.Custom = lambda io_type: comfytype(io_type)
+
+    def input_dict_v1(inputs) -> dict:
+        out = {}
+        for i in inputs:
+            d = i.as_dict()
+            d.pop("optional", None)
+            out.setdefault("optional" if i.optional else "required", {})[i.id] = (i.get_io_type(), d)
+        return out
+
+    class DynamicComboOption:
+        def __init__(self, key: str, inputs: list):
+            self.key, self.inputs = key, inputs
+
+        def as_dict(self):
+            return {"key": self.key, "inputs": input_dict_v1(self.inputs)}
+
+    class DynamicComboInput(Input):
+        def __init__(self, id, options: list, display_name=None, optional=False, tooltip=None, lazy=None,
+                     extra_dict=None):
+            super().__init__(id, display_name, optional, tooltip, lazy, extra_dict)
+            self.options = options
+
+        def as_dict(self):
+            return super().as_dict() | {"options": [o.as_dict() for o in self.options]}
+
+    if with_dynamic_combo:  # ComfyUI >= 0.3.76 (comfy_api/latest/_io.py DynamicCombo)
+        io.DynamicCombo = comfytype("COMFY_DYNAMICCOMBO_V3", DynamicComboInput)
+        io.DynamicCombo.Option = DynamicComboOption
 
     class Hidden:
         prompt = "PROMPT"

@@ -7,6 +7,7 @@ if not this one)."""
 import asyncio
 import glob
 import importlib.util
+import inspect
 import json
 import math
 import os
@@ -56,13 +57,35 @@ def comfy(monkeypatch, tmp_path):
 
 
 def flavours():
-    return ["v1", "v3"]
+    """v1: INPUT_TYPES classes; v3: current ComfyUI (DynamicCombo); v3-flat: V3 without DynamicCombo."""
+    return ["v1", "v3", "v3-flat"]
 
 
 def node_classes(flavour):
     if flavour == "v1":
         return dict(v1.NODE_CLASS_MAPPINGS)
-    return {cls.__name__: cls for cls in v3.build_nodes(stubs.make_io())}
+    return {cls.__name__: cls for cls in v3.build_nodes(stubs.make_io(with_dynamic_combo=flavour == "v3"))}
+
+
+def is_dynamic(cls) -> bool:
+    return any(kind == "COMFY_DYNAMICCOMBO_V3" for kind, _ in cls.INPUT_TYPES()["required"].values())
+
+
+def as_comfy_passes(cls, inputs: dict) -> dict:
+    """Inputs as ComfyUI hands them to a node: DynamicCombo keys nested (build_nested_inputs), a
+    DynamicCombo whose value is none of its options dropped."""
+    if not is_dynamic(cls):
+        return dict(inputs)
+    req = cls.INPUT_TYPES()["required"]
+    out = {k: v for k, v in inputs.items() if "." not in k}
+    for name, (kind, opts) in req.items():
+        if kind == "COMFY_DYNAMICCOMBO_V3" and name in inputs:
+            option = next((o for o in opts["options"] if o["key"] == inputs[name]), None)
+            del out[name]
+            if option is not None:
+                out[name] = {name: inputs[name], **{sub: inputs.get(f"{name}.{sub}")
+                                                    for sub in option["inputs"].get("required", {})}}
+    return out
 
 
 def validate_fn(cls):
@@ -84,19 +107,38 @@ def execute(cls, **inputs):
 
 
 def comfy_validation_errors(cls, values: dict) -> list:
-    """The inputs ComfyUI's own validation files an error against (execution.validate_inputs for a node
-    without a validate function: a missing required widget, a combo value not offered, a number out
-    of range), in input order, one per input."""
-    bad = []
+    """The inputs ComfyUI's validation (execution.validate_inputs) files an error against, one per
+    input, for API-format `values`: a missing required widget, a combo value not offered, a number
+    out of range (skipped for the inputs the node's validate function names), then the validate
+    function's verdict filed against each input it names. A DynamicCombo contributes its chosen
+    option's inputs as "<name>.<input>" and disappears when its value is none of the options."""
+    fn = validate_fn(cls)
+    named = [] if fn is None else [p for p in inspect.signature(fn).parameters if p != "cls"]
+    expanded = {}
     for name, (kind, opts) in cls.INPUT_TYPES()["required"].items():
-        if not (isinstance(kind, list) or kind in ("INT", "FLOAT", "BOOLEAN", "STRING", "COMBO")):
-            continue  # a socket: linked
+        if kind == "COMFY_DYNAMICCOMBO_V3":
+            option = next((o for o in opts["options"] if o["key"] == values.get(name)), None)
+            if option is not None:
+                expanded[name] = ([o["key"] for o in opts["options"]], {})
+                for sub, spec_ in option["inputs"].get("required", {}).items():
+                    expanded[f"{name}.{sub}"] = spec_
+        else:
+            expanded[name] = (kind, opts)
+    bad = []
+    for name, (kind, opts) in expanded.items():
+        if name in named or not (isinstance(kind, list) or kind in ("INT", "FLOAT", "BOOLEAN", "STRING", "COMBO")):
+            continue  # checked by the node's function, or a socket
         if name not in values:
             bad.append(name)
         elif isinstance(values[name], list):
             continue  # linked to another node's output
         elif not widget_values_ok(kind, opts, values[name]):
             bad.append(name)
+    if fn is not None:
+        passed = as_comfy_passes(cls, {k: v for k, v in values.items() if k in expanded})
+        verdict = fn(**{k: passed[k] for k in named if k in passed})
+        if verdict is not True:
+            bad += named
     return bad
 
 
@@ -156,7 +198,7 @@ def test_node_schemas_are_valid(flavour, comfy):
     assert set(classes) == {"SpecARModelLoader", "SpecARSampler", "SpecARDecode"}
     socket_types = {"IMAGE", "STRING", spec.MODEL_TYPE, spec.TOKENS_TYPE}
     for name, cls in classes.items():
-        if flavour == "v3":
+        if flavour != "v1":
             cls.GET_SCHEMA()  # ids unique across inputs and outputs, constructors accept our keywords
         assert cls.CATEGORY == "SpecAR" and cls.DESCRIPTION
         assert len(cls.RETURN_TYPES) == len(cls.RETURN_NAMES) == len(cls.OUTPUT_TOOLTIPS) >= 1
@@ -165,7 +207,8 @@ def test_node_schemas_are_valid(flavour, comfy):
         assert set(inputs) == {"required"}
         for iname, (kind, opts) in inputs["required"].items():
             assert opts.get("tooltip"), f"{name}.{iname} has no tooltip"
-            assert isinstance(kind, list) or kind in {"INT", "FLOAT", "BOOLEAN", "STRING", "COMBO"} | socket_types
+            assert isinstance(kind, list) or kind in {"INT", "FLOAT", "BOOLEAN", "STRING", "COMBO",
+                                                      "COMFY_DYNAMICCOMBO_V3"} | socket_types
             if kind in ("INT", "FLOAT"):
                 assert opts["min"] <= opts["max"]
             if "default" in opts:
@@ -173,23 +216,48 @@ def test_node_schemas_are_valid(flavour, comfy):
     sampler = classes["SpecARSampler"]
     req = sampler.INPUT_TYPES()["required"]
     backend = req["backend"]
-    assert (backend[0] if flavour == "v1" else backend[1]["options"]) == list(BACKEND_PARAMS)
+    if is_dynamic(sampler):  # each option carries its backend's inputs, checked like the others
+        options = backend[1]["options"]
+        assert [o["key"] for o in options][0] == "sjd_pac" and sorted(o["key"] for o in options) == sorted(SCHEMAS)
+        for o in options:
+            for iname, (kind, opts) in o["inputs"].get("required", {}).items():
+                assert opts.get("tooltip") and iname in BACKEND_PARAMS[o["key"]]
+                if "default" in opts:
+                    assert widget_values_ok(kind, opts, opts["default"]), (o["key"], iname)
+        req = v1.input_types(core.sampler_spec())["required"]  # the flat view: defaults below
+    else:
+        assert (backend[0] if flavour == "v1" else backend[1]["options"]) == list(BACKEND_PARAMS)
     assert req["seed"][1]["control_after_generate"] and req["seed"][1]["max"] == 2**64 - 1
     for b, params in BACKEND_PARAMS.items():  # flat layout: every backend's own inputs, with its defaults
         for p, (default, _) in params.items():
             kind, opts = req[f"{b}_{p}"]
             assert opts["default"] == default or (default == "" and opts["default"] == spec.BESIDE_MODEL), (b, p)
     assert req["guidance"][1]["default"] == "model default" and req["cfg_scale"][1]["min"] == 0.0
-    for cls in classes.values():  # no validate function: ComfyUI files each bad value once, on its input
-        assert validate_fn(cls) is None
+    for cls in classes.values():  # ComfyUI checks the inputs itself: files each bad value once, on its input
+        fn = validate_fn(cls)
+        assert fn is None or [p for p in inspect.signature(fn).parameters if p != "cls"] == ["backend"]
     assert sampler.OUTPUT_NODE and sampler.RETURN_NAMES == ("image", "tokens", "stats", "acceptance_heatmap")
     assert sampler.RETURN_TYPES == ("IMAGE", "SPECAR_TOKENS", "STRING", "IMAGE")
     assert classes["SpecARModelLoader"].RETURN_TYPES == ("SPECAR_MODEL",)
     assert classes["SpecARModelLoader"].RETURN_NAMES == ("model",)
 
 
+def test_dynamic_combo_options_carry_the_flat_inputs(comfy):
+    flat = v1.SpecARSampler.INPUT_TYPES()["required"]
+    dynamic = node_classes("v3")["SpecARSampler"].INPUT_TYPES()["required"]
+    assert [k for k in dynamic if k not in ("model",)] == ["prompt", "negative_prompt", "seed", "backend", "guidance",
+                                                          "temperature", "top_p", "batch_size", "preview"]
+    for switch, prefix in (("backend", True), ("guidance", False)):
+        for option in dynamic[switch][1]["options"]:
+            for sub, (kind, opts) in option["inputs"].get("required", {}).items():
+                fkind, fopts = flat[f"{option['key']}_{sub}" if prefix else sub]
+                assert (kind == fkind) or (kind == "COMBO" and opts["options"] == fkind), (switch, sub)
+                for key in ("default", "min", "max", "tooltip"):
+                    assert opts.get(key) == fopts.get(key), (switch, option["key"], sub, key)
+
+
 def test_v1_and_v3_schemas_agree(comfy):
-    a, b = node_classes("v1"), node_classes("v3")
+    a, b = node_classes("v1"), node_classes("v3-flat")
     for name in a:
         ia, ib = a[name].INPUT_TYPES()["required"], b[name].INPUT_TYPES()["required"]
         assert list(ia) == list(ib)  # same widget order: UI-format workflows work with both
@@ -285,34 +353,55 @@ def _load(path):
         return json.load(f)
 
 
+def read_ui_values(cls, widgets_values: list, where: str) -> dict:
+    """A UI-format node's widgets_values read as the ComfyUI frontend reads them for this class
+    (positional: a DynamicCombo's key followed by its chosen option's values, the seed by its
+    control value), each checked against its input: {API input name: value}."""
+    values, out = list(widgets_values), {}
+    for name, (kind, opts) in cls.INPUT_TYPES()["required"].items():
+        if not (isinstance(kind, list) or kind in ("INT", "FLOAT", "BOOLEAN", "STRING", "COMBO",
+                                                   "COMFY_DYNAMICCOMBO_V3")):
+            continue  # a socket
+        assert values, f"{where}: no value for {name}"
+        value = values.pop(0)
+        if kind == "COMFY_DYNAMICCOMBO_V3":
+            option = next((o for o in opts["options"] if o["key"] == value), None)
+            assert option is not None, f"{where}: {name} = {value!r} is not an option"
+            out[name] = value
+            for sub, (k, o) in option["inputs"].get("required", {}).items():
+                assert values, f"{where}: no value for {name}.{sub}"
+                out[f"{name}.{sub}"] = values.pop(0)
+                assert widget_values_ok(k, o, out[f"{name}.{sub}"]), f"{where}: {name}.{sub} = {out[f'{name}.{sub}']!r}"
+            continue
+        assert widget_values_ok(kind, opts, value), f"{where}: {name} = {value!r}"
+        out[name] = value
+        if opts.get("control_after_generate"):
+            assert values.pop(0) in spec.CONTROL_AFTER_GENERATE
+    assert not values, f"{where}: extra widget values {values}"
+    return out
+
+
 def test_example_workflows_reference_real_nodes_with_valid_values():
-    classes = v1.NODE_CLASS_MAPPINGS
+    classes = node_classes("v3")  # the layout of current ComfyUI (DynamicCombo)
     for path in _ui_files():
         name = os.path.basename(path)
         wf = _load(path)
         nodes = {n["id"]: n for n in wf["nodes"]}
         assert len(nodes) == len(wf["nodes"]) and wf["last_node_id"] >= max(nodes)
         assert {"SpecARModelLoader", "SpecARSampler"} <= {n["type"] for n in wf["nodes"]}
+        api = _load(os.path.join(EXAMPLES, "api", name))
         for n in wf["nodes"]:
             assert n["type"] in classes or n["type"] in CORE_NODES or n["type"] in FRONTEND_ONLY, n["type"]
             if n["type"] not in classes:
                 continue
-            required = classes[n["type"]].INPUT_TYPES()["required"]
-            widgets = [(k, kind, opts) for k, (kind, opts) in required.items()
-                       if isinstance(kind, list) or kind in ("INT", "FLOAT", "BOOLEAN", "STRING")]
-            values = list(n["widgets_values"])
-            for wname, kind, opts in widgets:
-                assert values, f"{name}: {n['type']} lacks a value for {wname}"
-                value = values.pop(0)
-                if wname == "model":
-                    assert value == "demo", f"{name}: examples use the embedded demo model"
-                assert widget_values_ok(kind, opts, value), f"{name}: {n['type']}.{wname} = {value!r}"
-                if opts.get("control_after_generate"):
-                    assert values.pop(0) in spec.CONTROL_AFTER_GENERATE
-            assert not values, f"{name}: extra widget values {values}"
-            plain = dict(zip([w[0] for w in widgets], _plain(n)))
-            check = core.sampler_error(plain) if n["type"] == "SpecARSampler" else None
-            assert check is None and comfy_validation_errors(classes[n["type"]], plain) == [], f"{name}: {check}"
+            read = read_ui_values(classes[n["type"]], n["widgets_values"], f"{name}: {n['type']}")
+            if n["type"] == "SpecARModelLoader":
+                assert read["model"] == "demo", f"{name}: examples use the embedded demo model"
+            # the API-format twin has the same values
+            assert {k: v for k, v in api[str(n["id"])]["inputs"].items() if not isinstance(v, list)} == read
+            assert comfy_validation_errors(classes[n["type"]], read) == []
+            if n["type"] == "SpecARSampler":
+                assert core.sampler_error(read) is None
         link_ids = set()
         for link_id, src, src_slot, dst, dst_slot, kind in wf["links"]:
             link_ids.add(link_id)
@@ -327,29 +416,9 @@ def test_example_workflows_reference_real_nodes_with_valid_values():
             assert want == kind, f"{name}: link {link_id} carries {kind} into {d['type']}.{dst_name} ({want})"
         assert wf["last_link_id"] >= max(link_ids)
         assert os.path.isfile(path[:-5] + ".jpg"), f"{name} has no thumbnail"
-        # the API-format twin describes the same graph with the same values
-        api = _load(os.path.join(EXAMPLES, "api", name))
+        # the API-format twin describes the same graph
         ui_nodes = {str(k): v for k, v in nodes.items() if v["type"] not in FRONTEND_ONLY}
-        assert set(api) == set(ui_nodes)
-        for nid, node in api.items():
-            assert node["class_type"] == ui_nodes[nid]["type"]
-            if node["class_type"] in classes:
-                req = classes[node["class_type"]].INPUT_TYPES()["required"]
-                plain = dict(zip([k for k, (kind, _) in req.items() if isinstance(kind, list) or
-                                  kind in ("INT", "FLOAT", "BOOLEAN", "STRING")], _plain(ui_nodes[nid])))
-                assert {k: v for k, v in node["inputs"].items() if not isinstance(v, list)} == plain
-
-
-def _plain(ui_node):
-    """Widget values of a UI-format node without the control-after-generate entries."""
-    values, out = list(ui_node["widgets_values"]), []
-    req = v1.NODE_CLASS_MAPPINGS[ui_node["type"]].INPUT_TYPES()["required"]
-    for _, (kind, opts) in req.items():
-        if isinstance(kind, list) or kind in ("INT", "FLOAT", "BOOLEAN", "STRING"):
-            out.append(values.pop(0))
-            if opts.get("control_after_generate"):
-                values.pop(0)
-    return out
+        assert set(api) == set(ui_nodes) and all(api[k]["class_type"] == ui_nodes[k]["type"] for k in api)
 
 
 def test_example_workflows_are_up_to_date():
@@ -361,13 +430,17 @@ def test_example_workflows_are_up_to_date():
                 if n["class_type"] == "SpecARSampler"]
     assert backends == list(SCHEMAS)  # every backend, ADT-Tree's lossy relaxed mode off
     side = _load(os.path.join(EXAMPLES, "api", "SpecAR - every backend side by side.json"))
-    assert not any(n["inputs"].get("adt_tree_relaxed") for n in side.values())
+    assert not any(n["inputs"].get("backend.relaxed") for n in side.values())
     saved = [n for n in side.values() if n["class_type"] == "SaveImage"]
     assert len(saved) == len(SCHEMAS) and all(n["inputs"]["filename_prefix"].startswith("specar/") for n in saved)
 
 
 def run_api_workflow(prompt, classes):
-    """Validate and execute an API-format prompt node by node, as ComfyUI's executor does."""
+    """Validate and execute an API-format prompt node by node, as ComfyUI's executor does (converted
+    to the flat layout first when the classes have no DynamicCombo)."""
+    from specar.nodes import workflows
+    if not is_dynamic(classes["SpecARSampler"]):
+        prompt = workflows.to_flat(prompt)
     outputs, uis = {}, {}
     pending = sorted(prompt, key=int)
     while pending:
@@ -393,7 +466,7 @@ def run_api_workflow(prompt, classes):
                     assert src.RETURN_TYPES[v[1]] == cls.INPUT_TYPES()["required"][k][0]
             widgets = {k: v for k, v in node["inputs"].items() if not isinstance(v, list)}
             assert comfy_validation_errors(cls, widgets) == []
-            outputs[nid], uis[nid] = execute(cls, **args)
+            outputs[nid], uis[nid] = execute(cls, **as_comfy_passes(cls, args))
         assert progressed, "cycle or missing node in workflow"
     return outputs, uis
 
@@ -436,6 +509,35 @@ def sampler_values(**changes):
     return {**workflows.sampler_values("x", 0, backend="sjd"), **changes}
 
 
+def api_inputs(cls, flat: dict) -> dict:
+    """Flat sampler values as an API prompt for this class's layout ("backend.window" with DynamicCombo;
+    a value that is none of a switch's options is kept, without inputs)."""
+    if not is_dynamic(cls):
+        return dict(flat)
+    out = {}
+    for w in spec.sampler_spec().inputs:
+        if isinstance(w, spec.Switch):
+            key = flat[w.name]
+            out[w.name] = key
+            for sub in w.options.get(key, []):
+                out[f"{w.name}.{sub.name}"] = flat[w.flat_name(key, sub)]
+        elif w.is_widget:
+            out[w.name] = flat[w.name]
+    return out
+
+
+def dynamic_name(flat_name: str, backend: str) -> str:
+    """The API name of a flat input in the DynamicCombo layout."""
+    if flat_name.startswith(f"{backend}_"):
+        return "backend." + flat_name[len(backend) + 1:]
+    return {"cfg_scale": "guidance.cfg_scale", "top_k": "guidance.top_k"}.get(flat_name, flat_name)
+
+
+def run_sampler_node(cls, model, flat: dict):
+    """Execute the sampler class with these values as ComfyUI would pass them (layout of the class)."""
+    return execute(cls, model=model, **as_comfy_passes(cls, api_inputs(cls, flat)))
+
+
 BASE = sampler_values()
 BACKEND_CHOICES = ", ".join(SCHEMAS)
 
@@ -461,12 +563,16 @@ def test_bad_values_give_one_error_on_the_right_input(flavour, change, bad_input
     classes = node_classes(flavour)
     sampler, loader = classes["SpecARSampler"], classes["SpecARModelLoader"]
     values = {**BASE, **change}
-    assert comfy_validation_errors(sampler, values) == ([bad_input] if bad_input else [])
+    if is_dynamic(sampler) and bad_input:
+        bad_input = dynamic_name(bad_input, values["backend"])
+        message = message.split("; got")[0] if bad_input == "backend" else message  # ComfyUI drops the value
+        message = message.replace(f"{values['backend']}_", "", 1)  # nested inputs keep their own names
+    assert comfy_validation_errors(sampler, api_inputs(sampler, values)) == ([bad_input] if bad_input else [])
     model, = execute(loader, model="demo", device="auto", dtype="auto")[0]
     with pytest.raises(ValueError) as e:
-        execute(sampler, model=model, **values)
+        run_sampler_node(sampler, model, values)
     assert message in str(e.value)
-    assert comfy_validation_errors(sampler, BASE) == [] and core.sampler_error(BASE) is None
+    assert comfy_validation_errors(sampler, api_inputs(sampler, BASE)) == [] and core.sampler_error(BASE) is None
     # the inputs of backends not chosen are not the node's concern when it runs
     assert core.sampler_error({**BASE, "backend": "ar", "sjd_pac_tree_depth": 100}) is None
 
@@ -732,6 +838,12 @@ def test_web_extension_migrates_legacy_workflows_and_shows_only_the_chosen_backe
     # a sampler node as SpecAR 0.1 saved it: 16 widgets, the seed's control value after the seed
     legacy = ["a cat", "", 11, "fixed", "sjd_pac", -1.0, 0.9, 0, 1.0, 0, "random", "maximal", 1.0, 2, 3, False, 2]
     (tmp_path / "legacy.json").write_text(json.dumps(legacy))
+    # the example workflow as current ComfyUI saves it (DynamicCombo), opened by a ComfyUI without it
+    from specar.nodes import workflows
+    ui = _load(os.path.join(EXAMPLES, "SpecAR - every backend side by side.json"))
+    (tmp_path / "dynamic.json").write_text(json.dumps({str(n["id"]): n["widgets_values"] for n in ui["nodes"]
+                                                        if n["type"] == "SpecARSampler"}))
+    flat_api = workflows.to_flat(_load(os.path.join(EXAMPLES, "api", "SpecAR - every backend side by side.json")))
     (tmp_path / "run.js").write_text("""
 import { readFileSync } from "node:fs";
 const mod = await import("./extensions/specar/specar.js");
@@ -742,8 +854,10 @@ await ext.beforeRegisterNodeDef(NodeType, def);
 function makeNode() {
   const node = new NodeType();
   node.size = [300, 900];
-  node.widgets = Object.entries(def.input.required).filter(([n, [k]]) => k !== "SPECAR_MODEL").map(([name, [kind, opts]]) =>
-    ({ name, type: Array.isArray(kind) ? "combo" : kind, value: opts.default, callback: null }));
+  // as the frontend builds it: one widget per input, the seed's control widget right after the seed
+  node.widgets = Object.entries(def.input.required).filter(([n, [k]]) => k !== "SPECAR_MODEL").flatMap(([name, [kind, opts]]) =>
+    [{ name, type: Array.isArray(kind) ? "combo" : kind, value: opts.default, callback: null },
+     ...(opts.control_after_generate ? [{ name: "control_after_generate", type: "combo", value: "randomize" }] : [])]);
   node.computeSize = function () { return [300, 20 * this.widgets.filter((w) => w.type !== "specar-hidden").length]; };
   node.setSize = function (s) { this.size = s; };
   node.onNodeCreated();
@@ -761,7 +875,14 @@ const afterCustom = shown(fresh);
 const old = makeNode();
 old.onConfigure({ widgets_values: JSON.parse(readFileSync("legacy.json", "utf8")) });
 const migrated = Object.fromEntries(old.widgets.map((w) => [w.name, w.value]));
-console.log(JSON.stringify({ first, afterHawk, afterCustom, migrated, shownOld: shown(old),
+const saved = JSON.parse(readFileSync("dynamic.json", "utf8"));
+const dyn = {};
+for (const [nid, values] of Object.entries(saved)) {
+  const n = makeNode();
+  n.onConfigure({ widgets_values: values });
+  dyn[nid] = Object.fromEntries(n.widgets.map((w) => [w.name, w.value]));
+}
+console.log(JSON.stringify({ first, afterHawk, afterCustom, migrated, shownOld: shown(old), dyn,
   notes: mod.migrateLegacyValues([...JSON.parse(readFileSync("legacy.json", "utf8"))].map((v, i) => i === 5 ? 2.5 : v), []).notes }));
 """)
     out = subprocess.run(["node", "run.js"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
@@ -780,6 +901,10 @@ console.log(JSON.stringify({ first, afterHawk, afterCustom, migrated, shownOld: 
     assert m["sjd_pac_window"] == SCHEMAS["sjd_pac"].param("window").default  # window 0 = the backend's default
     assert own("sjd_pac")[0] in res["shownOld"] and own("sjd")[0] not in res["shownOld"]
     assert res["notes"] and "top_k" in res["notes"][0]  # an explicit cfg with the model's top-k: said, not hidden
+    assert set(res["dyn"]) == {k for k, n in flat_api.items() if n["class_type"] == "SpecARSampler"}
+    for nid, got in res["dyn"].items():
+        want = {k: v for k, v in flat_api[nid]["inputs"].items() if not isinstance(v, list)}
+        assert {k: got[k] for k in want} == want, nid
     # what the browser migrates runs as the server reads the same SpecAR 0.1 values
     model, = execute(v1.SpecARModelLoader, model="demo", device="auto", dtype="auto")[0]
     values = {k: v for k, v in m.items() if k in required and k != "model"}

@@ -1,7 +1,8 @@
 // SpecAR web extension for the SpecAR Sampler node:
 // - shows only the chosen backend's parameters (and the custom guidance values only when guidance is
 //   "custom") where the node's inputs are flat (ComfyUI without the V3 DynamicCombo, or V1 nodes);
-// - migrates workflows saved by SpecAR 0.1 (shared parameter names, sentinel values) on load;
+// - migrates workflows saved by SpecAR 0.1 (shared parameter names, sentinel values) on load, and reads
+//   workflows saved with DynamicCombo (current ComfyUI, the example workflows) onto flat inputs;
 // - shows the generation statistics after a run, in a box that grows with its text.
 // The node's `ui` output carries `text` (the one-line summary) and `specar_stats` (GenerationStats as JSON).
 import { app } from "../../scripts/app.js";
@@ -15,7 +16,8 @@ export const LEGACY_SAMPLER_WIDGETS = [
   "prompt", "negative_prompt", "seed", "backend", "cfg_scale", "temperature", "top_k", "top_p", "window",
   "init", "coupling", "coupling_strength", "tree_depth", "tree_width", "continuation", "batch_size",
 ];
-const LEGACY_INT_DEFAULT_ZERO = ["window"]; // 0 meant "the backend's own default"
+const LEGACY_INT_DEFAULT_ZERO = ["window"];
+const LEGACY_INITS = ["random", "repeat_left", "repeat_above", "sample_left", "sample_above"]; // 0 meant "the backend's own default"
 
 function num(x, digits = 2) {
   return x === null || x === undefined || Number.isNaN(Number(x)) ? "-" : Number(x).toFixed(digits);
@@ -98,8 +100,57 @@ export function migrateLegacyValues(values, backends) {
 }
 
 export function isLegacyValues(values, backends) {
+  // the 0.1 layout: 17 values with init and coupling at fixed places and continuation a boolean (a
+  // DynamicCombo layout can also have 17 values, never with these types at these places)
   return Array.isArray(values) && values.length === LEGACY_SAMPLER_WIDGETS.length + 1 &&
-    backends.includes(values[4]) && typeof values[5] === "number";
+    backends.includes(values[4]) && typeof values[5] === "number" && LEGACY_INITS.includes(values[10]) &&
+    ["maximal", "gumbel"].includes(values[11]) && typeof values[15] === "boolean";
+}
+
+// widgets_values saved by a ComfyUI with DynamicCombo (a switch's key, then only its chosen option's
+// values), read onto the flat inputs of a ComfyUI without it: walking the flat widgets in order and
+// skipping the inputs of options not chosen meets the values in the order they were saved.
+export function readDynamicValues(values, widgetNames, backends) {
+  const out = {};
+  const chosen = {};
+  let i = 0;
+  for (const name of widgetNames) {
+    const owner = switchOf(name, backends);
+    if (owner && chosen[owner[0]] !== owner[1]) continue; // an option not chosen: nothing was saved
+    if (i >= values.length) break;
+    out[name] = values[i++];
+    if (name === "backend" || name === "guidance") chosen[name] = out[name];
+  }
+  return out;
+}
+
+export function isDynamicValues(values, widgetNames, backends) {
+  return Array.isArray(values) && values.length !== widgetNames.length && backends.includes(values[4]) &&
+    !isLegacyValues(values, backends);
+}
+
+// Set values by name on a node of either layout: flat names ("sjd_pac_window") or, where the node has
+// DynamicCombos, "backend.window" after choosing the option (its callback swaps the option's inputs in).
+export function applyValues(node, values, backends) {
+  const find = (n) => node.widgets?.find((w) => w.name === n);
+  const dynamic = !!node.widgets?.some((w) => w.name.includes("."));
+  for (const sw of ["backend", "guidance"]) {
+    const w = find(sw);
+    if (w && sw in values) {
+      w.value = values[sw];
+      if (dynamic) w.callback?.(values[sw]);
+    }
+  }
+  for (const [name, value] of Object.entries(values)) {
+    if (name === "backend" || name === "guidance") continue;
+    let w = find(name);
+    if (!w && dynamic) {
+      const owner = switchOf(name, backends);
+      if (owner?.[0] === "backend") w = find("backend." + name.slice(owner[1].length + 1));
+      if (owner?.[0] === "guidance") w = find("guidance." + name);
+    }
+    if (w) w.value = value;
+  }
 }
 
 const HIDDEN = "specar-hidden";
@@ -193,14 +244,15 @@ app.registerExtension({
     const onConfigure = nodeType.prototype.onConfigure;
     nodeType.prototype.onConfigure = function (info) {
       const r = onConfigure?.apply(this, arguments);
-      if (isLegacyValues(info?.widgets_values, keys)) {
-        const { values, control, notes } = migrateLegacyValues(info.widgets_values, keys);
-        for (const w of this.widgets || []) {
-          if (w.name in values) w.value = values[w.name];
-          if (w.name === "control_after_generate" && control !== undefined) w.value = control;
-        }
+      const saved = info?.widgets_values;
+      const names = (this.widgets || []).filter((w) => w.serialize !== false).map((w) => w.name);
+      if (isLegacyValues(saved, keys)) {
+        const { values, control, notes } = migrateLegacyValues(saved, keys);
+        applyValues(this, { ...values, control_after_generate: control }, keys);
         this.properties = { ...(this.properties || {}), specar_migrated_from: "0.1" };
         for (const n of notes) console.warn(`SpecAR: migrated a SpecAR 0.1 sampler node: ${n}`);
+      } else if (!this.widgets?.some((w) => w.name.includes(".")) && isDynamicValues(saved, names, keys)) {
+        applyValues(this, readDynamicValues(saved, names, keys), keys); // saved with DynamicCombo, loaded flat
       }
       updateVisibility(this, keys);
       return r;
