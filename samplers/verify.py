@@ -145,7 +145,7 @@ def tree_children(parents: torch.Tensor, valid: torch.Tensor, max_children: int)
 
 def verify_tree(p: torch.Tensor, tokens: torch.Tensor, parents: torch.Tensor, q: torch.Tensor, valid: torch.Tensor,
                 forced: torch.Tensor, u: torch.Tensor, noise: torch.Tensor, max_depth: int, max_children: int,
-                without_replacement: bool = False):
+                without_replacement: bool = False, siblings=None):
     """Verify a draft tree per row, root (node 0, the pending token) down, one depth at a time.
 
     p [B, N, V]: target of the position after each node; tokens [B, N]; parents [B, N]; q [B, N, V]:
@@ -158,7 +158,9 @@ def verify_tree(p: torch.Tensor, tokens: torch.Tensor, parents: torch.Tensor, q:
     first accepted child becomes the current node; if none is (or there are none) the residual
     sample is the next pending token; a row that accepts down to depth D takes a fresh sample of
     the deepest node's p. Returns ``(n_accepted [B], path [B, D + 1], pending [B])``; path holds
-    the accepted nodes root first (entries past ``n_accepted`` are 0)."""
+    the accepted nodes root first (entries past ``n_accepted`` are 0). ``siblings(p, candidates,
+    u, noise, qs, valid) -> (index, token)`` replaces the lossless rule at every depth (only for
+    an explicitly lossy option: LANTERN's relaxed acceptance)."""
     B, N, V = p.shape
     dev = p.device
     rows = torch.arange(B, device=dev)
@@ -174,7 +176,9 @@ def verify_tree(p: torch.Tensor, tokens: torch.Tensor, parents: torch.Tensor, q:
         cc = c.clamp(min=0)
         cand = tokens.gather(1, cc).clamp(0, V - 1)  # structure ids are past the image vocabulary
         p_cur = p[rows, cur]
-        if without_replacement:
+        if siblings is not None:  # another acceptance rule for a node's children (LANTERN's relaxed one)
+            idx, tok = siblings(p_cur, cand, u[:, d], noise[:, d], q[rows[:, None], cc], present)
+        elif without_replacement:
             idx, tok = verify_candidates(p_cur, cand, u[:, d], noise[:, d], q=q[rows, cc[:, 0]], valid=present)
         else:
             idx, tok = verify_candidates(p_cur, cand, u[:, d], noise[:, d], qs=q[rows[:, None], cc], valid=present)

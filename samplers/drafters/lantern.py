@@ -82,32 +82,11 @@ def relaxed_candidates(p, candidates, u, noise, qs, valid, neighbours, delta):
 def verify_tree_relaxed(p, tokens, parents, q, valid, forced, u, noise, max_depth, max_children,
                         without_replacement=False, *, neighbours, delta):
     """`verify.verify_tree` with `relaxed_candidates` at each depth (independent siblings only)."""
-    from ..verify import tree_children
+    from ..verify import verify_tree
     if without_replacement:
         raise ValueError("relaxed acceptance needs independent siblings")
-    B, N, V = p.shape
-    rows = torch.arange(B, device=p.device)
-    kids = tree_children(parents, valid, max_children)
-    cur = torch.zeros(B, dtype=torch.long, device=p.device)
-    path = torch.zeros(B, max_depth + 1, dtype=torch.long, device=p.device)
-    n_acc = torch.zeros_like(cur)
-    pending = torch.zeros_like(cur)
-    open_ = torch.ones(B, dtype=torch.bool, device=p.device)
-    for d in range(max_depth):
-        c = kids[rows, cur]
-        present = c >= 0
-        cc = c.clamp(min=0)
-        cand = tokens.gather(1, cc).clamp(0, V - 1)
-        idx, tok = relaxed_candidates(p[rows, cur], cand, u[:, d], noise[:, d], q[rows[:, None], cc], present,
-                                      neighbours, delta)
-        at_forced = forced.gather(1, cc[:, :1]).squeeze(1) & present[:, 0]
-        idx = torch.where(at_forced, 0, idx)
-        acc = open_ & (idx >= 0)
-        child = cc.gather(1, idx.clamp(min=0)[:, None]).squeeze(1)
-        pending = torch.where(open_ & ~acc, tok, pending)
-        cur = torch.where(acc, child, cur)
-        path[:, d + 1] = torch.where(acc, child, 0)
-        n_acc = n_acc + acc.long()
-        open_ = acc
-    bonus = sample_by_race(p[rows, cur], noise[:, max_depth])
-    return n_acc, path, torch.where(open_, bonus, pending)
+
+    def siblings(p_cur, cand, u_d, noise_d, qs, present):
+        return relaxed_candidates(p_cur, cand, u_d, noise_d, qs, present, neighbours, delta)
+
+    return verify_tree(p, tokens, parents, q, valid, forced, u, noise, max_depth, max_children, siblings=siblings)
