@@ -111,27 +111,52 @@ def _model(spec: str, device, dtype):
     return load_model(spec, device=device, dtype=dtype)
 
 
+PREVIEW_SUFFIX = " +preview"
+
+
+def _jpeg_preview(model):
+    """The node's live preview without ComfyUI: the same throttle and decode, JPEG-encoded as
+    ComfyUI's previewer does (into memory)."""
+    import io
+
+    from ..nodes.core import PREVIEW_THROTTLE
+    from ..samplers.preview import PartialImage
+
+    def emit(images, committed, total):
+        images[0].save(io.BytesIO(), format="JPEG", quality=95)
+
+    return PartialImage(model, emit, **PREVIEW_THROTTLE)
+
+
 def run(model, configs: List[dict], prompts: List[str], seeds: List[int], repeats: int = 1, warmup: bool = True,
-        sampling: Optional[dict] = None, log=None) -> List[dict]:
+        sampling: Optional[dict] = None, log=None, preview: bool = False) -> List[dict]:
+    """preview: every configuration also runs with the node's live preview (label + " +preview"),
+    interleaved with the run without it, so that the preview's overhead is a ratio within the run."""
     sampling = sampling or {}
+    variants = [(c, False) for c in configs] + ([(c, True) for c in configs] if preview else [])
+    label = lambda c, p: _label(c) + (PREVIEW_SUFFIX if p else "")  # noqa: E731
     if warmup:
-        for cfg in configs:
+        for cfg, _ in variants[:len(configs)]:
             generate(model, prompts[0], seed=seeds[0], **sampling, **cfg)
-    runs = {_label(c): [] for c in configs}
+    runs = {label(c, p): [] for c, p in variants}
+    shown = {label(c, p): 0 for c, p in variants}
     for _ in range(repeats):
         for prompt in prompts:
             for seed in seeds:
-                for cfg in configs:
-                    res = generate(model, prompt, seed=seed, **sampling, **cfg)
-                    runs[_label(cfg)].append(res.stats)
+                for cfg, with_preview in variants:
+                    pv = _jpeg_preview(model) if with_preview else None
+                    res = generate(model, prompt, seed=seed, preview=pv, **sampling, **cfg)
+                    runs[label(cfg, with_preview)].append(res.stats)
+                    shown[label(cfg, with_preview)] += pv.shown if pv else 0
                     if log:
-                        log(f"{_label(cfg):45s} seed={seed} nfe={res.stats.nfe} {res.stats.latency_s:.3f}s")
+                        log(f"{label(cfg, with_preview):45s} seed={seed} nfe={res.stats.nfe} "
+                            f"{res.stats.latency_s:.3f}s")
     ar = runs.get("ar")
     ar_latency = statistics.mean(s.latency_s for s in ar) if ar else None
     ar_nfe = statistics.mean(s.nfe + 1 for s in ar) if ar else None
     rows = []
-    for cfg in configs:
-        stats = runs[_label(cfg)]
+    for cfg, with_preview in variants:
+        stats = runs[label(cfg, with_preview)]
         hist = {}
         for s in stats:
             for k, v in s.accepted_length_histogram.items():
@@ -143,7 +168,10 @@ def run(model, configs: List[dict], prompts: List[str], seeds: List[int], repeat
         rows.append({
             "backend": cfg["backend"],
             "params": stats[0].params,
-            "label": _label(cfg) + (" (LOSSY)" if any(s.lossy for s in stats) else ""),
+            "label": label(cfg, with_preview) + (" (LOSSY)" if any(s.lossy for s in stats) else ""),
+            "previews": shown[label(cfg, with_preview)] / len(stats) if with_preview else None,
+            "preview_overhead": (statistics.mean(s.latency_s for s in stats) /
+                                 statistics.mean(s.latency_s for s in runs[_label(cfg)]) - 1) if with_preview else None,
             "lossy": any(s.lossy for s in stats),  # relaxed acceptance: not the AR distribution
             "samples": len(stats),
             "nfe": statistics.mean(s.nfe for s in stats),
@@ -173,6 +201,12 @@ def format_table(rows: List[dict]) -> str:
         mem = "-" if r["peak_memory_bytes"] is None else f"{r['peak_memory_bytes'] / 2**20:.0f} MiB"
         lines.append(f"{r['label']:44s} {r['nfe']:7.1f} {r['step_compression']:6.2f}x {r['mean_accepted_length']:7.2f} "
                      f"{r['prefill_s']:7.3f}s {r['decode_s']:7.3f}s {r['latency_s']:7.3f}s {sp:>8s} {ov:>8s} {mem:>9s}")
+    with_preview = [r for r in rows if r.get("preview_overhead") is not None]
+    if with_preview:
+        lines += ["", "live preview (the node's default: decode + JPEG, throttled): latency with / without - 1"]
+        for r in with_preview:
+            lines.append(f"{r['label']:44s} overhead {100 * r['preview_overhead']:+.1f}%, "
+                         f"{r['previews']:.1f} previews per image")
     lines += ["", "tokens committed per step: how many steps (summed over all runs of a configuration)"]
     for r in rows:
         hist = " ".join(f"{k}:{v}" for k, v in r["accepted_length_histogram"].items())
@@ -196,6 +230,8 @@ def main(argv=None):
     ap.add_argument("--cfg-scale", type=float, default=None)
     ap.add_argument("--top-k", type=int, default=None)
     ap.add_argument("--json", help="write the rows (and the run's settings) to this file")
+    ap.add_argument("--preview", action="store_true", help="also run each configuration with the node's live "
+                    "preview (interleaved) and report its overhead")
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -207,7 +243,7 @@ def main(argv=None):
     model = _model(args.model, args.device, args.dtype)
     sampling = {k: v for k, v in (("cfg_scale", args.cfg_scale), ("top_k", args.top_k)) if v is not None}
     t0 = time.time()
-    rows = run(model, configs, prompts, args.seeds, args.repeats, sampling=sampling,
+    rows = run(model, configs, prompts, args.seeds, args.repeats, sampling=sampling, preview=args.preview,
                log=None if args.quiet else (lambda s: print(s, file=sys.stderr)))
     meta = {"command": "python -m specar bench " + " ".join(argv if argv is not None else sys.argv[1:]),
             "model": args.model, "prompts": prompts, "seeds": args.seeds, "repeats": args.repeats,

@@ -16,11 +16,14 @@ from ..model_loaders.registry import BUILTIN_MODELS, detect_family, load_model
 from ..samplers import backends as _backends
 from ..samplers.api import generate
 from ..samplers.engine import GenerationInterrupted
+from ..samplers.preview import PartialImage
 from . import spec
 
 log = logging.getLogger("specar")
 FOLDER = "specar"  # ComfyUI/models/specar/<model folder>
 _cache: dict = {}
+# live preview: at most every 0.25 s and at most ~3% of the elapsed time (samplers/preview.py)
+PREVIEW_THROTTLE = {"min_interval_s": 0.25, "share": 0.03}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -157,6 +160,8 @@ def _install_free_hook() -> None:
 class ComfyProgress:
     """progress(done, total) -> ComfyUI's progress bar (whose every update also checks the interrupt)."""
 
+    PREVIEW_SIZE = 512  # the longest side of a preview image, as ComfyUI's own latent previews
+
     def __init__(self):
         try:
             import comfy.utils
@@ -164,13 +169,21 @@ class ComfyProgress:
         except ImportError:
             self._utils = None
         self.bar = None
+        self.last = (0, 1)
 
     def __call__(self, done: int, total: int) -> None:
+        self.last = (done, total)
         if self._utils is None:
             return
         if self.bar is None:
             self.bar = self._utils.ProgressBar(total)
         self.bar.update_absolute(done, total)
+
+    def show(self, images: list, committed: int, total: int) -> None:
+        """A preview image on the node (ComfyUI's progress-bar preview: the first image of the batch)."""
+        if self._utils is None or self.bar is None or not images:
+            return
+        self.bar.update_absolute(self.last[0], self.last[1], ("JPEG", images[0], self.PREVIEW_SIZE))
 
 
 def comfy_interrupt() -> Optional[Callable[[], bool]]:
@@ -309,11 +322,15 @@ def run_sampler(model, values: dict, progress: Optional[Callable] = None, interr
     Returns (IMAGE [B,H,W,C], tokens, stats JSON, heatmap IMAGE [B,H,W,3], summary text)."""
     settings, config = backend_config(values)
     batch = values.get("batch_size", 1)
+    mode = values.get("preview", "image")
+    preview = None
+    if mode != "off" and hasattr(progress, "show"):  # only where something shows it (ComfyUI's progress bar)
+        preview = PartialImage(model, progress.show, overlay=mode == "image + acceptance", **PREVIEW_THROTTLE)
     res = generate(model, values["prompt"], backend=settings.backend, seed=values["seed"],
                    cfg_scale=settings.cfg_scale, temperature=float(values.get("temperature", 1.0)),
                    top_k=settings.top_k, top_p=float(values.get("top_p", 1.0)),
                    negative_prompt=values.get("negative_prompt", ""), batch_size=batch, progress=progress,
-                   interrupt=interrupt, **config.params())
+                   interrupt=interrupt, preview=preview, **config.params())
     geo = model.geometry
     grid = res.tokens.reshape(batch, geo.height, geo.width)
     if res.images:

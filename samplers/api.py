@@ -31,14 +31,16 @@ def _check_seed(seed):
 def generate(model: ARImageModel, prompt, backend: str = "sjd", seed: int = 0, cfg_scale: Optional[float] = None,
              temperature: float = 1.0, top_k: Optional[int] = None, top_p: float = 1.0, negative_prompt: str = "",
              batch_size: int = 1, progress: Optional[Callable[[int, int], None]] = None,
-             interrupt: Optional[Callable[[], bool]] = None, profile: bool = False,
+             interrupt: Optional[Callable[[], bool]] = None, profile: bool = False, preview=None,
              **backend_params) -> GenerationResult:
     """Generate image tokens (and the decoded image) with the chosen backend.
 
     Every lossless backend samples exactly the distribution of ``backend="ar"`` for the same
     sampling settings. ``cfg_scale`` and ``top_k`` default to the model's recommended values.
     ``progress(done_tokens, total_tokens)`` is called once per step; ``interrupt()`` returning
-    True stops the generation with `GenerationInterrupted` (the model stays usable).
+    True stops the generation with `GenerationInterrupted` (the model stays usable). ``preview``: a
+    `specar.samplers.preview.PartialImage` (or any object with ``due()`` and ``__call__(seq, done,
+    at_step)``), asked at each step whether it wants the partial sequence; it never changes the tokens.
     """
     if not isinstance(model, ARImageModel):
         raise ValueError(f"model must be an ARImageModel (e.g. from specar.load_model), got {type(model).__name__}")
@@ -61,7 +63,7 @@ def generate(model: ARImageModel, prompt, backend: str = "sjd", seed: int = 0, c
         encoded = model.check_prompt(prompt)
     engine = SpeculativeEngine(model, spec, sampling, seed, batch_size, profile=profile)
     with torch.inference_mode():
-        seq, stats = engine.run(encoded, progress=progress, interrupt=interrupt)
+        seq, stats = engine.run(encoded, progress=progress, interrupt=interrupt, preview=preview)
     geo = model.geometry
     grid = seq[:, geo.image_positions().to(seq.device)].view(batch_size, geo.height, geo.width).cpu()
     images = model.decode_tokens(grid)

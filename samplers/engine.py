@@ -55,7 +55,7 @@ class SpeculativeEngine:
 
     # -- the loop ------------------------------------------------------------------------------
     def run(self, prompt: EncodedPrompt, progress: Optional[Callable] = None,
-            interrupt: Optional[Callable[[], bool]] = None):
+            interrupt: Optional[Callable[[], bool]] = None, preview=None):
         dev = self.model.device
         sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
         timed = self.profile or dev.type != "cuda"
@@ -72,6 +72,9 @@ class SpeculativeEngine:
             state.active = state.frontier < n_img_last
             if not self._host_read(state, bad, progress, interrupt):
                 break
+            if preview is not None and preview.due():  # a host clock read; the copy only when due
+                N = self.model.geometry.seq_len
+                preview(state.seq[:, :N], torch.where(state.active, state.frontier + 1, N), at_step)
             tree = self.drafter.propose(state, self._hint)
             out, p = self._forward(session, tree, log, timed, sync)
             verdict = self.drafter.verify(state, tree, p, out)

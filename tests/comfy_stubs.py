@@ -280,6 +280,8 @@ def stub_modules(state: dict, models_dir: str) -> dict:
                 self.total = total
             self.current = min(value, self.total)
             state["progress"].append((self.current, self.total))
+            if preview is not None:  # ("JPEG" | "PNG", PIL image, max size), as ComfyUI's previewer takes it
+                state.setdefault("previews", []).append(preview)
             if state.get("interrupt_in_progress_hook", True):
                 throw_exception_if_processing_interrupted()
 
