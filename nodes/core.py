@@ -110,48 +110,129 @@ def resolve_device(choice: str) -> str:
     return choice
 
 
+class ModelHandle:
+    """What the loader node outputs: which model to use, not the model itself.
+
+    ComfyUI keeps node outputs in its execution cache; were that the model, freeing ours could not
+    release its memory. The handle keeps only the key: the model lives in `_cache`, which ComfyUI's
+    "Unload Models" and memory pressure empty (hooks below), and `get()` loads it again
+    transparently on the next run."""
+
+    def __init__(self, name: str, device: str, dtype: str):
+        self.name, self.device, self.dtype = name, device, dtype
+
+    @property
+    def key(self) -> tuple:
+        return (self.name, self.device, self.dtype)
+
+    def get(self):
+        return load_cached(self.name, self.device, self.dtype)
+
+    def __repr__(self):
+        return f"SpecAR model {self.name} ({self.device}, {self.dtype})"
+
+
+def load_handle(name: str, device: str = "auto", dtype: str = "auto") -> ModelHandle:
+    """The loader node: load now (errors show on the loader), output the handle."""
+    load_cached(name, device, dtype)
+    return ModelHandle(name, device, dtype)
+
+
+def resolve(model):
+    """The model behind a loader output (a ModelHandle) or a model given directly."""
+    return model.get() if isinstance(model, ModelHandle) else model
+
+
 def load_cached(name: str, device: str = "auto", dtype: str = "auto"):
-    """Load a model once and keep it across runs (one model at a time: loading another frees it)."""
+    """Load a model once and keep it across runs (one model at a time). The new model is loaded
+    before the old one is freed, so a failed load (a bad folder, cuda without a GPU) leaves the
+    working model in place; only when loading runs out of GPU memory is the old one freed first
+    and the load tried once more."""
     err = spec.validate(spec.loader_spec(model_choices).inputs, {"model": name, "device": device, "dtype": dtype})
     if err:
         raise ValueError(err)
     key = (name, device, dtype)
     if key not in _cache:
+        _install_hooks()
+        load = lambda: load_model(resolve_model(name), device=resolve_device(device),  # noqa: E731
+                                  dtype=None if dtype == "auto" else dtype)
+        try:
+            model = load()
+        except torch.OutOfMemoryError:
+            free_models()
+            model = load()
         free_models()
-        _install_free_hook()
-        _cache[key] = load_model(resolve_model(name), device=resolve_device(device),
-                                 dtype=None if dtype == "auto" else dtype)
+        _cache[key] = model
     return _cache[key]
 
 
 def free_models() -> None:
-    """Drop the cached model (ComfyUI's 'unload models' / POST /free reach this through the hook)."""
+    """Drop the cached model (ComfyUI's 'unload models', POST /free and memory pressure reach this
+    through the hooks); the next run loads it again."""
     had = bool(_cache)
     _cache.clear()
-    if had and torch.cuda.is_available():
-        torch.cuda.empty_cache()
+    if had:
+        import gc
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
+
+def _model_devices() -> set:
+    return {str(getattr(m, "device", "cpu")) for m in _cache.values()}
 
 
 _hooked: list = []
 
 
-def _install_free_hook() -> None:
-    """Free our cached model whenever ComfyUI unloads all models (the Unload Models button, POST /free)."""
+def _install_hooks() -> None:
+    """Take part in ComfyUI's model management through its functions (the documented entry points
+    other packs use too): `unload_all_models` (the Unload Models button, POST /free) frees our model;
+    `free_memory(memory_required, device, ...)`, which ComfyUI calls before it loads any model, frees
+    ours when what ComfyUI freed itself left less than it needs on the device our model is on."""
     if _hooked:
         return
     try:
         import comfy.model_management as mm
     except ImportError:
         return
-    original = mm.unload_all_models
+    original_unload = mm.unload_all_models
 
     def unload_all_models(*args, **kwargs):
         free_models()
-        return original(*args, **kwargs)
+        return original_unload(*args, **kwargs)
 
-    unload_all_models.specar_original = original
+    unload_all_models.specar_original = original_unload
     mm.unload_all_models = unload_all_models
-    _hooked.append(original)
+    original_free = getattr(mm, "free_memory", None)
+    if original_free is not None:
+        def free_memory(memory_required, device, *args, **kwargs):
+            out = original_free(memory_required, device, *args, **kwargs)
+            try:
+                short = mm.get_free_memory(device) < memory_required
+            except Exception:  # a ComfyUI without get_free_memory: do not guess
+                short = False
+            if short and str(device) in _model_devices():
+                log.info("SpecAR: freeing the cached model for %s (memory pressure on %s)", list(_cache), device)
+                free_models()
+            return out
+
+        free_memory.specar_original = original_free
+        mm.free_memory = free_memory
+    _hooked.append(original_unload)
+
+
+def out_of_memory_message(values: dict, model) -> str:
+    """What to lower after a CUDA out-of-memory error, for this run's settings."""
+    settings = spec.sampler_settings(values)
+    sizes = [f"{k}={v}" for k, v in settings.params.items()
+             if k in ("window", "tree_width", "node_budget", "horizontal_heads", "candidates", "depth")]
+    what = [f"batch_size (now {values.get('batch_size', 1)})"]
+    if sizes:
+        what.append(f"the {settings.backend} draft size ({', '.join(sizes)})")
+    what.append("the resolution, or load the model with offload / a smaller dtype")
+    return (f"out of GPU memory while generating with {settings.backend}: lower {'; '.join(what)}. The model "
+            f"is still loaded and usable.")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -320,6 +401,7 @@ def run_sampler(model, values: dict, progress: Optional[Callable] = None, interr
     """Generate from the sampler's widget values.
 
     Returns (IMAGE [B,H,W,C], tokens, stats JSON, heatmap IMAGE [B,H,W,3], summary text)."""
+    model = resolve(model)
     settings, config = backend_config(values)
     batch = values.get("batch_size", 1)
     mode = values.get("preview", "image")
@@ -355,23 +437,31 @@ def run_sampler(model, values: dict, progress: Optional[Callable] = None, interr
     return image, tokens, json.dumps(stats), heat, text
 
 
-def run_sampler_in_comfy(model, values: dict):
-    """run_sampler with ComfyUI's progress bar and interrupt; returns (outputs tuple, ui dict)."""
+def run_sampler_in_comfy(handle, values: dict):
+    """run_sampler with ComfyUI's progress bar, preview and interrupt; returns (outputs tuple, ui dict)."""
+    model = resolve(handle)
     try:
         image, tokens, stats, heat, text = run_sampler(model, values, progress=ComfyProgress(),
                                                        interrupt=comfy_interrupt())
     except GenerationInterrupted as e:
         raise_comfy_interrupt(e)
+    except torch.OutOfMemoryError as e:
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()  # the generation's caches are gone with its frames; the weights stay
+        raise RuntimeError(out_of_memory_message(values, model)) from e
+    if isinstance(handle, ModelHandle):
+        tokens = {**tokens, "model": handle}  # ComfyUI caches outputs: keep the handle, not the model
     return (image, tokens, stats, heat), {"text": [text], "specar_stats": [stats]}
 
 
 def decode_tokens(tokens) -> torch.Tensor:
     if not isinstance(tokens, dict) or "model" not in tokens or "tokens" not in tokens:
         raise ValueError("tokens must come from the tokens output of a SpecAR Sampler")
-    images = tokens["model"].decode_tokens(tokens["tokens"])
+    images = resolve(tokens["model"]).decode_tokens(tokens["tokens"])
     if not images:
         raise ValueError("this model has no image decoder")
     return pil_to_tensor(images)
 
 
-__all__ = ["decode_tokens", "free_models", "load_cached", "model_choices", "run_sampler", "run_sampler_in_comfy"]
+__all__ = ["ModelHandle", "decode_tokens", "free_models", "load_cached", "load_handle", "model_choices", "resolve",
+           "run_sampler", "run_sampler_in_comfy"]

@@ -53,7 +53,7 @@ def _make(node_fn, function: str, run):
 
 
 def _load(self, model, device="auto", dtype="auto"):
-    return (core.load_cached(model, device, dtype),)
+    return (core.load_handle(model, device, dtype),)
 
 
 def _sample(self, model, **values):

@@ -84,7 +84,7 @@ def build_nodes(io) -> list:
 
         @classmethod
         def execute(cls, model, device="auto", dtype="auto"):
-            return io.NodeOutput(core.load_cached(model, device, dtype))
+            return io.NodeOutput(core.load_handle(model, device, dtype))
 
     class SpecARSampler(io.ComfyNode):
         @classmethod

@@ -291,7 +291,12 @@ def stub_modules(state: dict, models_dir: str) -> dict:
     def unload_all_models():
         state["unloaded"] = state.get("unloaded", 0) + 1
 
+    def free_memory(memory_required, device, keep_loaded=()):
+        state.setdefault("free_memory_calls", []).append((memory_required, str(device)))
+
     utils.ProgressBar = ProgressBar
+    mm.free_memory = free_memory
+    mm.get_free_memory = lambda device=None, torch_free_too=False: state.get("free_bytes", 1 << 40)
     mm.InterruptProcessingException = InterruptProcessingException
     mm.processing_interrupted = lambda: state["interrupt"]
     mm.throw_exception_if_processing_interrupted = throw_exception_if_processing_interrupted

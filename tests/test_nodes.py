@@ -323,7 +323,8 @@ def test_model_loader_lists_folders_caches_and_frees(flavour, comfy):
 
     m1, = execute(loader, model="demo", device="auto", dtype="auto")[0]
     m2, = execute(loader, model="demo", device="auto", dtype="auto")[0]
-    assert m1 is m2 and len(comfy["loaded"]) == 1  # cached across runs
+    assert core.resolve(m1) is core.resolve(m2) and len(comfy["loaded"]) == 1  # cached across runs
+    assert isinstance(m1, core.ModelHandle)  # ComfyUI caches the handle, not the model
     execute(loader, model="janus-pro-1b", device="cpu", dtype="bfloat16")
     assert comfy["loaded"][-1] == (os.path.join(comfy["models_dir"], "specar", "janus-pro-1b"), "cpu", "bfloat16")
     comfy["mm"].unload_all_models()  # ComfyUI's "unload models" frees ours too
@@ -579,7 +580,7 @@ def test_bad_values_give_one_error_on_the_right_input(flavour, change, bad_input
 
 def test_a_tree_too_big_for_the_model_names_its_parameters(comfy):
     model, = execute(v1.SpecARModelLoader, model="demo", device="auto", dtype="auto")[0]
-    limit = model.max_positions
+    limit = core.resolve(model).max_positions
     assert limit is not None
     values = sampler_values(backend="hawk", hawk_node_budget=min(512, limit + 8))
     with pytest.raises(ValueError) as e:
@@ -597,7 +598,7 @@ def test_summary_shows_measured_latency_and_speedup_over_a_measured_ar_run(comfy
     _, ui = execute(v1.SpecARSampler, model=model, **sampler_values(backend="sjd_pac"))
     s = json.loads(ui["specar_stats"][0])
     assert f"{ar_s / s['latency_s']:.2f}x AR's measured {ar_s:.2f} s" in ui["text"][0]
-    assert s["sampling"]["guidance"] == "model default" and s["sampling"]["cfg_scale"] == model.default_sampling.get(
+    assert s["sampling"]["guidance"] == "model default" and s["sampling"]["cfg_scale"] == core.resolve(model).default_sampling.get(
         "cfg_scale", 1.0)
     # another batch size has no measured AR run: no speed-up claimed
     _, ui = execute(v1.SpecARSampler, model=model, **sampler_values(backend="sjd_pac", batch_size=2))
@@ -607,7 +608,7 @@ def test_summary_shows_measured_latency_and_speedup_over_a_measured_ar_run(comfy
 def test_legacy_api_prompt_samples_what_the_new_layout_does(comfy):
     """A SpecAR 0.1 API prompt (shared names, window 0 / cfg -1 / top_k 0 = defaults) runs, and samples
     exactly what the same settings in the current layout sample."""
-    model, = execute(v1.SpecARModelLoader, model="demo", device="auto", dtype="auto")[0]
+    model = core.resolve(execute(v1.SpecARModelLoader, model="demo", device="auto", dtype="auto")[0][0])
     legacy = dict(prompt="x", negative_prompt="", seed=5, backend="sjd_pac", cfg_scale=-1.0, temperature=1.0,
                   top_k=0, top_p=1.0, window=0, init="random", coupling="maximal", coupling_strength=1.0,
                   tree_depth=2, tree_width=3, continuation=True, batch_size=1)
@@ -616,6 +617,57 @@ def test_legacy_api_prompt_samples_what_the_new_layout_does(comfy):
                                                  sjd_pac_tree_width=3))
     assert torch.equal(old[1]["tokens"], new[1]["tokens"])
     assert json.loads(old[2])["params"] == json.loads(new[2])["params"]
+
+
+@pytest.mark.parametrize("flavour", flavours())
+def test_freed_model_reloads_transparently_and_memory_pressure_frees_it(flavour, comfy):
+    classes = node_classes(flavour)
+    handle, = execute(classes["SpecARModelLoader"], model="demo", device="auto", dtype="auto")[0]
+    first = run_sampler_node(classes["SpecARSampler"], handle, sampler_values(seed=2))[0]
+    comfy["mm"].free_memory(1 << 20, "cpu")  # ComfyUI loads something small: enough memory left, ours stays
+    assert core._cache and len(comfy["loaded"]) == 1
+    comfy["free_bytes"] = 0  # ComfyUI freed what it could and the device is still short: ours goes
+    comfy["mm"].free_memory(1 << 30, "cpu")
+    assert not core._cache and comfy["free_memory_calls"][-1] == (1 << 30, "cpu")
+    again = run_sampler_node(classes["SpecARSampler"], handle, sampler_values(seed=2))[0]  # the cached handle
+    assert len(comfy["loaded"]) == 2 and torch.equal(first[1]["tokens"], again[1]["tokens"])
+    comfy["free_bytes"] = 0
+    comfy["mm"].free_memory(1 << 30, "cuda:0")  # pressure on another device: not ours
+    assert core._cache
+
+
+def test_a_failed_load_keeps_the_working_model(comfy, monkeypatch):
+    handle, = execute(v1.SpecARModelLoader, model="demo", device="auto", dtype="auto")[0]
+    model = core.resolve(handle)
+
+    def broken(*a, **k):
+        raise ValueError("no CUDA GPU")
+
+    monkeypatch.setattr(core, "load_model", broken)
+    with pytest.raises(ValueError, match="no CUDA GPU"):
+        execute(v1.SpecARModelLoader, model="demo", device="cpu", dtype="float32")
+    assert list(core._cache.values()) == [model]  # still there, still the one a run uses
+    assert core.resolve(handle) is model
+
+
+def test_out_of_memory_names_what_to_lower_and_leaves_the_model_usable(comfy, monkeypatch):
+    handle, = execute(v1.SpecARModelLoader, model="demo", device="auto", dtype="auto")[0]
+    model = core.resolve(handle)
+    values = sampler_values(backend="sjd_pac", sjd_pac_window=8, batch_size=3, seed=1)
+    reference = execute(v1.SpecARSampler, model=handle, **values)[0]
+    real_forward = type(model).forward
+
+    def oom(self, *a, **k):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
+
+    monkeypatch.setattr(type(model), "forward", oom)
+    with pytest.raises(RuntimeError) as e:
+        execute(v1.SpecARSampler, model=handle, **values)
+    msg = str(e.value)
+    assert "out of GPU memory" in msg and "batch_size (now 3)" in msg and "window=8" in msg and "still loaded" in msg
+    monkeypatch.setattr(type(model), "forward", real_forward)
+    again = execute(v1.SpecARSampler, model=handle, **values)[0]
+    assert torch.equal(again[1]["tokens"], reference[1]["tokens"])
 
 
 def test_drafter_folders_are_listed_and_resolved(comfy):
