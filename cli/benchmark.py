@@ -170,8 +170,9 @@ def run(model, configs: List[dict], prompts: List[str], seeds: List[int], repeat
             "params": stats[0].params,
             "label": label(cfg, with_preview) + (" (LOSSY)" if any(s.lossy for s in stats) else ""),
             "previews": shown[label(cfg, with_preview)] / len(stats) if with_preview else None,
-            "preview_overhead": (statistics.mean(s.latency_s for s in stats) /
-                                 statistics.mean(s.latency_s for s in runs[_label(cfg)]) - 1) if with_preview else None,
+            # medians: one run slowed 10x by another job on a shared machine must not decide a 3% figure
+            "preview_overhead": (statistics.median(s.latency_s for s in stats) /
+                                 statistics.median(s.latency_s for s in runs[_label(cfg)]) - 1) if with_preview else None,
             "lossy": any(s.lossy for s in stats),  # relaxed acceptance: not the AR distribution
             "samples": len(stats),
             "nfe": statistics.mean(s.nfe for s in stats),
@@ -182,6 +183,7 @@ def run(model, configs: List[dict], prompts: List[str], seeds: List[int], repeat
             "prefill_s": statistics.mean(s.prefill_s for s in stats),
             "decode_s": decode,
             "latency_s": latency,
+            "latency_median_s": statistics.median(s.latency_s for s in stats),
             "latency_stdev_s": statistics.stdev(s.latency_s for s in stats) if len(stats) > 1 else 0.0,
             "speedup_vs_ar": None if ar_latency is None else ar_latency / latency,
             "overhead_share": (statistics.mean(overhead) / decode) if overhead and decode > 0 else None,
@@ -203,7 +205,7 @@ def format_table(rows: List[dict]) -> str:
                      f"{r['prefill_s']:7.3f}s {r['decode_s']:7.3f}s {r['latency_s']:7.3f}s {sp:>8s} {ov:>8s} {mem:>9s}")
     with_preview = [r for r in rows if r.get("preview_overhead") is not None]
     if with_preview:
-        lines += ["", "live preview (the node's default: decode + JPEG, throttled): latency with / without - 1"]
+        lines += ["", "live preview (the node's default: decode + JPEG, throttled): median latency with / without - 1"]
         for r in with_preview:
             lines.append(f"{r['label']:44s} overhead {100 * r['preview_overhead']:+.1f}%, "
                          f"{r['previews']:.1f} previews per image")

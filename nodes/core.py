@@ -13,6 +13,8 @@ from typing import Callable, Optional
 import torch
 
 from ..model_loaders.registry import BUILTIN_MODELS, detect_family, load_model
+from ..model_loaders.resolutions import MODEL_DEFAULT as MODEL_DEFAULT_SIZE
+from ..model_loaders.resolutions import load_options
 from ..samplers import backends as _backends
 from ..samplers.api import generate
 from ..samplers.engine import GenerationInterrupted
@@ -118,24 +120,26 @@ class ModelHandle:
     "Unload Models" and memory pressure empty (hooks below), and `get()` loads it again
     transparently on the next run."""
 
-    def __init__(self, name: str, device: str, dtype: str):
-        self.name, self.device, self.dtype = name, device, dtype
+    def __init__(self, name: str, device: str, dtype: str, resolution: str = MODEL_DEFAULT_SIZE, offload: str = "none"):
+        self.name, self.device, self.dtype, self.resolution, self.offload = name, device, dtype, resolution, offload
 
     @property
     def key(self) -> tuple:
-        return (self.name, self.device, self.dtype)
+        return (self.name, self.device, self.dtype, self.resolution, self.offload)
 
     def get(self):
-        return load_cached(self.name, self.device, self.dtype)
+        return load_cached(*self.key)
 
     def __repr__(self):
-        return f"SpecAR model {self.name} ({self.device}, {self.dtype})"
+        return f"SpecAR model {self.name} ({self.device}, {self.dtype}, {self.resolution}, offload {self.offload})"
 
 
-def load_handle(name: str, device: str = "auto", dtype: str = "auto") -> ModelHandle:
+def load_handle(name: str, device: str = "auto", dtype: str = "auto", resolution: str = MODEL_DEFAULT_SIZE,
+                offload: str = "none") -> ModelHandle:
     """The loader node: load now (errors show on the loader), output the handle."""
-    load_cached(name, device, dtype)
-    return ModelHandle(name, device, dtype)
+    handle = ModelHandle(name, device, dtype, resolution, offload)
+    handle.get()
+    return handle
 
 
 def resolve(model):
@@ -143,19 +147,23 @@ def resolve(model):
     return model.get() if isinstance(model, ModelHandle) else model
 
 
-def load_cached(name: str, device: str = "auto", dtype: str = "auto"):
+def load_cached(name: str, device: str = "auto", dtype: str = "auto", resolution: str = MODEL_DEFAULT_SIZE,
+                offload: str = "none"):
     """Load a model once and keep it across runs (one model at a time). The new model is loaded
     before the old one is freed, so a failed load (a bad folder, cuda without a GPU) leaves the
     working model in place; only when loading runs out of GPU memory is the old one freed first
     and the load tried once more."""
-    err = spec.validate(spec.loader_spec(model_choices).inputs, {"model": name, "device": device, "dtype": dtype})
+    err = spec.validate(spec.loader_spec(model_choices).inputs, {"model": name, "device": device, "dtype": dtype,
+                                                                 "resolution": resolution, "offload": offload})
     if err:
         raise ValueError(err)
-    key = (name, device, dtype)
+    key = (name, device, dtype, resolution, offload)
     if key not in _cache:
         _install_hooks()
-        load = lambda: load_model(resolve_model(name), device=resolve_device(device),  # noqa: E731
-                                  dtype=None if dtype == "auto" else dtype)
+        path = resolve_model(name)
+        options = load_options(path, resolution, offload)
+        load = lambda: load_model(path, device=resolve_device(device),  # noqa: E731
+                                  dtype=None if dtype == "auto" else dtype, **options)
         try:
             model = load()
         except torch.OutOfMemoryError:

@@ -19,6 +19,8 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Optional, Union
 
+from ..model_loaders.resolutions import MODEL_DEFAULT as MODEL_DEFAULT_SIZE
+from ..model_loaders.resolutions import OFFLOADS, RESOLUTIONS
 from ..samplers import backends as _backends
 from ..samplers.backends import BACKEND_PARAMS, COUPLINGS, INITS, MAX_WINDOW
 
@@ -47,6 +49,7 @@ class Widget:
     options: Union[tuple, Callable[[], list], None] = None  # COMBO choices (a callable is re-read each time)
     multiline: bool = False
     control_after_generate: bool = False
+    optional: bool = False  # ComfyUI may leave it out (API prompts saved before it existed): `default` is used
 
     @property
     def is_widget(self) -> bool:
@@ -313,17 +316,26 @@ def loader_spec(model_choices: Callable[[], list]) -> NodeSpec:
     return NodeSpec(
         node_id="SpecARModelLoader",
         display_name="SpecAR Model Loader",
-        description=("Load an autoregressive image model: the embedded demo model, or a model folder (transformers "
-                     "format, family recognised from its config.json) under ComfyUI/models/specar. The model stays "
-                     "loaded across runs and is freed when ComfyUI unloads models."),
+        description=("Load an autoregressive image model: the embedded demo model, or a model folder under "
+                     "ComfyUI/models/specar (family recognised from its files). The model stays loaded across runs; "
+                     "ComfyUI's Unload Models and memory pressure free it, and the next run loads it again."),
         inputs=[
             Widget("model", "COMBO", "demo: the small model shipped with SpecAR (runs on a CPU); other entries: "
-                   "model folders under ComfyUI/models/specar (Janus-Pro, Emu3 in transformers format)",
-                   default="demo", options=model_choices),
+                   "model folders under ComfyUI/models/specar (Janus / Janus-Pro, Emu3, Lumina-mGPT, Anole in "
+                   "transformers format; LlamaGen as its authors' checkpoints)", default="demo",
+                   options=model_choices),
             Widget("device", "COMBO", "where the model runs; auto: ComfyUI's device", default="auto",
                    options=DEVICES),
             Widget("dtype", "COMBO", "weights precision; auto: the model's recommended one (float32 on CPU)",
                    default="auto", options=DTYPES),
+            # new inputs go after the old ones: saved workflows keep their positional values
+            Widget("resolution", "COMBO", "image size in pixels (W x H): model default, or a size the family offers "
+                   "(Janus-Pro 384x384 only; Emu3 any; Lumina-mGPT its 512 / 768 / 1024 sizes; Anole 512x512; "
+                   "LlamaGen 256 / 384 / 512 squares); another size is refused naming what the model offers",
+                   default=MODEL_DEFAULT_SIZE, options=RESOLUTIONS, optional=True),
+            Widget("offload", "COMBO", "none: every weight on the device; auto: accelerate's big-model loading (GPU "
+                   "first, the rest in CPU memory) for models larger than the GPU (transformers-format families)",
+                   default="none", options=OFFLOADS, optional=True),
         ],
         outputs=[Output("model", MODEL_TYPE, "the loaded model, cached across runs")],
     )

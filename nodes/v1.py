@@ -24,7 +24,10 @@ def input_options(w: spec.Widget) -> tuple:
 
 
 def input_types(node: spec.NodeSpec) -> dict:
-    return {"required": {w.name: input_options(w) for w in spec.flatten(node.inputs)}}
+    types = {"required": {}, "optional": {}}
+    for w in spec.flatten(node.inputs):
+        types["optional" if getattr(w, "optional", False) else "required"][w.name] = input_options(w)
+    return {k: v for k, v in types.items() if v or k == "required"}
 
 
 def _make(node_fn, function: str, run):
@@ -52,8 +55,8 @@ def _make(node_fn, function: str, run):
     return Node
 
 
-def _load(self, model, device="auto", dtype="auto"):
-    return (core.load_handle(model, device, dtype),)
+def _load(self, model, device="auto", dtype="auto", resolution="model default", offload="none"):
+    return (core.load_handle(model, device, dtype, resolution, offload),)
 
 
 def _sample(self, model, **values):

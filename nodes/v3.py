@@ -11,7 +11,7 @@ from . import core, spec
 
 
 def _widget_input(io, types: dict, w: spec.Widget):
-    common = dict(tooltip=w.tooltip)
+    common = dict(tooltip=w.tooltip, optional=True) if w.optional else dict(tooltip=w.tooltip)
     if w.kind == "INT":
         return io.Int.Input(w.name, default=w.default, min=w.min, max=w.max, step=w.step,
                             control_after_generate=w.control_after_generate or None, **common)
@@ -83,8 +83,8 @@ def build_nodes(io) -> list:
             return schema(io, types, loader())
 
         @classmethod
-        def execute(cls, model, device="auto", dtype="auto"):
-            return io.NodeOutput(core.load_handle(model, device, dtype))
+        def execute(cls, model, device="auto", dtype="auto", resolution="model default", offload="none"):
+            return io.NodeOutput(core.load_handle(model, device, dtype, resolution, offload))
 
     class SpecARSampler(io.ComfyNode):
         @classmethod

@@ -118,7 +118,7 @@ def ui_widget_values(inputs: dict) -> list:
 
 
 def loader_values() -> dict:
-    return {"model": "demo", "device": "auto", "dtype": "auto"}
+    return {"model": "demo", "device": "auto", "dtype": "auto", "resolution": "model default", "offload": "none"}
 
 
 def build_api(desc: dict) -> dict:

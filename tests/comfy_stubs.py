@@ -233,7 +233,7 @@ def make_io(with_dynamic_combo: bool = True):
             for i in cls.GET_SCHEMA().inputs:
                 d = i.as_dict()
                 d.pop("optional", None)
-                out["optional" if i.optional else "required"][i.id] = (i.get_io_type(), d)
+                out.setdefault("optional" if i.optional else "required", {})[i.id] = (i.get_io_type(), d)
             return out
 
         RETURN_TYPES = _classproperty(lambda cls: tuple(o.io_type for o in cls.GET_SCHEMA().outputs))

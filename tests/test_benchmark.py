@@ -90,3 +90,16 @@ def test_lossy_rows_are_marked():
     rows = benchmark.run(model, configs, ["x"], [0], warmup=False)
     assert rows[0]["lossy"] and rows[0]["label"].endswith("(LOSSY)")
     assert not rows[1]["lossy"] and "LOSSY" not in rows[1]["label"]
+
+
+def test_preview_rows_measure_the_overhead_within_the_run():
+    from specar.cli import benchmark
+    from specar.testing import tiny_model
+    model = tiny_model(16, (2, 3), seed=0)
+    rows = benchmark.run(model, [benchmark.parse_config("sjd:window=2")], ["x"], [0, 1], warmup=False, preview=True)
+    assert [r["label"] for r in rows] == ["sjd:window=2", "sjd:window=2 +preview"]
+    plain, pv = rows
+    assert plain["preview_overhead"] is None and pv["previews"] is not None
+    assert pv["preview_overhead"] == pv["latency_median_s"] / plain["latency_median_s"] - 1
+    assert pv["nfe"] == plain["nfe"]  # the preview never changes what is sampled
+    assert "median latency with / without" in benchmark.format_table(rows)

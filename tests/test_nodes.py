@@ -11,6 +11,7 @@ import inspect
 import json
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -43,8 +44,9 @@ def comfy(monkeypatch, tmp_path):
     for name, module in stubs.stub_modules(state, models_dir).items():
         monkeypatch.setitem(sys.modules, name, module)
 
-    def fake_load_model(name_or_path, device=None, dtype=None):
+    def fake_load_model(name_or_path, device=None, dtype=None, **options):
         state["loaded"].append((name_or_path, device, dtype))
+        state["options"] = options
         return tiny_model(16, (4, 4), seed=0, row_end=True)
 
     monkeypatch.setattr(core, "load_model", fake_load_model)
@@ -114,8 +116,9 @@ def comfy_validation_errors(cls, values: dict) -> list:
     option's inputs as "<name>.<input>" and disappears when its value is none of the options."""
     fn = validate_fn(cls)
     named = [] if fn is None else [p for p in inspect.signature(fn).parameters if p != "cls"]
-    expanded = {}
-    for name, (kind, opts) in cls.INPUT_TYPES()["required"].items():
+    expanded, types = {}, cls.INPUT_TYPES()
+    optional = set(types.get("optional", {}))
+    for name, (kind, opts) in {**types["required"], **types.get("optional", {})}.items():
         if kind == "COMFY_DYNAMICCOMBO_V3":
             option = next((o for o in opts["options"] if o["key"] == values.get(name)), None)
             if option is not None:
@@ -129,7 +132,8 @@ def comfy_validation_errors(cls, values: dict) -> list:
         if name in named or not (isinstance(kind, list) or kind in ("INT", "FLOAT", "BOOLEAN", "STRING", "COMBO")):
             continue  # checked by the node's function, or a socket
         if name not in values:
-            bad.append(name)
+            if name not in optional:
+                bad.append(name)
         elif isinstance(values[name], list):
             continue  # linked to another node's output
         elif not widget_values_ok(kind, opts, values[name]):
@@ -204,8 +208,10 @@ def test_node_schemas_are_valid(flavour, comfy):
         assert len(cls.RETURN_TYPES) == len(cls.RETURN_NAMES) == len(cls.OUTPUT_TOOLTIPS) >= 1
         assert all(t in socket_types for t in cls.RETURN_TYPES) and all(cls.OUTPUT_TOOLTIPS)
         inputs = cls.INPUT_TYPES()
-        assert set(inputs) == {"required"}
-        for iname, (kind, opts) in inputs["required"].items():
+        assert set(inputs) <= {"required", "optional"}
+        # optional: only the loader's inputs added after 0.1 (API prompts saved before them stay valid)
+        assert list(inputs.get("optional", {})) == (["resolution", "offload"] if name == "SpecARModelLoader" else [])
+        for iname, (kind, opts) in {**inputs["required"], **inputs.get("optional", {})}.items():
             assert opts.get("tooltip"), f"{name}.{iname} has no tooltip"
             assert isinstance(kind, list) or kind in {"INT", "FLOAT", "BOOLEAN", "STRING", "COMBO",
                                                       "COMFY_DYNAMICCOMBO_V3"} | socket_types
@@ -259,7 +265,9 @@ def test_dynamic_combo_options_carry_the_flat_inputs(comfy):
 def test_v1_and_v3_schemas_agree(comfy):
     a, b = node_classes("v1"), node_classes("v3-flat")
     for name in a:
-        ia, ib = a[name].INPUT_TYPES()["required"], b[name].INPUT_TYPES()["required"]
+        ta, tb = a[name].INPUT_TYPES(), b[name].INPUT_TYPES()
+        assert {k: list(v) for k, v in ta.items()} == {k: list(v) for k, v in tb.items()}
+        ia, ib = {**ta["required"], **ta.get("optional", {})}, {**tb["required"], **tb.get("optional", {})}
         assert list(ia) == list(ib)  # same widget order: UI-format workflows work with both
         for k in ia:
             ka, oa = ia[k]
@@ -358,8 +366,8 @@ def read_ui_values(cls, widgets_values: list, where: str) -> dict:
     """A UI-format node's widgets_values read as the ComfyUI frontend reads them for this class
     (positional: a DynamicCombo's key followed by its chosen option's values, the seed by its
     control value), each checked against its input: {API input name: value}."""
-    values, out = list(widgets_values), {}
-    for name, (kind, opts) in cls.INPUT_TYPES()["required"].items():
+    values, out, types = list(widgets_values), {}, cls.INPUT_TYPES()
+    for name, (kind, opts) in {**types["required"], **types.get("optional", {})}.items():  # the frontend's order
         if not (isinstance(kind, list) or kind in ("INT", "FLOAT", "BOOLEAN", "STRING", "COMBO",
                                                    "COMFY_DYNAMICCOMBO_V3")):
             continue  # a socket
@@ -617,6 +625,39 @@ def test_legacy_api_prompt_samples_what_the_new_layout_does(comfy):
                                                  sjd_pac_tree_width=3))
     assert torch.equal(old[1]["tokens"], new[1]["tokens"])
     assert json.loads(old[2])["params"] == json.loads(new[2])["params"]
+
+
+@pytest.mark.parametrize("flavour", flavours())
+def test_loader_resolution_and_offload_become_the_familys_options(flavour, comfy):
+    loader = node_classes(flavour)["SpecARModelLoader"]
+    stubs.make_model_folder(comfy["models_dir"], "emu3-gen", "emu3")
+    stubs.make_model_folder(comfy["models_dir"], "janus-pro-7b", "janus")
+    lumina = stubs.make_model_folder(comfy["models_dir"], "lumina-mgpt-768", "chameleon")
+    with open(os.path.join(lumina, "config.json"), "w") as f:
+        json.dump({"model_type": "chameleon", "architectures": ["ChameleonXLLMXForConditionalGeneration"]}, f)
+    stubs.make_model_folder(comfy["models_dir"], "anole-7b", "chameleon")
+
+    def load(model, resolution="model default", offload="none"):
+        execute(loader, model=model, device="cpu", dtype="auto", resolution=resolution, offload=offload)
+        return comfy["options"]
+
+    assert load("emu3-gen") == {}
+    assert load("emu3-gen", "1024x768", "auto") == {"image_area": 1024 * 768, "ratio": "4:3", "device_map": "auto"}
+    assert load("janus-pro-7b", "384x384") == {"image_size": 384}
+    assert load("lumina-mgpt-768", "1024x576") == {"resolution": "1024x576", "target_size": 768}
+    assert load("lumina-mgpt-768", "768x1280") == {"resolution": "768x1280", "target_size": 1024}
+    assert load("lumina-mgpt-768", "512x512") == {"resolution": "512x512", "target_size": 512}
+    for model, resolution, offload, message in [
+        ("janus-pro-7b", "1024x768", "none", "Janus generates square images"),
+        ("anole-7b", "768x768", "none", "Anole generates 512x512 only"),
+        ("lumina-mgpt-768", "720x720", "none", "Lumina-mGPT does not offer 720x720: of the sizes listed, it offers"),
+        ("demo", "512x512", "none", "generates at its own size only"),
+        ("demo", "model default", "auto", "offload 'auto' (accelerate device_map) is for transformers-format"),
+    ]:
+        with pytest.raises(ValueError, match=re.escape(message)):
+            load(model, resolution, offload)
+    assert comfy_validation_errors(loader, dict(model="demo", device="auto", dtype="auto", resolution="640x480",
+                                                offload="none")) == ["resolution"]
 
 
 @pytest.mark.parametrize("flavour", flavours())
