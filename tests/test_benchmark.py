@@ -92,9 +92,12 @@ def test_lossy_rows_are_marked():
     assert not rows[1]["lossy"] and "LOSSY" not in rows[1]["label"]
 
 
-def test_preview_rows_measure_the_overhead_within_the_run():
+def test_preview_rows_measure_the_overhead_within_the_run(monkeypatch):
     from specar.cli import benchmark
+    from specar.nodes import core
     from specar.testing import tiny_model
+    # the first preview as soon as possible (the node waits 0.25 s; this run is shorter than that)
+    monkeypatch.setitem(core.PREVIEW_THROTTLE, "min_interval_s", 0.0)
     model = tiny_model(16, (2, 3), seed=0)
     rows = benchmark.run(model, [benchmark.parse_config("sjd:window=2")], ["x"], [0, 1], warmup=False, preview=True)
     assert [r["label"] for r in rows] == ["sjd:window=2", "sjd:window=2 +preview"]
@@ -103,3 +106,5 @@ def test_preview_rows_measure_the_overhead_within_the_run():
     assert pv["preview_overhead"] == pv["latency_median_s"] / plain["latency_median_s"] - 1
     assert pv["nfe"] == plain["nfe"]  # the preview never changes what is sampled
     assert "median latency with / without" in benchmark.format_table(rows)
+    assert plain["preview_time_share"] is None and pv["previews"] >= 1
+    assert 0 < pv["preview_time_share"] < 1  # the preview's own seconds over the generation's
