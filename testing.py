@@ -113,3 +113,41 @@ def chi_square_test(samples: torch.Tensor, exact: dict, min_expected: float = 5.
     p_value = float(torch.special.gammaincc(torch.tensor(dof / 2.0, dtype=torch.float64),
                                             torch.tensor(stat / 2.0, dtype=torch.float64)))
     return p_value, stat, dof, tv
+
+
+# ---------------------------------------------------------------------------------------------
+# the exactness tests' shared cases (tests/test_exactness.py, test_hawk.py, test_adt_tree.py)
+
+EXACTNESS_SAMPLES = 16000  # images per chi-square case: one batched generation
+EXACTNESS_MODELS = {
+    "v3-2x2": dict(vocab_size=3, grid=(2, 2), seed=0),
+    "v3-2x3-rowend": dict(vocab_size=3, grid=(2, 3), seed=1, row_end=True),
+    "v4-2x2": dict(vocab_size=4, grid=(2, 2), seed=2),
+}
+EXACTNESS_SETTINGS = {
+    "plain": dict(),
+    "cfg": dict(cfg_scale=2.5, negative_prompt="no"),
+    "topk": dict(top_k=2),
+    "topp": dict(top_p=0.8),
+    "mixed": dict(cfg_scale=1.5, temperature=0.7, top_k=3, top_p=0.9),
+    "t07-topk": dict(temperature=0.7, top_k=2),
+}
+_exactness_models: dict = {}
+
+
+def exactness_model(name: str):
+    """The tiny model `name` of EXACTNESS_MODELS, built once per process."""
+    if name not in _exactness_models:
+        _exactness_models[name] = tiny_model(**EXACTNESS_MODELS[name])
+    return _exactness_models[name]
+
+
+def check_exact(backend: str, model_name: str, setting: str, seed: int = 1234, n: int = EXACTNESS_SAMPLES,
+                **params):
+    """Sample `n` images with `backend` on an EXACTNESS_MODELS model at an EXACTNESS_SETTINGS
+    setting; returns (chi_square_test against the exact distribution, the GenerationResult)."""
+    from .samplers.api import generate
+    mdl = exactness_model(model_name)
+    kw = EXACTNESS_SETTINGS[setting]
+    res = generate(mdl, "hi", backend=backend, seed=seed, batch_size=n, **kw, **params)
+    return chi_square_test(res.tokens, exact_distribution(mdl, "hi", **kw)), res

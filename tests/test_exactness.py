@@ -1,6 +1,6 @@
 """Every lossless backend samples exactly the plain-AR distribution.
 
-Each case draws N_SAMPLES images in one batched generation on a tiny model and runs a Pearson
+Each case draws EXACTNESS_SAMPLES (16000) images in one batched generation on a tiny model and runs a Pearson
 chi-square test against `exact_distribution` (teacher-forced enumeration of every image). A case
 fails when p < P_FAIL; with ~45 such tests, a correct sampler fails the suite with probability
 below 45 * 1e-6 < 1e-4. The planted-bug tests show the same test catches broken verification.
@@ -11,30 +11,13 @@ import torch
 import specar
 from specar.samplers.drafters import jacobi as jacobi_mod
 from specar.samplers import verify as verify_mod
-from specar.testing import chi_square_test, exact_distribution, tiny_model
+from specar.testing import EXACTNESS_MODELS, EXACTNESS_SETTINGS, exact_distribution, exactness_model, tiny_model
+from specar.testing import check_exact as sample_and_test
 
-N_SAMPLES = 16000
 P_FAIL = 1e-6
-
-MODELS = {
-    "v3-2x2": dict(vocab_size=3, grid=(2, 2), seed=0),
-    "v3-2x3-rowend": dict(vocab_size=3, grid=(2, 3), seed=1, row_end=True),
-    "v4-2x2": dict(vocab_size=4, grid=(2, 2), seed=2),
-}
-SETTINGS = {
-    "plain": dict(),
-    "cfg": dict(cfg_scale=2.5, negative_prompt="no"),
-    "topk": dict(top_k=2),
-    "topp": dict(top_p=0.8),
-    "mixed": dict(cfg_scale=1.5, temperature=0.7, top_k=3, top_p=0.9),
-}
-_models = {}
-
-
-def model(name):
-    if name not in _models:
-        _models[name] = tiny_model(**MODELS[name])
-    return _models[name]
+MODELS = EXACTNESS_MODELS
+SETTINGS = {k: EXACTNESS_SETTINGS[k] for k in ("plain", "cfg", "topk", "topp", "mixed")}
+model = exactness_model
 
 
 def _cases():
@@ -70,12 +53,8 @@ def _id(case):
     return "-".join([backend] + [f"{k}={v}" for k, v in params.items()] + [m, s])
 
 
-def check_exact(backend, params, model_name, setting, seed=1234, n=N_SAMPLES):
-    mdl = model(model_name)
-    kw = SETTINGS[setting]
-    res = specar.generate(mdl, "hi", backend=backend, seed=seed, batch_size=n, **kw, **params)
-    exact = exact_distribution(mdl, "hi", **kw)
-    return chi_square_test(res.tokens, exact), res
+def check_exact(backend, params, model_name, setting, **kw):
+    return sample_and_test(backend, model_name, setting, **kw, **params)
 
 
 @pytest.mark.parametrize("case", _cases(), ids=_id)

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from ..model_loaders.drafter_files import save_drafter
 from ..samplers.drafters.eagle import EagleConfig, EagleNet
 from .loop import train
-from .selfdistill import DistillBatch, distill_batch, training_prompts
+from .selfdistill import DistillBatch, training_prompts
 
 CE_WEIGHT = 0.1
 NOISE = 0.1
@@ -54,26 +54,39 @@ def chunked_distill_batch(model, prompt: str, batch: int, seed: int, chunk: int 
                         first_hidden_uncond=first.hidden_uncond[:, 0] if cfg else None, prompts=[prompt] * B)
 
 
-def collect(model, args, log=sys.stderr):
-    """Features [R, n, D] (index j: the feature that predicted position j), tokens [R, n]."""
+def distill_features(model, args, log=sys.stderr):
+    """The target's own samples and features for drafter training (EAGLE and Hawk): `args.images`
+    images, `args.per_prompt` per prompt. Returns (feats [R, n, D], feats_uncond [R, n, D] or None
+    without CFG, tokens [R, n], seconds); feature index j is the hidden state that predicted j."""
     per = max(1, min(args.per_prompt, args.images))
     n_prompts = max(1, args.images // per)
     prompts = training_prompts(model, n_prompts, args.seed) if args.prompts is None else \
         [l.strip() for l in open(args.prompts, encoding="utf-8") if l.strip()][:n_prompts]
-    feats, toks = [], []
+    fc, fu, toks = [], [], []
     t0 = time.perf_counter()
     for i, pr in enumerate(prompts):
         b = chunked_distill_batch(model, pr, per, seed=args.seed * 100003 + i)
-        seq = b.sequence.cpu()
-        h = torch.cat([b.first_hidden[:, None], b.hidden], 1).float().cpu()  # [per, n, D]
-        feats.append(h); toks.append(seq)
+        toks.append(b.sequence.cpu())
+        fc.append(torch.cat([b.first_hidden[:, None], b.hidden], 1).float().cpu())
         if b.hidden_uncond is not None:
-            hu = torch.cat([b.first_hidden_uncond[:, None], b.hidden_uncond], 1).float().cpu()
-            feats.append(hu); toks.append(seq)
+            fu.append(torch.cat([b.first_hidden_uncond[:, None], b.hidden_uncond], 1).float().cpu())
         log.write(f"\rdistillation data: {i + 1}/{len(prompts)} prompts, {time.perf_counter() - t0:.0f}s ")
         log.flush()
     log.write("\n")
-    return torch.cat(feats), torch.cat(toks), time.perf_counter() - t0
+    return torch.cat(fc), (torch.cat(fu) if fu else None), torch.cat(toks), time.perf_counter() - t0
+
+
+def collect(model, args, log=sys.stderr):
+    """Features [R, n, D] (index j: the feature that predicted position j), tokens [R, n]: both CFG
+    branches are training rows (same tokens)."""
+    fc, fu, toks, secs = distill_features(model, args, log)
+    if fu is None:
+        return fc, toks, secs
+    per = max(1, min(args.per_prompt, args.images))  # rows per prompt: cond then uncond, prompt by prompt
+    R, n, D = fc.shape
+    feats = torch.stack([fc.view(-1, per, n, D), fu.view(-1, per, n, D)], 1).reshape(2 * R, n, D)
+    toks = torch.stack([toks.view(-1, per, n)] * 2, 1).reshape(2 * R, n)
+    return feats, toks, secs
 
 
 def eagle_loss(net: EagleNet, model, feats, toks, forced, noise: float = NOISE):
@@ -117,7 +130,7 @@ def train_eagle(model, args):
     def loss_fn(step):
         idx = torch.randint(R, (min(args.batch, R),), generator=g).to(dev)
         loss, reg, ce = eagle_loss(net, model, feats[idx], toks[idx], forced)
-        last.update(reg=float(reg), ce=float(ce))
+        last.update(reg=float(reg.detach()), ce=float(ce.detach()))
         return loss
 
     os.makedirs(args.out, exist_ok=True)

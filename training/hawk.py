@@ -31,29 +31,15 @@ from ..model_loaders.drafter_files import save_drafter
 from ..samplers.drafters.hawk import HawkConfig, HawkHeads
 from ..samplers.target import SamplingParams, guided_logits, target_probs
 from .loop import train
-from .selfdistill import training_prompts
 
 DEFAULTS = {"per_prompt": 8, "horizontal_heads": 6, "vertical_depth": 2, "positions": 16}
 
 
 def collect(model, args, log=sys.stderr):
     """feats [B, n, D] and feats_uncond (or None): index i = hidden state predicting position i."""
-    from .eagle import chunked_distill_batch
-    per = max(1, min(args.per_prompt, args.images))
-    n_prompts = max(1, args.images // per)
-    prompts = training_prompts(model, n_prompts, args.seed) if args.prompts is None else \
-        [l.strip() for l in open(args.prompts, encoding="utf-8") if l.strip()][:n_prompts]
-    fc, fu = [], []
-    t0 = time.perf_counter()
-    for i, pr in enumerate(prompts):
-        b = chunked_distill_batch(model, pr, per, seed=args.seed * 100003 + i)
-        fc.append(torch.cat([b.first_hidden[:, None], b.hidden], 1).float().cpu())
-        if b.hidden_uncond is not None:
-            fu.append(torch.cat([b.first_hidden_uncond[:, None], b.hidden_uncond], 1).float().cpu())
-        log.write(f"\rdistillation data: {i + 1}/{len(prompts)} prompts, {time.perf_counter() - t0:.0f}s ")
-        log.flush()
-    log.write("\n")
-    return torch.cat(fc), (torch.cat(fu) if fu else None), time.perf_counter() - t0
+    from .eagle import distill_features
+    fc, fu, _, secs = distill_features(model, args, log)
+    return fc, fu, secs
 
 
 def head_offsets(cfg: HawkConfig, stride: int) -> list:

@@ -68,7 +68,7 @@ def train(module: torch.nn.Module, loss_fn: Callable[[int], torch.Tensor], steps
         loss = loss_fn(step)
         loss.backward()
         opt.step()
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))
         done = step + 1
         if done % checkpoint_every == 0 or done == steps:
             save_checkpoint(out, module, opt, done, {"loss": losses[-1]})
