@@ -39,7 +39,6 @@ from typing import Optional
 
 import torch
 
-from .checkpoints import load_state_dict
 from .drafter_files import DRAFTER_FOLDERS, save_drafter
 
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
@@ -68,8 +67,35 @@ def read_lantern(folder: str):
     path = next((os.path.join(folder, f) for f in WEIGHT_FILES if os.path.isfile(os.path.join(folder, f))), None)
     if path is None:
         raise ValueError(f"{folder} has config.json but no weights ({' or '.join(WEIGHT_FILES)})")
-    state = load_state_dict(path, keys=())  # safetensors, or a pickle with weights_only=True (refused otherwise)
-    return cfg, state, path
+    return cfg, load_weights(path), path
+
+
+def load_weights(path: str) -> dict:
+    """A plain state dict from model.safetensors, or from pytorch_model.bin through
+    ``torch.load(weights_only=True)`` only; anything else is refused naming the file."""
+    if path.endswith(".safetensors"):
+        from safetensors.torch import load_file
+        try:
+            state = load_file(path)
+        except Exception as e:  # header or data corrupt
+            raise ValueError(f"{path} is not a valid safetensors file ({e}); download it again") from e
+    else:
+        try:
+            state = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as e:  # UnpicklingError for pickled objects, RuntimeError for a corrupt archive
+            why = str(e).splitlines()[0][:200]
+            raise ValueError(
+                f"{path} cannot be read with torch.load(weights_only=True) ({why}): the file is corrupt (download "
+                f"it again) or holds more than a plain state dict of tensors, which SpecAR does not unpickle. If "
+                f"the file is intact and you trust it, convert it once in a Python session you control: "
+                f"`import torch, safetensors.torch as st; sd = torch.load(PATH, weights_only=False); "
+                f"st.save_file({{k: v.contiguous() for k, v in sd.items()}}, 'model.safetensors')` next to its "
+                f"config.json, remove pytorch_model.bin, and run convert-drafter again") from e
+    if not isinstance(state, dict) or not state or \
+            not all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items()):
+        raise ValueError(f"{path} does not hold a plain state dict of tensors (LANTERN saves its drafter's "
+                         f"state_dict(): names -> tensors)")
+    return state
 
 
 def _get(cfg: dict, key: str, path: str, kind=int):
@@ -175,8 +201,8 @@ def target_vocab(model, p: dict, path: str):
             raise ValueError(f"{path}: input_type {p['grid']}x{p['grid']} codes (2D rotary grid), but the model "
                              f"generates {geo.height}x{geo.width} codes; use the drafter of that resolution")
     if p["vocab"] != full:
-        raise ValueError(f"{path}: vocab_size {p['vocab']} (embed_tokens rows) but the model's head has {full} "
-                         f"entries: a drafter for another vocabulary")
+        raise ValueError(f"{path}: vocab_size {p['vocab']} (config.json, embed_tokens rows) but the model's head "
+                         f"has {full} entries: a drafter for another vocabulary")
     if p["hidden"] != model.hidden_size:
         raise ValueError(f"{path}: hidden_size {p['hidden']} but the model's hidden size is {model.hidden_size}")
     return full, ids
@@ -279,5 +305,5 @@ def main(argv=None):
           f"(drafter={out!r} unless it is <model folder>/eagle_drafter)")
 
 
-__all__ = ["convert_lantern", "convert_lantern_drafter", "read_lantern", "parse_config", "lantern_shapes",
-           "is_lantern_folder", "main", "COMMAND"]
+__all__ = ["convert_lantern", "convert_lantern_drafter", "read_lantern", "load_weights", "parse_config",
+           "lantern_shapes", "is_lantern_folder", "main", "COMMAND"]

@@ -66,7 +66,8 @@ def lantern_state(cfg, embed, seed):
     sd = {"embed_tokens.weight": embed.clone(), "fc.weight": r(D, 2 * D), "fc.bias": 0.1 * torch.randn(D, generator=g),
           L + "self_attn.q_proj.weight": 2 * r(D, D), L + "self_attn.k_proj.weight": 2 * r(D, D),
           L + "self_attn.v_proj.weight": r(D, D), L + "self_attn.o_proj.weight": r(D, D),
-          L + "mlp.gate_proj.weight": r(Fn, D), L + "mlp.up_proj.weight": r(Fn, D), L + "mlp.down_proj.weight": r(D, Fn),
+          L + "mlp.gate_proj.weight": r(Fn, D), L + "mlp.up_proj.weight": r(Fn, D),
+          L + "mlp.down_proj.weight": r(D, Fn),
           L + "post_attention_layernorm.weight": 1 + 0.1 * torch.randn(D, generator=g)}
     if cfg["model_type"] == "chameleon":
         sd[L + "input_layernorm.weight"] = 1 + 0.1 * torch.randn(D, generator=g)
@@ -293,7 +294,8 @@ def test_refusals_name_the_file_and_the_mismatch(anole, llamagen, tmp_path):
     cfg = dict(anole["cfg"], vocab_size=anole["cfg"]["vocab_size"] + 8)
     sd = dict(anole["sd"], **{"embed_tokens.weight": torch.randn(cfg["vocab_size"], 32)})
     src = _variant(tmp_path, anole, "vocab", cfg, sd)
-    with pytest.raises(ValueError, match=r"pytorch_model\.bin: vocab_size \d+ \(embed_tokens rows\) but the model's head has \d+"):
+    with pytest.raises(ValueError, match=r"pytorch_model\.bin: vocab_size \d+ \(config\.json, embed_tokens rows\) "
+                                         r"but the model's head has \d+"):
         convert_lantern_drafter(src, a, out)
     # a tensor whose shape disagrees with config.json
     sd = dict(anole["sd"], **{"layers.0.mlp.up_proj.weight": torch.randn(48, 32)})
@@ -322,7 +324,8 @@ def test_refusals_name_the_file_and_the_mismatch(anole, llamagen, tmp_path):
     src = _variant(tmp_path, anole, "corrupt")
     with open(os.path.join(src, "pytorch_model.bin"), "r+b") as f:
         f.truncate(100)
-    with pytest.raises(ValueError, match=r"pytorch_model\.bin cannot be loaded safely"):
+    with pytest.raises(ValueError, match=r"pytorch_model\.bin cannot be read with torch\.load\(weights_only=True\)"
+                                         r".*corrupt"):
         convert_lantern_drafter(src, a, out)
     src = _variant(tmp_path, llamagen, "corrupt-st", fmt="safetensors")
     with open(os.path.join(src, "model.safetensors"), "r+b") as f:
@@ -332,7 +335,12 @@ def test_refusals_name_the_file_and_the_mismatch(anole, llamagen, tmp_path):
     # a pickle that is not a plain state dict: refused, never unpickled
     src = _variant(tmp_path, anole, "pickle")
     torch.save({"state": anole["sd"], "obj": NotATensor()}, os.path.join(src, "pytorch_model.bin"))
-    with pytest.raises(ValueError, match=r"pytorch_model\.bin cannot be loaded safely.*weights_only=True"):
+    with pytest.raises(ValueError, match=r"pytorch_model\.bin cannot be read with torch\.load\(weights_only=True\)"
+                                         r".*does not unpickle.*convert it once"):
+        convert_lantern_drafter(src, a, out)
+    src = _variant(tmp_path, anole, "extras")
+    torch.save(dict(anole["sd"], step=3), os.path.join(src, "pytorch_model.bin"))
+    with pytest.raises(ValueError, match=r"pytorch_model\.bin does not hold a plain state dict"):
         convert_lantern_drafter(src, a, out)
     # unsupported layouts are named
     src = _variant(tmp_path, anole, "gqa", dict(anole["cfg"], num_key_value_heads=2))
