@@ -99,7 +99,7 @@ class ADTTreeDrafter(Drafter):
         return target_probs(logits[:B], logits[B:] if self.cfg else None, self.sampling)
 
     def _embed(self, tokens: torch.Tensor) -> torch.Tensor:
-        e = self.model.embed_tokens(tokens).float()
+        e = self.net.embed_tokens(self.model, tokens).float()  # the target's, or the drafter's own table
         return torch.cat([e, e]) if self.cfg else e
 
     # -- start -------------------------------------------------------------------------------

@@ -12,6 +12,14 @@ Context: the layer attends to a band of the last ``window`` positions (training 
 band mask), so a drafting step recomputes the window from the stored target features instead of
 keeping a KV cache that would need rollback; the tree's nodes then attend to the window and to
 their own ancestors (`EagleNet.draft_layer`). Window K/V live in a small static cache per step.
+
+Layer variants (EagleConfig fields; the defaults are our own layer, as the demo drafter) exist for
+LANTERN's released drafters (converted by model_loaders/lantern_drafter.py): ``qk_norm`` (Anole:
+a Chameleon decoder layer, per-head LayerNorm with weight and bias on q and k before the rotary
+embedding), ``input_norm=False`` (LlamaGen: EAGLE's first layer has no input RMSNorm),
+``rope_grid`` (LlamaGen: 2D rotary embedding, position j = grid cell j, positions past the grid
+get zero rotation tables as LANTERN pads them), ``embed_rows`` (the drafter's own token
+embedding, indexed by engine id, instead of the target's) and ``fc_bias``.
 """
 from __future__ import annotations
 
@@ -21,7 +29,9 @@ from typing import Optional
 import torch
 from torch import nn
 
-from ...model_loaders.llama import Block, LlamaConfig, rope_tables
+import torch.nn.functional as F
+
+from ...model_loaders.llama import Attention, Block, LlamaConfig, apply_rope, rope_tables
 
 FORMAT_NAME = "specar-eagle-1"
 
@@ -33,10 +43,19 @@ class EagleConfig:
     intermediate_size: int = 0
     window: int = 32  # committed positions the layer attends to (band)
     max_positions: int = 1024
+    # variants (LANTERN's released drafters); the defaults are our own layer
+    qk_norm: bool = False  # per-head LayerNorm (weight, bias [heads, head_dim]) on q and k (Chameleon)
+    input_norm: bool = True  # RMSNorm before attention (LANTERN's LlamaGen layer has none)
+    norm_eps: float = 1e-5  # the RMSNorms' epsilon
+    rope_theta: float = 10000.0
+    rope_grid: int = 0  # > 0: 2D rotary over a rope_grid x rope_grid image (LlamaGen), rotate-half pairs
+    embed_rows: int = 0  # > 0: own token embedding [embed_rows, hidden] indexed by engine id; 0: the target's
+    fc_bias: bool = True
 
     def llama(self) -> LlamaConfig:
         return LlamaConfig(vocab_size=1, hidden_size=self.hidden_size, num_heads=self.num_heads,
-                           intermediate_size=self.intermediate_size, num_layers=1, max_positions=self.max_positions)
+                           intermediate_size=self.intermediate_size, num_layers=1, max_positions=self.max_positions,
+                           rope_theta=self.rope_theta, norm_eps=self.norm_eps)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -50,17 +69,80 @@ class EagleConfig:
         return cls(hidden_size=D, num_heads=heads, window=w, max_positions=geo.seq_len + 64)
 
 
+class HeadLayerNorm(nn.Module):
+    """Chameleon's q/k norm: LayerNorm statistics over each head's dims (eps 1e-5, no affine in the
+    statistics), then that head's own weight and bias [heads, head_dim]."""
+
+    def __init__(self, heads: int, head_dim: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(heads, head_dim))
+        self.bias = nn.Parameter(torch.zeros(heads, head_dim))
+
+    def forward(self, x):  # x [R, H, T, hd]
+        y = F.layer_norm(x, x.shape[-1:], eps=1e-5)
+        return y * self.weight[:, None] + self.bias[:, None]
+
+
+class QKNormAttention(Attention):
+    """llama.Attention with Chameleon's per-head q/k LayerNorm between the projection and the rotary."""
+
+    def __init__(self, cfg: LlamaConfig):
+        super().__init__(cfg)
+        self.q_norm = HeadLayerNorm(self.h, self.hd)
+        self.k_norm = HeadLayerNorm(self.h, self.hd)
+
+    def forward(self, x, cos, sin, kv, slots, mask):
+        R, T, _ = x.shape
+        q, k, v = self.qkv(x).view(R, T, 3, self.h, self.hd).permute(2, 0, 3, 1, 4)  # [R, H, T, hd] each
+        q, k = apply_rope(self.q_norm(q), cos, sin), apply_rope(self.k_norm(k), cos, sin)
+        if kv is not None:
+            kc, vc = kv
+            rows = torch.arange(R, device=x.device)[:, None]
+            kc.permute(0, 2, 1, 3)[rows, slots] = k.transpose(1, 2).to(kc.dtype)
+            vc.permute(0, 2, 1, 3)[rows, slots] = v.transpose(1, 2).to(vc.dtype)
+            k, v = kc, vc
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask[:, None])
+        return self.o(out.transpose(1, 2).reshape(R, T, -1))
+
+
+def rope_grid_tables(cfg: EagleConfig):
+    """LlamaGen's 2D rotary as rotate-half tables [max_positions, head_dim]: position j < G^2 is grid
+    cell j (row j // G on the first quarter of the frequencies' pairs, column j % G on the second),
+    later positions zero (LANTERN pads its table with zero rows). The pairs are (i, i + head_dim/2)
+    instead of LlamaGen's interleaved (2i, 2i + 1): the converter permutes q/k projection rows."""
+    hd, G = cfg.hidden_size // cfg.num_heads, cfg.rope_grid
+    half = hd // 2
+    inv = 1.0 / (cfg.rope_theta ** (torch.arange(0, half, 2)[: half // 2].float() / half))
+    f = torch.outer(torch.arange(G).float(), inv)  # [G, hd // 4]
+    ang = torch.cat([f[:, None, :].expand(G, G, -1), f[None, :, :].expand(G, G, -1)], -1).flatten(0, 1)
+    ang = torch.cat([ang, ang], -1)  # [G^2, hd]
+    n = min(G * G, cfg.max_positions)
+    cos, sin = torch.zeros(cfg.max_positions, hd), torch.zeros(cfg.max_positions, hd)
+    cos[:n], sin[:n] = ang[:n].cos(), ang[:n].sin()
+    return cos, sin
+
+
 class EagleNet(nn.Module):
     def __init__(self, cfg: EagleConfig):
         super().__init__()
         self.cfg = cfg
         lc = cfg.llama()
         cfg.intermediate_size = lc.intermediate_size
-        self.fc = nn.Linear(2 * cfg.hidden_size, cfg.hidden_size, bias=True)
+        self.fc = nn.Linear(2 * cfg.hidden_size, cfg.hidden_size, bias=cfg.fc_bias)
         self.block = Block(lc)
-        cos, sin = rope_tables(lc)
+        if cfg.qk_norm:
+            self.block.attn = QKNormAttention(lc)
+        if not cfg.input_norm:
+            self.block.attn_norm = nn.Identity()
+        if cfg.embed_rows:
+            self.embed = nn.Embedding(cfg.embed_rows, cfg.hidden_size)
+        cos, sin = rope_grid_tables(cfg) if cfg.rope_grid else rope_tables(lc)
         self.register_buffer("rope_cos", cos, persistent=False)
         self.register_buffer("rope_sin", sin, persistent=False)
+
+    def embed_tokens(self, model, tokens):
+        """Input embeddings of engine ids: the drafter's own table (embed_rows) or the target's."""
+        return self.embed(tokens) if self.cfg.embed_rows else model.embed_tokens(tokens)
 
     def expected_shapes(self) -> dict:
         return {k: tuple(v.shape) for k, v in self.state_dict().items()}
@@ -102,4 +184,4 @@ def random_eagle(model, seed: int) -> EagleNet:
     return net
 
 
-__all__ = ["EagleConfig", "EagleNet", "random_eagle", "FORMAT_NAME"]
+__all__ = ["EagleConfig", "EagleNet", "QKNormAttention", "random_eagle", "rope_grid_tables", "FORMAT_NAME"]
