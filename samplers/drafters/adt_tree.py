@@ -26,6 +26,7 @@ the tree. Forced row ends: the structure token is the single child. LANTERN rela
 """
 from __future__ import annotations
 
+import math
 import os
 
 import torch
@@ -43,6 +44,8 @@ K_RANGE = (4, 13)  # the paper's (3, 14)
 L_D, L_K = 1, 3  # the paper's adjustment steps (Anole)
 NEG = -1e30  # score of an absent candidate
 CANDIDATE_MODES = ("topk", "sampled")
+ACCEPT_GUESS = 0.8  # sampled mode: assumed acceptance of a node's first draw (orders the expansion)
+LOG_A, LOG_1MA = math.log(ACCEPT_GUESS), math.log(1 - ACCEPT_GUESS)
 # the sibling rule of sampled trees; tests plant SIBLINGS_INDEPENDENT here (siblings verified as
 # independent draws from q) and check the chi-square test rejects it
 SAMPLED_SIBLINGS = SIBLINGS_WITHOUT_REPLACEMENT
@@ -299,7 +302,8 @@ class ADTTreeDrafter(Drafter):
         q_e = self._q(g_e, B)  # [B, 1, V]
         qs = [q_e]  # q of the expanded nodes, layer by layer (each node's children were drawn from it)
         q_off = 0
-        score_e = torch.zeros(B, 1, device=dev)
+        score_e = torch.zeros(B, 1, device=dev)  # cumulative log q (EAGLE-2's score)
+        key_e = torch.zeros(B, 1, device=dev)  # expansion key (see below)
         valid_e = torch.ones(B, 1, dtype=torch.bool, device=dev)
         gidx_e = torch.zeros(B, 1, dtype=torch.long, device=dev)
         anc_e = torch.zeros(R, 1, S, dtype=torch.bool, device=dev)
@@ -333,6 +337,11 @@ class ADTTreeDrafter(Drafter):
             lq = torch.where(is_forced, 1.0, lq)
             ok = ok & (forced != BEYOND_IMAGE)[:, None, None]
             sc = torch.where(ok, score_e[:, :, None] + lq.clamp(min=1e-30).log(), NEG)
+            # expansion key: estimated log-probability that verification reaches the node -- the
+            # j-th draw (0-based) of a node is the accepted one with about a (1 - a)^j (a = ACCEPT_GUESS):
+            # given it was drawn, a sampled candidate's acceptance min(1, p/q) does not grow with q
+            rk = torch.where(is_forced, 0.0, LOG_A + jc.float() * LOG_1MA)
+            key = torch.where(ok, key_e[:, :, None] + rk, NEG)
             all_tok.append(tok.flatten(1)); all_par.append(gidx_e[:, :, None].expand(B, E, C).flatten(1))
             all_score.append(sc.flatten(1)); all_valid.append(ok.flatten(1)); all_alloc.append(alloc.flatten(1))
             all_depth.append(torch.full((B, E * C), d, device=dev))
@@ -342,10 +351,10 @@ class ADTTreeDrafter(Drafter):
             q_off += E
             if d == dmax:
                 break
-            # 3. the next layer's expanded nodes: the best of this layer by cumulative score
+            # 3. the next layer's expanded nodes: the most likely reached of this layer
             En = sizes[d]
             sflat = sc.flatten(1)
-            order = torch.sort(sflat, dim=1, descending=True, stable=True).indices[:, :En]  # [B, En]
+            order = torch.sort(key.flatten(1), dim=1, descending=True, stable=True).indices[:, :En]  # [B, En]
             je = torch.arange(En, device=dev)
             e_lim = torch.minimum(e_row, layer_alloc)
             valid_e = ok.flatten(1).gather(1, order) & (je[None] < e_lim[:, None])
@@ -365,6 +374,7 @@ class ADTTreeDrafter(Drafter):
             q_e = self._q(g_e, B)
             qs.append(q_e)
             score_e = sflat.gather(1, order)
+            key_e = key.flatten(1).gather(1, order)
             gidx_e = glob[order]
             anc_e = anc
         tok, par, sc = torch.cat(all_tok, 1), torch.cat(all_par, 1), torch.cat(all_score, 1)
