@@ -107,13 +107,15 @@ def test_planted_sampled_siblings_as_independent_draws_is_caught(monkeypatch):
 
 def test_planted_prune_by_own_score_is_caught(monkeypatch):
     # planted bug: EAGLE-2's final rerank on sampled candidates -- twice the slots are drawn and the
-    # best node_budget - 1 by cumulative score kept, so a node's existence depends on its own value
+    # best node_budget - 1 by cumulative score kept, so a node's existence depends on its own value.
+    # Here: the root draws 2 children without replacement and the one with the larger q is kept
+    # (the honest tree keeps the first draw, whatever its value).
+    params = dict(candidate_mode="sampled", node_budget=2, children=2, width=2, depth=1, adaptive=False)
+    honest = check_exact("v4-2x2", "plain", **params)[0]
     monkeypatch.setattr(ADTTreeDrafter, "_prune_by_own_score", True)
-    # (2 nodes kept of 2 root draws + 2 grandchildren: a root draw survives only if its q beats a
-    # grandchild's path score; if the second draw outranks the first, the first is pruned)
-    (p_value, stat, dof, tv), _ = check_exact("v4-2x2", "plain", candidate_mode="sampled", node_budget=3, children=2,
-                                              width=2, depth=2, adaptive=False)
-    print(f"\nplanted prune-by-own-score bug: p={p_value:.3g} TV={tv:.4f}")
+    (p_value, stat, dof, tv), _ = check_exact("v4-2x2", "plain", **params)
+    print(f"\nplanted prune-by-own-score bug: p={p_value:.3g} TV={tv:.4f} (honest: p={honest[0]:.3g} TV={honest[3]:.4f})")
+    assert honest[0] > P_FAIL
     assert p_value < P_FAIL, f"planted prune-by-own-score bug went unnoticed: p={p_value:.2e} TV={tv:.4f}"
 
 
