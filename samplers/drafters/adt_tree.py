@@ -21,7 +21,9 @@ ranges (0, 10), (3, 14)). `adaptive=False`: a fixed EAGLE-2 tree (d = depth, k =
 
 Verification: candidates are deterministic top-k choices, so q is one-hot and siblings are
 independent (the rejected token is removed from the residual); the default `verify_tree` walks
-the tree. Forced row ends: the structure token is the single child. LANTERN relaxed acceptance
+the tree. `candidate_mode="sampled"` (`_propose_sampled`): children drawn without replacement
+from the drafter's q, verified with q; the tree's slots are allocated before drawing (no rerank
+by a node's own score). Forced row ends: the structure token is the single child. LANTERN relaxed acceptance
 (`relaxed=True`, LOSSY) overrides `verify` with lantern.py.
 """
 from __future__ import annotations
