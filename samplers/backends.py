@@ -163,6 +163,7 @@ register_backend(BackendSchema(
 
 # -- ADT-Tree (owned by samplers/drafters/adt_tree.py; adjust only this block) ----------------------
 ADT_INITS = ("left", "above", "random")
+ADT_CANDIDATE_MODES = ("topk", "sampled")
 register_backend(BackendSchema(
     "adt_tree", "ADT-Tree", "EAGLE drafter with adjacency-adaptive dynamic draft trees (Lei et al.)",
     params=(Param("node_budget", 32, "nodes per forward (pending token included); the tree is padded to it", lo=2,
@@ -179,6 +180,12 @@ register_backend(BackendSchema(
                   paper="ADT-Tree paper: k in (3, 14)"),
             Param("max_depth", 9, "adaptive: the deepest tree the bisection may grow (below node_budget)", lo=1,
                   hi=64, paper="ADT-Tree paper: 9 (d in (0, 10))"),
+            Param("candidate_mode", "topk", "how a node's children are chosen: topk (EAGLE-2's deterministic top-k, "
+                  "accepted with the target's mass on them) or sampled (drawn without replacement from the drafter's "
+                  "q, accepted with about 1 - TV(p, q); tree shape fixed before drawing)", choices=ADT_CANDIDATE_MODES,
+                  paper="ADT-Tree paper: topk (EAGLE-2)"),
+            Param("children", 2, "sampled mode: siblings drawn per expanded node; each layer expands "
+                  "max(1, width // children) nodes (at most the image vocabulary)", lo=1, hi=16),
             Param("relaxed", False, "LOSSY: LANTERN relaxed acceptance (latent-proximity neighbourhoods); off = lossless",
                   paper="LANTERN: lossy, off by default"),
             Param("relaxed_k", 10, "LANTERN: neighbourhood size k (nearest codes by VQ codebook latent; models "

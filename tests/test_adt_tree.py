@@ -69,6 +69,65 @@ def test_adt_tree_is_exact(case):
     assert res.stats.step_compression >= 1.0
 
 
+# candidate_mode="sampled": children drawn without replacement from the drafter's q (Gumbel-top-k),
+# verified with q; tree slots allocated before drawing. Every case is one batch of N_SAMPLES rows
+# (each row its own tree and depth / width), so batching is covered too.
+SAMPLED_CASES = [
+    ("v3-2x2", "plain", dict(node_budget=8)),
+    ("v3-2x2", "cfg", dict(node_budget=6, children=3, width=3, depth=2)),
+    ("v3-2x3-rowend", "cfg", dict(tree_init="above", node_budget=8)),
+    ("v4-2x2", "t07-topk", dict(node_budget=7, children=3, tree_init="random")),
+    ("v3-2x3-rowend", "mixed", dict(adaptive=False, depth=4, width=4, node_budget=9)),
+    ("v4-2x2", "plain", dict(adaptive=False, depth=3, width=2, children=1, node_budget=4)),
+]
+
+
+@pytest.mark.parametrize("case", SAMPLED_CASES,
+                         ids=lambda c: "-".join([c[0], c[1]] + [f"{k}={v}" for k, v in c[2].items()]))
+def test_sampled_candidates_are_exact(case):
+    m, s, params = case
+    (p_value, stat, dof, tv), res = check_exact(m, s, candidate_mode="sampled", **params)
+    print(f"\nsampled {m} {s} {params}: p={p_value:.3g} chi2={stat:.1f} dof={dof} TV={tv:.4f} "
+          f"compression={res.stats.step_compression:.3f}")
+    assert p_value > P_FAIL, f"chi2={stat:.1f} dof={dof} p={p_value:.2e} TV={tv:.4f}"
+    assert not res.stats.lossy
+    assert res.stats.step_compression > 1.0
+
+
+def test_planted_sampled_siblings_as_independent_draws_is_caught(monkeypatch):
+    # planted bug: sampled siblings (drawn WITHOUT replacement) verified as independent draws from q
+    # (qs rule: the rejected siblings are not removed from q)
+    from specar.samplers.drafters import adt_tree, base
+    monkeypatch.setattr(adt_tree, "SAMPLED_SIBLINGS", base.SIBLINGS_INDEPENDENT)
+    (p_value, stat, dof, tv), _ = check_exact("v3-2x2", "plain", candidate_mode="sampled", node_budget=8, children=3,
+                                              width=3)
+    print(f"\nplanted independent-siblings bug: p={p_value:.3g} TV={tv:.4f}")
+    assert p_value < P_FAIL, f"planted independent-siblings bug went unnoticed: p={p_value:.2e} TV={tv:.4f}"
+
+
+def test_planted_prune_by_own_score_is_caught(monkeypatch):
+    # planted bug: EAGLE-2's final rerank on sampled candidates -- twice the slots are drawn and the
+    # best node_budget - 1 by cumulative score kept, so a node's existence depends on its own value.
+    # Here: the root draws 2 children without replacement and the one with the larger q is kept
+    # (the honest tree keeps the first draw, whatever its value).
+    params = dict(candidate_mode="sampled", node_budget=2, children=2, width=2, depth=1, adaptive=False)
+    honest = check_exact("v4-2x2", "plain", **params)[0]
+    monkeypatch.setattr(ADTTreeDrafter, "_prune_by_own_score", True)
+    (p_value, stat, dof, tv), _ = check_exact("v4-2x2", "plain", **params)
+    print(f"\nplanted prune-by-own-score bug: p={p_value:.3g} TV={tv:.4f} (honest: p={honest[0]:.3g} TV={honest[3]:.4f})")
+    assert honest[0] > P_FAIL
+    assert p_value < P_FAIL, f"planted prune-by-own-score bug went unnoticed: p={p_value:.2e} TV={tv:.4f}"
+
+
+def test_candidate_mode_is_validated():
+    from specar.samplers.backends import make_backend
+    with pytest.raises(ValueError, match=r"candidate_mode must be one of topk, sampled; got 'beam'"):
+        make_backend("adt_tree", candidate_mode="beam")
+    with pytest.raises(ValueError, match=r"candidate_mode must be one of topk, sampled; got 'beam'"):
+        specar.generate(model("v3-2x2"), "hi", backend="adt_tree", candidate_mode="beam")
+    assert make_backend("adt_tree").params()["candidate_mode"] == "topk"
+
+
 def test_planted_sibling_bug_is_caught(monkeypatch):
     # planted bug: a rejected sibling does not update the target (p instead of the residual), so
     # the next sibling is verified against the un-updated p
@@ -79,7 +138,8 @@ def test_planted_sibling_bug_is_caught(monkeypatch):
 
 
 @pytest.mark.parametrize("model_name", list(MODELS))
-@pytest.mark.parametrize("params", [dict(), dict(adaptive=False), dict(tree_init="above")])
+@pytest.mark.parametrize("params", [dict(), dict(adaptive=False), dict(tree_init="above"),
+                                    dict(candidate_mode="sampled"), dict(candidate_mode="sampled", adaptive=False)])
 def test_greedy_gives_the_argmax_sequence(model_name, params):
     mdl = model(model_name)
     exact = exact_distribution(mdl, "hi", temperature=0.0, cfg_scale=2.0)

@@ -21,11 +21,14 @@ ranges (0, 10), (3, 14)). `adaptive=False`: a fixed EAGLE-2 tree (d = depth, k =
 
 Verification: candidates are deterministic top-k choices, so q is one-hot and siblings are
 independent (the rejected token is removed from the residual); the default `verify_tree` walks
-the tree. Forced row ends: the structure token is the single child. LANTERN relaxed acceptance
+the tree. `candidate_mode="sampled"` (`_propose_sampled`): children drawn without replacement
+from the drafter's q, verified with q; the tree's slots are allocated before drawing (no rerank
+by a node's own score). Forced row ends: the structure token is the single child. LANTERN relaxed acceptance
 (`relaxed=True`, LOSSY) overrides `verify` with lantern.py.
 """
 from __future__ import annotations
 
+import math
 import os
 
 import torch
@@ -34,13 +37,20 @@ from ...model_loaders.contract import ForwardOutput
 from ...model_loaders.drafter_files import check_shapes, drafter_folder, load_drafter, WEIGHTS_FILE
 from ..target import target_probs
 from ..verify import one_hot
-from .base import BEYOND_IMAGE, DraftTree, Drafter, LoopState, Verdict
+from .base import (BEYOND_IMAGE, SIBLINGS_INDEPENDENT, SIBLINGS_WITHOUT_REPLACEMENT, DraftTree, Drafter,
+                   LoopState, Verdict)
 from .eagle import EagleConfig, EagleNet, random_eagle
 
 D_RANGE = (1, 9)  # the paper's (0, 10)
 K_RANGE = (4, 13)  # the paper's (3, 14)
 L_D, L_K = 1, 3  # the paper's adjustment steps (Anole)
 NEG = -1e30  # score of an absent candidate
+CANDIDATE_MODES = ("topk", "sampled")
+ACCEPT_GUESS = 0.8  # sampled mode: assumed acceptance of a node's first draw (orders the expansion)
+LOG_A, LOG_1MA = math.log(ACCEPT_GUESS), math.log(1 - ACCEPT_GUESS)
+# the sibling rule of sampled trees; tests plant SIBLINGS_INDEPENDENT here (siblings verified as
+# independent draws from q) and check the chi-square test rejects it
+SAMPLED_SIBLINGS = SIBLINGS_WITHOUT_REPLACEMENT
 
 
 def load_eagle(model, folder: str = "") -> EagleNet:
@@ -63,6 +73,7 @@ def load_eagle(model, folder: str = "") -> EagleNet:
 
 class ADTTreeDrafter(Drafter):
     name = "adt_tree"
+    _prune_by_own_score = False  # PLANTED BUG switch for the tests (sampled mode): EAGLE-2's final rerank
 
     def __init__(self, config, model, sampling):
         p = config.params()
@@ -71,6 +82,10 @@ class ADTTreeDrafter(Drafter):
         self.tree_init = p.get("tree_init", "left")
         self.adaptive = p.get("adaptive", True)
         self.beta = p.get("beta", 1.0)
+        self.candidate_mode = p.get("candidate_mode", "topk")
+        if self.candidate_mode not in CANDIDATE_MODES:
+            raise ValueError(f"candidate_mode must be one of {', '.join(CANDIDATE_MODES)}; got {self.candidate_mode!r}")
+        self.children = p.get("children", 2)
         V = model.geometry.vocab_size
         self.d0, self.k0 = p.get("depth", 5), min(p.get("width", 8), V)
         # a tree of N nodes is at most N - 1 deep (the adapters' commit assumes path width <= N)
@@ -123,16 +138,14 @@ class ADTTreeDrafter(Drafter):
         return dmax * 64 + kmax
 
     # -- propose -----------------------------------------------------------------------------
-    @torch.no_grad()
-    def propose(self, state: LoopState, hint: int = 0) -> DraftTree:
-        B, V, dev, layout = state.batch, state.vocab_size, state.device, state.layout
-        dmax, kmax = max(hint // 64, 1), max(hint % 64, 1)
+    def _window_pass(self, state: LoopState, S: int):
+        """Recompute the band of the last `window` committed positions into a fresh cache of S
+        slots; returns (kv, root feature [R, 1, D], wvalid [R, W], fR [R])."""
+        B, dev = state.batch, state.device
         R, W, rows = (2 * B if self.cfg else B), self.window, state.rows
         rrows = torch.arange(R, device=dev)
         f = state.frontier
         fR = f.repeat(2) if self.cfg else f
-        M = (dmax - 1) * kmax  # tree slots forwarded through the layer
-        S = W + M
         kv = self.net.new_cache(R, S, dev, torch.float32)
         # 1. the window of committed positions f-W+1 .. f
         wpos = fR[:, None] - W + 1 + torch.arange(W, device=dev)
@@ -145,7 +158,20 @@ class ADTTreeDrafter(Drafter):
         mask[:, :, :W] = (ar[:, None] >= ar[None, :]) & wvalid[:, None, :]
         mask[:, ar, ar] = True
         g = self.net(feats, self._embed(toks), wposc, mask, kv, ar.expand(R, W))
-        g_e = g[:, -1:]  # [R, 1, D] features of the expanded nodes (the root)
+        return kv, g[:, -1:], wvalid, fR
+
+    @torch.no_grad()
+    def propose(self, state: LoopState, hint: int = 0) -> DraftTree:
+        if self.candidate_mode == "sampled":
+            return self._propose_sampled(state, hint)
+        B, V, dev, layout = state.batch, state.vocab_size, state.device, state.layout
+        dmax, kmax = max(hint // 64, 1), max(hint % 64, 1)
+        R, W = (2 * B if self.cfg else B), self.window
+        rrows = torch.arange(R, device=dev)
+        f = state.frontier
+        M = (dmax - 1) * kmax  # tree slots forwarded through the layer
+        S = W + M
+        kv, g_e, wvalid, fR = self._window_pass(state, S)  # g_e [R, 1, D]: the expanded node (the root)
         q_e = self._q(g_e, B)  # [B, 1, V]
         score_e = torch.zeros(B, 1, device=dev)
         valid_e = torch.ones(B, 1, dtype=torch.bool, device=dev)
@@ -208,25 +234,163 @@ class ADTTreeDrafter(Drafter):
         keep = min(N - 1, L)
         sel = torch.sort(sc, dim=1, descending=True, stable=True).indices[:, :keep]
         sel = sel.sort(dim=1).values  # generation order: parents before children
+        return self._assemble(state, tok, par, ok, dep, sel, keep, L, max_children=min(kmax, N - 1), dmax=dmax)
+
+    def _assemble(self, state, tok, par, ok, dep, sel, keep, L, max_children, dmax, q_nodes=None, q_index=None):
+        """The DraftTree of the generated nodes `sel` [B, keep] (global indices, generation order),
+        padded to node_budget. q_nodes [B, E, V] / q_index [B, L]: sampled mode, the q each node
+        was drawn from (its parent's); else one-hot q (deterministic candidates)."""
+        B, V, dev, f = state.batch, state.vocab_size, state.device, state.frontier
+        N = self.node_budget
         inv = torch.zeros(B, L + 1, dtype=torch.long, device=dev)  # global index -> tree index
         inv.scatter_(1, sel + 1, torch.arange(1, keep + 1, device=dev).expand(B, keep))
         s_ok = ok.gather(1, sel)
         s_tok = torch.where(s_ok, tok.gather(1, sel), 0)
         s_par = torch.where(s_ok, inv.gather(1, par.gather(1, sel)), 0)
         s_dep = torch.where(s_ok, dep.gather(1, sel), 1)
+        s_qi = q_index.gather(1, sel) if q_index is not None else None
         if keep < N - 1:
             padn = N - 1 - keep
             z = torch.zeros(B, padn, dtype=torch.long, device=dev)
             s_ok = torch.cat([s_ok, z.bool()], 1); s_tok = torch.cat([s_tok, z], 1)
             s_par = torch.cat([s_par, z], 1); s_dep = torch.cat([s_dep, z + 1], 1)
+            if s_qi is not None:
+                s_qi = torch.cat([s_qi, z], 1)
         pending = state.seq.gather(1, f[:, None])
         tokens = torch.cat([pending, s_tok], 1)
         parents = torch.cat([torch.full((B, 1), -1, dtype=torch.long, device=dev), s_par], 1)
         depth = torch.cat([torch.zeros(B, 1, dtype=torch.long, device=dev), s_dep], 1)
         valid = torch.cat([torch.ones(B, 1, dtype=torch.bool, device=dev), s_ok], 1)
-        q = one_hot(tokens.clamp(0, V - 1), V)
-        return DraftTree(tokens=tokens, parents=parents, q=q, valid=valid, depth=depth,
-                         max_children=min(kmax, N - 1), max_depth=dmax)
+        if q_nodes is None:
+            q = one_hot(tokens.clamp(0, V - 1), V)
+            siblings = SIBLINGS_INDEPENDENT
+        else:
+            qn = q_nodes[state.rows[:, None], s_qi]  # [B, N - 1, V]
+            q = torch.cat([qn.new_zeros(B, 1, V), qn], 1)
+            siblings = SAMPLED_SIBLINGS
+        return DraftTree(tokens=tokens, parents=parents, q=q, valid=valid, depth=depth, siblings=siblings,
+                         max_children=max_children, max_depth=dmax)
+
+    def _propose_sampled(self, state: LoopState, hint: int) -> DraftTree:
+        """candidate_mode="sampled": every expanded node draws `children` siblings WITHOUT
+        replacement from its own q (Gumbel-top-k on log q, one batched op; the order of the keys
+        is the draw order), verified with q (verify_tree's without_replacement rule).
+
+        Exactness: whether a node exists never depends on its own value or its later siblings'.
+        The slots are allocated before anything is drawn -- a function of (d, k, children,
+        node_budget) and the forced positions only: layer 1 holds the root's `children` draws,
+        every later layer the children of min(k // children, nodes allocated in the layer above)
+        expanded nodes, slots counted in generation order and cut at node_budget - 1. Which
+        nodes of a layer are expanded is decided by their cumulative score (product of q along
+        the path), i.e. by values of that layer and above; that only decides the existence of
+        the NEXT layer's draws, which are fresh and independent of it. There is no final rerank
+        (EAGLE-2 prunes a node by its own score: biased for sampled candidates)."""
+        B, V, dev, layout = state.batch, state.vocab_size, state.device, state.layout
+        dmax, kmax = max(hint // 64, 1), max(hint % 64, 1)
+        R, W = (2 * B if self.cfg else B), self.window
+        rrows = torch.arange(R, device=dev)
+        f = state.frontier
+        N = self.node_budget
+        C = self.children
+        Ck = min(C, V)
+        budget = (N - 1) * (2 if self._prune_by_own_score else 1)
+        emax = max(1, kmax // C)  # nodes expanded per layer (forwarded through the layer)
+        e_row = (self.k // C).clamp(min=1)  # [B]
+        sizes = [1]  # expanded nodes per layer: 1 (the root), then min(emax, nodes of the layer)
+        for _ in range(dmax - 1):
+            sizes.append(min(emax, sizes[-1] * Ck))
+        S = W + sum(sizes[1:])
+        kv, g_e, wvalid, fR = self._window_pass(state, S)
+        q_e = self._q(g_e, B)  # [B, 1, V]
+        qs = [q_e]  # q of the expanded nodes, layer by layer (each node's children were drawn from it)
+        q_off = 0
+        score_e = torch.zeros(B, 1, device=dev)  # cumulative log q (EAGLE-2's score)
+        key_e = torch.zeros(B, 1, device=dev)  # expansion key (see below)
+        valid_e = torch.ones(B, 1, dtype=torch.bool, device=dev)
+        gidx_e = torch.zeros(B, 1, dtype=torch.long, device=dev)
+        anc_e = torch.zeros(R, 1, S, dtype=torch.bool, device=dev)
+        n_alloc = torch.zeros(B, dtype=torch.long, device=dev)
+        e_lim = torch.ones(B, dtype=torch.long, device=dev)  # expanded nodes allocated children this layer
+        all_tok, all_par, all_score, all_valid, all_depth, all_alloc, all_q = [], [], [], [], [], [], []
+        n_glob, slot0 = 1, W
+        jc = torch.arange(C, device=dev)
+        for d in range(1, dmax + 1):
+            E = g_e.shape[1]
+            ei = torch.arange(E, device=dev)
+            pos_d = f + d
+            forced = layout.forced[pos_d.clamp(max=layout.ext - 1)]
+            is_forced = (forced >= 0)[:, None, None]
+            # 1. allocation (before drawing): slot (i, j) of expanded node i, child j
+            per = torch.where(forced >= 0, 1, C)[:, None, None]
+            rank = n_alloc[:, None, None] + ei[None, :, None] * per + jc[None, None, :]
+            alloc = (ei[None, :, None] < e_lim[:, None, None]) & (jc[None, None, :] < per) & \
+                (rank < budget) & (d <= self.d)[:, None, None]
+            layer_alloc = alloc.sum((1, 2))
+            n_alloc = n_alloc + layer_alloc
+            # 2. draws: Gumbel-top-k = an ordered sample without replacement from q
+            gum = -state.noise(B, E, V).log()
+            tok = (q_e.log() + gum).topk(Ck, dim=-1).indices  # [B, E, Ck] in draw order
+            if Ck < C:
+                tok = torch.cat([tok, tok.new_zeros(B, E, C - Ck)], -1)
+            lq = q_e.gather(-1, tok)
+            ok = alloc & valid_e[:, :, None] & (lq > 0) & (jc < Ck)[None, None]
+            tok = torch.where(is_forced, forced[:, None, None].clamp(min=0), tok)
+            ok = torch.where(is_forced, alloc & valid_e[:, :, None], ok)
+            lq = torch.where(is_forced, 1.0, lq)
+            ok = ok & (forced != BEYOND_IMAGE)[:, None, None]
+            sc = torch.where(ok, score_e[:, :, None] + lq.clamp(min=1e-30).log(), NEG)
+            # expansion key: estimated log-probability that verification reaches the node -- the
+            # j-th draw (0-based) of a node is the accepted one with about a (1 - a)^j (a = ACCEPT_GUESS):
+            # given it was drawn, a sampled candidate's acceptance min(1, p/q) does not grow with q
+            rk = torch.where(is_forced, 0.0, LOG_A + jc.float() * LOG_1MA)
+            key = torch.where(ok, key_e[:, :, None] + rk, NEG)
+            all_tok.append(tok.flatten(1)); all_par.append(gidx_e[:, :, None].expand(B, E, C).flatten(1))
+            all_score.append(sc.flatten(1)); all_valid.append(ok.flatten(1)); all_alloc.append(alloc.flatten(1))
+            all_depth.append(torch.full((B, E * C), d, device=dev))
+            all_q.append((q_off + ei)[None, :, None].expand(B, E, C).flatten(1))
+            glob = n_glob + torch.arange(E * C, device=dev)
+            n_glob += E * C
+            q_off += E
+            if d == dmax:
+                break
+            # 3. the next layer's expanded nodes: the most likely reached of this layer
+            En = sizes[d]
+            sflat = sc.flatten(1)
+            order = torch.sort(key.flatten(1), dim=1, descending=True, stable=True).indices[:, :En]  # [B, En]
+            je = torch.arange(En, device=dev)
+            e_lim = torch.minimum(e_row, layer_alloc)
+            valid_e = ok.flatten(1).gather(1, order) & (je[None] < e_lim[:, None])
+            parent_slot = order // C
+            ctok = tok.flatten(1).gather(1, order)
+            pR = parent_slot.repeat(2, 1) if self.cfg else parent_slot
+            pfeat = g_e[rrows[:, None], pR]
+            slots = slot0 + je
+            slot0 += En
+            anc = anc_e[rrows[:, None], pR]  # [R, En, S]
+            anc[:, je, slots] = True
+            m = torch.zeros(R, En, S, dtype=torch.bool, device=dev)
+            m[:, :, :W] = wvalid[:, None, :]
+            m = m | anc
+            npos = (fR + d)[:, None].expand(R, En)
+            g_e = self.net(pfeat, self._embed(ctok), npos, m, kv, slots.expand(R, En))
+            q_e = self._q(g_e, B)
+            qs.append(q_e)
+            score_e = sflat.gather(1, order)
+            key_e = key.flatten(1).gather(1, order)
+            gidx_e = glob[order]
+            anc_e = anc
+        tok, par, sc = torch.cat(all_tok, 1), torch.cat(all_par, 1), torch.cat(all_score, 1)
+        ok, dep, al, qi = torch.cat(all_valid, 1), torch.cat(all_depth, 1), torch.cat(all_alloc, 1), torch.cat(all_q, 1)
+        L = tok.shape[1]
+        keep = min(N - 1, L)
+        big = torch.arange(L, device=dev).expand(B, L)
+        if self._prune_by_own_score:  # PLANTED BUG (tests only): EAGLE-2's final rerank by own score
+            sel = torch.sort(sc, dim=1, descending=True, stable=True).indices[:, :keep]
+        else:  # the allocated slots, in generation order (at most N - 1 of them)
+            sel = torch.sort(torch.where(al, big, big + L), dim=1).indices[:, :keep]
+        sel = sel.sort(dim=1).values
+        return self._assemble(state, tok, par, ok, dep, sel, keep, L,
+                              q_nodes=torch.cat(qs, 1), q_index=qi, max_children=min(Ck, N - 1), dmax=dmax)
 
     # -- verify ------------------------------------------------------------------------------
     def verify(self, state: LoopState, tree: DraftTree, p: torch.Tensor, out: ForwardOutput) -> Verdict:
