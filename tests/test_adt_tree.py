@@ -1,7 +1,8 @@
 """ADT-Tree (EAGLE drafter + adjacency-adaptive dynamic trees): exactness, planted bugs, greedy,
 LANTERN's relaxed bound, drafter files.
 
-Exactness follows tests/test_exactness.py: N_SAMPLES images in one batched generation on a
+Exactness follows tests/test_exactness.py (cases from specar.testing): N_SAMPLES (16000) images
+in one batched generation on a
 tiny model (random-weight EAGLE layer, no files), Pearson chi-square against the teacher-forced
 enumeration of every image; a case fails when p < P_FAIL = 1e-6.
 """
@@ -16,36 +17,18 @@ from specar.model_loaders.drafter_files import save_drafter
 from specar.samplers import verify as verify_mod
 from specar.samplers.drafters.adt_tree import ADTTreeDrafter, load_eagle
 from specar.samplers.drafters.eagle import EagleConfig, EagleNet
-from specar.testing import chi_square_test, exact_distribution, tiny_model
+from specar.testing import (EXACTNESS_MODELS, EXACTNESS_SAMPLES, chi_square_test, exact_distribution, exactness_model,
+                            tiny_model)
+from specar.testing import check_exact as sample_and_test
 
-N_SAMPLES = 16000
+N_SAMPLES = EXACTNESS_SAMPLES
 P_FAIL = 1e-6
-
-MODELS = {
-    "v3-2x2": dict(vocab_size=3, grid=(2, 2), seed=0),
-    "v3-2x3-rowend": dict(vocab_size=3, grid=(2, 3), seed=1, row_end=True),
-    "v4-2x2": dict(vocab_size=4, grid=(2, 2), seed=2),
-}
-SETTINGS = {
-    "plain": dict(),
-    "cfg": dict(cfg_scale=2.5, negative_prompt="no"),
-    "t07-topk": dict(temperature=0.7, top_k=2),
-    "mixed": dict(cfg_scale=1.5, temperature=0.7, top_k=3, top_p=0.9),
-}
-_models = {}
+MODELS = EXACTNESS_MODELS
+model = exactness_model
 
 
-def model(name):
-    if name not in _models:
-        _models[name] = tiny_model(**MODELS[name])
-    return _models[name]
-
-
-def check_exact(model_name, setting, seed=1234, n=N_SAMPLES, **params):
-    mdl = model(model_name)
-    kw = SETTINGS[setting]
-    res = specar.generate(mdl, "hi", backend="adt_tree", seed=seed, batch_size=n, **kw, **params)
-    return chi_square_test(res.tokens, exact_distribution(mdl, "hi", **kw)), res
+def check_exact(model_name, setting, **params):
+    return sample_and_test("adt_tree", model_name, setting, **params)
 
 
 CASES = [
