@@ -8,6 +8,7 @@ loads faster and without pickle.
 """
 from __future__ import annotations
 
+import json
 import os
 from typing import Iterable
 
@@ -15,6 +16,19 @@ import torch
 
 # where the authors' training scripts keep the weights inside a checkpoint dictionary
 STATE_KEYS = ("state_dict", "model", "module", "ema")
+
+
+def read_json_object(path: str, fix: str = "") -> dict:
+    """A JSON file holding an object (config.json, drafter.json), or a ValueError naming the file
+    (`fix`: what the user should do, appended to the message)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            obj = json.load(f)
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{path} is not valid JSON ({e}){fix}") from e
+    if not isinstance(obj, dict):
+        raise ValueError(f"{path} must hold a JSON object, not {type(obj).__name__}{fix}")
+    return obj
 
 
 def _refuse(path: str, err: Exception) -> ValueError:

@@ -17,6 +17,7 @@ from typing import Optional
 
 import torch
 
+from .checkpoints import read_json_object
 from .fingerprint import fingerprint_mismatch, weights_fingerprint
 
 FORMAT = 1
@@ -69,14 +70,9 @@ def load_drafter(folder: Optional[str], kind: str, model, device=None):
     if folder is None or not os.path.isfile(os.path.join(folder, CONFIG_FILE)):
         raise missing_drafter_error(model, kind, folder)
     cfg_path, w_path = os.path.join(folder, CONFIG_FILE), os.path.join(folder, WEIGHTS_FILE)
-    try:
-        with open(cfg_path, encoding="utf-8") as f:
-            meta = json.load(f)
-    except (OSError, ValueError) as e:
-        raise ValueError(f"{cfg_path} is not valid JSON ({e}); retrain the drafter") from e
-    if not isinstance(meta, dict) or meta.get("kind") != kind:
-        got = meta.get("kind") if isinstance(meta, dict) else None
-        raise ValueError(f"{cfg_path} describes a {got!r} drafter, not a {kind!r} one")
+    meta = read_json_object(cfg_path, "; retrain the drafter")
+    if meta.get("kind") != kind:
+        raise ValueError(f"{cfg_path} describes a {meta.get('kind')!r} drafter, not a {kind!r} one")
     if meta.get("format") != FORMAT:
         raise ValueError(f"{cfg_path} has format {meta.get('format')!r}; this SpecAR reads format {FORMAT}")
     target = meta.get("target") or {}

@@ -33,12 +33,12 @@ dropped and the target's is used.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 from typing import Optional
 
 import torch
 
+from .checkpoints import read_json_object
 from .drafter_files import DRAFTER_FOLDERS, save_drafter
 
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
@@ -57,13 +57,7 @@ def read_lantern(folder: str):
     cfg_path = os.path.join(folder, "config.json")
     if not os.path.isfile(cfg_path):
         raise ValueError(f"{folder} is not a LANTERN drafter folder: no config.json")
-    try:
-        with open(cfg_path, encoding="utf-8") as f:
-            cfg = json.load(f)
-    except (OSError, ValueError) as e:
-        raise ValueError(f"{cfg_path} is not valid JSON ({e})") from e
-    if not isinstance(cfg, dict):
-        raise ValueError(f"{cfg_path} is not a JSON object")
+    cfg = read_json_object(cfg_path)
     path = next((os.path.join(folder, f) for f in WEIGHT_FILES if os.path.isfile(os.path.join(folder, f))), None)
     if path is None:
         raise ValueError(f"{folder} has config.json but no weights ({' or '.join(WEIGHT_FILES)})")

@@ -73,6 +73,7 @@ class Attention(nn.Module):
     def forward(self, x, cos, sin, kv, slots, mask):
         R, T, _ = x.shape
         q, k, v = self.qkv(x).view(R, T, 3, self.h, self.hd).permute(2, 0, 3, 1, 4)  # [R, H, T, hd] each
+        q, k = self.pre_rope(q, k)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         if kv is not None:  # static cache [R, H, S, hd]: write by slot, attend over all slots
             kc, vc = kv
@@ -82,6 +83,10 @@ class Attention(nn.Module):
             k, v = kc, vc
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask[:, None])
         return self.o(out.transpose(1, 2).reshape(R, T, -1))
+
+    def pre_rope(self, q, k):
+        """What a variant does to q and k [R, H, T, hd] before the rotary (Llama: nothing)."""
+        return q, k
 
 
 class Block(nn.Module):

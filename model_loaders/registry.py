@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 import importlib
-import json
 import os
+
+from .checkpoints import read_json_object
 
 # built-in models shipped inside the pack: name -> "module:function" (relative to model_loaders)
 BUILTIN_MODELS = {
@@ -65,14 +66,7 @@ def read_config(folder: str) -> dict:
         return "llamagen"
     if not os.path.isfile(path):
         raise ValueError(f"{path} is missing: a transformers model folder needs its config.json")
-    try:
-        with open(path, encoding="utf-8") as f:
-            cfg = json.load(f)
-    except (OSError, ValueError) as e:
-        raise ValueError(f"{path} is not valid JSON: {e}") from e
-    if not isinstance(cfg, dict):
-        raise ValueError(f"{path} must hold a JSON object")
-    return cfg
+    return read_json_object(path)
 
 
 def detect_family(folder: str) -> str:

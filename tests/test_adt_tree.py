@@ -2,9 +2,9 @@
 LANTERN's relaxed bound, drafter files.
 
 Exactness follows tests/test_exactness.py (cases from specar.testing): N_SAMPLES (16000) images
-in one batched generation on a
-tiny model (random-weight EAGLE layer, no files), Pearson chi-square against the teacher-forced
-enumeration of every image; a case fails when p < P_FAIL = 1e-6.
+in one batched generation on a tiny model (random-weight EAGLE layer, no files), Pearson
+chi-square against the teacher-forced enumeration of every image; a case fails when
+p < P_FAIL = 1e-6.
 """
 import json
 import os

@@ -31,7 +31,7 @@ from torch import nn
 
 import torch.nn.functional as F
 
-from ...model_loaders.llama import Attention, Block, LlamaConfig, apply_rope, rope_tables
+from ...model_loaders.llama import Attention, Block, LlamaConfig, rope_tables
 
 FORMAT_NAME = "specar-eagle-1"
 
@@ -91,18 +91,8 @@ class QKNormAttention(Attention):
         self.q_norm = HeadLayerNorm(self.h, self.hd)
         self.k_norm = HeadLayerNorm(self.h, self.hd)
 
-    def forward(self, x, cos, sin, kv, slots, mask):
-        R, T, _ = x.shape
-        q, k, v = self.qkv(x).view(R, T, 3, self.h, self.hd).permute(2, 0, 3, 1, 4)  # [R, H, T, hd] each
-        q, k = apply_rope(self.q_norm(q), cos, sin), apply_rope(self.k_norm(k), cos, sin)
-        if kv is not None:
-            kc, vc = kv
-            rows = torch.arange(R, device=x.device)[:, None]
-            kc.permute(0, 2, 1, 3)[rows, slots] = k.transpose(1, 2).to(kc.dtype)
-            vc.permute(0, 2, 1, 3)[rows, slots] = v.transpose(1, 2).to(vc.dtype)
-            k, v = kc, vc
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask[:, None])
-        return self.o(out.transpose(1, 2).reshape(R, T, -1))
+    def pre_rope(self, q, k):
+        return self.q_norm(q), self.k_norm(k)
 
 
 def rope_grid_tables(cfg: EagleConfig):
