@@ -139,10 +139,21 @@ def comfy_validation_errors(cls, values: dict) -> list:
         elif not widget_values_ok(kind, opts, values[name]):
             bad.append(name)
     if fn is not None:
-        passed = as_comfy_passes(cls, {k: v for k, v in values.items() if k in expanded})
-        verdict = fn(**{k: passed[k] for k in named if k in passed})
+        # execution.validate_inputs: the named inputs ComfyUI has (valid_inputs: a DynamicCombo whose value
+        # is none of its options is gone), then build_nested_inputs, which adds a dict for every DynamicCombo
+        # left, named or not, holding only the named values (None for the rest); the verdict is filed
+        # against each named input ComfyUI had
+        filtered = {k: v for k, v in values.items() if k in named and k in expanded}
+        passed = {k: v for k, v in filtered.items() if "." not in k}
+        for name, (kind, opts) in {**types["required"], **types.get("optional", {})}.items():
+            option = kind == "COMFY_DYNAMICCOMBO_V3" and next(
+                (o for o in opts["options"] if o["key"] == values.get(name)), None)
+            if option:
+                passed[name] = {name: filtered.get(name), **{sub: filtered.get(f"{name}.{sub}")
+                                                             for sub in option["inputs"].get("required", {})}}
+        verdict = fn(**passed)  # a DynamicCombo the function does not name: TypeError, as in ComfyUI
         if verdict is not True:
-            bad += named
+            bad += list(filtered)
     return bad
 
 
@@ -240,8 +251,9 @@ def test_node_schemas_are_valid(flavour, comfy):
             assert opts["default"] == default or (default == "" and opts["default"] == spec.BESIDE_MODEL), (b, p)
     assert req["guidance"][1]["default"] == "model default" and req["cfg_scale"][1]["min"] == 0.0
     for cls in classes.values():  # ComfyUI checks the inputs itself: files each bad value once, on its input
-        fn = validate_fn(cls)
-        assert fn is None or [p for p in inspect.signature(fn).parameters if p != "cls"] == ["backend"]
+        fn = validate_fn(cls)  # only the switches: ComfyUI passes every DynamicCombo to the function
+        switches = ["backend", "guidance"] if flavour == "v3" else ["backend"]
+        assert fn is None or [p for p in inspect.signature(fn).parameters if p != "cls"] == switches
     assert sampler.OUTPUT_NODE and sampler.RETURN_NAMES == ("image", "tokens", "stats", "acceptance_heatmap")
     assert sampler.RETURN_TYPES == ("IMAGE", "SPECAR_TOKENS", "STRING", "IMAGE")
     assert classes["SpecARModelLoader"].RETURN_TYPES == ("SPECAR_MODEL",)
@@ -563,6 +575,7 @@ BACKEND_CHOICES = ", ".join(SCHEMAS)
     ({"backend": "sjd_pac", "sjd_pac_continuation": "yes"}, "sjd_pac_continuation",
      "sjd_pac_continuation must be true or false"),
     ({"guidance": "custom", "cfg_scale": -1.0}, "cfg_scale", "cfg_scale must be in [0.0, 100.0], got -1.0"),
+    ({"guidance": "always"}, "guidance", "guidance must be one of model default, custom"),
     ({"backend": "hawk", "hawk_heads": "elsewhere"}, "hawk_heads", "hawk_heads must be one of (beside the model)"),
     # limits between inputs: not a widget range, so ComfyUI files nothing; the node says it once, when it runs
     ({"backend": "sjd_pac", "sjd_pac_window": 4, "sjd_pac_tree_depth": 5}, None,
@@ -574,8 +587,11 @@ def test_bad_values_give_one_error_on_the_right_input(flavour, change, bad_input
     values = {**BASE, **change}
     if is_dynamic(sampler) and bad_input:
         bad_input = dynamic_name(bad_input, values["backend"])
-        message = message.split("; got")[0] if bad_input == "backend" else message  # ComfyUI drops the value
+        message = message.split("; got")[0] if bad_input in ("backend", "guidance") else message  # value dropped
         message = message.replace(f"{values['backend']}_", "", 1)  # nested inputs keep their own names
+        # ComfyUI drops a switch whose value is none of its options, so the verdict is filed against the
+        # other switch
+        bad_input = {"backend": "guidance", "guidance": "backend"}.get(bad_input, bad_input)
     assert comfy_validation_errors(sampler, api_inputs(sampler, values)) == ([bad_input] if bad_input else [])
     model, = execute(loader, model="demo", device="auto", dtype="auto")[0]
     with pytest.raises(ValueError) as e:
@@ -862,7 +878,9 @@ def test_real_comfyui_server(tmp_path):
         entry = hist[prompt_id]
         assert entry["status"]["status_str"] == "success", entry["status"]
         out = entry["outputs"]
-        assert out["10"]["text"][0].startswith("AR ") and json.loads(out["10"]["specar_stats"][0])["nfe"] >= 1
+        stats = json.loads(out["10"]["specar_stats"][0])
+        label = SCHEMAS[prompt["10"]["inputs"]["backend"]].label  # the demo's backend, e.g. "SJD-PAC"
+        assert stats["backend_label"] == label and out["10"]["text"][0].startswith(label) and stats["nfe"] >= 1
         assert out["20"]["images"] and out["30"]["images"]  # the image and the heatmap previews
     finally:
         proc.terminate()
