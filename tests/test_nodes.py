@@ -984,7 +984,10 @@ const guidance = fresh.widgets.find((w) => w.name === "guidance");
 guidance.value = "custom"; guidance.callback("custom");
 const afterCustom = shown(fresh);
 const old = makeNode();
-old.onConfigure({ widgets_values: JSON.parse(readFileSync("legacy.json", "utf8")) });
+const legacyValues = JSON.parse(readFileSync("legacy.json", "utf8"));
+// the frontend first puts the saved values into the widgets by position, then calls onConfigure
+legacyValues.forEach((v, i) => { if (old.widgets[i]) old.widgets[i].value = v; });
+old.onConfigure({ widgets_values: legacyValues });
 const migrated = Object.fromEntries(old.widgets.map((w) => [w.name, w.value]));
 const saved = JSON.parse(readFileSync("dynamic.json", "utf8"));
 const dyn = {};
@@ -1010,6 +1013,11 @@ console.log(JSON.stringify({ first, afterHawk, afterCustom, migrated, shownOld: 
     assert m["guidance"] == "model default"  # cfg -1 and top_k 0 were the model's values
     assert (m["sjd_pac_tree_depth"], m["sjd_pac_tree_width"], m["sjd_pac_continuation"]) == (2, 3, False)
     assert m["sjd_pac_window"] == SCHEMAS["sjd_pac"].param("window").default  # window 0 = the backend's default
+    # the inputs 0.1 did not have get their defaults back, not the values the frontend put there by position
+    defaults = {name: opts.get("default") for name, (kind, opts) in required.items() if name != "model"}
+    assert m["preview"] == defaults["preview"] and m["cfg_scale"] == defaults["cfg_scale"]
+    others = [f"{b}_{p}" for b in SCHEMAS if b != "sjd_pac" for p in BACKEND_PARAMS[b]]  # not the chosen backend's
+    assert others and {k: m[k] for k in others} == {k: defaults[k] for k in others}
     assert own("sjd_pac")[0] in res["shownOld"] and own("sjd")[0] not in res["shownOld"]
     assert res["notes"] and "top_k" in res["notes"][0]  # an explicit cfg with the model's top-k: said, not hidden
     assert set(res["dyn"]) == {k for k, n in flat_api.items() if n["class_type"] == "SpecARSampler"}

@@ -129,8 +129,32 @@ export function isDynamicValues(values, widgetNames, backends) {
     !isLegacyValues(values, backends);
 }
 
+// The default of every input of the node definition, by flat name: "<backend>_<param>" for a backend's
+// own inputs, "cfg_scale" / "top_k" for the custom guidance's, whether the definition has them flat or
+// as DynamicCombo options (`nodeData` as the frontend hands it to beforeRegisterNodeDef).
+export function inputDefaults(nodeData) {
+  const out = {};
+  const all = { ...(nodeData?.input?.required || {}), ...(nodeData?.input?.optional || {}) };
+  for (const [name, [kind, opts]] of Object.entries(all)) {
+    if (kind === "COMFY_DYNAMICCOMBO_V3") {
+      for (const o of opts?.options || []) {
+        const inputs = { ...(o.inputs?.required || {}), ...(o.inputs?.optional || {}) };
+        for (const [sub, [, so]] of Object.entries(inputs)) {
+          if (so && "default" in so) out[name === "backend" ? `${o.key}_${sub}` : sub] = so.default;
+        }
+      }
+    } else if (opts && "default" in opts) {
+      out[name] = opts.default;
+    } else if (Array.isArray(kind) && kind.length) {
+      out[name] = kind[0];
+    }
+  }
+  return out;
+}
+
 // Set values by name on a node of either layout: flat names ("sjd_pac_window") or, where the node has
-// DynamicCombos, "backend.window" after choosing the option (its callback swaps the option's inputs in).
+// DynamicCombos, "backend.window" after choosing the option (its callback swaps the option's inputs in);
+// there a value of an option not chosen is skipped (another backend's "window" is not this one's).
 export function applyValues(node, values, backends) {
   const find = (n) => node.widgets?.find((w) => w.name === n);
   const dynamic = !!node.widgets?.some((w) => w.name.includes("."));
@@ -146,6 +170,7 @@ export function applyValues(node, values, backends) {
     let w = find(name);
     if (!w && dynamic) {
       const owner = switchOf(name, backends);
+      if (owner && find(owner[0])?.value !== owner[1]) continue;
       if (owner?.[0] === "backend") w = find("backend." + name.slice(owner[1].length + 1));
       if (owner?.[0] === "guidance") w = find("guidance." + name);
     }
@@ -222,6 +247,7 @@ app.registerExtension({
     const backendSpec = nodeData.input?.required?.backend;
     const backends = Array.isArray(backendSpec?.[0]) ? backendSpec[0] : backendSpec?.[1]?.options || [];
     const keys = backends.map((b) => (typeof b === "string" ? b : b.key));
+    const defaults = inputDefaults(nodeData);
 
     const onNodeCreated = nodeType.prototype.onNodeCreated;
     nodeType.prototype.onNodeCreated = function () {
@@ -248,7 +274,9 @@ app.registerExtension({
       const names = (this.widgets || []).filter((w) => w.serialize !== false).map((w) => w.name);
       if (isLegacyValues(saved, keys)) {
         const { values, control, notes } = migrateLegacyValues(saved, keys);
-        applyValues(this, { ...values, control_after_generate: control }, keys);
+        // the frontend has already put the 17 saved values into the first widgets by position: every input
+        // 0.1 did not have (e.g. preview) or left at its default gets its default back
+        applyValues(this, { ...defaults, ...values, control_after_generate: control }, keys);
         this.properties = { ...(this.properties || {}), specar_migrated_from: "0.1" };
         for (const n of notes) console.warn(`SpecAR: migrated a SpecAR 0.1 sampler node: ${n}`);
       } else if (!this.widgets?.some((w) => w.name.includes(".")) && isDynamicValues(saved, names, keys)) {
