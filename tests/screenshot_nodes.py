@@ -288,7 +288,7 @@ READ_GRAPH = r"""
   // what the frontend shows (widget values by name, node properties) and the API prompt it would queue
   const nodes = {};
   for (const n of app.graph._nodes || app.graph.nodes) {
-    nodes[n.id] = {type: n.type, title: n.title, properties: n.properties,
+    nodes[n.id] = {type: n.type, title: n.title, properties: n.properties, pos: [...n.pos], size: [...n.size],
                    widgets: Object.fromEntries((n.widgets || []).filter(w => w.serialize !== false)
                                                .map(w => [w.name, w.value]))};
   }

@@ -211,32 +211,60 @@ export function updateVisibility(node, backends) {
   return changed;
 }
 
+// Rows a text takes in a box `width` px wide at a monospace font whose characters are `charWidth` px
+// wide: the lines, each wrapped (the stats' first line is longer than a node is wide).
+export function wrappedRows(text, width, charWidth = 6.7) {
+  const perLine = Math.max(20, Math.floor(width / charWidth));
+  let rows = 0;
+  for (const line of String(text ?? "").split("\n")) {
+    let col = 0;
+    rows += 1;
+    for (const word of line.split(" ")) { // wrapped at spaces, as the textarea does; long words broken
+      if (col > 0 && col + 1 + word.length <= perLine) {
+        col += 1 + word.length;
+        continue;
+      }
+      if (col > 0) rows += 1;
+      col = word.length;
+      while (col > perLine) {
+        rows += 1;
+        col -= perLine;
+      }
+    }
+  }
+  return rows;
+}
+
+const STATS_LINE_PX = 15;
+
 function statsWidget(node) {
   let widget = node.widgets?.find((w) => w.name === WIDGET);
   if (widget) return widget;
+  // the box is as tall as its text (wrapped at the node's width), so it never squeezes the prompt box
+  // and never hides a line: ComfyUI's frontend lays DOM widgets out by getMinHeight / getMaxHeight
+  // (+ 30: the textarea sits 20 px inside its widget, plus its own padding and border)
+  const height = () => STATS_LINE_PX * wrappedRows(widget?.value ?? "", (node.size?.[0] ?? 340) - 40) + 30;
   if (typeof node.addDOMWidget === "function") {
     const el = document.createElement("textarea");
     el.readOnly = true;
     el.className = "comfy-multiline-input";
     el.style.fontFamily = "monospace";
     el.style.fontSize = "11px";
-    el.rows = 8;
+    el.style.lineHeight = `${STATS_LINE_PX}px`;
     widget = node.addDOMWidget(WIDGET, "specar_stats", el, {
       serialize: false,
       getValue: () => el.value,
       setValue: (v) => {
         el.value = v;
-        el.rows = String(v).split("\n").length;
       },
-      // the box is as tall as its text, so it never squeezes the prompt box
-      getMinHeight: () => 16 * el.rows + 12,
-      getHeight: () => 16 * el.rows + 12,
+      getMinHeight: height,
+      getMaxHeight: height,
     });
   } else {
     widget = node.addWidget("text", WIDGET, "", () => {}, { serialize: false });
+    widget.computeSize = (width) => [width ?? node.size[0], height()];
   }
   widget.serialize = false; // display only: never saved into the workflow's widget values
-  widget.computeSize = (width) => [width ?? node.size[0], 16 * String(widget.value ?? "").split("\n").length + 12];
   return widget;
 }
 
