@@ -891,6 +891,77 @@ def test_real_comfyui_server(tmp_path):
         log.close()
 
 
+LEGACY_LAYOUT = ["prompt", "negative_prompt", "seed", "control_after_generate", "backend", "cfg_scale", "temperature",
+                 "top_k", "top_p", "window", "init", "coupling", "coupling_strength", "tree_depth", "tree_width",
+                 "continuation", "batch_size"]  # a SpecAR 0.1 sampler's widgets_values, in order
+
+
+def _effective(settings):
+    """SamplerSettings with every parameter of its backend (the default where none was given)."""
+    params = {p.name: settings.params.get(p.name, p.default) for p in SCHEMAS[settings.backend].params}
+    return settings.backend, params, settings.cfg_scale, settings.top_k
+
+
+@pytest.mark.skipif(not os.environ.get("SPECAR_COMFYUI"), reason="set SPECAR_COMFYUI to a ComfyUI checkout")
+def test_real_frontend_loads_example_and_0_1_workflows(tmp_path):
+    """In ComfyUI's own frontend (headless Chromium): the example workflows load with the values of their
+    API twins (what app.graphToPrompt would queue), and SpecAR 0.1 workflows are migrated by web/specar.js
+    to the values the server reads from the 0.1 layout, which the server accepts."""
+    import urllib.request
+    mspec = importlib.util.spec_from_file_location("specar_screenshot_nodes",
+                                                   os.path.join(ROOT, "tests", "screenshot_nodes.py"))
+    shots = importlib.util.module_from_spec(mspec)
+    mspec.loader.exec_module(shots)
+    chromium = os.environ.get("SPECAR_CHROMIUM")
+    try:
+        shots.find_chromium(chromium)
+    except SystemExit:
+        pytest.skip("needs Chromium (apt-get install chromium-headless-shell)")
+    python = os.environ.get("SPECAR_COMFYUI_PYTHON", sys.executable)
+    proc, url = shots.start_comfyui(os.environ["SPECAR_COMFYUI"], python, str(tmp_path))
+    defaults = {n: opts.get("default") for n, (kind, opts) in v1.SpecARSampler.INPUT_TYPES()["required"].items()}
+    try:
+        with shots.Frontend(url, chromium) as fe:
+            for path in sorted(glob.glob(os.path.join(EXAMPLES, "*.json"))):
+                fe.load(_load(path))
+                got = fe.read()["prompt"]
+                want = _load(os.path.join(EXAMPLES, "api", os.path.basename(path)))
+                assert {k: (n["class_type"], n["inputs"]) for k, n in got.items()} == \
+                    {k: (n["class_type"], n["inputs"]) for k, n in want.items()}, os.path.basename(path)
+            for name in ("specar_0.1_side_by_side.json", "specar_0.1_custom_values.json"):
+                ui = _load(os.path.join(ROOT, "tests", "data", name))
+                fe.load(ui)
+                state = fe.read()
+                samplers = [n for n in ui["nodes"] if n["type"] == "SpecARSampler"]
+                assert samplers
+                for n in samplers:
+                    old = dict(zip(LEGACY_LAYOUT, n["widgets_values"]))
+                    shown = state["nodes"][str(n["id"])]
+                    new = {k: v for k, v in state["prompt"][str(n["id"])]["inputs"].items() if k != "model"}
+                    assert shown["properties"].get("specar_migrated_from") == "0.1", (name, n["id"])
+                    assert _effective(spec.sampler_settings(new)) == _effective(spec.sampler_settings(old)), \
+                        (name, n["id"], new)
+                    for k in ("prompt", "negative_prompt", "seed", "temperature", "top_p", "batch_size"):
+                        assert new[k] == old[k], (name, n["id"], k)
+                    assert shown["widgets"]["control_after_generate"] == old["control_after_generate"]
+                    assert new["preview"] == defaults["preview"]  # an input 0.1 did not have: its default
+                # the server accepts what the frontend would queue (then the queue is dropped)
+                req = urllib.request.Request(url + "/prompt", data=json.dumps({"prompt": state["prompt"]}).encode(),
+                                             headers={"Content-Type": "application/json"})
+                with urllib.request.urlopen(req, timeout=30) as r:
+                    assert json.loads(r.read())["node_errors"] == {}, name
+                for path, body in (("/queue", {"clear": True}), ("/interrupt", {})):
+                    urllib.request.urlopen(urllib.request.Request(url + path, data=json.dumps(body).encode(),
+                                                                  headers={"Content-Type": "application/json"}),
+                                           timeout=30).read()
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
 @pytest.mark.skipif(not shutil.which("node"), reason="needs node to run the web extension")
 def test_web_extension_renders_stats(tmp_path, comfy):
     _web_harness(tmp_path)
@@ -988,6 +1059,7 @@ const legacyValues = JSON.parse(readFileSync("legacy.json", "utf8"));
 // the frontend first puts the saved values into the widgets by position, then calls onConfigure
 legacyValues.forEach((v, i) => { if (old.widgets[i]) old.widgets[i].value = v; });
 old.onConfigure({ widgets_values: legacyValues });
+old.onAfterGraphConfigured(); // after the whole graph: the migrated values go in again
 const migrated = Object.fromEntries(old.widgets.map((w) => [w.name, w.value]));
 const saved = JSON.parse(readFileSync("dynamic.json", "utf8"));
 const dyn = {};

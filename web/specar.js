@@ -304,13 +304,29 @@ app.registerExtension({
         const { values, control, notes } = migrateLegacyValues(saved, keys);
         // the frontend has already put the 17 saved values into the first widgets by position: every input
         // 0.1 did not have (e.g. preview) or left at its default gets its default back
-        applyValues(this, { ...defaults, ...values, control_after_generate: control }, keys);
+        const migrated = { ...defaults, ...values, control_after_generate: control };
+        applyValues(this, migrated, keys);
+        // ComfyUI's frontend (1.49.6) sets a DynamicCombo's value again after onConfigure, and its value
+        // setter rebuilds the option's inputs at their defaults: the values go in again once the whole
+        // graph is configured (onAfterGraphConfigured, called by loadGraphData and paste)
+        this.specarMigrated = migrated;
         this.properties = { ...(this.properties || {}), specar_migrated_from: "0.1" };
         for (const n of notes) console.warn(`SpecAR: migrated a SpecAR 0.1 sampler node: ${n}`);
       } else if (!this.widgets?.some((w) => w.name.includes(".")) && isDynamicValues(saved, names, keys)) {
         applyValues(this, readDynamicValues(saved, names, keys), keys); // saved with DynamicCombo, loaded flat
       }
       updateVisibility(this, keys);
+      return r;
+    };
+
+    const onAfterGraphConfigured = nodeType.prototype.onAfterGraphConfigured;
+    nodeType.prototype.onAfterGraphConfigured = function () {
+      const r = onAfterGraphConfigured?.apply(this, arguments);
+      if (this.specarMigrated) {
+        applyValues(this, this.specarMigrated, keys);
+        delete this.specarMigrated;
+        updateVisibility(this, keys);
+      }
       return r;
     };
 
