@@ -322,6 +322,10 @@ class Frontend:
                              "LiteGraph.registered_node_types['SpecARSampler'])", what="SpecAR's node definitions")
             time.sleep(1.0)
             self.dt.js("document.dispatchEvent(new KeyboardEvent('keydown', {key: 'Escape'})); true")
+            # the minimap lies over the bottom right of the canvas: hidden in this page only (no setting saved)
+            self.dt.js("(() => { const s = document.createElement('style'); "
+                       "s.textContent = '.minimap-main-container { display: none !important; }'; "
+                       "document.head.appendChild(s); return true; })()")
         except BaseException:
             self.close()
             raise
