@@ -181,8 +181,8 @@ def build_ui(desc: dict) -> dict:
             row = 0 if int(nid) < 30 else 1
             if n_samplers == 1:  # beside the sampler, which grows by its preview and statistics after a run
                 pos, size = [780, 40 + 390 * row], [340, 350]
-            else:  # below, leaving the samplers room to grow (about 1100 tall after a run in ComfyUI 0.33)
-                pos, size = [400 + 360 * i, 1240 + 390 * row], [340, 350]
+            else:  # below, leaving the samplers room to grow (850 to 1200 tall after a run in ComfyUI 0.33)
+                pos, size = [400 + 360 * i, 1320 + 390 * row], [340, 350]
             widgets = [node["inputs"]["filename_prefix"]] if ct == "SaveImage" else []
             link, kind = incoming[(nid, "images")]
             inputs = [{"name": "images", "type": kind, "link": link}]
