@@ -219,7 +219,7 @@ def test_node_schemas_are_valid(flavour, comfy):
         assert len(cls.RETURN_TYPES) == len(cls.RETURN_NAMES) == len(cls.OUTPUT_TOOLTIPS) >= 1
         assert all(t in socket_types for t in cls.RETURN_TYPES) and all(cls.OUTPUT_TOOLTIPS)
         inputs = cls.INPUT_TYPES()
-        assert set(inputs) <= {"required", "optional"}
+        assert set(inputs) <= {"required", "optional", "hidden"}  # hidden: an output node's prompt, extra_pnginfo
         # optional: only the loader's inputs added after 0.1 (API prompts saved before them stay valid)
         assert list(inputs.get("optional", {})) == (["resolution", "offload"] if name == "SpecARModelLoader" else [])
         for iname, (kind, opts) in {**inputs["required"], **inputs.get("optional", {})}.items():
@@ -278,6 +278,7 @@ def test_v1_and_v3_schemas_agree(comfy):
     a, b = node_classes("v1"), node_classes("v3-flat")
     for name in a:
         ta, tb = a[name].INPUT_TYPES(), b[name].INPUT_TYPES()
+        ta.pop("hidden", None), tb.pop("hidden", None)  # V3 adds an output node's hidden inputs itself
         assert {k: list(v) for k, v in ta.items()} == {k: list(v) for k, v in tb.items()}
         ia, ib = {**ta["required"], **ta.get("optional", {})}, {**tb["required"], **tb.get("optional", {})}
         assert list(ia) == list(ib)  # same widget order: UI-format workflows work with both
