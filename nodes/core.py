@@ -428,6 +428,10 @@ def run_sampler(model, values: dict, progress: Optional[Callable] = None, interr
     else:  # no decoder: show the codes as grey levels
         codes = grid.float() / max(geo.vocab_size - 1, 1)
         image = codes[..., None].expand(-1, -1, -1, 3).contiguous()
+    if preview is not None:  # the finished image, not the last partial one, stays on the node
+        from PIL import Image
+        progress.show([Image.fromarray((image[0].clamp(0, 1) * 255).round().to(torch.uint8).cpu().numpy())],
+                      progress.last[1], progress.last[1])
     size = tuple(image.shape[1:3])
     heat = torch.stack([heatmap(a, size=size) for a in res.stats.accepted_at_step])
     defaults = getattr(model, "default_sampling", {})

@@ -8,8 +8,8 @@ node with its own inputs and no change here. The backend and the guidance are `S
 V3 DynamicCombo where available (only the chosen option's inputs exist), else flattened.
 
 Validation: the widgets declare their ranges and choices, so ComfyUI files a bad value against the
-input that has it, once; the nodes declare no validate function (a validate function taking every
-input makes ComfyUI file its message once per input). `validate(inputs, values)` checks the same
+input that has it, once; no validate function takes every input (that makes ComfyUI file its message
+once per input): the V3 sampler's names only the switches (nodes/v3.py). `validate(inputs, values)` checks the same
 ranges again when a node runs (ComfyUI does not check V3 combo values everywhere), and cross-parameter
 and model-dependent limits are checked then, once, before generating.
 """

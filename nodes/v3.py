@@ -60,6 +60,19 @@ def schema(io, types: dict, node: spec.NodeSpec, dynamic: bool = False):
     )
 
 
+def _check_switches(backend, guidance):
+    """validate_inputs' verdict on the sampler's switches, flat values or DynamicCombo dicts."""
+    key = backend.get("backend") if isinstance(backend, dict) else backend
+    if key not in _backends.SCHEMAS:
+        got = "none (a value that is not an option)" if key is None else repr(key)
+        return f"backend must be one of {', '.join(_backends.SCHEMAS)}; got {got}"
+    key = guidance.get("guidance") if isinstance(guidance, dict) else guidance
+    if key not in (spec.MODEL_DEFAULT, "custom"):
+        got = "none (a value that is not an option)" if key is None else repr(key)
+        return f"guidance must be one of {spec.MODEL_DEFAULT}, custom; got {got}"
+    return True
+
+
 def build_nodes(io) -> list:
     """The V3 node classes, for the given `comfy_api.latest.io` module."""
     types = {
@@ -86,21 +99,29 @@ def build_nodes(io) -> list:
         def execute(cls, model, device="auto", dtype="auto", resolution="model default", offload="none"):
             return io.NodeOutput(core.load_handle(model, device, dtype, resolution, offload))
 
+    dynamic = dynamic_combo_available(io)
+
     class SpecARSampler(io.ComfyNode):
         @classmethod
         def define_schema(cls):
-            return schema(io, types, core.sampler_spec(), dynamic=dynamic_combo_available(io))
+            return schema(io, types, core.sampler_spec(), dynamic=dynamic)
 
-        @classmethod
-        def validate_inputs(cls, backend=None):
-            # Only `backend`: ComfyUI still checks every other input's range and choices itself (and
-            # files an error once, on that input). A DynamicCombo value that is none of its options
-            # reaches us as no value at all; the nested values arrive as None here (ComfyUI passes
-            # only the named inputs), so only the choice itself is checked.
-            key = backend.get("backend") if isinstance(backend, dict) else backend
-            if key not in _backends.SCHEMAS:
-                return f"backend must be one of {', '.join(_backends.SCHEMAS)}; got {key!r}"
-            return True
+        # ComfyUI (execution.validate_inputs) passes the inputs this function names, then nests them
+        # (build_nested_inputs), which adds a dict for EVERY DynamicCombo whose value is one of its
+        # options, named or not: with DynamicCombos the function takes both switches, backend and
+        # guidance. ComfyUI checks no DynamicCombo value itself, only its options' widgets (against
+        # their ranges, once each); the nested widget values arrive here as None, so only the choices
+        # are checked. A switch whose value is none of its options reaches us as no value at all, and
+        # ComfyUI files the verdict against the named inputs it still has (the other switch). In the
+        # flat layout guidance is a plain combo that ComfyUI checks itself, so only backend is named.
+        if dynamic:
+            @classmethod
+            def validate_inputs(cls, backend=None, guidance=None):
+                return _check_switches(backend, guidance)
+        else:
+            @classmethod
+            def validate_inputs(cls, backend=None):
+                return _check_switches(backend, spec.MODEL_DEFAULT)
 
         @classmethod
         def execute(cls, model, **values):

@@ -161,6 +161,7 @@ def build_ui(desc: dict) -> dict:
                 outgoing.setdefault((src, src_slot), []).append(link_id)
                 slot += 1
     order = 0
+    n_samplers = sum(node["class_type"] == "SpecARSampler" for node in api.values())
     for nid, node in api.items():
         ct, title = node["class_type"], node["_meta"]["title"]
         i = int(nid) % 10
@@ -178,7 +179,10 @@ def build_ui(desc: dict) -> dict:
                        for k, o in enumerate(sampler.outputs)]
         else:  # SaveImage (the image) or PreviewImage (the heatmap)
             row = 0 if int(nid) < 30 else 1
-            pos, size = [400 + 360 * i, 780 + 380 * row], [340, 350]
+            if n_samplers == 1:  # beside the sampler, which grows by its preview and statistics after a run
+                pos, size = [780, 40 + 390 * row], [340, 350]
+            else:  # below, leaving the samplers room to grow (850 to 1200 tall after a run in ComfyUI 0.33)
+                pos, size = [400 + 360 * i, 1320 + 390 * row], [340, 350]
             widgets = [node["inputs"]["filename_prefix"]] if ct == "SaveImage" else []
             link, kind = incoming[(nid, "images")]
             inputs = [{"name": "images", "type": kind, "link": link}]

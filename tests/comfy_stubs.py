@@ -142,8 +142,8 @@ def make_io(with_dynamic_combo: bool = True):
     io.Image = comfytype("IMAGE")
     io.Custom = lambda io_type: comfytype(io_type)
 
-    def input_dict_v1(inputs) -> dict:
-        out = {}
+    def input_dict_v1(inputs) -> dict:  # _io.create_input_dict_v1: "required" always there, maybe empty
+        out = {"required": {}}
         for i in inputs:
             d = i.as_dict()
             d.pop("optional", None)
@@ -228,12 +228,11 @@ def make_io(with_dynamic_combo: bool = True):
             return schema
 
         @classmethod
-        def INPUT_TYPES(cls):
-            out = {"required": {}}
-            for i in cls.GET_SCHEMA().inputs:
-                d = i.as_dict()
-                d.pop("optional", None)
-                out.setdefault("optional" if i.optional else "required", {})[i.id] = (i.get_io_type(), d)
+        def INPUT_TYPES(cls):  # Schema.get_v1_info: the inputs, then the hidden ones (an output node's)
+            schema = cls.GET_SCHEMA()
+            out = input_dict_v1(schema.inputs)
+            for h in schema.hidden:  # the real Hidden is an enum: name "prompt", value "PROMPT"
+                out.setdefault("hidden", {})[h.lower()] = (h,)
             return out
 
         RETURN_TYPES = _classproperty(lambda cls: tuple(o.io_type for o in cls.GET_SCHEMA().outputs))

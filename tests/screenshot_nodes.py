@@ -255,63 +255,181 @@ FIT_AND_CLIP = r"""
   await new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)));
   await new Promise(r => setTimeout(r, 500));
   const p0 = ds.convertOffsetToCanvas([x0, y0]), p1 = ds.convertOffsetToCanvas([x1, y1]);
-  return {x: cr.left + p0[0] - pad / 2, y: cr.top + p0[1] - pad / 2,
-          width: p1[0] - p0[0] + pad, height: p1[1] - p0[1] + pad, scale};
+  const badge = 16;  // the node source badge ("specar") sits above the title bar
+  return {x: cr.left + p0[0] - pad / 2, y: cr.top + p0[1] - pad / 2 - badge,
+          width: p1[0] - p0[0] + pad, height: p1[1] - p0[1] + pad + badge, scale};
 })()
 """
 
 
+SET_WIDGETS = r"""
+(async () => {
+  // set widgets by name on the nodes of one type, as a user would: the value, then the widget's callback
+  // (a DynamicCombo's callback swaps in the chosen option's inputs; set those after their switch)
+  const nodes = (app.graph._nodes || app.graph.nodes).filter(n => n.type === %(node)s || n.comfyClass === %(node)s);
+  if (!nodes.length) throw new Error("no node of type " + %(node)s);
+  for (const [name, raw] of %(sets)s) {
+    for (const n of nodes) {
+      const w = (n.widgets || []).find(w => w.name === name);
+      if (!w) throw new Error("no widget " + name + " on " + n.type + "; it has " + n.widgets.map(w => w.name));
+      const value = typeof w.value === "number" ? Number(raw) : typeof w.value === "boolean" ? raw === "true" : raw;
+      w.value = value;
+      w.callback?.(value, app.canvas, n);
+      await new Promise(r => setTimeout(r, 100));
+    }
+  }
+  app.canvas.setDirty(true, true);
+  return true;
+})()
+"""
+
+READ_GRAPH = r"""
+(async () => {
+  // what the frontend shows (widget values by name, node properties) and the API prompt it would queue
+  const nodes = {};
+  for (const n of app.graph._nodes || app.graph.nodes) {
+    nodes[n.id] = {type: n.type, title: n.title, properties: n.properties, pos: [...n.pos], size: [...n.size],
+                   widgets: Object.fromEntries((n.widgets || []).filter(w => w.serialize !== false)
+                                               .map(w => [w.name, w.value]))};
+  }
+  const p = await app.graphToPrompt();
+  return {nodes, prompt: p.output, frontend_version: window.__COMFYUI_FRONTEND_VERSION__ || null};
+})()
+"""
+
+
+class Frontend:
+    """The ComfyUI frontend of a running server in headless Chromium, driven over DevTools."""
+
+    def __init__(self, url, chromium=None, width=1600, height=1200):
+        self.url = url.rstrip("/")
+        # keep first-run dialogs (template browser, tutorial) out of the picture
+        for key, value in (("Comfy.TutorialCompleted", True), ("Comfy.Workflow.ShowMissingNodesWarning", False),
+                           ("Comfy.Workflow.ShowMissingModelsWarning", False)):
+            post_setting(self.url, key, value)
+        self.proc, self.profile, port = start_chromium(find_chromium(chromium), width, height)
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=10) as r:
+                page = next(t for t in json.loads(r.read()) if t["type"] == "page")
+            self.dt = DevTools(page["webSocketDebuggerUrl"])
+            self.dt.call("Emulation.setDeviceMetricsOverride", width=width, height=height, deviceScaleFactor=1,
+                         mobile=False)
+            self.dt.call("Page.enable")
+            self.dt.call("Page.navigate", url=self.url)
+            self.dt.wait_for("!!(window.app && window.app.graph && window.app.canvas && window.app.canvas.canvas)",
+                             what="the ComfyUI frontend (window.app)")
+            self.dt.wait_for("!!(window.LiteGraph && LiteGraph.registered_node_types && "
+                             "LiteGraph.registered_node_types['SpecARSampler'])", what="SpecAR's node definitions")
+            time.sleep(1.0)
+            self.dt.js("document.dispatchEvent(new KeyboardEvent('keydown', {key: 'Escape'})); true")
+            # the minimap lies over the bottom right of the canvas: hidden in this page only (no setting saved)
+            self.dt.js("(() => { const s = document.createElement('style'); "
+                       "s.textContent = '.minimap-main-container { display: none !important; }'; "
+                       "document.head.appendChild(s); return true; })()")
+        except BaseException:
+            self.close()
+            raise
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def close(self):
+        if getattr(self, "dt", None) is not None:
+            self.dt.ws.close()
+            self.dt = None
+        stop_group(self.proc)
+        for _ in range(20):  # Chromium's helper processes may still be writing to the profile for a moment
+            shutil.rmtree(self.profile, ignore_errors=True)
+            if not os.path.exists(self.profile):
+                break
+            time.sleep(0.25)
+
+    def load(self, graph):
+        """Load a UI-format workflow (dict) through the frontend's own app.loadGraphData."""
+        self.dt.js(f"window.app.loadGraphData({json.dumps(graph)}).then(() => true)")
+        time.sleep(1.5)
+        self.close_popups()
+
+    def create(self, node_type):
+        """An empty graph with one new node at its defaults."""
+        self.dt.js("(async () => { app.graph.clear(); const n = LiteGraph.createNode(%s); n.pos = [100, 100]; "
+                   "app.graph.add(n); return true; })()" % json.dumps(node_type))
+        time.sleep(1.5)
+
+    def close_popups(self):
+        # close anything the frontend popped up over the canvas (dialogs, toasts)
+        self.dt.js("document.querySelectorAll('.p-dialog-close-button, .p-toast-close-button')"
+                   ".forEach(b => b.click()); true")
+        time.sleep(0.5)
+
+    def set_widgets(self, node_type, sets):
+        """sets: [(widget name, value as text)], applied in order to every node of node_type."""
+        self.dt.js(SET_WIDGETS % {"node": json.dumps(node_type), "sets": json.dumps(list(sets))})
+        time.sleep(0.5)
+
+    def read(self):
+        """{"nodes": {id: {type, title, properties, widgets}}, "prompt": the API prompt, "frontend_version"}."""
+        return self.dt.js(READ_GRAPH)
+
+    def run(self, timeout=600):
+        """Queue the graph as the Run button does and wait until the server's queue is empty again."""
+        before = json.loads(urllib.request.urlopen(self.url + "/history", timeout=10).read())
+        self.dt.js("window.app.queuePrompt(0, 1).then(() => true)")
+        deadline = time.time() + timeout
+        while True:
+            time.sleep(1)
+            q = json.loads(urllib.request.urlopen(self.url + "/queue", timeout=10).read())
+            if not q["queue_running"] and not q["queue_pending"]:
+                break
+            if time.time() > deadline:
+                raise TimeoutError("the queued workflow did not finish")
+        time.sleep(1.5)  # the executed messages reach the nodes over the websocket
+        hist = json.loads(urllib.request.urlopen(self.url + "/history", timeout=10).read())
+        new = [v for k, v in hist.items() if k not in before]
+        return new[-1] if new else None
+
+    def shoot(self, out, node=None, max_scale=1.0, pad=24):
+        clip = self.dt.js(FIT_AND_CLIP % {"node": json.dumps(node), "pad": pad, "maxscale": max_scale})
+        shot = self.dt.call("Page.captureScreenshot", format="png",
+                            clip={**{k: clip[k] for k in ("x", "y", "width", "height")}, "scale": 1})
+        os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+        with open(out, "wb") as f:
+            f.write(base64.b64decode(shot["data"]))
+        return clip
+
+
 def screenshot(url, workflow, out, node=None, chromium=None, width=1600, height=1200, max_scale=1.0, pad=24,
-               create=False):
+               create=False, sets=(), run=False, read_out=None):
     if create and not node:
         raise SystemExit("--create needs --node")
+    if sets and not node:
+        raise SystemExit("--set needs --node")
     graph = None
     if not create:
         with open(workflow) as f:
             graph = json.load(f)
-    # keep first-run dialogs (template browser, tutorial) out of the picture
-    for key, value in (("Comfy.TutorialCompleted", True), ("Comfy.Workflow.ShowMissingNodesWarning", False),
-                       ("Comfy.Workflow.ShowMissingModelsWarning", False)):
-        post_setting(url, key, value)
-    proc, profile, port = start_chromium(find_chromium(chromium), width, height)
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=10) as r:
-            page = next(t for t in json.loads(r.read()) if t["type"] == "page")
-        dt = DevTools(page["webSocketDebuggerUrl"])
-        dt.call("Emulation.setDeviceMetricsOverride", width=width, height=height, deviceScaleFactor=1, mobile=False)
-        dt.call("Page.enable")
-        dt.call("Page.navigate", url=url)
-        dt.wait_for("!!(window.app && window.app.graph && window.app.canvas && window.app.canvas.canvas)",
-                    what="the ComfyUI frontend (window.app)")
-        dt.wait_for("!!(window.LiteGraph && LiteGraph.registered_node_types && "
-                    "LiteGraph.registered_node_types['SpecARSampler'])", what="SpecAR's node definitions")
-        time.sleep(1.0)
-        dt.js("document.dispatchEvent(new KeyboardEvent('keydown', {key: 'Escape'})); true")
+    with Frontend(url, chromium, width, height) as fe:
         if create:  # a fresh node at its defaults, on an empty graph
-            dt.js("(async () => { app.graph.clear(); const n = LiteGraph.createNode(%s); n.pos = [100, 100]; "
-                  "app.graph.add(n); return true; })()" % json.dumps(node))
+            fe.create(node)
         else:
-            dt.js(f"window.app.loadGraphData({json.dumps(graph)}).then(() => true)")
-        time.sleep(1.5)
-        # close anything the frontend popped up over the canvas (dialogs, toasts)
-        dt.js("document.querySelectorAll('.p-dialog-close-button, .p-toast-close-button')"
-              ".forEach(b => b.click()); true")
-        time.sleep(0.5)
-        clip = dt.js(FIT_AND_CLIP % {"node": json.dumps(node), "pad": pad, "maxscale": max_scale})
-        shot = dt.call("Page.captureScreenshot", format="png",
-                       clip={**{k: clip[k] for k in ("x", "y", "width", "height")}, "scale": 1})
-        os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-        with open(out, "wb") as f:
-            f.write(base64.b64decode(shot["data"]))
-        dt.ws.close()
-        return clip
-    finally:
-        stop_group(proc)
-        for _ in range(20):  # Chromium's helper processes may still be writing to the profile for a moment
-            shutil.rmtree(profile, ignore_errors=True)
-            if not os.path.exists(profile):
-                break
-            time.sleep(0.25)
+            fe.load(graph)
+        if sets:
+            fe.set_widgets(node, sets)
+        result = None
+        if run:
+            result = fe.run()
+            if result is None or result["status"]["status_str"] != "success":
+                raise SystemExit(f"the run failed: {json.dumps(result and result['status'])[:2000]}")
+        if read_out:
+            state = fe.read()
+            if result is not None:
+                state["run"] = {"status": result["status"]["status_str"], "outputs": result["outputs"]}
+            with open(read_out, "w") as f:
+                json.dump(state, f, indent=1)
+        return fe.shoot(out, node=node, max_scale=max_scale, pad=pad)
 
 
 def default_workflow():
@@ -334,7 +452,20 @@ def main(argv=None):
     ap.add_argument("--width", type=int, default=1600)
     ap.add_argument("--height", type=int, default=1200)
     ap.add_argument("--max-scale", type=float, default=1.0, help="largest canvas zoom used to fit the nodes")
+    ap.add_argument("--set", action="append", default=[], metavar="WIDGET=VALUE",
+                    help="set a widget of the --node nodes as a user would (value, then its callback: a "
+                         "DynamicCombo swaps in the option's inputs), e.g. --set backend=hawk; repeatable, in order")
+    ap.add_argument("--run", action="store_true",
+                    help="queue the workflow (as the Run button does), wait for it, then shoot (stats on the node)")
+    ap.add_argument("--read", default=None, metavar="FILE",
+                    help="write what the frontend shows (widget values by name) and the API prompt it would "
+                         "queue (app.graphToPrompt) to FILE as JSON")
     args = ap.parse_args(argv)
+    sets = []
+    for item in args.set:
+        if "=" not in item:
+            raise SystemExit(f"--set wants WIDGET=VALUE, got {item!r}")
+        sets.append(tuple(item.split("=", 1)))
     server, workdir = None, None
     url = args.url
     if not url:
@@ -345,7 +476,8 @@ def main(argv=None):
         server, url = start_comfyui(comfy, os.environ.get("SPECAR_COMFYUI_PYTHON", sys.executable), workdir)
     try:
         clip = screenshot(url.rstrip("/"), args.workflow, args.out, node=args.node, chromium=args.chromium,
-                          width=args.width, height=args.height, max_scale=args.max_scale, create=args.create)
+                          width=args.width, height=args.height, max_scale=args.max_scale, create=args.create,
+                          sets=sets, run=args.run, read_out=args.read)
         print(f"wrote {args.out} ({os.path.getsize(args.out)} bytes, {clip['width']:.0f}x{clip['height']:.0f} px, "
               f"zoom {clip['scale']:.2f})")
     finally:

@@ -139,10 +139,21 @@ def comfy_validation_errors(cls, values: dict) -> list:
         elif not widget_values_ok(kind, opts, values[name]):
             bad.append(name)
     if fn is not None:
-        passed = as_comfy_passes(cls, {k: v for k, v in values.items() if k in expanded})
-        verdict = fn(**{k: passed[k] for k in named if k in passed})
+        # execution.validate_inputs: the named inputs ComfyUI has (valid_inputs: a DynamicCombo whose value
+        # is none of its options is gone), then build_nested_inputs, which adds a dict for every DynamicCombo
+        # left, named or not, holding only the named values (None for the rest); the verdict is filed
+        # against each named input ComfyUI had
+        filtered = {k: v for k, v in values.items() if k in named and k in expanded}
+        passed = {k: v for k, v in filtered.items() if "." not in k}
+        for name, (kind, opts) in {**types["required"], **types.get("optional", {})}.items():
+            option = kind == "COMFY_DYNAMICCOMBO_V3" and next(
+                (o for o in opts["options"] if o["key"] == values.get(name)), None)
+            if option:
+                passed[name] = {name: filtered.get(name), **{sub: filtered.get(f"{name}.{sub}")
+                                                             for sub in option["inputs"].get("required", {})}}
+        verdict = fn(**passed)  # a DynamicCombo the function does not name: TypeError, as in ComfyUI
         if verdict is not True:
-            bad += named
+            bad += list(filtered)
     return bad
 
 
@@ -208,7 +219,7 @@ def test_node_schemas_are_valid(flavour, comfy):
         assert len(cls.RETURN_TYPES) == len(cls.RETURN_NAMES) == len(cls.OUTPUT_TOOLTIPS) >= 1
         assert all(t in socket_types for t in cls.RETURN_TYPES) and all(cls.OUTPUT_TOOLTIPS)
         inputs = cls.INPUT_TYPES()
-        assert set(inputs) <= {"required", "optional"}
+        assert set(inputs) <= {"required", "optional", "hidden"}  # hidden: an output node's prompt, extra_pnginfo
         # optional: only the loader's inputs added after 0.1 (API prompts saved before them stay valid)
         assert list(inputs.get("optional", {})) == (["resolution", "offload"] if name == "SpecARModelLoader" else [])
         for iname, (kind, opts) in {**inputs["required"], **inputs.get("optional", {})}.items():
@@ -240,8 +251,9 @@ def test_node_schemas_are_valid(flavour, comfy):
             assert opts["default"] == default or (default == "" and opts["default"] == spec.BESIDE_MODEL), (b, p)
     assert req["guidance"][1]["default"] == "model default" and req["cfg_scale"][1]["min"] == 0.0
     for cls in classes.values():  # ComfyUI checks the inputs itself: files each bad value once, on its input
-        fn = validate_fn(cls)
-        assert fn is None or [p for p in inspect.signature(fn).parameters if p != "cls"] == ["backend"]
+        fn = validate_fn(cls)  # only the switches: ComfyUI passes every DynamicCombo to the function
+        switches = ["backend", "guidance"] if flavour == "v3" else ["backend"]
+        assert fn is None or [p for p in inspect.signature(fn).parameters if p != "cls"] == switches
     assert sampler.OUTPUT_NODE and sampler.RETURN_NAMES == ("image", "tokens", "stats", "acceptance_heatmap")
     assert sampler.RETURN_TYPES == ("IMAGE", "SPECAR_TOKENS", "STRING", "IMAGE")
     assert classes["SpecARModelLoader"].RETURN_TYPES == ("SPECAR_MODEL",)
@@ -266,6 +278,7 @@ def test_v1_and_v3_schemas_agree(comfy):
     a, b = node_classes("v1"), node_classes("v3-flat")
     for name in a:
         ta, tb = a[name].INPUT_TYPES(), b[name].INPUT_TYPES()
+        ta.pop("hidden", None), tb.pop("hidden", None)  # V3 adds an output node's hidden inputs itself
         assert {k: list(v) for k, v in ta.items()} == {k: list(v) for k, v in tb.items()}
         ia, ib = {**ta["required"], **ta.get("optional", {})}, {**tb["required"], **tb.get("optional", {})}
         assert list(ia) == list(ib)  # same widget order: UI-format workflows work with both
@@ -563,6 +576,7 @@ BACKEND_CHOICES = ", ".join(SCHEMAS)
     ({"backend": "sjd_pac", "sjd_pac_continuation": "yes"}, "sjd_pac_continuation",
      "sjd_pac_continuation must be true or false"),
     ({"guidance": "custom", "cfg_scale": -1.0}, "cfg_scale", "cfg_scale must be in [0.0, 100.0], got -1.0"),
+    ({"guidance": "always"}, "guidance", "guidance must be one of model default, custom"),
     ({"backend": "hawk", "hawk_heads": "elsewhere"}, "hawk_heads", "hawk_heads must be one of (beside the model)"),
     # limits between inputs: not a widget range, so ComfyUI files nothing; the node says it once, when it runs
     ({"backend": "sjd_pac", "sjd_pac_window": 4, "sjd_pac_tree_depth": 5}, None,
@@ -574,8 +588,11 @@ def test_bad_values_give_one_error_on_the_right_input(flavour, change, bad_input
     values = {**BASE, **change}
     if is_dynamic(sampler) and bad_input:
         bad_input = dynamic_name(bad_input, values["backend"])
-        message = message.split("; got")[0] if bad_input == "backend" else message  # ComfyUI drops the value
+        message = message.split("; got")[0] if bad_input in ("backend", "guidance") else message  # value dropped
         message = message.replace(f"{values['backend']}_", "", 1)  # nested inputs keep their own names
+        # ComfyUI drops a switch whose value is none of its options, so the verdict is filed against the
+        # other switch
+        bad_input = {"backend": "guidance", "guidance": "backend"}.get(bad_input, bad_input)
     assert comfy_validation_errors(sampler, api_inputs(sampler, values)) == ([bad_input] if bad_input else [])
     model, = execute(loader, model="demo", device="auto", dtype="auto")[0]
     with pytest.raises(ValueError) as e:
@@ -862,7 +879,9 @@ def test_real_comfyui_server(tmp_path):
         entry = hist[prompt_id]
         assert entry["status"]["status_str"] == "success", entry["status"]
         out = entry["outputs"]
-        assert out["10"]["text"][0].startswith("AR ") and json.loads(out["10"]["specar_stats"][0])["nfe"] >= 1
+        stats = json.loads(out["10"]["specar_stats"][0])
+        label = SCHEMAS[prompt["10"]["inputs"]["backend"]].label  # the demo's backend, e.g. "SJD-PAC"
+        assert stats["backend_label"] == label and out["10"]["text"][0].startswith(label) and stats["nfe"] >= 1
         assert out["20"]["images"] and out["30"]["images"]  # the image and the heatmap previews
     finally:
         proc.terminate()
@@ -871,6 +890,77 @@ def test_real_comfyui_server(tmp_path):
         except subprocess.TimeoutExpired:
             proc.kill()
         log.close()
+
+
+LEGACY_LAYOUT = ["prompt", "negative_prompt", "seed", "control_after_generate", "backend", "cfg_scale", "temperature",
+                 "top_k", "top_p", "window", "init", "coupling", "coupling_strength", "tree_depth", "tree_width",
+                 "continuation", "batch_size"]  # a SpecAR 0.1 sampler's widgets_values, in order
+
+
+def _effective(settings):
+    """SamplerSettings with every parameter of its backend (the default where none was given)."""
+    params = {p.name: settings.params.get(p.name, p.default) for p in SCHEMAS[settings.backend].params}
+    return settings.backend, params, settings.cfg_scale, settings.top_k
+
+
+@pytest.mark.skipif(not os.environ.get("SPECAR_COMFYUI"), reason="set SPECAR_COMFYUI to a ComfyUI checkout")
+def test_real_frontend_loads_example_and_0_1_workflows(tmp_path):
+    """In ComfyUI's own frontend (headless Chromium): the example workflows load with the values of their
+    API twins (what app.graphToPrompt would queue), and SpecAR 0.1 workflows are migrated by web/specar.js
+    to the values the server reads from the 0.1 layout, which the server accepts."""
+    import urllib.request
+    mspec = importlib.util.spec_from_file_location("specar_screenshot_nodes",
+                                                   os.path.join(ROOT, "tests", "screenshot_nodes.py"))
+    shots = importlib.util.module_from_spec(mspec)
+    mspec.loader.exec_module(shots)
+    chromium = os.environ.get("SPECAR_CHROMIUM")
+    try:
+        shots.find_chromium(chromium)
+    except SystemExit:
+        pytest.skip("needs Chromium (apt-get install chromium-headless-shell)")
+    python = os.environ.get("SPECAR_COMFYUI_PYTHON", sys.executable)
+    proc, url = shots.start_comfyui(os.environ["SPECAR_COMFYUI"], python, str(tmp_path))
+    defaults = {n: opts.get("default") for n, (kind, opts) in v1.SpecARSampler.INPUT_TYPES()["required"].items()}
+    try:
+        with shots.Frontend(url, chromium) as fe:
+            for path in sorted(glob.glob(os.path.join(EXAMPLES, "*.json"))):
+                fe.load(_load(path))
+                got = fe.read()["prompt"]
+                want = _load(os.path.join(EXAMPLES, "api", os.path.basename(path)))
+                assert {k: (n["class_type"], n["inputs"]) for k, n in got.items()} == \
+                    {k: (n["class_type"], n["inputs"]) for k, n in want.items()}, os.path.basename(path)
+            for name in ("specar_0.1_side_by_side.json", "specar_0.1_custom_values.json"):
+                ui = _load(os.path.join(ROOT, "tests", "data", name))
+                fe.load(ui)
+                state = fe.read()
+                samplers = [n for n in ui["nodes"] if n["type"] == "SpecARSampler"]
+                assert samplers
+                for n in samplers:
+                    old = dict(zip(LEGACY_LAYOUT, n["widgets_values"]))
+                    shown = state["nodes"][str(n["id"])]
+                    new = {k: v for k, v in state["prompt"][str(n["id"])]["inputs"].items() if k != "model"}
+                    assert shown["properties"].get("specar_migrated_from") == "0.1", (name, n["id"])
+                    assert _effective(spec.sampler_settings(new)) == _effective(spec.sampler_settings(old)), \
+                        (name, n["id"], new)
+                    for k in ("prompt", "negative_prompt", "seed", "temperature", "top_p", "batch_size"):
+                        assert new[k] == old[k], (name, n["id"], k)
+                    assert shown["widgets"]["control_after_generate"] == old["control_after_generate"]
+                    assert new["preview"] == defaults["preview"]  # an input 0.1 did not have: its default
+                # the server accepts what the frontend would queue (then the queue is dropped)
+                req = urllib.request.Request(url + "/prompt", data=json.dumps({"prompt": state["prompt"]}).encode(),
+                                             headers={"Content-Type": "application/json"})
+                with urllib.request.urlopen(req, timeout=30) as r:
+                    assert json.loads(r.read())["node_errors"] == {}, name
+                for path, body in (("/queue", {"clear": True}), ("/interrupt", {})):
+                    urllib.request.urlopen(urllib.request.Request(url + path, data=json.dumps(body).encode(),
+                                                                  headers={"Content-Type": "application/json"}),
+                                           timeout=30).read()
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
 
 
 @pytest.mark.skipif(not shutil.which("node"), reason="needs node to run the web extension")
@@ -966,7 +1056,11 @@ const guidance = fresh.widgets.find((w) => w.name === "guidance");
 guidance.value = "custom"; guidance.callback("custom");
 const afterCustom = shown(fresh);
 const old = makeNode();
-old.onConfigure({ widgets_values: JSON.parse(readFileSync("legacy.json", "utf8")) });
+const legacyValues = JSON.parse(readFileSync("legacy.json", "utf8"));
+// the frontend first puts the saved values into the widgets by position, then calls onConfigure
+legacyValues.forEach((v, i) => { if (old.widgets[i]) old.widgets[i].value = v; });
+old.onConfigure({ widgets_values: legacyValues });
+old.onAfterGraphConfigured(); // after the whole graph: the migrated values go in again
 const migrated = Object.fromEntries(old.widgets.map((w) => [w.name, w.value]));
 const saved = JSON.parse(readFileSync("dynamic.json", "utf8"));
 const dyn = {};
@@ -992,6 +1086,11 @@ console.log(JSON.stringify({ first, afterHawk, afterCustom, migrated, shownOld: 
     assert m["guidance"] == "model default"  # cfg -1 and top_k 0 were the model's values
     assert (m["sjd_pac_tree_depth"], m["sjd_pac_tree_width"], m["sjd_pac_continuation"]) == (2, 3, False)
     assert m["sjd_pac_window"] == SCHEMAS["sjd_pac"].param("window").default  # window 0 = the backend's default
+    # the inputs 0.1 did not have get their defaults back, not the values the frontend put there by position
+    defaults = {name: opts.get("default") for name, (kind, opts) in required.items() if name != "model"}
+    assert m["preview"] == defaults["preview"] and m["cfg_scale"] == defaults["cfg_scale"]
+    others = [f"{b}_{p}" for b in SCHEMAS if b != "sjd_pac" for p in BACKEND_PARAMS[b]]  # not the chosen backend's
+    assert others and {k: m[k] for k in others} == {k: defaults[k] for k in others}
     assert own("sjd_pac")[0] in res["shownOld"] and own("sjd")[0] not in res["shownOld"]
     assert res["notes"] and "top_k" in res["notes"][0]  # an explicit cfg with the model's top-k: said, not hidden
     assert set(res["dyn"]) == {k for k, n in flat_api.items() if n["class_type"] == "SpecARSampler"}

@@ -2,6 +2,7 @@
 image with the rest grey, throttles itself, and reaches ComfyUI's progress bar from the node."""
 import time
 
+import numpy as np
 import pytest
 import torch
 
@@ -90,7 +91,11 @@ def test_the_sampler_node_sends_previews_through_comfyuis_progress_bar(monkeypat
     for mode, want in (("image", True), ("image + acceptance", True), ("off", False)):
         state["previews"] = []
         values = {**workflows.sampler_values("x", 0, backend="sjd_pac", preview=mode), "sjd_pac_window": 4}
-        v1.SpecARSampler().sample(model=model, **values)
+        out = v1.SpecARSampler().sample(model=model, **values)
         assert bool(state["previews"]) == want, mode
+        if want:  # the last preview is the finished image (what stays on the node), not a partial one
+            image = out["result"][0] if isinstance(out, dict) else out[0]
+            last = torch.tensor(np.array(state["previews"][-1][1].convert("RGB")), dtype=torch.float32) / 255
+            assert torch.allclose(last, image[0], atol=1 / 255), mode
         for kind, image, size in state["previews"]:
             assert kind == "JPEG" and size == core.ComfyProgress.PREVIEW_SIZE and image.size == (6, 4)

@@ -129,8 +129,32 @@ export function isDynamicValues(values, widgetNames, backends) {
     !isLegacyValues(values, backends);
 }
 
+// The default of every input of the node definition, by flat name: "<backend>_<param>" for a backend's
+// own inputs, "cfg_scale" / "top_k" for the custom guidance's, whether the definition has them flat or
+// as DynamicCombo options (`nodeData` as the frontend hands it to beforeRegisterNodeDef).
+export function inputDefaults(nodeData) {
+  const out = {};
+  const all = { ...(nodeData?.input?.required || {}), ...(nodeData?.input?.optional || {}) };
+  for (const [name, [kind, opts]] of Object.entries(all)) {
+    if (kind === "COMFY_DYNAMICCOMBO_V3") {
+      for (const o of opts?.options || []) {
+        const inputs = { ...(o.inputs?.required || {}), ...(o.inputs?.optional || {}) };
+        for (const [sub, [, so]] of Object.entries(inputs)) {
+          if (so && "default" in so) out[name === "backend" ? `${o.key}_${sub}` : sub] = so.default;
+        }
+      }
+    } else if (opts && "default" in opts) {
+      out[name] = opts.default;
+    } else if (Array.isArray(kind) && kind.length) {
+      out[name] = kind[0];
+    }
+  }
+  return out;
+}
+
 // Set values by name on a node of either layout: flat names ("sjd_pac_window") or, where the node has
-// DynamicCombos, "backend.window" after choosing the option (its callback swaps the option's inputs in).
+// DynamicCombos, "backend.window" after choosing the option (its callback swaps the option's inputs in);
+// there a value of an option not chosen is skipped (another backend's "window" is not this one's).
 export function applyValues(node, values, backends) {
   const find = (n) => node.widgets?.find((w) => w.name === n);
   const dynamic = !!node.widgets?.some((w) => w.name.includes("."));
@@ -146,6 +170,7 @@ export function applyValues(node, values, backends) {
     let w = find(name);
     if (!w && dynamic) {
       const owner = switchOf(name, backends);
+      if (owner && find(owner[0])?.value !== owner[1]) continue;
       if (owner?.[0] === "backend") w = find("backend." + name.slice(owner[1].length + 1));
       if (owner?.[0] === "guidance") w = find("guidance." + name);
     }
@@ -186,32 +211,60 @@ export function updateVisibility(node, backends) {
   return changed;
 }
 
+// Rows a text takes in a box `width` px wide at a monospace font whose characters are `charWidth` px
+// wide: the lines, each wrapped (the stats' first line is longer than a node is wide).
+export function wrappedRows(text, width, charWidth = 6.7) {
+  const perLine = Math.max(20, Math.floor(width / charWidth));
+  let rows = 0;
+  for (const line of String(text ?? "").split("\n")) {
+    let col = 0;
+    rows += 1;
+    for (const word of line.split(" ")) { // wrapped at spaces, as the textarea does; long words broken
+      if (col > 0 && col + 1 + word.length <= perLine) {
+        col += 1 + word.length;
+        continue;
+      }
+      if (col > 0) rows += 1;
+      col = word.length;
+      while (col > perLine) {
+        rows += 1;
+        col -= perLine;
+      }
+    }
+  }
+  return rows;
+}
+
+const STATS_LINE_PX = 15;
+
 function statsWidget(node) {
   let widget = node.widgets?.find((w) => w.name === WIDGET);
   if (widget) return widget;
+  // the box is as tall as its text (wrapped at the node's width), so it never squeezes the prompt box
+  // and never hides a line: ComfyUI's frontend lays DOM widgets out by getMinHeight / getMaxHeight
+  // (+ 30: the textarea sits 20 px inside its widget, plus its own padding and border)
+  const height = () => STATS_LINE_PX * wrappedRows(widget?.value ?? "", (node.size?.[0] ?? 340) - 40) + 30;
   if (typeof node.addDOMWidget === "function") {
     const el = document.createElement("textarea");
     el.readOnly = true;
     el.className = "comfy-multiline-input";
     el.style.fontFamily = "monospace";
     el.style.fontSize = "11px";
-    el.rows = 8;
+    el.style.lineHeight = `${STATS_LINE_PX}px`;
     widget = node.addDOMWidget(WIDGET, "specar_stats", el, {
       serialize: false,
       getValue: () => el.value,
       setValue: (v) => {
         el.value = v;
-        el.rows = String(v).split("\n").length;
       },
-      // the box is as tall as its text, so it never squeezes the prompt box
-      getMinHeight: () => 16 * el.rows + 12,
-      getHeight: () => 16 * el.rows + 12,
+      getMinHeight: height,
+      getMaxHeight: height,
     });
   } else {
     widget = node.addWidget("text", WIDGET, "", () => {}, { serialize: false });
+    widget.computeSize = (width) => [width ?? node.size[0], height()];
   }
   widget.serialize = false; // display only: never saved into the workflow's widget values
-  widget.computeSize = (width) => [width ?? node.size[0], 16 * String(widget.value ?? "").split("\n").length + 12];
   return widget;
 }
 
@@ -222,6 +275,7 @@ app.registerExtension({
     const backendSpec = nodeData.input?.required?.backend;
     const backends = Array.isArray(backendSpec?.[0]) ? backendSpec[0] : backendSpec?.[1]?.options || [];
     const keys = backends.map((b) => (typeof b === "string" ? b : b.key));
+    const defaults = inputDefaults(nodeData);
 
     const onNodeCreated = nodeType.prototype.onNodeCreated;
     nodeType.prototype.onNodeCreated = function () {
@@ -248,13 +302,31 @@ app.registerExtension({
       const names = (this.widgets || []).filter((w) => w.serialize !== false).map((w) => w.name);
       if (isLegacyValues(saved, keys)) {
         const { values, control, notes } = migrateLegacyValues(saved, keys);
-        applyValues(this, { ...values, control_after_generate: control }, keys);
+        // the frontend has already put the 17 saved values into the first widgets by position: every input
+        // 0.1 did not have (e.g. preview) or left at its default gets its default back
+        const migrated = { ...defaults, ...values, control_after_generate: control };
+        applyValues(this, migrated, keys);
+        // ComfyUI's frontend (1.49.6) sets a DynamicCombo's value again after onConfigure, and its value
+        // setter rebuilds the option's inputs at their defaults: the values go in again once the whole
+        // graph is configured (onAfterGraphConfigured, called by loadGraphData and paste)
+        this.specarMigrated = migrated;
         this.properties = { ...(this.properties || {}), specar_migrated_from: "0.1" };
         for (const n of notes) console.warn(`SpecAR: migrated a SpecAR 0.1 sampler node: ${n}`);
       } else if (!this.widgets?.some((w) => w.name.includes(".")) && isDynamicValues(saved, names, keys)) {
         applyValues(this, readDynamicValues(saved, names, keys), keys); // saved with DynamicCombo, loaded flat
       }
       updateVisibility(this, keys);
+      return r;
+    };
+
+    const onAfterGraphConfigured = nodeType.prototype.onAfterGraphConfigured;
+    nodeType.prototype.onAfterGraphConfigured = function () {
+      const r = onAfterGraphConfigured?.apply(this, arguments);
+      if (this.specarMigrated) {
+        applyValues(this, this.specarMigrated, keys);
+        delete this.specarMigrated;
+        updateVisibility(this, keys);
+      }
       return r;
     };
 
