@@ -198,3 +198,14 @@ def test_saved_drafter_loads_and_mismatched_target_is_refused(tmp_path):
     json.dump(meta, open(os.path.join(out, "drafter.json"), "w"))
     with pytest.raises(ValueError, match="does not match"):
         load_eagle(mdl, out)
+
+
+def test_shipped_demo_drafter_loads_and_runs():
+    from specar.model_loaders.registry import load_model
+    mdl = load_model("demo")
+    net = load_eagle(mdl)  # fingerprint and shapes checked
+    assert net.cfg.hidden_size == mdl.hidden_size
+    # the shape docs/ADT_TREE.md recommends for the demo model: a deep sampled chain
+    res = specar.generate(mdl, "a red circle", backend="adt_tree", seed=0, candidate_mode="sampled", adaptive=False,
+                          depth=20, children=1)
+    assert res.stats.step_compression > 3.0, res.stats.step_compression
