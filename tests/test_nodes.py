@@ -816,6 +816,15 @@ def test_demo_workflow_with_the_real_demo_model(comfy, monkeypatch):
     assert torch.equal(decoded, image)
 
 
+def stop_process(proc):
+    """Stop a server started by a test: terminate, then kill if it has not exited in 30 s."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
 @pytest.mark.skipif(not os.environ.get("SPECAR_COMFYUI"), reason="set SPECAR_COMFYUI to a ComfyUI checkout")
 def test_real_comfyui_server(tmp_path):
     import socket
@@ -884,11 +893,7 @@ def test_real_comfyui_server(tmp_path):
         assert stats["backend_label"] == label and out["10"]["text"][0].startswith(label) and stats["nfe"] >= 1
         assert out["20"]["images"] and out["30"]["images"]  # the image and the heatmap previews
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_process(proc)
         log.close()
 
 
@@ -956,11 +961,7 @@ def test_real_frontend_loads_example_and_0_1_workflows(tmp_path):
                                                                   headers={"Content-Type": "application/json"}),
                                            timeout=30).read()
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_process(proc)
 
 
 @pytest.mark.skipif(not shutil.which("node"), reason="needs node to run the web extension")
