@@ -16,23 +16,13 @@ import pytest
 import torch
 
 import specar
-from specar.testing import tiny_model
+from specar.testing import EXACTNESS_MODELS, EXACTNESS_SETTINGS, tiny_model
 
 PINS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "token_pins.json")
-MODELS = {
-    "v3-2x2": dict(vocab_size=3, grid=(2, 2), seed=0),
-    "v3-2x3-rowend": dict(vocab_size=3, grid=(2, 3), seed=1, row_end=True),
-    "v4-2x2": dict(vocab_size=4, grid=(2, 2), seed=2),
-    "v16-4x5-rowend": dict(vocab_size=16, grid=(4, 5), seed=3, row_end=True),
-}
-SETTINGS = {
-    "plain": dict(),
-    "cfg": dict(cfg_scale=2.5, negative_prompt="no"),
-    "topk": dict(top_k=2),
-    "topp": dict(top_p=0.8),
-    "mixed": dict(cfg_scale=1.5, temperature=0.7, top_k=3, top_p=0.9),
-    "greedy": dict(temperature=0.0, cfg_scale=2.0),
-}
+# the exactness suite's models and settings (specar.testing), plus a larger row-end model and greedy
+MODELS = {**EXACTNESS_MODELS, "v16-4x5-rowend": dict(vocab_size=16, grid=(4, 5), seed=3, row_end=True)}
+SETTINGS = {**{k: EXACTNESS_SETTINGS[k] for k in ("plain", "cfg", "topk", "topp", "mixed")},
+            "greedy": dict(temperature=0.0, cfg_scale=2.0)}
 BACKEND_CASES = [("ar", {})]
 BACKEND_CASES += [("sjd", dict(window=w, init=i)) for w in (1, 3, 16)
                   for i in ("random", "repeat_left", "repeat_above", "sample_left", "sample_above")]
