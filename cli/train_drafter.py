@@ -21,6 +21,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--steps", type=int, default=2000)
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--lr-schedule", default="constant", choices=["constant", "cosine"],
+                    help="constant, or cosine from --lr to 0 over --steps (a function of the global step: "
+                         "--resume with cosine continues a constant run into a decay)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--device", default=None)

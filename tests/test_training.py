@@ -38,3 +38,48 @@ def test_distillation_rows_pair_each_cfg_branch_with_its_tokens(demo):
     torch.testing.assert_close(feats[0:2], fc[0:2]); torch.testing.assert_close(feats[2:4], fu[0:2])
     torch.testing.assert_close(feats[4:6], fc[2:4]); torch.testing.assert_close(feats[6:8], fu[2:4])
     assert torch.equal(rows[0:2], toks[0:2]) and torch.equal(rows[2:4], toks[0:2]) and torch.equal(rows[6:8], toks[2:4])
+
+
+def _regression_run(out, steps, stop=None, schedule="cosine"):
+    """A tiny least-squares fit through `training.loop.train` for `steps` steps; with `stop`, as a
+    run interrupted after step `stop` and resumed from its checkpoint."""
+    from specar.training.loop import train
+    torch.manual_seed(0)
+    net = torch.nn.Linear(3, 1)
+    x = torch.linspace(-1, 1, 24).view(8, 3)
+    y = x.sum(1, keepdim=True)
+
+    def loss_fn(step):
+        if step == stop:
+            raise KeyboardInterrupt  # the user stops the run; its last checkpoint is at `stop`
+        return ((net(x[step % 8:step % 8 + 1]) - y[step % 8:step % 8 + 1]) ** 2).mean()
+
+    def run(resume):
+        return train(net, loss_fn, steps, str(out), 0.05, resume=resume, checkpoint_every=3, schedule=schedule,
+                     log=open("/dev/null", "w"))
+    if stop is not None:
+        with pytest.raises(KeyboardInterrupt):
+            run(False)
+        stop = None
+        with torch.no_grad():  # the resumed run must take its weights from the checkpoint
+            net.weight.zero_()
+        return net, run(True)
+    return net, run(False)
+
+
+def test_cosine_schedule_is_a_function_of_the_global_step(tmp_path):
+    from specar.training.loop import learning_rate
+    rates = [learning_rate(1e-3, "cosine", s, 10) for s in range(10)]
+    assert rates[0] == 1e-3 and all(a > b for a, b in zip(rates, rates[1:])) and rates[-1] < 0.03e-3
+    assert learning_rate(1e-3, "constant", 7, 10) == 1e-3
+    with pytest.raises(ValueError, match="'linear'.*constant.*cosine"):
+        learning_rate(1e-3, "linear", 0, 10)
+    # a run stopped at step 6 and resumed ends with the weights of an uninterrupted run: the rate
+    # after resuming follows the global step (a schedule restarted at the resume point would not)
+    whole, s1 = _regression_run(tmp_path / "whole", 12)
+    resumed, s2 = _regression_run(tmp_path / "resumed", 12, stop=6)
+    assert s2["resumed_from"] == 6 and s1["schedule"] == s2["schedule"] == "cosine"
+    for a, b in zip(whole.parameters(), resumed.parameters()):
+        torch.testing.assert_close(a, b)
+    constant, _ = _regression_run(tmp_path / "constant", 12, schedule="constant")
+    assert not torch.allclose(constant.weight, whole.weight)

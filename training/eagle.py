@@ -134,7 +134,8 @@ def train_eagle(model, args):
         return loss
 
     os.makedirs(args.out, exist_ok=True)
-    summary = train(net, loss_fn, args.steps, args.out, args.lr, resume=args.resume)
+    summary = train(net, loss_fn, args.steps, args.out, args.lr, resume=args.resume,
+                    schedule=getattr(args, "lr_schedule", "constant"))
     # held-out style check on the training data: top-1 agreement of the drafter with the target
     with torch.no_grad():
         idx = torch.arange(min(R, 16), device=dev)
@@ -143,7 +144,8 @@ def train_eagle(model, args):
                 "train_s": round(summary["seconds"], 1), "steps": args.steps, "loss": summary["final_loss"],
                 "eval_loss": float(loss), "eval_reg": float(reg), "eval_ce": float(ce),
                 "images": int(toks.shape[0] // (2 if model.default_sampling.get("cfg_scale", 1.0) != 1.0 else 1)),
-                "batch": args.batch, "lr": args.lr, "seed": args.seed}
+                "batch": args.batch, "lr": args.lr, "lr_schedule": summary["schedule"],
+                "resumed_from": summary["resumed_from"], "seed": args.seed}
     save_drafter(args.out, "eagle", model, net.state_dict(), cfg.to_dict(), training=training)
     print(f"saved {args.out}: {training}")
     return net

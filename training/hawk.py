@@ -112,7 +112,7 @@ def train_hawk(model, args):
 
     os.makedirs(args.out, exist_ok=True)
     summary = train(heads, loss_fn, args.steps, args.out, args.lr, weight_decay=0.1, betas=(0.9, 0.95),
-                    resume=args.resume)
+                    resume=args.resume, schedule=getattr(args, "lr_schedule", "constant"))
     # evaluation on a fixed slice of the data: per-head cross-entropy and top-1 agreement
     with torch.no_grad():
         idx = torch.arange(min(R, 16), device=dev)
@@ -126,7 +126,7 @@ def train_hawk(model, args):
                 "eval_ce": {k: round(float(v), 4) for k, v in zip(names, per)},
                 "eval_ce_untrained": {k: round(float(v), 4) for k, v in zip(names, per0)},
                 "images": int(fc.shape[0]), "batch": args.batch, "positions": args.positions, "lr": args.lr,
-                "seed": args.seed, "threads": torch.get_num_threads()}
+                "lr_schedule": summary["schedule"], "resumed_from": summary["resumed_from"], "seed": args.seed, "threads": torch.get_num_threads()}
     save_drafter(args.out, "hawk", model, heads.state_dict(), cfg.to_dict(), training=training)
     print(f"saved {args.out}: {training}")
     return heads

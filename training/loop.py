@@ -6,6 +6,7 @@ into tensors) and the step, all in safetensors + JSON: `--resume` continues from
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import time
@@ -55,15 +56,32 @@ def load_checkpoint(folder: str, module: torch.nn.Module, opt: torch.optim.Optim
     return state
 
 
+SCHEDULES = ("constant", "cosine")
+
+
+def learning_rate(lr: float, schedule: str, step: int, steps: int) -> float:
+    """The rate of 0-based `step` of `steps`: constant, or cosine from `lr` to 0 over all `steps`.
+    A function of the global step, so a resumed run (even one that switches schedule, as the
+    shipped demo drafter's second phase) sets the same rate an uninterrupted run would."""
+    if schedule == "constant":
+        return lr
+    if schedule == "cosine":
+        return lr * 0.5 * (1.0 + math.cos(math.pi * step / max(steps, 1)))
+    raise ValueError(f"lr schedule {schedule!r} is not one of {SCHEDULES}")
+
+
 def train(module: torch.nn.Module, loss_fn: Callable[[int], torch.Tensor], steps: int, out: str, lr: float,
           weight_decay: float = 0.1, betas=(0.9, 0.95), resume: bool = False, checkpoint_every: int = 50,
-          log=sys.stderr) -> dict:
+          schedule: str = "constant", log=sys.stderr) -> dict:
     """AdamW on `module`'s parameters for `steps` steps of `loss_fn(step)`; returns a summary."""
+    learning_rate(lr, schedule, 0, steps)  # a bad schedule name fails before any work
     opt = torch.optim.AdamW([p for p in module.parameters() if p.requires_grad], lr=lr, betas=betas,
                             weight_decay=weight_decay)
     start = load_checkpoint(out, module, opt).get("step", 0) if resume else 0
     t0, losses = time.perf_counter(), []
     for step in range(start, steps):
+        for group in opt.param_groups:
+            group["lr"] = learning_rate(lr, schedule, step, steps)
         opt.zero_grad(set_to_none=True)
         loss = loss_fn(step)
         loss.backward()
@@ -77,5 +95,5 @@ def train(module: torch.nn.Module, loss_fn: Callable[[int], torch.Tensor], steps
         log.write(f"\rstep {done}/{steps}  loss {losses[-1]:.4f}  {el:.0f}s elapsed, ~{eta:.0f}s left ")
         log.flush()
     log.write("\n")
-    return {"steps": steps, "resumed_from": start, "final_loss": losses[-1] if losses else None,
+    return {"steps": steps, "resumed_from": start, "schedule": schedule, "final_loss": losses[-1] if losses else None,
             "seconds": time.perf_counter() - t0}
