@@ -186,6 +186,19 @@ register_backend(BackendSchema(
                   paper="ADT-Tree paper: topk (EAGLE-2)"),
             Param("children", 2, "sampled mode: siblings drawn per expanded node; each layer expands "
                   "max(1, width // children) nodes (at most the image vocabulary)", lo=1, hi=16),
+            Param("root_children", 0, "sampled mode: siblings drawn at the root (depth 1), where a step's first "
+                  "draft is rejected most often; 0: `children`. root_children=R, children=1, width=R: R chains",
+                  lo=0, hi=16),
+            Param("tree_shape", "layers", "sampled, fixed trees: layers (`depth` layers of `width` nodes, `children` "
+                  "siblings each) or best_first (the best static tree of node_budget - 1 drafts under the acceptance "
+                  "guesses below, grown greedily as Sequoia's; ignores depth, width, children)",
+                  choices=("layers", "best_first")),
+            Param("accept_guess", 0.88, "best_first: assumed acceptance of a node's first draw (depth >= 2)",
+                  lo=0.01, hi=0.99),
+            Param("root_accept_guess", 0.72, "best_first: assumed acceptance of the root's first draw (a step "
+                  "starts after a rejection, where drafts fail more)", lo=0.01, hi=0.99),
+            Param("sibling_accept_guess", 0.25, "best_first: assumed acceptance of a later sibling once the "
+                  "earlier ones failed", lo=0.01, hi=0.99),
             Param("relaxed", False, "LOSSY: LANTERN relaxed acceptance (latent-proximity neighbourhoods); off = lossless",
                   paper="LANTERN: lossy, off by default"),
             Param("relaxed_k", 10, "LANTERN: neighbourhood size k (nearest codes by VQ codebook latent; models "

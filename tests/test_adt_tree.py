@@ -62,6 +62,13 @@ SAMPLED_CASES = [
     ("v4-2x2", "t07-topk", dict(node_budget=7, children=3, tree_init="random")),
     ("v3-2x3-rowend", "mixed", dict(adaptive=False, depth=4, width=4, node_budget=9)),
     ("v4-2x2", "plain", dict(adaptive=False, depth=3, width=2, children=1, node_budget=4)),
+    # three chains under the root's three draws (root_children)
+    ("v4-2x2", "cfg", dict(adaptive=False, depth=3, width=3, children=1, root_children=3, node_budget=10)),
+    # static best-first trees (static_tree.py): the default guesses (chain-like, a root sibling) over
+    # row ends, and a bushy one (low first-draw guesses, high sibling guess)
+    ("v3-2x3-rowend", "cfg", dict(adaptive=False, tree_shape="best_first", node_budget=8)),
+    ("v4-2x2", "t07-topk", dict(adaptive=False, tree_shape="best_first", node_budget=9, accept_guess=0.5,
+                                root_accept_guess=0.3, sibling_accept_guess=0.9)),
 ]
 
 
@@ -86,6 +93,24 @@ def test_planted_sampled_siblings_as_independent_draws_is_caught(monkeypatch):
                                               width=3)
     print(f"\nplanted independent-siblings bug: p={p_value:.3g} TV={tv:.4f}")
     assert p_value < P_FAIL, f"planted independent-siblings bug went unnoticed: p={p_value:.2e} TV={tv:.4f}"
+
+
+def test_planted_independent_siblings_in_a_best_first_tree_is_caught(monkeypatch):
+    from specar.samplers.drafters import adt_tree, base
+    params = dict(candidate_mode="sampled", adaptive=False, tree_shape="best_first", node_budget=9, accept_guess=0.5,
+                  root_accept_guess=0.3, sibling_accept_guess=0.9)
+    monkeypatch.setattr(adt_tree, "SAMPLED_SIBLINGS", base.SIBLINGS_INDEPENDENT)
+    (p_value, stat, dof, tv), _ = check_exact("v4-2x2", "t07-topk", **params)
+    print(f"\nplanted independent-siblings bug (best_first): p={p_value:.3g} TV={tv:.4f}")
+    assert p_value < P_FAIL, f"planted bug went unnoticed in a best_first tree: p={p_value:.2e} TV={tv:.4f}"
+
+
+def test_best_first_needs_a_fixed_sampled_tree():
+    for bad in (dict(candidate_mode="topk", adaptive=False), dict(candidate_mode="sampled", adaptive=True)):
+        with pytest.raises(ValueError, match="tree_shape=best_first is a static tree of sampled candidates"):
+            specar.generate(model("v3-2x2"), "hi", backend="adt_tree", tree_shape="best_first", **bad)
+    with pytest.raises(ValueError, match=r"tree_shape must be one of layers, best_first; got 'bushy'"):
+        specar.generate(model("v3-2x2"), "hi", backend="adt_tree", tree_shape="bushy")
 
 
 def test_planted_prune_by_own_score_is_caught(monkeypatch):
@@ -122,7 +147,8 @@ def test_planted_sibling_bug_is_caught(monkeypatch):
 
 @pytest.mark.parametrize("model_name", list(MODELS))
 @pytest.mark.parametrize("params", [dict(), dict(adaptive=False), dict(tree_init="above"),
-                                    dict(candidate_mode="sampled"), dict(candidate_mode="sampled", adaptive=False)])
+                                    dict(candidate_mode="sampled"), dict(candidate_mode="sampled", adaptive=False),
+                                    dict(candidate_mode="sampled", adaptive=False, tree_shape="best_first")])
 def test_greedy_gives_the_argmax_sequence(model_name, params):
     mdl = model(model_name)
     exact = exact_distribution(mdl, "hi", temperature=0.0, cfg_scale=2.0)

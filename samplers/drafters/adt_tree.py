@@ -40,12 +40,14 @@ from ..verify import one_hot
 from .base import (BEYOND_IMAGE, SIBLINGS_INDEPENDENT, SIBLINGS_WITHOUT_REPLACEMENT, DraftTree, Drafter,
                    LoopState, Verdict)
 from .eagle import EagleConfig, EagleNet, random_eagle
+from .static_tree import best_first_shape
 
 D_RANGE = (1, 9)  # the paper's (0, 10)
 K_RANGE = (4, 13)  # the paper's (3, 14)
 L_D, L_K = 1, 3  # the paper's adjustment steps (Anole)
 NEG = -1e30  # score of an absent candidate
 CANDIDATE_MODES = ("topk", "sampled")
+TREE_SHAPES = ("layers", "best_first")
 ACCEPT_GUESS = 0.8  # sampled mode: assumed acceptance of a node's first draw (orders the expansion)
 LOG_A, LOG_1MA = math.log(ACCEPT_GUESS), math.log(1 - ACCEPT_GUESS)
 # the sibling rule of sampled trees; tests plant SIBLINGS_INDEPENDENT here (siblings verified as
@@ -86,6 +88,7 @@ class ADTTreeDrafter(Drafter):
         if self.candidate_mode not in CANDIDATE_MODES:
             raise ValueError(f"candidate_mode must be one of {', '.join(CANDIDATE_MODES)}; got {self.candidate_mode!r}")
         self.children = p.get("children", 2)
+        self.root_children = p.get("root_children", 0) or self.children  # 0: as every other node
         V = model.geometry.vocab_size
         self.d0, self.k0 = p.get("depth", 5), min(p.get("width", 8), V)
         # a tree of N nodes is at most N - 1 deep (the adapters' commit assumes path width <= N)
@@ -96,6 +99,23 @@ class ADTTreeDrafter(Drafter):
             self.k_lo, self.k_hi = min(K_RANGE[0], V), min(K_RANGE[1], V)
             self.k0 = min(max(self.k0, self.k_lo), self.k_hi)
         self.slack = max(self.d0, self.d_hi) + 3
+        self.tree_shape = p.get("tree_shape", "layers")
+        self.plan = None
+        if self.tree_shape not in TREE_SHAPES:
+            raise ValueError(f"tree_shape must be one of {', '.join(TREE_SHAPES)}; got {self.tree_shape!r}")
+        if self.tree_shape == "best_first":
+            if self.candidate_mode != "sampled" or self.adaptive:
+                raise ValueError("tree_shape=best_first is a static tree of sampled candidates: it needs "
+                                 f"candidate_mode=sampled and adaptive=false (got candidate_mode={self.candidate_mode!r}, "
+                                 f"adaptive={self.adaptive})")
+            plan = best_first_shape(self.node_budget - 1, p.get("accept_guess", 0.88),
+                                    p.get("root_accept_guess", 0.72), p.get("sibling_accept_guess", 0.25),
+                                    max_depth=self.node_budget - 1)
+            self.plan = [(layer.children, layer.alloc.to(model.device),
+                          None if layer.order is None else layer.order.to(model.device)) for layer in plan]
+            self.plan_sizes = [1] + [layer.expanded for layer in plan[1:]]
+            self.d0 = len(plan)
+            self.slack = len(plan) + 3
         self.relaxed = p.get("relaxed", False)
         self.lossless = not self.relaxed
         dev = model.device
@@ -291,14 +311,15 @@ class ADTTreeDrafter(Drafter):
         rrows = torch.arange(R, device=dev)
         f = state.frontier
         N = self.node_budget
-        C = self.children
-        Ck = min(C, V)
+        C, C1 = self.children, self.root_children  # siblings per expanded node (C1: the root's)
         budget = (N - 1) * (2 if self._prune_by_own_score else 1)
         emax = max(1, kmax // C)  # nodes expanded per layer (forwarded through the layer)
         e_row = (self.k // C).clamp(min=1)  # [B]
         sizes = [1]  # expanded nodes per layer: 1 (the root), then min(emax, nodes of the layer)
-        for _ in range(dmax - 1):
-            sizes.append(min(emax, sizes[-1] * Ck))
+        for d in range(1, dmax):
+            sizes.append(min(emax, sizes[-1] * min(C1 if d == 1 else C, V)))
+        if self.plan is not None:  # tree_shape=best_first: the static shape (static_tree.py)
+            dmax, sizes = len(self.plan), self.plan_sizes
         S = W + sum(sizes[1:])
         kv, g_e, wvalid, fR = self._window_pass(state, S)
         q_e = self._q(g_e, B)  # [B, 1, V]
@@ -312,28 +333,36 @@ class ADTTreeDrafter(Drafter):
         n_alloc = torch.zeros(B, dtype=torch.long, device=dev)
         e_lim = torch.ones(B, dtype=torch.long, device=dev)  # expanded nodes allocated children this layer
         all_tok, all_par, all_score, all_valid, all_depth, all_alloc, all_q = [], [], [], [], [], [], []
-        n_glob, slot0 = 1, W
-        jc = torch.arange(C, device=dev)
+        n_glob, slot0, cmax = 1, W, 1
         for d in range(1, dmax + 1):
             E = g_e.shape[1]
+            Cd = C1 if d == 1 else C
+            if self.plan is not None:
+                Cd, plan_alloc, plan_order = self.plan[d - 1]
+            Ckd = min(Cd, V)
+            cmax = max(cmax, Ckd)
+            jc = torch.arange(Cd, device=dev)
             ei = torch.arange(E, device=dev)
             pos_d = f + d
             forced = layout.forced[pos_d.clamp(max=layout.ext - 1)]
             is_forced = (forced >= 0)[:, None, None]
             # 1. allocation (before drawing): slot (i, j) of expanded node i, child j
-            per = torch.where(forced >= 0, 1, C)[:, None, None]
+            per = torch.where(forced >= 0, 1, Cd)[:, None, None]
             rank = n_alloc[:, None, None] + ei[None, :, None] * per + jc[None, None, :]
-            alloc = (ei[None, :, None] < e_lim[:, None, None]) & (jc[None, None, :] < per) & \
-                (rank < budget) & (d <= self.d)[:, None, None]
+            if self.plan is None:
+                alloc = (ei[None, :, None] < e_lim[:, None, None]) & (jc[None, None, :] < per) & \
+                    (rank < budget) & (d <= self.d)[:, None, None]
+            else:  # the static shape's slots; a forced position keeps the first only
+                alloc = plan_alloc[None] & (jc[None, None, :] < per)
             layer_alloc = alloc.sum((1, 2))
             n_alloc = n_alloc + layer_alloc
             # 2. draws: Gumbel-top-k = an ordered sample without replacement from q
             gum = -state.noise(B, E, V).log()
-            tok = (q_e.log() + gum).topk(Ck, dim=-1).indices  # [B, E, Ck] in draw order
-            if Ck < C:
-                tok = torch.cat([tok, tok.new_zeros(B, E, C - Ck)], -1)
+            tok = (q_e.log() + gum).topk(Ckd, dim=-1).indices  # [B, E, Ckd] in draw order
+            if Ckd < Cd:
+                tok = torch.cat([tok, tok.new_zeros(B, E, Cd - Ckd)], -1)
             lq = q_e.gather(-1, tok)
-            ok = alloc & valid_e[:, :, None] & (lq > 0) & (jc < Ck)[None, None]
+            ok = alloc & valid_e[:, :, None] & (lq > 0) & (jc < Ckd)[None, None]
             tok = torch.where(is_forced, forced[:, None, None].clamp(min=0), tok)
             ok = torch.where(is_forced, alloc & valid_e[:, :, None], ok)
             lq = torch.where(is_forced, 1.0, lq)
@@ -344,23 +373,27 @@ class ADTTreeDrafter(Drafter):
             # given it was drawn, a sampled candidate's acceptance min(1, p/q) does not grow with q
             rk = torch.where(is_forced, 0.0, LOG_A + jc.float() * LOG_1MA)
             key = torch.where(ok, key_e[:, :, None] + rk, NEG)
-            all_tok.append(tok.flatten(1)); all_par.append(gidx_e[:, :, None].expand(B, E, C).flatten(1))
+            all_tok.append(tok.flatten(1)); all_par.append(gidx_e[:, :, None].expand(B, E, Cd).flatten(1))
             all_score.append(sc.flatten(1)); all_valid.append(ok.flatten(1)); all_alloc.append(alloc.flatten(1))
-            all_depth.append(torch.full((B, E * C), d, device=dev))
-            all_q.append((q_off + ei)[None, :, None].expand(B, E, C).flatten(1))
-            glob = n_glob + torch.arange(E * C, device=dev)
-            n_glob += E * C
+            all_depth.append(torch.full((B, E * Cd), d, device=dev))
+            all_q.append((q_off + ei)[None, :, None].expand(B, E, Cd).flatten(1))
+            glob = n_glob + torch.arange(E * Cd, device=dev)
+            n_glob += E * Cd
             q_off += E
             if d == dmax:
                 break
             # 3. the next layer's expanded nodes: the most likely reached of this layer
             En = sizes[d]
             sflat = sc.flatten(1)
-            order = torch.sort(key.flatten(1), dim=1, descending=True, stable=True).indices[:, :En]  # [B, En]
             je = torch.arange(En, device=dev)
-            e_lim = torch.minimum(e_row, layer_alloc)
-            valid_e = ok.flatten(1).gather(1, order) & (je[None] < e_lim[:, None])
-            parent_slot = order // C
+            if self.plan is None:
+                order = torch.sort(key.flatten(1), dim=1, descending=True, stable=True).indices[:, :En]  # [B, En]
+                e_lim = torch.minimum(e_row, layer_alloc)
+                valid_e = ok.flatten(1).gather(1, order) & (je[None] < e_lim[:, None])
+            else:
+                order = plan_order.expand(B, En)
+                valid_e = ok.flatten(1).gather(1, order)
+            parent_slot = order // Cd
             ctok = tok.flatten(1).gather(1, order)
             pR = parent_slot.repeat(2, 1) if self.cfg else parent_slot
             pfeat = g_e[rrows[:, None], pR]
@@ -390,7 +423,8 @@ class ADTTreeDrafter(Drafter):
             sel = torch.sort(torch.where(al, big, big + L), dim=1).indices[:, :keep]
         sel = sel.sort(dim=1).values
         return self._assemble(state, tok, par, ok, dep, sel, keep, L,
-                              q_nodes=torch.cat(qs, 1), q_index=qi, max_children=min(Ck, N - 1), dmax=dmax)
+                              q_nodes=torch.cat(qs, 1), q_index=qi,
+                              max_children=min(cmax, N - 1), dmax=dmax)
 
     # -- verify ------------------------------------------------------------------------------
     def verify(self, state: LoopState, tree: DraftTree, p: torch.Tensor, out: ForwardOutput) -> Verdict:
