@@ -21,6 +21,10 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--steps", type=int, default=2000)
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--window", type=int, default=None,
+                    help="eagle: committed positions the layer attends to (default: 2 image rows)")
+    ap.add_argument("--intermediate-size", type=int, default=0,
+                    help="eagle: the layer's MLP width (default 0: the llama default for the hidden size)")
     ap.add_argument("--lr-schedule", default="constant", choices=["constant", "cosine"],
                     help="constant, or cosine from --lr to 0 over --steps (a function of the global step: "
                          "--resume with cosine continues a constant run into a decay)")

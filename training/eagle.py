@@ -111,14 +111,14 @@ def eagle_loss(net: EagleNet, model, feats, toks, forced, noise: float = NOISE):
 
 
 def train_eagle(model, args):
-    for name, default in (("per_prompt", 8), ("window", None)):
+    for name, default in (("per_prompt", 8), ("window", None), ("intermediate_size", 0)):
         if not hasattr(args, name):
             setattr(args, name, default)
     t_start = time.perf_counter()
     feats, toks, t_data = collect(model, args)
     dev = model.device
     feats, toks = feats.to(dev), toks.to(dev)
-    cfg = EagleConfig.for_model(model, args.window)
+    cfg = EagleConfig.for_model(model, args.window, args.intermediate_size)
     net = EagleNet(cfg).to(dev)
     for prm in model.torch_module().parameters():
         prm.requires_grad_(False)

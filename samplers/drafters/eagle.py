@@ -61,12 +61,13 @@ class EagleConfig:
         return asdict(self)
 
     @classmethod
-    def for_model(cls, model, window: Optional[int] = None) -> "EagleConfig":
+    def for_model(cls, model, window: Optional[int] = None, intermediate_size: int = 0) -> "EagleConfig":
         D = model.hidden_size
         heads = next(h for h in (6, 4, 3, 2, 1) if D % h == 0 and D // h >= 8) if D >= 8 else 1
         geo = model.geometry
         w = window or max(2 * geo.row_stride, 8)
-        return cls(hidden_size=D, num_heads=heads, window=w, max_positions=geo.seq_len + 64)
+        return cls(hidden_size=D, num_heads=heads, intermediate_size=intermediate_size or 0, window=w,
+                   max_positions=geo.seq_len + 64)
 
 
 class HeadLayerNorm(nn.Module):
