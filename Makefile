@@ -15,8 +15,10 @@ $(STAMP): pyproject.toml requirements.txt
 	$(PY) -m pip install -q -e ".[test]"
 	touch $(STAMP)
 
+# --rootdir=tests: the repository root is itself a package (specar); pytest would import its
+# __init__.py under the checkout folder's name, which fails for names like "ci-clone"
 test: $(STAMP)
-	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} $(PY) -m pytest -q
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} $(PY) -m pytest -q --rootdir=tests
 
 # the main job: images from the embedded demo model, AR vs the fastest lossless backend, in output/
 demo: $(STAMP)
