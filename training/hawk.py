@@ -126,7 +126,8 @@ def train_hawk(model, args):
                 "eval_ce": {k: round(float(v), 4) for k, v in zip(names, per)},
                 "eval_ce_untrained": {k: round(float(v), 4) for k, v in zip(names, per0)},
                 "images": int(fc.shape[0]), "batch": args.batch, "positions": args.positions, "lr": args.lr,
-                "lr_schedule": summary["schedule"], "resumed_from": summary["resumed_from"], "seed": args.seed, "threads": torch.get_num_threads()}
+                "lr_schedule": summary["schedule"], "resumed_from": summary["resumed_from"], "seed": args.seed,
+                "threads": torch.get_num_threads()}
     save_drafter(args.out, "hawk", model, heads.state_dict(), cfg.to_dict(), training=training)
     print(f"saved {args.out}: {training}")
     return heads

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 import os
+from dataclasses import replace
 
 import torch
 
@@ -111,9 +112,9 @@ class ADTTreeDrafter(Drafter):
             plan = best_first_shape(self.node_budget - 1, p.get("accept_guess", 0.88),
                                     p.get("root_accept_guess", 0.72), p.get("sibling_accept_guess", 0.25),
                                     max_depth=self.node_budget - 1)
-            self.plan = [(layer.children, layer.alloc.to(model.device),
-                          None if layer.order is None else layer.order.to(model.device)) for layer in plan]
-            self.plan_sizes = [1] + [layer.expanded for layer in plan[1:]]
+            self.plan = [replace(layer, alloc=layer.alloc.to(model.device),
+                                 order=None if layer.order is None else layer.order.to(model.device))
+                         for layer in plan]
             self.d0 = len(plan)
             self.slack = len(plan) + 3
         self.relaxed = p.get("relaxed", False)
@@ -316,10 +317,12 @@ class ADTTreeDrafter(Drafter):
         emax = max(1, kmax // C)  # nodes expanded per layer (forwarded through the layer)
         e_row = (self.k // C).clamp(min=1)  # [B]
         sizes = [1]  # expanded nodes per layer: 1 (the root), then min(emax, nodes of the layer)
-        for d in range(1, dmax):
-            sizes.append(min(emax, sizes[-1] * min(C1 if d == 1 else C, V)))
         if self.plan is not None:  # tree_shape=best_first: the static shape (static_tree.py)
-            dmax, sizes = len(self.plan), self.plan_sizes
+            dmax = len(self.plan)
+            sizes += [layer.expanded for layer in self.plan[1:]]
+        else:
+            for d in range(1, dmax):
+                sizes.append(min(emax, sizes[-1] * min(C1 if d == 1 else C, V)))
         S = W + sum(sizes[1:])
         kv, g_e, wvalid, fR = self._window_pass(state, S)
         q_e = self._q(g_e, B)  # [B, 1, V]
@@ -336,9 +339,8 @@ class ADTTreeDrafter(Drafter):
         n_glob, slot0, cmax = 1, W, 1
         for d in range(1, dmax + 1):
             E = g_e.shape[1]
-            Cd = C1 if d == 1 else C
-            if self.plan is not None:
-                Cd, plan_alloc, plan_order = self.plan[d - 1]
+            layer = self.plan[d - 1] if self.plan is not None else None
+            Cd = layer.children if layer is not None else (C1 if d == 1 else C)
             Ckd = min(Cd, V)
             cmax = max(cmax, Ckd)
             jc = torch.arange(Cd, device=dev)
@@ -349,11 +351,11 @@ class ADTTreeDrafter(Drafter):
             # 1. allocation (before drawing): slot (i, j) of expanded node i, child j
             per = torch.where(forced >= 0, 1, Cd)[:, None, None]
             rank = n_alloc[:, None, None] + ei[None, :, None] * per + jc[None, None, :]
-            if self.plan is None:
+            if layer is None:
                 alloc = (ei[None, :, None] < e_lim[:, None, None]) & (jc[None, None, :] < per) & \
                     (rank < budget) & (d <= self.d)[:, None, None]
             else:  # the static shape's slots; a forced position keeps the first only
-                alloc = plan_alloc[None] & (jc[None, None, :] < per)
+                alloc = layer.alloc[None] & (jc[None, None, :] < per)
             layer_alloc = alloc.sum((1, 2))
             n_alloc = n_alloc + layer_alloc
             # 2. draws: Gumbel-top-k = an ordered sample without replacement from q
@@ -386,12 +388,12 @@ class ADTTreeDrafter(Drafter):
             En = sizes[d]
             sflat = sc.flatten(1)
             je = torch.arange(En, device=dev)
-            if self.plan is None:
+            if layer is None:
                 order = torch.sort(key.flatten(1), dim=1, descending=True, stable=True).indices[:, :En]  # [B, En]
                 e_lim = torch.minimum(e_row, layer_alloc)
                 valid_e = ok.flatten(1).gather(1, order) & (je[None] < e_lim[:, None])
             else:
-                order = plan_order.expand(B, En)
+                order = layer.order.expand(B, En)
                 valid_e = ok.flatten(1).gather(1, order)
             parent_slot = order // Cd
             ctok = tok.flatten(1).gather(1, order)
