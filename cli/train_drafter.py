@@ -28,6 +28,11 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--lr-schedule", default="constant", choices=["constant", "cosine"],
                     help="constant, or cosine from --lr to 0 over --steps (a function of the global step: "
                          "--resume with cosine continues a constant run into a decay)")
+    ap.add_argument("--init", default=None,
+                    help="eagle: start from this drafter folder's weights (fine-tuning; its window and MLP width win)")
+    ap.add_argument("--guided-weight", type=float, default=0.0,
+                    help="eagle: weight of KL(target || drafter) of the sampling distributions (CFG combined, "
+                         "temperature, top-k), the distributions verification compares (default 0: off)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--device", default=None)

@@ -189,11 +189,13 @@ register_backend(BackendSchema(
             Param("root_children", 0, "sampled mode: siblings drawn at the root (depth 1), where a step's first "
                   "draft is rejected most often; 0: `children`. root_children=R, children=1, width=R: R chains",
                   lo=0, hi=16),
-            Param("tree_shape", "layers", "sampled, fixed trees: layers (`depth` layers of `width` nodes, `children` "
+            Param("tree_shape", "layers", "sampled trees: layers (`depth` layers of `width` nodes, `children` "
                   "siblings each) or best_first (the best static tree of node_budget - 1 drafts under the acceptance "
-                  "guesses below, grown greedily as Sequoia's; ignores depth, width, children)",
+                  "guesses below, grown greedily as Sequoia's; ignores depth, width, children; adaptive: each step "
+                  "picks from a family of such shapes, deeper after a tree accepted to beta of its depth)",
                   choices=("layers", "best_first")),
-            Param("accept_guess", 0.88, "best_first: assumed acceptance of a node's first draw (depth >= 2)",
+            Param("accept_guess", 0.88, "best_first: assumed acceptance of a node's first draw (depth >= 2; "
+                  "adaptive: the family's starting shape)",
                   lo=0.01, hi=0.99),
             Param("root_accept_guess", 0.72, "best_first: assumed acceptance of the root's first draw (a step "
                   "starts after a rejection, where drafts fail more)", lo=0.01, hi=0.99),

@@ -69,6 +69,10 @@ SAMPLED_CASES = [
     ("v3-2x3-rowend", "cfg", dict(adaptive=False, tree_shape="best_first", node_budget=8)),
     ("v4-2x2", "t07-topk", dict(adaptive=False, tree_shape="best_first", node_budget=9, accept_guess=0.5,
                                 root_accept_guess=0.3, sibling_accept_guess=0.9)),
+    # adaptive best-first: each step's shape chosen from the family by the neighbour's acceptance
+    # (rows of the batch ask for different shapes; a step drafts the deepest asked for)
+    ("v3-2x3-rowend", "cfg", dict(tree_shape="best_first", node_budget=8)),
+    ("v4-2x2", "t07-topk", dict(tree_shape="best_first", node_budget=9, tree_init="above", beta=0.5)),
 ]
 
 
@@ -105,9 +109,9 @@ def test_planted_independent_siblings_in_a_best_first_tree_is_caught(monkeypatch
     assert p_value < P_FAIL, f"planted bug went unnoticed in a best_first tree: p={p_value:.2e} TV={tv:.4f}"
 
 
-def test_best_first_needs_a_fixed_sampled_tree():
-    for bad in (dict(candidate_mode="topk", adaptive=False), dict(candidate_mode="sampled", adaptive=True)):
-        with pytest.raises(ValueError, match="tree_shape=best_first is a static tree of sampled candidates"):
+def test_best_first_needs_sampled_candidates():
+    for bad in (dict(candidate_mode="topk", adaptive=False), dict(candidate_mode="topk", adaptive=True)):
+        with pytest.raises(ValueError, match="tree_shape=best_first is a static tree of sampled candidates.*'topk'"):
             specar.generate(model("v3-2x2"), "hi", backend="adt_tree", tree_shape="best_first", **bad)
     with pytest.raises(ValueError, match=r"tree_shape must be one of layers, best_first; got 'bushy'"):
         specar.generate(model("v3-2x2"), "hi", backend="adt_tree", tree_shape="bushy")
@@ -148,7 +152,8 @@ def test_planted_sibling_bug_is_caught(monkeypatch):
 @pytest.mark.parametrize("model_name", list(MODELS))
 @pytest.mark.parametrize("params", [dict(), dict(adaptive=False), dict(tree_init="above"),
                                     dict(candidate_mode="sampled"), dict(candidate_mode="sampled", adaptive=False),
-                                    dict(candidate_mode="sampled", adaptive=False, tree_shape="best_first")])
+                                    dict(candidate_mode="sampled", adaptive=False, tree_shape="best_first"),
+                                    dict(candidate_mode="sampled", tree_shape="best_first")])
 def test_greedy_gives_the_argmax_sequence(model_name, params):
     mdl = model(model_name)
     exact = exact_distribution(mdl, "hi", temperature=0.0, cfg_scale=2.0)
@@ -231,7 +236,7 @@ def test_shipped_demo_drafter_loads_and_runs():
     mdl = load_model("demo")
     net = load_eagle(mdl)  # fingerprint and shapes checked
     assert net.cfg.hidden_size == mdl.hidden_size
-    # the shape docs/ADT_TREE.md recommends for the demo model: a deep sampled chain
+    # the tree docs/ADT_TREE.md recommends for the demo model: a static best-first tree of sampled drafts
     res = specar.generate(mdl, "a red circle", backend="adt_tree", seed=0, candidate_mode="sampled", adaptive=False,
-                          depth=20, children=1)
+                          tree_shape="best_first", node_budget=128, accept_guess=0.95)
     assert res.stats.step_compression > 3.0, res.stats.step_compression

@@ -83,3 +83,44 @@ def test_cosine_schedule_is_a_function_of_the_global_step(tmp_path):
         torch.testing.assert_close(a, b)
     constant, _ = _regression_run(tmp_path / "constant", 12, schedule="constant")
     assert not torch.allclose(constant.weight, whole.weight)
+
+
+@torch.no_grad()  # guided_kl's q keeps its graph for training; none is needed here
+def test_guided_kl_reads_each_image_as_its_conditional_row_and_its_own_unconditional_twin(demo):
+    from specar.samplers.target import SamplingParams, target_probs
+    args = types.SimpleNamespace(images=4, per_prompt=2, prompts=None, seed=0)
+    fc, fu, toks, _ = eagle_training.distill_features(demo, args, log=open("/dev/null", "w"))
+    feats, rows, _ = eagle_training.collect(demo, args, log=open("/dev/null", "w"))
+    idx = eagle_training.paired_rows(torch.arange(4), 2, True)
+    torch.testing.assert_close(feats[idx[:4]], fc); torch.testing.assert_close(feats[idx[4:]], fu)
+    assert torch.equal(rows[idx[:4]], toks) and torch.equal(rows[idx[4:]], toks)
+    h = feats[idx][:, 100:140]
+    # against the engine's own sampling distribution computed for both sides (no top-k: q is complete)
+    sp = SamplingParams(cfg_scale=3.0, top_k=None)
+    g = h + 0.05 * torch.randn(h.shape, generator=torch.Generator().manual_seed(0))
+    lg = lambda x: demo.image_logits(x).float()
+    p, q = target_probs(lg(h[:4]), lg(h[4:]), sp), target_probs(lg(g[:4]), lg(g[4:]), sp)
+    expected = (p * (p.log() - q.log())).sum(-1).mean()
+    kl = eagle_training.guided_kl(demo, h, g, sp)
+    torch.testing.assert_close(kl, expected, rtol=1e-4, atol=1e-6)
+    assert float(eagle_training.guided_kl(demo, h, h, sp)) < 1e-5
+    # a drafter row paired with another image's unconditional row is scored as a wrong guess
+    swapped = torch.cat([h[:4], h[4:].roll(1, 0)])
+    assert float(eagle_training.guided_kl(demo, h, swapped, sp)) > 100 * float(kl)
+
+
+def test_guided_fine_tuning_from_init_lowers_the_guided_kl(demo, tmp_path):
+    shipped = demo.folder + "/eagle_drafter"
+    common = ["--kind", "eagle", "--model", "demo", "--images", "4", "--batch", "8", "--threads", "1",
+              "--init", shipped, "--guided-weight", "1", "--lr", "3e-4"]
+    train_drafter.main(common + ["--out", str(tmp_path / "before"), "--steps", "0"])
+    train_drafter.main(common + ["--out", str(tmp_path / "after"), "--steps", "8"])
+    before = json.loads((tmp_path / "before" / "drafter.json").read_text())["training"]
+    after = json.loads((tmp_path / "after" / "drafter.json").read_text())["training"]
+    assert after["init"] == shipped and after["guided_weight"] == 1.0
+    # step 0 is the shipped drafter itself (same weights, same data): its KL is the reference
+    assert after["eval_guided_kl"] < 0.9 * before["eval_guided_kl"], (before, after)
+    with pytest.raises(ValueError, match="--intermediate-size 999 conflicts with --init"):
+        train_drafter.main(common + ["--out", str(tmp_path / "x"), "--steps", "1", "--intermediate-size", "999"])
+    with pytest.raises(ValueError, match="--guided-weight must be >= 0.*-1"):
+        train_drafter.main(common[:-4] + ["--guided-weight", "-1", "--out", str(tmp_path / "y"), "--steps", "1"])

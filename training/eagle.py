@@ -10,6 +10,14 @@ Loss (EAGLE): smooth-L1 between the layer's output feature g_j and the target's 
 softmax(image_logits(h_j)) against the drafter's logits image_logits(g_j). Input features get
 uniform noise (EAGLE's +-0.1 scaled to the feature norm) so the layer tolerates its own predicted
 features when it drafts several layers deep. Band attention of `window` positions as at inference.
+
+`guided_weight` > 0 adds the term that verification actually scores: KL(p || q) between the target's
+SAMPLING distribution p (`target_probs`: both CFG branches combined at the model's cfg_scale,
+temperature, top-k) and the drafter's guided distribution q (same CFG and temperature, no top-k so
+every code keeps a gradient). Per-branch losses cannot see that CFG at scale s multiplies the
+drafter's branch errors by s and s - 1 in the guided logits; this term does. A batch then holds
+batch / 2 images, each as its conditional and its unconditional row. `init` starts from an
+existing drafter's weights (fine-tuning with another loss or more data).
 """
 from __future__ import annotations
 
@@ -22,6 +30,7 @@ import torch.nn.functional as F
 
 from ..model_loaders.drafter_files import save_drafter
 from ..samplers.drafters.eagle import EagleConfig, EagleNet
+from ..samplers.target import SamplingParams
 from .loop import train
 from .selfdistill import DistillBatch, training_prompts
 
@@ -89,8 +98,24 @@ def collect(model, args, log=sys.stderr):
     return feats, toks, secs
 
 
-def eagle_loss(net: EagleNet, model, feats, toks, forced, noise: float = NOISE):
-    """feats [R, n, D] (j: feature predicting j), toks [R, n]: EAGLE loss on positions 0..n-2."""
+def guided_kl(model, h: torch.Tensor, g: torch.Tensor, sampling) -> torch.Tensor:
+    """Mean KL(p || q) of the sampling distributions: h, g [2b, m, D] target / drafter features, the
+    first b rows conditional and the last b their unconditional twins (or [b, m, D] without CFG)."""
+    from ..samplers.target import guided_logits, target_probs
+    b = h.shape[0] // 2 if sampling.uses_cfg else h.shape[0]
+    def branches(x):
+        lg = model.image_logits(x).float()
+        return (lg[:b], lg[b:]) if sampling.uses_cfg else (lg, None)
+    with torch.no_grad():
+        p = target_probs(*branches(h), sampling)
+    logq = torch.log_softmax(guided_logits(*branches(g), sampling.cfg_scale) / (sampling.temperature or 1.0), -1)
+    return (torch.xlogy(p, p) - p * logq).sum(-1).mean()
+
+
+def eagle_loss(net: EagleNet, model, feats, toks, forced, noise: float = NOISE, guided_weight: float = 0.0,
+               sampling=None):
+    """feats [R, n, D] (j: feature predicting j), toks [R, n]: EAGLE loss on positions 0..n-2.
+    With `guided_weight` the rows are paired as `guided_kl` reads them."""
     R, n, D = feats.shape
     x_f = feats[:, :-1]  # f_{j-1} for inputs j = 0..n-2
     if noise:
@@ -107,45 +132,88 @@ def eagle_loss(net: EagleNet, model, feats, toks, forced, noise: float = NOISE):
         p = torch.softmax(model.image_logits(target[:, keep].to(head_dtype)).float(), -1)
     logq = torch.log_softmax(model.image_logits(g[:, keep].to(head_dtype)).float(), -1)
     ce = -(p * logq).sum(-1).mean()
-    return reg + CE_WEIGHT * ce, reg, ce
+    loss = reg + CE_WEIGHT * ce
+    kl = guided_kl(model, target[:, keep].to(head_dtype), g[:, keep].to(head_dtype), sampling) \
+        if sampling is not None else torch.zeros(())
+    return loss + guided_weight * kl, reg, ce, kl
+
+
+def paired_rows(images: torch.Tensor, per: int, cfg: bool) -> torch.Tensor:
+    """Row indices of `images` in `collect`'s layout (prompt by prompt: `per` conditional rows, then
+    their `per` unconditional twins): all conditional rows first, then the unconditional ones."""
+    if not cfg:
+        return images
+    cond = images // per * 2 * per + images % per
+    return torch.cat([cond, cond + per])
+
+
+def initial_net(model, args) -> EagleNet:
+    """A fresh layer (`--window`, `--intermediate-size`), or `--init`'s drafter (checked against the
+    model as any drafter file is; its shape wins, a conflicting flag is an error)."""
+    if not args.init:
+        return EagleNet(EagleConfig.for_model(model, args.window, args.intermediate_size))
+    from ..samplers.drafters.adt_tree import load_eagle
+    net = load_eagle(model, args.init)
+    for flag, asked, have in (("--window", args.window, net.cfg.window),
+                              ("--intermediate-size", args.intermediate_size, net.cfg.intermediate_size)):
+        if asked and asked != have:
+            raise ValueError(f"{flag} {asked} conflicts with --init {args.init} (its drafter has {have}); "
+                             f"drop the flag or train from scratch")
+    return net
 
 
 def train_eagle(model, args):
-    for name, default in (("per_prompt", 8), ("window", None), ("intermediate_size", 0)):
+    for name, default in (("per_prompt", 8), ("window", None), ("intermediate_size", 0), ("init", None),
+                          ("guided_weight", 0.0)):
         if not hasattr(args, name):
             setattr(args, name, default)
+    if args.guided_weight < 0:
+        raise ValueError(f"--guided-weight must be >= 0 (0 = per-branch losses only), got {args.guided_weight}")
+    net = initial_net(model, args)  # a bad --init fails before the data is sampled
     t_start = time.perf_counter()
     feats, toks, t_data = collect(model, args)
     dev = model.device
     feats, toks = feats.to(dev), toks.to(dev)
-    cfg = EagleConfig.for_model(model, args.window, args.intermediate_size)
-    net = EagleNet(cfg).to(dev)
+    cfg, net = net.cfg, net.to(dev)
     for prm in model.torch_module().parameters():
         prm.requires_grad_(False)
     forced = (model.geometry.forced_tokens() >= 0).to(dev)
     g = torch.Generator(device="cpu").manual_seed(args.seed)
     R = feats.shape[0]
+    uses_cfg = model.default_sampling.get("cfg_scale", 1.0) != 1.0
+    per = max(1, min(args.per_prompt, args.images))
+    defaults = model.default_sampling  # what `generate` samples with unless told otherwise
+    sampling = SamplingParams(cfg_scale=defaults.get("cfg_scale", 1.0), top_k=defaults.get("top_k"))
+    weight = args.guided_weight
     last = {}
 
     def loss_fn(step):
-        idx = torch.randint(R, (min(args.batch, R),), generator=g).to(dev)
-        loss, reg, ce = eagle_loss(net, model, feats[idx], toks[idx], forced)
+        if weight:  # batch / 2 images, each as both of its CFG rows (guided_kl pairs them)
+            images = torch.randint(R // 2 if uses_cfg else R, (max(1, min(args.batch, R) // (2 if uses_cfg else 1)),),
+                                   generator=g)
+            idx = paired_rows(images, per, uses_cfg).to(dev)
+        else:
+            idx = torch.randint(R, (min(args.batch, R),), generator=g).to(dev)
+        loss, reg, ce, kl = eagle_loss(net, model, feats[idx], toks[idx], forced, guided_weight=weight,
+                                       sampling=sampling if weight else None)
         last.update(reg=float(reg.detach()), ce=float(ce.detach()))
         return loss
 
     os.makedirs(args.out, exist_ok=True)
     summary = train(net, loss_fn, args.steps, args.out, args.lr, resume=args.resume,
                     schedule=getattr(args, "lr_schedule", "constant"))
-    # held-out style check on the training data: top-1 agreement of the drafter with the target
+    # held-out style check on the training data: the losses without input noise on 8 images
     with torch.no_grad():
-        idx = torch.arange(min(R, 16), device=dev)
-        loss, reg, ce = eagle_loss(net, model, feats[idx], toks[idx], forced, noise=0.0)
+        idx = paired_rows(torch.arange(min(R // (2 if uses_cfg else 1), 8)), per, uses_cfg).to(dev)
+        loss, reg, ce, kl = eagle_loss(net, model, feats[idx], toks[idx], forced, noise=0.0, guided_weight=weight,
+                                       sampling=sampling)
     training = {"time_s": round(time.perf_counter() - t_start, 1), "data_s": round(t_data, 1),
                 "train_s": round(summary["seconds"], 1), "steps": args.steps, "loss": summary["final_loss"],
-                "eval_loss": float(loss), "eval_reg": float(reg), "eval_ce": float(ce),
-                "images": int(toks.shape[0] // (2 if model.default_sampling.get("cfg_scale", 1.0) != 1.0 else 1)),
+                "eval_loss": float(loss), "eval_reg": float(reg), "eval_ce": float(ce), "eval_guided_kl": float(kl),
+                "images": int(toks.shape[0] // (2 if uses_cfg else 1)),
                 "batch": args.batch, "lr": args.lr, "lr_schedule": summary["schedule"],
-                "resumed_from": summary["resumed_from"], "seed": args.seed}
+                "resumed_from": summary["resumed_from"], "seed": args.seed, "guided_weight": weight,
+                "init": os.path.abspath(args.init) if args.init else None}
     save_drafter(args.out, "eagle", model, net.state_dict(), cfg.to_dict(), training=training)
     print(f"saved {args.out}: {training}")
     return net

@@ -18,6 +18,11 @@ previous step; `tree_init="above"`: the tree that covered the position one image
 "random": uniform in the ranges), then bisection: alpha = accepted / d; alpha >= beta: d += l_d,
 k -= l_k; else d -= l_d, k += l_k; d in [1, max_depth] (default 9), k in [4, 13] (the paper's open
 ranges (0, 10), (3, 14)). `adaptive=False`: a fixed EAGLE-2 tree (d = depth, k = width) of the same budget.
+With `tree_shape="best_first"` (sampled) the same adjacency rule moves along a family of static
+best-first shapes of node_budget nodes (static_tree.py, one per acceptance guess in PLAN_GUESSES,
+deeper and thinner as the guess grows) instead of along (d, k): alpha = accepted / the shape's
+depth; alpha >= beta: the next deeper shape, else the next bushier one. `adaptive=False`: the one
+shape of `accept_guess`.
 
 Verification: candidates are deterministic top-k choices, so q is one-hot and siblings are
 independent (the rejected token is removed from the residual); the default `verify_tree` walks
@@ -51,6 +56,9 @@ CANDIDATE_MODES = ("topk", "sampled")
 TREE_SHAPES = ("layers", "best_first")
 ACCEPT_GUESS = 0.8  # sampled mode: assumed acceptance of a node's first draw (orders the expansion)
 LOG_A, LOG_1MA = math.log(ACCEPT_GUESS), math.log(1 - ACCEPT_GUESS)
+# adaptive best_first: the acceptance guesses of the shape family, bushiest first (a flat image
+# region accepts whole chains: the deepest shape is nearly a chain of node_budget - 1 drafts)
+PLAN_GUESSES = (0.6, 0.72, 0.8, 0.88, 0.93, 0.96, 0.98)
 # the sibling rule of sampled trees; tests plant SIBLINGS_INDEPENDENT here (siblings verified as
 # independent draws from q) and check the chi-square test rejects it
 SAMPLED_SIBLINGS = SIBLINGS_WITHOUT_REPLACEMENT
@@ -101,22 +109,27 @@ class ADTTreeDrafter(Drafter):
             self.k0 = min(max(self.k0, self.k_lo), self.k_hi)
         self.slack = max(self.d0, self.d_hi) + 3
         self.tree_shape = p.get("tree_shape", "layers")
-        self.plan = None
+        self.plans = None  # tree_shape=best_first: the static shapes (one when not adaptive)
         if self.tree_shape not in TREE_SHAPES:
             raise ValueError(f"tree_shape must be one of {', '.join(TREE_SHAPES)}; got {self.tree_shape!r}")
         if self.tree_shape == "best_first":
-            if self.candidate_mode != "sampled" or self.adaptive:
+            if self.candidate_mode != "sampled":
                 raise ValueError("tree_shape=best_first is a static tree of sampled candidates: it needs "
-                                 f"candidate_mode=sampled and adaptive=false (got candidate_mode={self.candidate_mode!r}, "
-                                 f"adaptive={self.adaptive})")
-            plan = best_first_shape(self.node_budget - 1, p.get("accept_guess", 0.88),
-                                    p.get("root_accept_guess", 0.72), p.get("sibling_accept_guess", 0.25),
-                                    max_depth=self.node_budget - 1)
-            self.plan = [replace(layer, alloc=layer.alloc.to(model.device),
-                                 order=None if layer.order is None else layer.order.to(model.device))
-                         for layer in plan]
-            self.d0 = len(plan)
-            self.slack = len(plan) + 3
+                                 f"candidate_mode=sampled (got candidate_mode={self.candidate_mode!r})")
+            guess = p.get("accept_guess", 0.88)
+            guesses = PLAN_GUESSES if self.adaptive else (guess,)
+            self.plans = [[replace(layer, alloc=layer.alloc.to(model.device),
+                                   order=None if layer.order is None else layer.order.to(model.device))
+                           for layer in best_first_shape(self.node_budget - 1, g, p.get("root_accept_guess", 0.72),
+                                                         p.get("sibling_accept_guess", 0.25),
+                                                         max_depth=self.node_budget - 1)]
+                          for g in guesses]
+            self.plan_depth = torch.tensor([len(plan) for plan in self.plans], device=model.device)
+            # self.d holds the row's shape number (1-based: 0 marks "no tree" in dk_at); adaptive:
+            # start at the shape nearest accept_guess
+            self.d0 = 1 + min(range(len(guesses)), key=lambda i: abs(guesses[i] - guess))
+            self.d_lo, self.d_hi = 1, len(guesses)
+            self.slack = int(self.plan_depth.max()) + 3
         self.relaxed = p.get("relaxed", False)
         self.lossless = not self.relaxed
         dev = model.device
@@ -317,9 +330,12 @@ class ADTTreeDrafter(Drafter):
         emax = max(1, kmax // C)  # nodes expanded per layer (forwarded through the layer)
         e_row = (self.k // C).clamp(min=1)  # [B]
         sizes = [1]  # expanded nodes per layer: 1 (the root), then min(emax, nodes of the layer)
-        if self.plan is not None:  # tree_shape=best_first: the static shape (static_tree.py)
-            dmax = len(self.plan)
-            sizes += [layer.expanded for layer in self.plan[1:]]
+        plan = None
+        if self.plans is not None:  # tree_shape=best_first: a static shape (static_tree.py), the
+            self.used_plan = dmax  # deepest the active rows asked for (rows share one shape per step)
+            plan = self.plans[dmax - 1]
+            dmax = len(plan)
+            sizes += [layer.expanded for layer in plan[1:]]
         else:
             for d in range(1, dmax):
                 sizes.append(min(emax, sizes[-1] * min(C1 if d == 1 else C, V)))
@@ -339,7 +355,7 @@ class ADTTreeDrafter(Drafter):
         n_glob, slot0, cmax = 1, W, 1
         for d in range(1, dmax + 1):
             E = g_e.shape[1]
-            layer = self.plan[d - 1] if self.plan is not None else None
+            layer = plan[d - 1] if plan is not None else None
             Cd = layer.children if layer is not None else (C1 if d == 1 else C)
             Ckd = min(Cd, V)
             cmax = max(cmax, Ckd)
@@ -475,7 +491,9 @@ class ADTTreeDrafter(Drafter):
         elif self.tree_init == "random":
             d = torch.randint(self.d_lo, self.d_hi + 1, (B,), generator=state.generator, device=dev)
             k = torch.randint(self.k_lo, self.k_hi + 1, (B,), generator=state.generator, device=dev)
-        alpha = n_acc.float() / self.d.float()
+        # best_first: alpha against the depth of the shape this step drafted (d numbers shapes)
+        depth = self.plan_depth[self.used_plan - 1].expand(B) if self.plans is not None else self.d
+        alpha = n_acc.float() / depth.float()
         up_ = alpha >= self.beta
         nd = torch.where(up_, d + L_D, d - L_D).clamp(self.d_lo, self.d_hi)
         nk = torch.where(up_, k - L_K, k + L_K).clamp(self.k_lo, self.k_hi)
