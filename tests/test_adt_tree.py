@@ -70,9 +70,11 @@ SAMPLED_CASES = [
     ("v4-2x2", "t07-topk", dict(adaptive=False, tree_shape="best_first", node_budget=9, accept_guess=0.5,
                                 root_accept_guess=0.3, sibling_accept_guess=0.9)),
     # adaptive best-first: each step's shape chosen from the family by the neighbour's acceptance
-    # (rows of the batch ask for different shapes; a step drafts the deepest asked for)
-    ("v3-2x3-rowend", "cfg", dict(tree_shape="best_first", node_budget=8)),
-    ("v4-2x2", "t07-topk", dict(tree_shape="best_first", node_budget=9, tree_init="above", beta=0.5)),
+    # (rows of the batch ask for different shapes; a step drafts the deepest asked for). At these
+    # budgets the family has two shapes, a bushy one (guess 0.6: the first step) and chains
+    ("v3-2x3-rowend", "cfg", dict(tree_shape="best_first", node_budget=8, accept_guess=0.6)),
+    ("v4-2x2", "t07-topk", dict(tree_shape="best_first", node_budget=9, accept_guess=0.6, tree_init="above",
+                                beta=0.5)),
 ]
 
 
