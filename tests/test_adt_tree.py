@@ -238,7 +238,7 @@ def test_shipped_demo_drafter_loads_and_runs():
     mdl = load_model("demo")
     net = load_eagle(mdl)  # fingerprint and shapes checked
     assert net.cfg.hidden_size == mdl.hidden_size
-    # the tree docs/ADT_TREE.md recommends for the demo model: a static best-first tree of sampled drafts
-    res = specar.generate(mdl, "a red circle", backend="adt_tree", seed=0, candidate_mode="sampled", adaptive=False,
-                          tree_shape="best_first", node_budget=128, accept_guess=0.95)
+    # the setting README recommends for the demo model: adaptive best-first shapes of sampled drafts
+    res = specar.generate(mdl, "a red circle", backend="adt_tree", seed=0, candidate_mode="sampled",
+                          tree_shape="best_first", node_budget=128, beta=0.25)
     assert res.stats.step_compression > 3.0, res.stats.step_compression
