@@ -101,12 +101,12 @@ def test_guided_kl_reads_each_image_as_its_conditional_row_and_its_own_unconditi
     lg = lambda x: demo.image_logits(x).float()
     p, q = target_probs(lg(h[:4]), lg(h[4:]), sp), target_probs(lg(g[:4]), lg(g[4:]), sp)
     expected = (p * (p.log() - q.log())).sum(-1).mean()
-    kl = eagle_training.guided_kl(demo, h, g, sp)
+    kl = eagle_training.guided_kl(lg(h), lg(g), sp)
     torch.testing.assert_close(kl, expected, rtol=1e-4, atol=1e-6)
-    assert float(eagle_training.guided_kl(demo, h, h, sp)) < 1e-5
+    assert float(eagle_training.guided_kl(lg(h), lg(h), sp)) < 1e-5
     # a drafter row paired with another image's unconditional row is scored as a wrong guess
     swapped = torch.cat([h[:4], h[4:].roll(1, 0)])
-    assert float(eagle_training.guided_kl(demo, h, swapped, sp)) > 100 * float(kl)
+    assert float(eagle_training.guided_kl(lg(h), lg(swapped), sp)) > 100 * float(kl)
 
 
 def test_guided_fine_tuning_from_init_lowers_the_guided_kl(demo, tmp_path):

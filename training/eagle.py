@@ -30,7 +30,7 @@ import torch.nn.functional as F
 
 from ..model_loaders.drafter_files import save_drafter
 from ..samplers.drafters.eagle import EagleConfig, EagleNet
-from ..samplers.target import SamplingParams
+from ..samplers.target import SamplingParams, guided_logits, target_probs
 from .loop import train
 from .selfdistill import DistillBatch, training_prompts
 
@@ -98,17 +98,17 @@ def collect(model, args, log=sys.stderr):
     return feats, toks, secs
 
 
-def guided_kl(model, h: torch.Tensor, g: torch.Tensor, sampling) -> torch.Tensor:
-    """Mean KL(p || q) of the sampling distributions: h, g [2b, m, D] target / drafter features, the
-    first b rows conditional and the last b their unconditional twins (or [b, m, D] without CFG)."""
-    from ..samplers.target import guided_logits, target_probs
-    b = h.shape[0] // 2 if sampling.uses_cfg else h.shape[0]
-    def branches(x):
-        lg = model.image_logits(x).float()
+def guided_kl(target_logits: torch.Tensor, draft_logits: torch.Tensor, sampling) -> torch.Tensor:
+    """Mean KL(p || q) of the sampling distributions: target / drafter image logits [2b, m, V], the
+    first b rows conditional and the last b their unconditional twins (or [b, m, V] without CFG)."""
+    b = target_logits.shape[0] // 2 if sampling.uses_cfg else target_logits.shape[0]
+
+    def branches(lg):
         return (lg[:b], lg[b:]) if sampling.uses_cfg else (lg, None)
     with torch.no_grad():
-        p = target_probs(*branches(h), sampling)
-    logq = torch.log_softmax(guided_logits(*branches(g), sampling.cfg_scale) / (sampling.temperature or 1.0), -1)
+        p = target_probs(*branches(target_logits), sampling)
+    logq = torch.log_softmax(guided_logits(*branches(draft_logits), sampling.cfg_scale) / (sampling.temperature or 1.0),
+                             -1)
     return (torch.xlogy(p, p) - p * logq).sum(-1).mean()
 
 
@@ -129,12 +129,11 @@ def eagle_loss(net: EagleNet, model, feats, toks, forced, noise: float = NOISE, 
     reg = F.smooth_l1_loss(g[:, keep], target[:, keep])
     head_dtype = model.embed_tokens(toks[:1, :1].to(model.device)).dtype
     with torch.no_grad():
-        p = torch.softmax(model.image_logits(target[:, keep].to(head_dtype)).float(), -1)
-    logq = torch.log_softmax(model.image_logits(g[:, keep].to(head_dtype)).float(), -1)
-    ce = -(p * logq).sum(-1).mean()
+        target_logits = model.image_logits(target[:, keep].to(head_dtype)).float()
+    draft_logits = model.image_logits(g[:, keep].to(head_dtype)).float()
+    ce = -(torch.softmax(target_logits, -1) * torch.log_softmax(draft_logits, -1)).sum(-1).mean()
     loss = reg + CE_WEIGHT * ce
-    kl = guided_kl(model, target[:, keep].to(head_dtype), g[:, keep].to(head_dtype), sampling) \
-        if sampling is not None else torch.zeros(())
+    kl = guided_kl(target_logits, draft_logits, sampling) if sampling is not None else torch.zeros(())
     return loss + guided_weight * kl, reg, ce, kl
 
 
@@ -180,37 +179,34 @@ def train_eagle(model, args):
     forced = (model.geometry.forced_tokens() >= 0).to(dev)
     g = torch.Generator(device="cpu").manual_seed(args.seed)
     R = feats.shape[0]
-    uses_cfg = model.default_sampling.get("cfg_scale", 1.0) != 1.0
-    per = max(1, min(args.per_prompt, args.images))
     defaults = model.default_sampling  # what `generate` samples with unless told otherwise
     sampling = SamplingParams(cfg_scale=defaults.get("cfg_scale", 1.0), top_k=defaults.get("top_k"))
+    uses_cfg = sampling.uses_cfg
+    rows_per_image = 2 if uses_cfg else 1  # collect's layout: both CFG branches are rows
+    per = max(1, min(args.per_prompt, args.images))
     weight = args.guided_weight
-    last = {}
 
     def loss_fn(step):
         if weight:  # batch / 2 images, each as both of its CFG rows (guided_kl pairs them)
-            images = torch.randint(R // 2 if uses_cfg else R, (max(1, min(args.batch, R) // (2 if uses_cfg else 1)),),
-                                   generator=g)
+            images = torch.randint(R // rows_per_image, (max(1, min(args.batch, R) // rows_per_image),), generator=g)
             idx = paired_rows(images, per, uses_cfg).to(dev)
         else:
             idx = torch.randint(R, (min(args.batch, R),), generator=g).to(dev)
-        loss, reg, ce, kl = eagle_loss(net, model, feats[idx], toks[idx], forced, guided_weight=weight,
-                                       sampling=sampling if weight else None)
-        last.update(reg=float(reg.detach()), ce=float(ce.detach()))
-        return loss
+        return eagle_loss(net, model, feats[idx], toks[idx], forced, guided_weight=weight,
+                          sampling=sampling if weight else None)[0]
 
     os.makedirs(args.out, exist_ok=True)
     summary = train(net, loss_fn, args.steps, args.out, args.lr, resume=args.resume,
                     schedule=getattr(args, "lr_schedule", "constant"))
     # held-out style check on the training data: the losses without input noise on 8 images
     with torch.no_grad():
-        idx = paired_rows(torch.arange(min(R // (2 if uses_cfg else 1), 8)), per, uses_cfg).to(dev)
+        idx = paired_rows(torch.arange(min(R // rows_per_image, 8)), per, uses_cfg).to(dev)
         loss, reg, ce, kl = eagle_loss(net, model, feats[idx], toks[idx], forced, noise=0.0, guided_weight=weight,
                                        sampling=sampling)
     training = {"time_s": round(time.perf_counter() - t_start, 1), "data_s": round(t_data, 1),
                 "train_s": round(summary["seconds"], 1), "steps": args.steps, "loss": summary["final_loss"],
                 "eval_loss": float(loss), "eval_reg": float(reg), "eval_ce": float(ce), "eval_guided_kl": float(kl),
-                "images": int(toks.shape[0] // (2 if uses_cfg else 1)),
+                "images": int(toks.shape[0] // rows_per_image),
                 "batch": args.batch, "lr": args.lr, "lr_schedule": summary["schedule"],
                 "resumed_from": summary["resumed_from"], "seed": args.seed, "guided_weight": weight,
                 "init": os.path.abspath(args.init) if args.init else None}

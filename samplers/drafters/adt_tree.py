@@ -124,12 +124,11 @@ class ADTTreeDrafter(Drafter):
                                                          p.get("sibling_accept_guess", 0.25),
                                                          max_depth=self.node_budget - 1)]
                           for g in guesses]
-            self.plan_depth = torch.tensor([len(plan) for plan in self.plans], device=model.device)
             # self.d holds the row's shape number (1-based: 0 marks "no tree" in dk_at); adaptive:
             # start at the shape nearest accept_guess
             self.d0 = 1 + min(range(len(guesses)), key=lambda i: abs(guesses[i] - guess))
             self.d_lo, self.d_hi = 1, len(guesses)
-            self.slack = int(self.plan_depth.max()) + 3
+            self.slack = max(len(plan) for plan in self.plans) + 3
         self.relaxed = p.get("relaxed", False)
         self.lossless = not self.relaxed
         dev = model.device
@@ -332,8 +331,7 @@ class ADTTreeDrafter(Drafter):
         sizes = [1]  # expanded nodes per layer: 1 (the root), then min(emax, nodes of the layer)
         plan = None
         if self.plans is not None:  # tree_shape=best_first: a static shape (static_tree.py), the
-            self.used_plan = dmax  # deepest the active rows asked for (rows share one shape per step)
-            plan = self.plans[dmax - 1]
+            plan = self.plans[dmax - 1]  # deepest the active rows asked for (rows share one shape per step)
             dmax = len(plan)
             sizes += [layer.expanded for layer in plan[1:]]
         else:
@@ -492,8 +490,7 @@ class ADTTreeDrafter(Drafter):
             d = torch.randint(self.d_lo, self.d_hi + 1, (B,), generator=state.generator, device=dev)
             k = torch.randint(self.k_lo, self.k_hi + 1, (B,), generator=state.generator, device=dev)
         # best_first: alpha against the depth of the shape this step drafted (d numbers shapes)
-        depth = self.plan_depth[self.used_plan - 1].expand(B) if self.plans is not None else self.d
-        alpha = n_acc.float() / depth.float()
+        alpha = n_acc.float() / (tree.max_depth if self.plans is not None else self.d.float())
         up_ = alpha >= self.beta
         nd = torch.where(up_, d + L_D, d - L_D).clamp(self.d_lo, self.d_hi)
         nk = torch.where(up_, k - L_K, k + L_K).clamp(self.k_lo, self.k_hi)
