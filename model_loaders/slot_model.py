@@ -11,8 +11,11 @@ from typing import Optional, Sequence, Union
 
 import torch
 
+from .compiled import CompileStats, ShapeCompiled
 from .contract import ARImageModel, EncodedPrompt, ForwardOutput, Session
-from .slots import SlotState, cfg_rows, draft_layout, path_moves, prefill_layout, tree_tensors
+from .slots import SlotState, batched_tree_tensors, cfg_rows, draft_layout, path_moves, prefill_layout, tree_tensors
+
+COMPILED_PROMPT_MULTIPLE = 64  # compiled sessions round the prompt slots up: one graph per 64 prompt tokens
 
 
 class SlotCacheModel(ARImageModel):
@@ -37,11 +40,26 @@ class SlotCacheModel(ARImageModel):
             memo = self.__dict__["_tree_memo"] = {}
         return memo
 
-    def _output(self, h: torch.Tensor, batch: int, cfg: bool) -> ForwardOutput:
-        logits = self.image_logits(h).float()
+    def _output(self, h: torch.Tensor, batch: int, cfg: bool, logits=None) -> ForwardOutput:
+        logits = self.image_logits(h).float() if logits is None else logits
         if cfg:
             return ForwardOutput(cond=logits[:batch], uncond=logits[batch:], hidden=h[:batch], hidden_uncond=h[batch:])
         return ForwardOutput(cond=logits, hidden=h)
+
+    # -- compiled step ---------------------------------------------------------------------------
+    supports_compile = True
+
+    def compile_step(self) -> CompileStats:
+        """Run every later `forward` through torch.compile (one static graph per forward shape)
+        and return the counters (compiles, recompiles, graph breaks, compile time) it keeps."""
+        if self.__dict__.get("_compiled_step") is None:
+            self.compile_stats = CompileStats()
+            self._compiled_step = ShapeCompiled(self._step_logits, self.device, "model forward", self.compile_stats)
+        return self.compile_stats
+
+    @property
+    def compiled(self) -> bool:
+        return self.__dict__.get("_compiled_step") is not None
 
     @torch.inference_mode()
     def start(self, prompt: EncodedPrompt, batch: int, cfg: bool, draft_capacity: int) -> Session:
@@ -57,7 +75,8 @@ class SlotCacheModel(ARImageModel):
                              f"{draft_capacity + 1} draft slots needs {need} positions; this model has "
                              f"{self.max_positions}")
         tokens, positions, allowed, slots, state = prefill_layout(
-            branches, batch, self.geometry.seq_len + draft_capacity + 1, self.pad_id, dev)
+            branches, batch, self.geometry.seq_len + draft_capacity + 1, self.pad_id, dev,
+            prompt_multiple=COMPILED_PROMPT_MULTIPLE if self.compiled else 1)
         state.cache = self._new_cache(state.rows, state.S)
         h = self._run(self._embed_prompt(tokens), positions, allowed, state.cache, slots)
         return Session(batch=batch, cfg=cfg, committed=torch.zeros(batch, dtype=torch.long, device=dev),
@@ -67,14 +86,34 @@ class SlotCacheModel(ARImageModel):
     def forward(self, session: Session, tokens: torch.Tensor,
                 parents: Union[Sequence[int], torch.Tensor]) -> ForwardOutput:
         st: SlotState = session.state
-        B, dev = tokens.shape[0], self.device
-        depth, anc = tree_tensors(self._trees(), parents, dev, tokens.shape[1])
+        B, T = tokens.shape
+        per_row = isinstance(parents, torch.Tensor) and parents.dim() == 2
+        if per_row:  # one tree per row: its mask is built inside the (compiled) step, on the device
+            if parents.shape[1] != T:
+                raise ValueError(f"parents has {parents.shape[1]} entries per row for {T} tokens")
+            tree = (parents.to(self.device),)
+        else:
+            tree = tree_tensors(self._trees(), parents, self.device, T)
+        args = (st.P, st.S, session.cfg, st.cache, st.valid, st.pos0, tokens.to(self.device), session.committed, *tree)
+        if self.compiled:
+            key = (B, T, per_row, st.P, st.S, session.cfg)  # everything the graph is specialised to
+            logits, h = self._compiled_step(key, *args)
+        else:
+            logits, h = self._step_logits(*args)
+        return self._output(h, B, session.cfg, logits)
+
+    def _step_logits(self, P: int, S: int, cfg: bool, cache, valid, pos0, tokens, committed, *tree):
+        """The forward of one step as a pure tensor function (what torch.compile captures): the
+        draft tree's mask and positions after each row's committed prefix, the decoder with its
+        cache writes, and the image logits (float32) with the last hidden states, CFG rows last.
+        ``tree``: (parents [B, T]) for per-row trees, or (depth [T], ancestry [T, T])."""
+        depth, anc = batched_tree_tensors(tree[0]) if len(tree) == 1 else tree
         if depth.dim() == 2:
-            depth, anc = cfg_rows(session.cfg, depth, anc)
-        tokens, committed = cfg_rows(session.cfg, tokens.to(dev), session.committed)
-        slots, positions, allowed = draft_layout(st, committed, depth, anc)
-        h = self._run(self.embed_tokens(tokens), positions, allowed, st.cache, slots)
-        return self._output(h, B, session.cfg)
+            depth, anc = cfg_rows(cfg, depth, anc)
+        tokens, committed = cfg_rows(cfg, tokens, committed)
+        slots, positions, allowed = draft_layout(P, S, valid, pos0, committed, depth, anc)
+        h = self._run(self.embed_tokens(tokens), positions, allowed, cache, slots)
+        return self.image_logits(h).float(), h
 
     @torch.inference_mode()
     def commit(self, session: Session, path: Optional[torch.Tensor], length: torch.Tensor) -> None:

@@ -28,11 +28,15 @@ class SlotState:
     cache: Any = None  # the adapter's KV cache
 
 
-def prefill_layout(branches: list, batch: int, capacity_after_prompt: int, pad_id: int, device):
-    """Left-padded prompt rows (``batch`` copies of each branch, branch by branch).
+def prefill_layout(branches: list, batch: int, capacity_after_prompt: int, pad_id: int, device,
+                   prompt_multiple: int = 1):
+    """Left-padded prompt rows (``batch`` copies of each branch, branch by branch). The prompt
+    slots P are rounded up to a multiple of ``prompt_multiple`` (a compiled step is specialised to
+    the cache's shape: with a multiple of 64, prompts of 1-64 tokens share one compiled graph).
 
     Returns (tokens [R, P], positions [R, P], mask [R, P, S], slots [R, P], SlotState)."""
     n, P = len(branches), max(len(s) for s in branches)
+    P = -(-P // prompt_multiple) * prompt_multiple
     S = P + capacity_after_prompt
     tokens = torch.full((n, P), pad_id, dtype=torch.long)
     valid = torch.zeros(n, S, dtype=torch.bool)
@@ -54,10 +58,11 @@ def prefill_layout(branches: list, batch: int, capacity_after_prompt: int, pad_i
     return tokens, positions, mask, slots, SlotState(valid=valid, pos0=pos0, P=P, S=S, rows=R)
 
 
-def draft_layout(state: SlotState, committed: torch.Tensor, depth: torch.Tensor, anc: torch.Tensor):
+def draft_layout(P: int, S: int, valid: torch.Tensor, pos0: torch.Tensor, committed: torch.Tensor,
+                 depth: torch.Tensor, anc: torch.Tensor):
     """Slots, positions and attention mask of a draft tree after each row's committed prefix.
 
-    committed [R] (CFG rows included); depth [T] and anc [T, T] for one tree shared by all rows,
+    P, S, valid [R, S], pos0 [R]: the `SlotState`'s fields; committed [R] (CFG rows included); depth [T] and anc [T, T] for one tree shared by all rows,
     or depth [R, T] and anc [R, T, T] for one tree per row (``anc[.., i, j]``: node j is i or an
     ancestor of i). Returns (slots [R, T], positions [R, T], mask [R, T, S])."""
     T = depth.shape[-1]
@@ -65,14 +70,14 @@ def draft_layout(state: SlotState, committed: torch.Tensor, depth: torch.Tensor,
     dev = committed.device
     depth = depth.expand(R, T)
     anc = anc.expand(R, T, T)
-    base = state.P + committed  # [R] first free slot of each row
+    base = P + committed  # [R] first free slot of each row
     slots = base[:, None] + torch.arange(T, device=dev)
-    positions = state.pos0[:, None] + committed[:, None] + depth
-    s = torch.arange(state.S, device=dev)
-    prefix = (s[None] < base[:, None]) & state.valid  # [R, S]
+    positions = pos0[:, None] + committed[:, None] + depth
+    s = torch.arange(S, device=dev)
+    prefix = (s[None] < base[:, None]) & valid  # [R, S]
     rel = s[None] - base[:, None]
     in_tree = (rel >= 0) & (rel < T)
-    tree_part = anc.gather(2, rel.clamp(0, T - 1)[:, None, :].expand(R, T, state.S)) & in_tree[:, None, :]
+    tree_part = anc.gather(2, rel.clamp(0, T - 1)[:, None, :].expand(R, T, S)) & in_tree[:, None, :]
     return slots, positions, prefix[:, None, :] | tree_part
 
 

@@ -32,7 +32,7 @@ def generate(model: ARImageModel, prompt, backend: str = "sjd", seed: int = 0, c
              temperature: float = 1.0, top_k: Optional[int] = None, top_p: float = 1.0, negative_prompt: str = "",
              batch_size: int = 1, progress: Optional[Callable[[int, int], None]] = None,
              interrupt: Optional[Callable[[], bool]] = None, profile: bool = False, preview=None,
-             **backend_params) -> GenerationResult:
+             compile: bool = False, **backend_params) -> GenerationResult:
     """Generate image tokens (and the decoded image) with the chosen backend.
 
     Every lossless backend samples exactly the distribution of ``backend="ar"`` for the same
@@ -41,6 +41,9 @@ def generate(model: ARImageModel, prompt, backend: str = "sjd", seed: int = 0, c
     True stops the generation with `GenerationInterrupted` (the model stays usable). ``preview``: a
     `specar.samplers.preview.PartialImage` (or any object with ``due()`` and ``__call__(seq, done,
     at_step)``), asked at each step whether it wants the partial sequence; it never changes the tokens.
+    ``compile=True`` runs the model's forward through torch.compile (one static graph per forward
+    shape, compiled on first use and kept for later generations; the compile counters are in
+    ``stats.compile``); where compiling fails it says so once and runs eager.
     """
     if not isinstance(model, ARImageModel):
         raise ValueError(f"model must be an ARImageModel (e.g. from specar.load_model), got {type(model).__name__}")
@@ -61,7 +64,9 @@ def generate(model: ARImageModel, prompt, backend: str = "sjd", seed: int = 0, c
         encoded = model.encode_prompt(prompt, negative_prompt)
     else:
         encoded = model.check_prompt(prompt)
-    engine = SpeculativeEngine(model, spec, sampling, seed, batch_size, profile=profile)
+    if not isinstance(compile, bool):
+        raise ValueError(f"compile must be True or False, got {compile!r}")
+    engine = SpeculativeEngine(model, spec, sampling, seed, batch_size, profile=profile, compile=compile)
     with torch.inference_mode():
         seq, stats = engine.run(encoded, progress=progress, interrupt=interrupt, preview=preview)
     geo = model.geometry

@@ -144,6 +144,17 @@ register_backend(BackendSchema(
                   choices=COUPLINGS, paper="SJD-PAC paper: maximal")),
     drafter=".drafters.jacobi:JacobiDrafter", cross_check=_tree_depth_within_window))
 
+register_backend(BackendSchema(
+    "auto", "Auto (fastest measured)", "SCD whose window is chosen every step from this device's measured step "
+    "cost and the acceptance seen so far (lossless; docs/BENCHMARKS.md)",
+    params=(Param("max_window", 64, "the largest window auto may choose (it picks among AR's single slot and "
+                  "windows up to this)", lo=1, hi=MAX_WINDOW),
+            Param("cost_model", "measured", "measured: maximise tokens per second on this device (the forward "
+                  "timed once per model, then every step); forwards: minimise forward passes (deterministic; "
+                  "what a GPU wants)", choices=("measured", "forwards")),
+            INIT),
+    drafter=".drafters.auto:AutoDrafter"))
+
 # -- Hawk (owned by samplers/drafters/hawk.py; adjust only this block) ----------------------------
 register_backend(BackendSchema(
     "hawk", "Hawk", "spatial (horizontal + vertical) draft heads with a speculation cache (Chen et al.)",

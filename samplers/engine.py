@@ -47,9 +47,15 @@ class StepLog:
 
 class SpeculativeEngine:
     def __init__(self, model: ARImageModel, backend: BackendConfig, sampling: SamplingParams, seed: int, batch: int,
-                 profile: bool = False):
+                 profile: bool = False, compile: bool = False):
         self.model, self.backend, self.sampling, self.seed, self.batch = model, backend, sampling, seed, batch
         self.profile = profile
+        self.compile_stats = None
+        if compile:  # the model's forward through torch.compile, one static graph per shape (compiled.py)
+            if not getattr(model, "supports_compile", False):
+                raise ValueError(f"compile=True: the {type(model).__name__} adapter has no compiled step; "
+                                 f"use compile=False")
+            self.compile_stats = model.compile_step()
         self.drafter: Drafter = backend.make_drafter(model, sampling)
         self.layout = SequenceLayout.build(model.geometry, self.drafter.slack, model.device)
 
@@ -63,6 +69,7 @@ class SpeculativeEngine:
             torch.cuda.reset_peak_memory_stats(dev)
         t0 = time.perf_counter()
         session, state, bad = self._prefill(prompt)
+        self._calibrate(session, sync)
         sync()
         t1 = time.perf_counter()
         at_step = torch.zeros_like(state.seq)
@@ -107,6 +114,32 @@ class SpeculativeEngine:
         self.drafter.start(state, first, p0)
         return session, state, invalid_rows(p0).any()
 
+    def _calibrate(self, session, sync) -> None:
+        """Seconds per forward at each shape an adaptive drafter may choose (`cost_shapes`), timed
+        on this session once per model, batch, guidance, compile setting and thread count (cached
+        on the model). The forwards write only cache slots past the committed prefix, which every
+        later forward overwrites before reading: the generation is unchanged."""
+        shapes = getattr(self.drafter, "cost_shapes", dict)()
+        if not shapes:
+            return
+        cache = self.model.__dict__.setdefault("_forward_costs", {})
+        key = (self.batch, session.cfg, self.compile_stats is not None, torch.get_num_threads(),
+               tuple(len(parents) for parents in shapes.values()))
+        if key not in cache:
+            seconds = {}
+            for w, parents in shapes.items():
+                tokens = torch.zeros(self.batch, len(parents), dtype=torch.long, device=self.model.device)
+                times = []
+                for i in range(4):  # one warm-up, then the median of three
+                    sync()
+                    t = time.perf_counter()
+                    self.model.forward(session, tokens, parents)
+                    sync()
+                    times.append(time.perf_counter() - t)
+                seconds[w] = sorted(times[1:])[1]
+            cache[key] = seconds
+        self.drafter.set_costs(cache[key])
+
     def _check_positions(self, prompt) -> None:
         """A tree that does not fit in the model's positions fails before the prefill, naming the
         backend parameters that set its size and the largest node budget this model allows."""
@@ -130,10 +163,11 @@ class SpeculativeEngine:
         """The step's one read of device values: False when every row is done."""
         N = self.model.geometry.seq_len
         done = torch.where(state.active, state.frontier + 1, N)  # committed positions per row (finished: all)
-        hint = self.drafter.host_hint(state)
-        zero = torch.zeros((), dtype=torch.long, device=state.device)
-        n_active, n_done, n_bad, self._hint = torch.stack(
-            [state.active.sum(), done.sum(), bad.long(), zero if hint is None else hint]).tolist()
+        hint = self.drafter.host_hint(state)  # None, a 0-dim (-> int) or a 1-D (-> list) long tensor
+        head = torch.stack([state.active.sum(), done.sum(), bad.long()])
+        values = torch.cat([head, hint.reshape(-1).long()]).tolist() if hint is not None else head.tolist() + [0]
+        n_active, n_done, n_bad = values[:3]
+        self._hint = values[3] if hint is None or hint.dim() == 0 else values[3:]
         if n_bad:
             raise ValueError(f"the model returned logits that are not a distribution (NaN, or no finite value) "
                              f"after {state.step} forward passes; with fp16 weights try bf16 or fp32")
@@ -207,4 +241,6 @@ class SpeculativeEngine:
             latency_s=prefill_s + decode_s, forward_s=forward_s,
             overhead_s=None if forward_s is None else max(decode_s - forward_s, 0.0),
             peak_memory_bytes=peak, accepted_at_step=maps, lossy=not self.drafter.lossless,
+            backend_report=getattr(self.drafter, "report", lambda: None)(),
+            compile=None if self.compile_stats is None else self.compile_stats.to_dict(),
         )

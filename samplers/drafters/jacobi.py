@@ -38,7 +38,6 @@ class JacobiDrafter(Drafter):
         p = config.params()
         geo = model.geometry
         self.config, self.name = config, config.name
-        self.window = p.get("window", 0)  # image drafts after the pending token (0: AR)
         self.init = p.get("init", "random")
         # how positions verification did not reach are re-drafted: independent (SJD), maximal or gumbel
         self.refine = {"scd": p.get("coupling"), "sjd_pac": p.get("coupling") if p.get("continuation") else
@@ -47,19 +46,35 @@ class JacobiDrafter(Drafter):
         self.K, self.D = p.get("tree_width", 1), p.get("tree_depth", 1)  # proactive tree: K candidates, depth D
         if self.K > geo.vocab_size:
             raise ValueError(f"tree_width must be in [1, {geo.vocab_size}] (the image vocabulary), got {self.K}")
-        # chain slots T: the pending token, `window` image drafts and the forced tokens among them
-        self.T = min(slot_count(geo.forced_tokens(), self.window), geo.seq_len)
-        self.slack = self.T + 2  # positions past the end of the image a window may reach
-        self.chain_parents = [-1] + list(range(self.T - 1))
-        # proactive drafting: K-1 extra branches of D nodes after the chain, each rooted at the pending slot
-        self.tree_parents = list(self.chain_parents)
-        for _ in range(self.K - 1):
-            for d in range(self.D):
-                self.tree_parents.append(0 if d == 0 else len(self.tree_parents) - 1)
-        self.node_budget = len(self.tree_parents)
+        self.shapes = {w: self._shape(geo, w) for w in self.windows(p)}  # window -> (T, chain, tree parents)
+        T_max = max(shape[0] for shape in self.shapes.values())
+        self.slack = T_max + 2  # positions past the end of the image a window may reach
+        self.node_budget = max(len(shape[2]) for shape in self.shapes.values())
         # ring of per-position draft distributions q (and targets of committed positions):
         # a position's entry lives at pos % ring; one spare entry at the end takes masked-out writes
-        self.ring = geo.row_stride + self.T + 2
+        self.ring = geo.row_stride + T_max + 2
+        self.use_window(next(iter(self.shapes)))
+
+    def windows(self, p: dict) -> tuple:
+        """The windows this drafter may use (one for a fixed backend; `auto` offers several)."""
+        return (p.get("window", 0),)
+
+    def _shape(self, geo, window: int) -> tuple:
+        """(T, chain parents, tree parents) of a window: T chain slots (the pending token, `window`
+        image drafts and the forced tokens among them); the tree adds K-1 branches of D nodes after
+        the chain, each rooted at the pending slot (proactive drafting)."""
+        T = min(slot_count(geo.forced_tokens(), window), geo.seq_len)
+        chain = [-1] + list(range(T - 1))
+        tree = list(chain)
+        for _ in range(self.K - 1):
+            for d in range(self.D):
+                tree.append(0 if d == 0 else len(tree) - 1)
+        return T, chain, tree
+
+    def use_window(self, window: int) -> None:
+        """The window of the next step (a fixed backend never changes it)."""
+        self.window = window
+        self.T, self.chain_parents, self.tree_parents = self.shapes[window]
 
     # -- start -------------------------------------------------------------------------------
     def start(self, state: LoopState, first: ForwardOutput, p0: torch.Tensor) -> None:

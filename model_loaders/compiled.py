@@ -1,0 +1,112 @@
+"""torch.compile of the fixed-shape step: one compiled graph per shape, counted.
+
+A generation sends the model one or two forward shapes (the Jacobi chain, and the chain plus
+SJD-PAC's proactive branches) or one padded tree shape (Hawk, ADT-Tree), so every shape is
+compiled once and reused for every step and every later generation with the same shapes.
+`ShapeCompiled` wraps one pure tensor function: ``fullgraph=True`` (a graph break is an error,
+which proves the step has no host read such as ``.item()`` and no data-dependent shape),
+``dynamic=False`` (each shape gets its own static graph, as CUDA graphs need), mode
+``reduce-overhead`` on CUDA (CUDA graphs) and the default elsewhere.
+
+It counts what dynamo did while it ran: graphs compiled, graph breaks, and recompiles (a new
+graph for a shape that was already compiled: a guard that failed, the thing that must never
+happen between steps). When compiling is not possible here (no C++ compiler, an unsupported
+op), it says so once and runs eager: the tokens do not depend on it.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+from dataclasses import dataclass
+from typing import Callable, Hashable
+
+import torch
+
+_CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"
+
+
+def persistent_cache_dir() -> str:
+    """Inductor's on-disk cache (compiled kernels, FX graphs): kept across processes so a second
+    process does not compile again. ``$TORCHINDUCTOR_CACHE_DIR`` if set, else a folder in the
+    user's cache (``$XDG_CACHE_HOME`` or ``~/.cache``)."""
+    if os.environ.get(_CACHE_ENV):
+        return os.environ[_CACHE_ENV]
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    path = os.path.join(base, "specar", "torchinductor")
+    os.environ[_CACHE_ENV] = path  # read by inductor when it first compiles
+    return path
+
+
+@dataclass
+class CompileStats:
+    compiles: int = 0  # graphs compiled (one per new shape)
+    recompiles: int = 0  # graphs compiled for a shape already compiled (must stay 0)
+    graph_breaks: int = 0  # must stay 0 (fullgraph=True turns one into an error, then eager)
+    compile_s: float = 0.0  # wall time of the calls that compiled
+    eager_fallback: str = ""  # why compiling was given up ("" while it works)
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+def _dynamo_counts() -> tuple:
+    from torch._dynamo.utils import counters
+    return counters["stats"]["unique_graphs"], sum(counters["graph_break"].values())
+
+
+def _raise_recompile_limit(n: int = 64) -> None:
+    """Every shape is one entry in dynamo's per-function cache (a generation uses 1-6, a process
+    that changes settings a few more); the default limit of 8 would silently fall back to eager."""
+    cfg = torch._dynamo.config
+    for name in ("recompile_limit", "cache_size_limit"):
+        if hasattr(cfg, name) and getattr(cfg, name) < n:
+            setattr(cfg, name, n)
+
+
+class ShapeCompiled:
+    """``f(key, *args)``: ``fn(*args)`` through one compiled graph per ``key`` (the caller's name
+    for the shape), eager after a failure to compile."""
+
+    def __init__(self, fn: Callable, device: torch.device, name: str, stats: CompileStats):
+        self.fn, self.name, self.stats = fn, name, stats
+        self.seen: set = set()
+        persistent_cache_dir()
+        _raise_recompile_limit()
+        mode = "reduce-overhead" if torch.device(device).type == "cuda" else None
+        self.compiled = torch.compile(fn, fullgraph=True, dynamic=False, mode=mode)
+
+    def __call__(self, key: Hashable, *args):
+        st = self.stats
+        if st.eager_fallback:
+            return self.fn(*args)
+        graphs, breaks = _dynamo_counts()
+        t0 = time.perf_counter()
+        try:
+            out = self.compiled(*args)
+        except Exception as e:  # noqa: BLE001 -- any compiler failure: say why once, then eager
+            if key in self.seen:
+                raise  # a step that compiled and ran before: a real error, not the compiler's
+            st.eager_fallback = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:300]}"
+            print(f"specar: torch.compile of the {self.name} failed, running eager "
+                  f"(same tokens, no speed-up): {st.eager_fallback}", file=sys.stderr)
+            return self.fn(*args)
+        graphs_after, breaks_after = _dynamo_counts()
+        new = graphs_after - graphs
+        if new:
+            st.compiles += new
+            st.compile_s += time.perf_counter() - t0
+            if key in self.seen:
+                st.recompiles += new
+        st.graph_breaks += breaks_after - breaks
+        self.seen.add(key)
+        return out
+
+
+def compile_available() -> str:
+    """"" when torch.compile can be used in this process, else the reason."""
+    if not hasattr(torch, "compile"):
+        return f"torch {torch.__version__} has no torch.compile"
+    if sys.version_info >= (3, 14) and torch.__version__ < "2.10":
+        return f"torch {torch.__version__} cannot compile on Python {sys.version.split()[0]}"
+    return ""

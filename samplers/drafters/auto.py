@@ -1,0 +1,158 @@
+"""`auto`: the Jacobi family with its window chosen every step from the device's measured cost.
+
+The drafter is SCD with maximal coupling (adaptive continuation): drafts are the previous step's
+MRS outputs, verified by `verify_chain`. What `auto` adds is the choice of the window W_t of
+each step among a few fixed shapes (AR's single slot, and windows up to `max_window`), made to
+maximise the predicted tokens committed per second:
+
+    rate(W) = E[tokens committed by a step with window W] / cost(W)
+
+- E[...] = 1 + sum_{k <= W} S(k), with S(k) the probability that the first k drafts of a step
+  are all accepted. S comes from the hazard h(k) (a draft at depth k rejected, given every draft
+  before it was accepted), estimated from the accept / reject counts of this generation's earlier
+  steps (Kaplan-Meier: a step with window W is censored at W), with a prior of
+  `PRIOR_STEPS` pseudo-steps at hazard `PRIOR_HAZARD` (optimistic, so unexplored depths get
+  tried) and old counts halved every `HORIZON` steps (the acceptance of a Jacobi window rises as
+  its context settles, and changes from one image region to the next).
+- cost(W) is the wall time of a step with that window: measured online (a moving average of the
+  time between this drafter's proposals), and before a shape has run, the engine's calibration of
+  the model forward at that shape (`cost_shapes`, measured once per model, device, batch and
+  guidance setting, see engine.py) plus the overhead seen on the other shapes. With
+  ``cost_model="forwards"`` every step costs the same: auto then minimises forward passes (what
+  a GPU, where a forward's cost hardly depends on its tokens, wants), deterministically.
+
+Why it stays lossless: the window of step t is a function of what happened before step t (the
+counts, the clock), never of step t's drafts or random draws. Conditioned on that history each
+draft in the window is still distributed as the q recorded for it, so every MRS check is exact
+(docs/ARCHITECTURE.md). Drafts beyond a shrunken window keep their tokens and q until a later
+window reaches them; a window that grows drafts the new positions by `init` first.
+"""
+from __future__ import annotations
+
+import math
+import time
+
+import torch
+
+from .base import LoopState
+from .jacobi import JacobiDrafter
+
+PRIOR_STEPS = 8.0  # weight of the prior, in steps
+COST_EMA = 0.25  # weight of the newest step in the overhead's moving average
+SWITCH_MARGIN = 1.1
+WARMUP_STEPS = 4  # steps not counted in tokens per step
+
+
+def prior_tokens_per_step(window: int) -> float:
+    """The prior of tokens committed per step with a window: 1 + 7 (1 - exp(-W / 24)), a fit of
+    SCD's measured curve on the demo model (docs/BENCHMARKS.md); each generation corrects it."""
+    return 1.0 + 7.0 * (1.0 - math.exp(-window / 24.0))
+
+
+def candidate_windows(max_window: int) -> tuple:
+    """0 (plain AR), then powers of two up to `max_window` (and `max_window` itself), largest first."""
+    ws = {0, max_window} | {w for w in (2, 4, 8, 16, 32, 64, 128) if w < max_window}
+    return tuple(sorted(ws, reverse=True))
+
+
+class AutoDrafter(JacobiDrafter):
+    def __init__(self, config, model, sampling):
+        super().__init__(config, model, sampling)
+        self.refine, self.coupling_strength = "maximal", 1.0  # SCD / adaptive continuation
+        self.cost_model = config.params()["cost_model"]
+        self.forward_cost = {}  # window -> calibrated seconds of a forward (set_costs)
+        self.overhead = 0.0  # moving average of (step time - its forward's calibrated time)
+        self.used = {w: 0 for w in self.shapes}  # steps per window
+        self._last = None  # (window, perf_counter) of the previous proposal
+
+    def windows(self, p: dict) -> tuple:
+        return candidate_windows(p["max_window"])
+
+    # -- costs ---------------------------------------------------------------------------------
+    def cost_shapes(self) -> dict:
+        """The chain of each window (what the engine times once per model / device / batch)."""
+        return {w: shape[1] for w, shape in self.shapes.items()} if self.cost_model == "measured" else {}
+
+    def set_costs(self, seconds: dict) -> None:
+        self.forward_cost = dict(seconds)
+
+    def cost(self, window: int) -> float:
+        """Seconds per step: the calibrated forward plus the overhead outside it (the moving
+        average of measured step time minus the forward's, over this generation's steps)."""
+        if self.cost_model == "forwards":
+            return 1.0
+        return self.forward_cost.get(window, 1.0) + self.overhead
+
+    # -- the choice ----------------------------------------------------------------------------
+    def start(self, state: LoopState, first, p0) -> None:
+        super().start(state, first, p0)
+        self.committed = torch.zeros(2, dtype=torch.long, device=state.device)  # last step: tokens, rows
+        self.tokens = {w: 0.0 for w in self.shapes}  # window -> tokens per step, summed over its counted steps
+        self.counted = {w: 0 for w in self.shapes}
+        self.prev_window = None
+
+    def host_hint(self, state: LoopState):
+        tree_rows = super().host_hint(state)
+        head = torch.zeros(1, dtype=torch.long, device=state.device) if tree_rows is None else tree_rows.reshape(1)
+        return torch.cat([head, self.committed])
+
+    def expected_tokens(self, window: int) -> float:
+        """Tokens per step expected from `window`: the mean over its steps so far in this
+        generation, shrunk towards the prior by PRIOR_STEPS pseudo-steps."""
+        n = self.counted[window]
+        return (PRIOR_STEPS * prior_tokens_per_step(window) + self.tokens[window]) / (PRIOR_STEPS + n)
+
+    def choose(self) -> int:
+        """The window of the best predicted rate; the current one is kept unless another beats it
+        by SWITCH_MARGIN (a switch costs: the drafts a new window reaches are fresh)."""
+        rate = {w: self.expected_tokens(w) / self.cost(w) for w in self.shapes}
+        best = max(self.shapes, key=lambda w: (rate[w], w))
+        return best if rate[best] > SWITCH_MARGIN * rate[self.window] else self.window
+
+    def propose(self, state: LoopState, hint=None):
+        now = time.perf_counter()
+        tree_rows, tokens, rows = hint
+        if self.prev_window is not None and rows:  # the previous step: its tokens and its wall time
+            w, t = self.prev_window
+            self.used[w] += 1
+            # the first steps, and a step right after a switch, verify fresh `init` drafts: not the window's rate
+            if state.step > WARMUP_STEPS and w == self.window_before:
+                self.tokens[w] += tokens / rows
+                self.counted[w] += 1
+            if w in self.forward_cost:
+                self.overhead += COST_EMA * (now - t - self.forward_cost[w] - self.overhead)
+        window = self.choose()
+        if window != self.window:
+            grows = self.shapes[window][0] > self.T
+            self.use_window(window)
+            if grows:  # positions the new window reaches for the first time get drafted by `init`
+                pos = state.frontier[:, None] + torch.arange(1, self.T, device=state.device)
+                self._init(state, pos, (pos > self.drafted[:, None]) & state.active[:, None])
+                self.drafted = torch.where(state.active, torch.maximum(self.drafted, state.frontier + self.T - 1),
+                                           self.drafted)
+        self.window_before = self.prev_window[0] if self.prev_window else None
+        self.prev_window = (window, now)
+        return super().propose(state, tree_rows)
+
+    def observe(self, state: LoopState, tree, verdict, p_all, out, previous_frontier) -> None:
+        super().observe(state, tree, verdict, p_all, out, previous_frontier)
+        active = state.active
+        n = torch.where(active, verdict.n_accepted + 1, 0)
+        self.committed = torch.stack([n.sum(), active.sum()])
+
+    def report(self) -> dict:
+        """What auto chose and why: steps per window, each window's cost and the expected tokens
+        per step at the end of the generation (the last estimate)."""
+        return {
+            "cost_model": self.cost_model,
+            "steps_per_window": {str(w): n for w, n in sorted(self.used.items()) if n},
+            "tokens_per_step": {str(w): round(self.tokens[w] / n, 2) for w, n in sorted(self.counted.items()) if n},
+            "overhead_ms": round(1e3 * self.overhead, 3),
+            "step_cost_ms": {str(w): round(1e3 * self.cost(w), 3) for w in sorted(self.shapes)}
+            if self.cost_model == "measured" else None,
+            "expected_tokens_per_step": {str(w): round(self.expected_tokens(w), 2) for w in sorted(self.shapes)},
+            "rule": "each step: the window maximising expected tokens per step / step cost, from earlier steps only",
+        }
+
+
+__all__ = ["AutoDrafter", "candidate_windows"]
