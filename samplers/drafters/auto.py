@@ -102,9 +102,11 @@ class AutoDrafter(JacobiDrafter):
         n = self.counted[window]
         return (PRIOR_STEPS * prior_tokens_per_step(window) + self.tokens[window]) / (PRIOR_STEPS + n)
 
-    def choose(self) -> int:
+    def choose(self, state: LoopState) -> int:
         """The window of the best predicted rate; the current one is kept unless another beats it
-        by SWITCH_MARGIN (a switch costs: the drafts a new window reaches are fresh)."""
+        by SWITCH_MARGIN (a switch costs: the drafts a new window reaches are fresh). It reads only
+        what earlier steps left (counts, costs), never `state`'s drafts of this step: a choice
+        that depended on them would bias which drafts get verified (tests/test_auto.py plants one)."""
         rate = {w: self.expected_tokens(w) / self.cost(w) for w in self.shapes}
         best = max(self.shapes, key=lambda w: (rate[w], w))
         return best if rate[best] > SWITCH_MARGIN * rate[self.window] else self.window
@@ -114,14 +116,14 @@ class AutoDrafter(JacobiDrafter):
         tree_rows, tokens, rows = hint
         if self.prev_window is not None and rows:  # the previous step: its tokens and its wall time
             w, t = self.prev_window
-            self.used[w] += 1
             # the first steps, and a step right after a switch, verify fresh `init` drafts: not the window's rate
             if state.step > WARMUP_STEPS and w == self.window_before:
                 self.tokens[w] += tokens / rows
                 self.counted[w] += 1
             if w in self.forward_cost:
                 self.overhead += COST_EMA * (now - t - self.forward_cost[w] - self.overhead)
-        window = self.choose()
+        self.last_committed = (tokens, rows)
+        window = self.choose(state)
         if window != self.window:
             grows = self.shapes[window][0] > self.T
             self.use_window(window)
@@ -130,6 +132,7 @@ class AutoDrafter(JacobiDrafter):
                 self._init(state, pos, (pos > self.drafted[:, None]) & state.active[:, None])
                 self.drafted = torch.where(state.active, torch.maximum(self.drafted, state.frontier + self.T - 1),
                                            self.drafted)
+        self.used[window] += 1
         self.window_before = self.prev_window[0] if self.prev_window else None
         self.prev_window = (window, now)
         return super().propose(state, tree_rows)
