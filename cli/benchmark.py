@@ -54,18 +54,20 @@ def parse_config(text: str) -> dict:
         key, eq, value = item.partition("=")
         if not eq:
             raise ValueError(f"expected key=value in {text!r}, got {item!r}")
-        default = BACKEND_PARAMS[name].get(key, (None,))[0]
+        default = False if key == "compile" else BACKEND_PARAMS[name].get(key, (None,))[0]
         if isinstance(default, bool):
             if value.lower() not in ("true", "false", "1", "0"):
                 raise ValueError(f"{key} must be true or false in {text!r}, got {value!r}")
             params[key] = value.lower() in ("true", "1")
-        elif isinstance(default, int):
-            params[key] = int(value)
-        elif isinstance(default, float):
-            params[key] = float(value)
+        elif isinstance(default, (int, float)):
+            try:
+                params[key] = type(default)(value)
+            except ValueError:
+                raise ValueError(f"{key} must be {'an int' if isinstance(default, int) else 'a number'} in "
+                                 f"{text!r}, got {value!r}") from None
         else:
             params[key] = value
-    make_backend(name, **params)  # validate now, not halfway through the run
+    make_backend(name, **{k: v for k, v in params.items() if k != "compile"})  # validate now, not halfway through
     return {"backend": name, **params}
 
 
@@ -135,9 +137,14 @@ def run(model, configs: List[dict], prompts: List[str], seeds: List[int], repeat
     sampling = sampling or {}
     variants = [(c, False) for c in configs] + ([(c, True) for c in configs] if preview else [])
     label = lambda c, p: _label(c) + (PREVIEW_SUFFIX if p else "")  # noqa: E731
-    if warmup:
+    warmup_s = {}
+    if warmup:  # also where a compiled configuration compiles and auto calibrates: timed apart
         for cfg, _ in variants[:len(configs)]:
+            t = time.perf_counter()
             generate(model, prompts[0], seed=seeds[0], **sampling, **cfg)
+            warmup_s[_label(cfg)] = time.perf_counter() - t
+    total = repeats * len(prompts) * len(seeds) * len(variants)
+    done, t_start = 0, time.perf_counter()
     runs = {label(c, p): [] for c, p in variants}
     shown = {label(c, p): 0 for c, p in variants}
     spent = {label(c, p): 0.0 for c, p in variants}  # seconds inside the preview (decode + JPEG) per variant
@@ -150,12 +157,15 @@ def run(model, configs: List[dict], prompts: List[str], seeds: List[int], repeat
                     runs[label(cfg, with_preview)].append(res.stats)
                     shown[label(cfg, with_preview)] += pv.shown if pv else 0
                     spent[label(cfg, with_preview)] += pv.spent_s if pv else 0.0
+                    done += 1
                     if log:
-                        log(f"{label(cfg, with_preview):45s} seed={seed} nfe={res.stats.nfe} "
-                            f"{res.stats.latency_s:.3f}s")
+                        eta = (time.perf_counter() - t_start) / done * (total - done)
+                        log(f"[{done}/{total}, ETA {eta:.0f} s] {label(cfg, with_preview):45s} seed={seed} "
+                            f"nfe={res.stats.nfe} {res.stats.latency_s:.3f}s")
     ar = runs.get("ar")
     ar_latency = statistics.mean(s.latency_s for s in ar) if ar else None
     ar_nfe = statistics.mean(s.nfe + 1 for s in ar) if ar else None
+    ar_total = sum(s.latency_s for s in ar) if ar else None
     rows = []
     for cfg, with_preview in variants:
         stats = runs[label(cfg, with_preview)]
@@ -182,7 +192,10 @@ def run(model, configs: List[dict], prompts: List[str], seeds: List[int], repeat
             "lossy": any(s.lossy for s in stats),  # relaxed acceptance: not the AR distribution
             "samples": len(stats),
             "nfe": statistics.mean(s.nfe for s in stats),
-            "step_compression": statistics.mean(s.step_compression for s in stats),
+            "step_compression": statistics.mean(s.step_compression for s in stats),  # mean of per-image ratios
+            # the aggregate: all image tokens of the run / all forwards that produced them (prefill included)
+            "step_compression_total": sum(s.image_tokens * s.batch for s in stats) /
+            sum(n + 1 for s in stats for n in s.steps),
             "forward_ratio_vs_ar": None if ar_nfe is None else ar_nfe / statistics.mean(s.nfe + 1 for s in stats),
             "mean_accepted_length": statistics.mean(s.mean_accepted_length for s in stats),
             "accepted_length_histogram": {str(k): v for k, v in sorted(hist.items())},
@@ -192,6 +205,11 @@ def run(model, configs: List[dict], prompts: List[str], seeds: List[int], repeat
             "latency_median_s": statistics.median(s.latency_s for s in stats),
             "latency_stdev_s": statistics.stdev(s.latency_s for s in stats) if len(stats) > 1 else 0.0,
             "speedup_vs_ar": None if ar_latency is None else ar_latency / latency,
+            # the same ratio of totals (equal to the above: every configuration runs the same images)
+            "speedup_vs_ar_total": None if ar_total is None else ar_total / sum(s.latency_s for s in stats),
+            "warmup_s": warmup_s.get(_label(cfg)),
+            "compile": stats[-1].compile,  # the model's counters after this configuration's last run
+            "auto": [s.backend_report for s in stats] if cfg["backend"] == "auto" else None,
             "overhead_share": (statistics.mean(overhead) / decode) if overhead and decode > 0 else None,
             "peak_memory_bytes": max(peak) if peak else None,
         })
@@ -200,15 +218,36 @@ def run(model, configs: List[dict], prompts: List[str], seeds: List[int], repeat
 
 def format_table(rows: List[dict]) -> str:
     """The stdout report: one line per configuration, then each one's accepted-length histogram."""
-    head = (f"{'configuration':44s} {'NFE':>7s} {'compr.':>7s} {'acc.len':>7s} {'prefill':>8s} {'decode':>8s} "
+    head = (f"{'configuration':44s} {'NFE':>7s} {'compr.':>7s} {'total':>7s} {'acc.len':>7s} {'prefill':>8s} {'decode':>8s} "
             f"{'latency':>8s} {'speedup':>8s} {'overhead':>8s} {'peak mem':>9s}")
     lines = [head, "-" * len(head)]
     for r in rows:
         sp = "-" if r["speedup_vs_ar"] is None else f"{r['speedup_vs_ar']:.2f}x"
         ov = "-" if r["overhead_share"] is None else f"{100 * r['overhead_share']:.0f}%"
         mem = "-" if r["peak_memory_bytes"] is None else f"{r['peak_memory_bytes'] / 2**20:.0f} MiB"
-        lines.append(f"{r['label']:44s} {r['nfe']:7.1f} {r['step_compression']:6.2f}x {r['mean_accepted_length']:7.2f} "
+        lines.append(f"{r['label']:44s} {r['nfe']:7.1f} {r['step_compression']:6.2f}x "
+                     f"{r['step_compression_total']:6.2f}x {r['mean_accepted_length']:7.2f} "
                      f"{r['prefill_s']:7.3f}s {r['decode_s']:7.3f}s {r['latency_s']:7.3f}s {sp:>8s} {ov:>8s} {mem:>9s}")
+    lines += ["", "compr.: step compression, mean of per-image ratios; total: all image tokens / all forwards (prefill "
+              "included); speedup: AR's latency / this latency, same run"]
+    compiled = [r for r in rows if r.get("compile")]
+    if compiled:
+        lines += ["", "compiled (torch.compile of the model forward): compile time (the warm-up run, not in latency), "
+                  "graphs, recompiles, graph breaks (model totals after the configuration)"]
+        for r in compiled:
+            c = r["compile"]
+            note = f", EAGER FALLBACK: {c['eager_fallback']}" if c["eager_fallback"] else ""
+            lines.append(f"{r['label']:44s} compile {c['compile_s']:.1f} s (warm-up run {r['warmup_s']:.1f} s), "
+                         f"{c['compiles']} graphs, {c['recompiles']} recompiles, {c['graph_breaks']} graph breaks{note}")
+    autos = [r for r in rows if r.get("auto")]
+    if autos:
+        lines += ["", "auto: steps per window, summed over the configuration's runs"]
+        for r in autos:
+            used = {}
+            for rep in r["auto"]:
+                for w, n in rep["steps_per_window"].items():
+                    used[w] = used.get(w, 0) + n
+            lines.append(f"{r['label']:44s} " + " ".join(f"W{w}:{n}" for w, n in sorted(used.items(), key=lambda x: int(x[0]))))
     with_preview = [r for r in rows if r.get("preview_overhead") is not None]
     if with_preview:
         lines += ["", "live preview (the node's default: decode + JPEG, throttled): time inside the preview / "

@@ -50,19 +50,17 @@ class SlotCacheModel(ARImageModel):
     supports_compile = True
 
     def compile_step(self) -> CompileStats:
-        """Run every later `forward` through torch.compile (one static graph per forward shape)
-        and return the counters (compiles, recompiles, graph breaks, compile time) it keeps."""
+        """Prepare the compiled forward (one static graph per forward shape, compiled on first
+        use) used by sessions started with ``compiled=True``; returns the counters (compiles,
+        recompiles, graph breaks, compile time) it keeps for this model."""
         if self.__dict__.get("_compiled_step") is None:
             self.compile_stats = CompileStats()
             self._compiled_step = ShapeCompiled(self._step_logits, self.device, "model forward", self.compile_stats)
         return self.compile_stats
 
-    @property
-    def compiled(self) -> bool:
-        return self.__dict__.get("_compiled_step") is not None
-
     @torch.inference_mode()
-    def start(self, prompt: EncodedPrompt, batch: int, cfg: bool, draft_capacity: int) -> Session:
+    def start(self, prompt: EncodedPrompt, batch: int, cfg: bool, draft_capacity: int,
+              compiled: bool = False) -> Session:
         prompt = self.check_prompt(prompt)
         if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
             raise ValueError(f"batch must be an int >= 1, got {batch!r}")
@@ -76,7 +74,10 @@ class SlotCacheModel(ARImageModel):
                              f"{self.max_positions}")
         tokens, positions, allowed, slots, state = prefill_layout(
             branches, batch, self.geometry.seq_len + draft_capacity + 1, self.pad_id, dev,
-            prompt_multiple=COMPILED_PROMPT_MULTIPLE if self.compiled else 1)
+            prompt_multiple=COMPILED_PROMPT_MULTIPLE if compiled else 1)
+        if compiled:
+            self.compile_step()
+            state.compiled = True
         state.cache = self._new_cache(state.rows, state.S)
         h = self._run(self._embed_prompt(tokens), positions, allowed, state.cache, slots)
         return Session(batch=batch, cfg=cfg, committed=torch.zeros(batch, dtype=torch.long, device=dev),
@@ -95,7 +96,7 @@ class SlotCacheModel(ARImageModel):
         else:
             tree = tree_tensors(self._trees(), parents, self.device, T)
         args = (st.P, st.S, session.cfg, st.cache, st.valid, st.pos0, tokens.to(self.device), session.committed, *tree)
-        if self.compiled:
+        if st.compiled:
             key = (B, T, per_row, st.P, st.S, session.cfg)  # everything the graph is specialised to
             logits, h = self._compiled_step(key, *args)
         else:

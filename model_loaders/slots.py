@@ -26,6 +26,7 @@ class SlotState:
     S: int  # slots per row
     rows: int  # internal rows R
     cache: Any = None  # the adapter's KV cache
+    compiled: bool = False  # forwards of this session go through the compiled step (slot_model.py)
 
 
 def prefill_layout(branches: list, batch: int, capacity_after_prompt: int, pad_id: int, device,

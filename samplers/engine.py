@@ -98,7 +98,8 @@ class SpeculativeEngine:
         """Prefill, the first token (a sample of position 0's target), and the drafter's start."""
         model, B, V, dev = self.model, self.batch, self.model.geometry.vocab_size, self.model.device
         self._check_positions(prompt)
-        session = model.start(prompt, B, self.sampling.uses_cfg, draft_capacity=self.drafter.node_budget + 1)
+        extra = {"compiled": True} if self.compile_stats is not None else {}
+        session = model.start(prompt, B, self.sampling.uses_cfg, draft_capacity=self.drafter.node_budget + 1, **extra)
         first = session.first
         p0 = target_probs(first.cond[:, 0], None if first.uncond is None else first.uncond[:, 0], self.sampling)
         layout = self.layout
