@@ -133,7 +133,7 @@ register_backend(BackendSchema(
     drafter=".drafters.jacobi:JacobiDrafter"))
 register_backend(BackendSchema(
     "sjd_pac", "SJD-PAC", "SJD with proactive drafting and adaptive continuation (Kang et al.)",
-    params=(_window(64, "SJD-PAC paper: 64"),
+    params=(_window(16, "SJD-PAC paper: 64 (preset='paper'); 16 is the fastest on a CPU (docs/BENCHMARKS.md)"),
             Param("tree_depth", 3, "proactive drafting: depth D of the branches after a rejection (at most window)",
                   lo=1, hi=MAX_WINDOW, paper="SJD-PAC paper: D = 3"),
             Param("tree_width", 4, "proactive drafting: candidates K at the first open position (1 = off; at most "
@@ -143,7 +143,8 @@ register_backend(BackendSchema(
             INIT,
             Param("coupling", "maximal", "the coupling adaptive continuation uses: maximal (the paper's) or gumbel",
                   choices=COUPLINGS, paper="SJD-PAC paper: maximal")),
-    drafter=".drafters.jacobi:JacobiDrafter", cross_check=_tree_depth_within_window))
+    drafter=".drafters.jacobi:JacobiDrafter", cross_check=_tree_depth_within_window,
+    paper_preset=(("window", 64), ("tree_depth", 3), ("tree_width", 4))))
 
 register_backend(BackendSchema(
     "auto", "Auto (fastest measured)", "SCD whose window is chosen every step from this device's measured step "
@@ -159,19 +160,19 @@ register_backend(BackendSchema(
 # -- Hawk (owned by samplers/drafters/hawk.py; adjust only this block) ----------------------------
 register_backend(BackendSchema(
     "hawk", "Hawk", "spatial (horizontal + vertical) draft heads with a speculation cache (Chen et al.)",
-    params=(Param("horizontal_heads", 4, "horizontal heads: positions T+1..T+n after the pending token", lo=1, hi=16,
-                  paper="Hawk paper: Medusa-style heads"),
+    params=(Param("horizontal_heads", 2, "horizontal heads: positions T+1..T+n after the pending token", lo=1, hi=16,
+                  paper="Hawk paper: Medusa-style heads (preset='paper': 4, our tree of docs/HAWK.md)"),
             Param("vertical_depth", 1, "vertical heads: rows below (T + d * row) kept in the speculation cache", lo=0,
                   hi=4, paper="Hawk paper: VSD"),
             Param("candidates", 2, "candidates drawn from each head's distribution at a position", lo=1, hi=16),
-            Param("node_budget", 32, "nodes per forward (pending token included); the tree is padded to it", lo=2,
-                  hi=512),
+            Param("node_budget", 16, "nodes per forward (pending token included); the tree is padded to it", lo=2,
+                  hi=512, paper="preset='paper': 32"),
             Param("vertical_reach", 0, "tree levels past the horizontal heads drafted from the vertical cache alone "
                   "(0: the paper's tree; needs vertical_depth >= 1)", lo=0, hi=64, paper="Hawk paper: 0"),
             Param("chain_prior", 0.6, "tree shape: assumed acceptance of a node's first child (higher: deeper, "
                   "narrower trees within node_budget)", lo=0.05, hi=0.95),
             Param("heads", "", "heads folder; empty: hawk_heads/ beside the model's weights", folder_of="hawk")),
-    drafter=".drafters.hawk:HawkDrafter"))
+    drafter=".drafters.hawk:HawkDrafter", paper_preset=(("horizontal_heads", 4), ("node_budget", 32))))
 
 # -- ADT-Tree (owned by samplers/drafters/adt_tree.py; adjust only this block) ----------------------
 ADT_INITS = ("left", "above", "random")

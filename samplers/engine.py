@@ -127,19 +127,33 @@ class SpeculativeEngine:
         key = (self.batch, session.cfg, self.compile_stats is not None, torch.get_num_threads(),
                tuple(len(parents) for parents in shapes.values()))
         if key not in cache:
-            seconds = {}
-            for w, parents in shapes.items():
-                tokens = torch.zeros(self.batch, len(parents), dtype=torch.long, device=self.model.device)
-                times = []
-                for i in range(4):  # one warm-up, then the median of three
-                    sync()
-                    t = time.perf_counter()
-                    self.model.forward(session, tokens, parents)
-                    sync()
-                    times.append(time.perf_counter() - t)
-                seconds[w] = sorted(times[1:])[1]
-            cache[key] = seconds
+            cache[key] = self._time_forwards(session, shapes, sync)
         self.drafter.set_costs(cache[key])
+
+    def _time_forwards(self, session, shapes: dict, sync, rounds: int = 5) -> dict:
+        """Seconds per forward of each shape: the fastest of `rounds` timings taken round-robin
+        over the shapes (a load spike from another process then hits one timing of every shape,
+        and the minimum drops it), smoothed by the least-squares line cost = a + b * tokens
+        (b >= 0): a forward's cost grows with its tokens, and one bad timing must not make a
+        bigger shape look cheaper than a smaller one (or the reverse)."""
+        B, dev = self.batch, self.model.device
+        best = {w: float("inf") for w in shapes}
+        for r in range(rounds + 1):  # round 0 warms up (and compiles, when compiled)
+            for w, parents in shapes.items():
+                tokens = torch.zeros(B, len(parents), dtype=torch.long, device=dev)
+                sync()
+                t = time.perf_counter()
+                self.model.forward(session, tokens, parents)
+                sync()
+                if r:
+                    best[w] = min(best[w], time.perf_counter() - t)
+        n = [len(parents) for parents in shapes.values()]
+        y = list(best.values())
+        mean_n, mean_y = sum(n) / len(n), sum(y) / len(y)
+        var = sum((x - mean_n) ** 2 for x in n)
+        slope = max(sum((x - mean_n) * (v - mean_y) for x, v in zip(n, y)) / var, 0.0) if var else 0.0
+        base = max(mean_y - slope * mean_n, min(y) * 0.5)
+        return {w: base + slope * len(parents) for w, parents in shapes.items()}
 
     def _check_positions(self, prompt) -> None:
         """A tree that does not fit in the model's positions fails before the prefill, naming the

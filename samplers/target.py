@@ -25,8 +25,8 @@ class SamplingParams:
     def validated(self, vocab_size: int) -> "SamplingParams":
         """Raise a ValueError naming the bad value and the allowed range."""
         c = self.cfg_scale
-        if isinstance(c, bool) or not isinstance(c, (int, float)) or not math.isfinite(c):
-            raise ValueError(f"cfg_scale must be a finite number (1.0 = no guidance), got {c!r}")
+        if isinstance(c, bool) or not isinstance(c, (int, float)) or not math.isfinite(c) or c < 0:
+            raise ValueError(f"cfg_scale must be a finite number >= 0 (1.0 = no guidance), got {c!r}")
         t = self.temperature
         if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t < 0:
             raise ValueError(f"temperature must be a finite number >= 0 (0 = greedy), got {t!r}")

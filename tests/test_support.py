@@ -120,6 +120,7 @@ BACKENDS = {
     # trained drafters (random-weight here): drafts sampled from q (hawk) or top-k (adt_tree) candidates
     "hawk": dict(horizontal_heads=2, vertical_depth=1, candidates=2, node_budget=6),
     "adt_tree": dict(node_budget=6, depth=2, width=2, max_depth=3),
+    "auto": dict(max_window=2, cost_model="forwards"),
 }
 # every backend at both vocabulary sizes (hawk and adt_tree, whose trees cost more per step, at one each);
 # batch sized for power (checked in the test). Top-p costs a sort of [B, T, V] per step (~6x top-k), so
@@ -127,7 +128,7 @@ BACKENDS = {
 # SPECAR_LONG_TESTS=1 adds top-p for sjd, scd, hawk and adt_tree and the slowest cases below.
 SUPPORT_CASES = [
     ("ar", 8192, "topk", 420), ("ar", 16384, "topp", 210),
-    ("sjd", 8192, "topk", 420), ("sjd", 16384, "topk", 210),
+    ("sjd", 8192, "topk", 420), ("sjd", 16384, "topk", 210), ("auto", 8192, "topk", 420),
     ("scd", 16384, "topk", 210),
     ("sjd_pac", 8192, "topp", 420), ("sjd_pac", 16384, "topk", 210),
     ("hawk", 8192, "topk", 420),
@@ -171,6 +172,7 @@ GREEDY_BACKENDS = {
     "sjd_pac": dict(window=1, tree_depth=1, tree_width=2),
     "hawk": dict(horizontal_heads=2, candidates=2, node_budget=6),
     "adt_tree": dict(node_budget=6, depth=2, width=2, max_depth=3),
+    "auto": dict(max_window=2, cost_model="forwards"),
 }
 GREEDY_SEEDS = (1, 2)
 

@@ -7,19 +7,15 @@ maximise the predicted tokens committed per second:
 
     rate(W) = E[tokens committed by a step with window W] / cost(W)
 
-- E[...] = 1 + sum_{k <= W} S(k), with S(k) the probability that the first k drafts of a step
-  are all accepted. S comes from the hazard h(k) (a draft at depth k rejected, given every draft
-  before it was accepted), estimated from the accept / reject counts of this generation's earlier
-  steps (Kaplan-Meier: a step with window W is censored at W), with a prior of
-  `PRIOR_STEPS` pseudo-steps at hazard `PRIOR_HAZARD` (optimistic, so unexplored depths get
-  tried) and old counts halved every `HORIZON` steps (the acceptance of a Jacobi window rises as
-  its context settles, and changes from one image region to the next).
-- cost(W) is the wall time of a step with that window: measured online (a moving average of the
-  time between this drafter's proposals), and before a shape has run, the engine's calibration of
-  the model forward at that shape (`cost_shapes`, measured once per model, device, batch and
-  guidance setting, see engine.py) plus the overhead seen on the other shapes. With
+- E[tokens | W]: the mean tokens committed per step over this generation's steady steps with
+  window W (not the first `WARMUP_STEPS` steps, nor a step right after a switch: both verify
+  fresh `init` drafts), shrunk towards `prior_tokens_per_step(W)` by `PRIOR_STEPS` pseudo-steps.
+- cost(W): the engine's calibration of the model forward at W's shape (`cost_shapes`, timed once
+  per model, batch, guidance, compile setting and thread count, see engine.py), times the moving
+  average of measured step time / calibrated forward time over this generation's steps. With
   ``cost_model="forwards"`` every step costs the same: auto then minimises forward passes (what
   a GPU, where a forward's cost hardly depends on its tokens, wants), deterministically.
+- the current window is kept unless another is predicted `SWITCH_MARGIN` better.
 
 Why it stays lossless: the window of step t is a function of what happened before step t (the
 counts, the clock), never of step t's drafts or random draws. Conditioned on that history each
@@ -38,7 +34,7 @@ from .base import LoopState
 from .jacobi import JacobiDrafter
 
 PRIOR_STEPS = 8.0  # weight of the prior, in steps
-COST_EMA = 0.25  # weight of the newest step in the overhead's moving average
+COST_EMA = 0.25  # weight of the newest step in the moving average of step time / forward time
 SWITCH_MARGIN = 1.1
 WARMUP_STEPS = 4  # steps not counted in tokens per step
 
@@ -61,7 +57,7 @@ class AutoDrafter(JacobiDrafter):
         self.refine, self.coupling_strength = "maximal", 1.0  # SCD / adaptive continuation
         self.cost_model = config.params()["cost_model"]
         self.forward_cost = {}  # window -> calibrated seconds of a forward (set_costs)
-        self.overhead = 0.0  # moving average of (step time - its forward's calibrated time)
+        self.slowdown = 1.0  # moving average of (step time / its forward's calibrated time)
         self.used = {w: 0 for w in self.shapes}  # steps per window
         self._last = None  # (window, perf_counter) of the previous proposal
 
@@ -77,11 +73,13 @@ class AutoDrafter(JacobiDrafter):
         self.forward_cost = dict(seconds)
 
     def cost(self, window: int) -> float:
-        """Seconds per step: the calibrated forward plus the overhead outside it (the moving
-        average of measured step time minus the forward's, over this generation's steps)."""
+        """Seconds per step: the calibrated forward times the measured ratio of step time to
+        calibrated forward time (moving average over this generation's steps). A ratio rather
+        than an added overhead: when another process slows the machine down, a forward's cost
+        grows with its size, and the ratio keeps the windows' relative costs."""
         if self.cost_model == "forwards":
             return 1.0
-        return self.forward_cost.get(window, 1.0) + self.overhead
+        return self.forward_cost.get(window, 1.0) * self.slowdown
 
     # -- the choice ----------------------------------------------------------------------------
     def start(self, state: LoopState, first, p0) -> None:
@@ -121,7 +119,7 @@ class AutoDrafter(JacobiDrafter):
                 self.tokens[w] += tokens / rows
                 self.counted[w] += 1
             if w in self.forward_cost:
-                self.overhead += COST_EMA * (now - t - self.forward_cost[w] - self.overhead)
+                self.slowdown += COST_EMA * ((now - t) / self.forward_cost[w] - self.slowdown)
         self.last_committed = (tokens, rows)
         window = self.choose(state)
         if window != self.window:
@@ -150,7 +148,7 @@ class AutoDrafter(JacobiDrafter):
             "cost_model": self.cost_model,
             "steps_per_window": {str(w): n for w, n in sorted(self.used.items()) if n},
             "tokens_per_step": {str(w): round(self.tokens[w] / n, 2) for w, n in sorted(self.counted.items()) if n},
-            "overhead_ms": round(1e3 * self.overhead, 3),
+            "step_over_forward": round(self.slowdown, 3),
             "step_cost_ms": {str(w): round(1e3 * self.cost(w), 3) for w in sorted(self.shapes)}
             if self.cost_model == "measured" else None,
             "expected_tokens_per_step": {str(w): round(self.expected_tokens(w), 2) for w in sorted(self.shapes)},
