@@ -6,6 +6,10 @@ import os
 
 from .checkpoints import read_json_object
 
+# the oldest transformers release whose Janus / Emu3 / Chameleon classes our adapters are tested with
+# (`make test-floor` runs the family-loader tests on it); requirements.txt and pyproject.toml say the same
+TRANSFORMERS_FLOOR = (4, 56)
+
 # built-in models shipped inside the pack: name -> "module:function" (relative to model_loaders)
 BUILTIN_MODELS = {
     "demo": ".demo:load_demo_model",
@@ -37,6 +41,8 @@ def load_model(name_or_path: str, device=None, dtype=None, **options):
     if not os.path.isdir(name_or_path):
         raise ValueError(f"{name_or_path!r} is neither a built-in model ({', '.join(BUILTIN_MODELS)}) nor a folder")
     family = detect_family(name_or_path)
+    if family in TRANSFORMERS_FAMILIES:
+        require_transformers(family)
     module, fn = FAMILIES[family].split(":")
     try:
         loader = getattr(importlib.import_module(module, __package__), fn)
@@ -52,6 +58,31 @@ FAMILIES = {
     "chameleon": ".chameleon:load_chameleon",  # Lumina-mGPT and Anole (two layouts)
     "llamagen": ".llamagen:load_llamagen",  # the authors' .pt checkpoints, no config.json
 }
+TRANSFORMERS_FAMILIES = ("janus", "emu3", "chameleon")  # the adapters over transformers' model classes
+
+
+def transformers_version() -> tuple:
+    """(major, minor) of the installed transformers, (0, 0) when it is missing."""
+    try:
+        import transformers
+    except ImportError:
+        return (0, 0)
+    parts = (transformers.__version__.split(".") + ["0"])[:2]
+    return tuple(int("".join(ch for ch in p if ch.isdigit()) or 0) for p in parts)
+
+
+def require_transformers(family: str) -> None:
+    """One clear line when the installed transformers is older than the adapters need."""
+    have = transformers_version()
+    if have < TRANSFORMERS_FLOOR:
+        import importlib.util
+        floor = ".".join(map(str, TRANSFORMERS_FLOOR))
+        installed = "not installed" if importlib.util.find_spec("transformers") is None else \
+            f"you have {__import__('transformers').__version__}"
+        raise ValueError(f"{family} models need transformers >= {floor}, {installed}: pip install -U "
+                         f"\"transformers>={floor}\" (in ComfyUI's Python environment)")
+
+
 # checkpoints in their authors' original (remote-code) format: what to use instead
 _ORIGINAL_FORMATS = {
     "multi_modality": "Janus / Janus-Pro in DeepSeek's original format needs trust_remote_code; use the transformers "

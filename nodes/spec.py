@@ -362,13 +362,17 @@ def sampler_spec(drafter_choices: Callable[[str], list] = lambda kind: []) -> No
         Widget("preview", "COMBO", "live preview while tokens are committed: the partial image, the partial image "
                "tinted by acceptance (longer accepted runs brighter), or off", default="image",
                options=PREVIEW_MODES),
+        # new inputs go last, optional: prompts and workflows saved before them keep working
+        Widget("compare_with_ar", "BOOLEAN", "also run plain AR with the same model, prompt, seed, batch and guidance "
+               "in this execution, and show the wall-clock speed-up against it (costs one AR generation)",
+               default=False, optional=True),
     ]
     return NodeSpec(
         node_id="SpecARSampler",
         display_name="SpecAR Sampler",
         description=("Generate an image with lossless speculative decoding: every backend samples exactly what "
-                     "plain AR sampling does, in fewer forward passes. Shows the measured latency and, once an AR "
-                     "run of the same model exists, the speed-up."),
+                     "plain AR sampling does, in fewer forward passes. Shows the measured latency and, with "
+                     "compare_with_ar on, the speed-up over an AR run measured in the same execution."),
         inputs=inputs,
         outputs=[
             Output("image", "IMAGE", "the generated images [B,H,W,C]"),

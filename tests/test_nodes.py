@@ -220,8 +220,9 @@ def test_node_schemas_are_valid(flavour, comfy):
         assert all(t in socket_types for t in cls.RETURN_TYPES) and all(cls.OUTPUT_TOOLTIPS)
         inputs = cls.INPUT_TYPES()
         assert set(inputs) <= {"required", "optional", "hidden"}  # hidden: an output node's prompt, extra_pnginfo
-        # optional: only the loader's inputs added after 0.1 (API prompts saved before them stay valid)
-        assert list(inputs.get("optional", {})) == (["resolution", "offload"] if name == "SpecARModelLoader" else [])
+        # optional: only the inputs added after 0.1 (API prompts saved before them stay valid)
+        added = {"SpecARModelLoader": ["resolution", "offload"], "SpecARSampler": ["compare_with_ar"]}
+        assert list(inputs.get("optional", {})) == added.get(name, [])
         for iname, (kind, opts) in {**inputs["required"], **inputs.get("optional", {})}.items():
             assert opts.get("tooltip"), f"{name}.{iname} has no tooltip"
             assert isinstance(kind, list) or kind in {"INT", "FLOAT", "BOOLEAN", "STRING", "COMBO",
@@ -613,21 +614,48 @@ def test_a_tree_too_big_for_the_model_names_its_parameters(comfy):
     assert "node_budget=" in str(e.value) and "allows at most" in str(e.value) and "lower" in str(e.value)
 
 
-def test_summary_shows_measured_latency_and_speedup_over_a_measured_ar_run(comfy):
+def test_speedup_is_measured_against_ar_in_the_same_execution(comfy):
     model, = execute(v1.SpecARModelLoader, model="demo", device="auto", dtype="auto")[0]
-    _, ui = execute(v1.SpecARSampler, model=model, **sampler_values(backend="sjd_pac"))
-    assert ui["text"][0].startswith("SJD-PAC: 16 tokens in ") and "run backend ar once" in ui["text"][0]
     _, ui = execute(v1.SpecARSampler, model=model, **sampler_values(backend="ar"))
-    ar_s = json.loads(ui["specar_stats"][0])["latency_s"]
     assert ui["text"][0].startswith("AR (baseline): 16 tokens in 16 forward passes")
+    # an AR run of an earlier execution is never the reference: no speed-up without compare_with_ar
     _, ui = execute(v1.SpecARSampler, model=model, **sampler_values(backend="sjd_pac"))
+    assert ui["text"][0].startswith("SJD-PAC: 16 tokens in ") and "turn on compare_with_ar" in ui["text"][0]
+    assert "speedup_vs_ar" not in json.loads(ui["specar_stats"][0])
+    calls = []
+    real_generate = core.generate
+
+    def recording_generate(model, prompt, backend="sjd", **kw):
+        calls.append((backend, kw["seed"], kw["batch_size"], kw["cfg_scale"], kw["top_k"]))
+        return real_generate(model, prompt, backend=backend, **kw)
+
+    core.generate = recording_generate
+    try:
+        _, ui = execute(v1.SpecARSampler, model=model, **sampler_values(backend="sjd_pac", batch_size=2, seed=5,
+                                                                        compare_with_ar=True))
+    finally:
+        core.generate = real_generate
+    assert [c[0] for c in calls] == ["sjd_pac", "ar"] and calls[0][1:] == calls[1][1:] == (5, 2, None, None)
     s = json.loads(ui["specar_stats"][0])
-    assert f"{ar_s / s['latency_s']:.2f}x AR's measured {ar_s:.2f} s" in ui["text"][0]
-    assert s["sampling"]["guidance"] == "model default" and s["sampling"]["cfg_scale"] == core.resolve(model).default_sampling.get(
-        "cfg_scale", 1.0)
-    # another batch size has no measured AR run: no speed-up claimed
-    _, ui = execute(v1.SpecARSampler, model=model, **sampler_values(backend="sjd_pac", batch_size=2))
-    assert "run backend ar once" in ui["text"][0]
+    assert f"{s['ar_latency_s'] / s['latency_s']:.2f}x AR's {s['ar_latency_s']:.2f} s measured in this run" in ui["text"][0]
+    assert abs(s["speedup_vs_ar"] - s["ar_latency_s"] / s["latency_s"]) < 1e-9
+    # batch 2: tokens and forward passes summed over the images, the ratio of the sums
+    tokens, forwards = 2 * 16, sum(n + 1 for n in s["steps"])
+    assert (s["tokens_total"], s["forwards_total"]) == (tokens, forwards)
+    assert f"2 images, {tokens} tokens in {forwards} forward passes summed over the images " \
+           f"({tokens / forwards:.1f}x fewer than AR)" in ui["text"][0]
+
+
+def test_a_lossy_run_says_so_and_is_never_called_faster():
+    from specar.samplers.stats import GenerationStats
+    fields = {f: None for f in GenerationStats.__dataclass_fields__}
+    base = dict(fields, backend="adt_tree", batch=1, image_tokens=16, nfe=3, steps=[3], latency_s=0.1, lossy=True,
+                params={}, accepted_length_histogram={})
+    lossy = GenerationStats(**base)
+    ar = GenerationStats(**dict(base, backend="ar", nfe=15, steps=[15], latency_s=1.0, lossy=False))
+    text = core.summary(lossy, ar)
+    assert "LOSSY" in text.split(":")[0] and "faster" not in text and "not comparable" in text
+    assert "faster" in core.summary(GenerationStats(**dict(base, lossy=False)), ar)
 
 
 def test_legacy_api_prompt_samples_what_the_new_layout_does(comfy):
@@ -1018,7 +1046,9 @@ def _web_harness(tmp_path):
 def test_web_extension_migrates_legacy_workflows_and_shows_only_the_chosen_backend(tmp_path, comfy):
     _web_harness(tmp_path)
     required = v1.SpecARSampler.INPUT_TYPES()["required"]
-    (tmp_path / "node_def.json").write_text(json.dumps({"name": "SpecARSampler", "input": {"required": required}}))
+    optional = v1.SpecARSampler.INPUT_TYPES().get("optional", {})
+    (tmp_path / "node_def.json").write_text(json.dumps({"name": "SpecARSampler",
+                                                        "input": {"required": required, "optional": optional}}))
     # a sampler node as SpecAR 0.1 saved it: 16 widgets, the seed's control value after the seed
     legacy = ["a cat", "", 11, "fixed", "sjd_pac", -1.0, 0.9, 0, 1.0, 0, "random", "maximal", 1.0, 2, 3, False, 2]
     (tmp_path / "legacy.json").write_text(json.dumps(legacy))
@@ -1027,6 +1057,7 @@ def test_web_extension_migrates_legacy_workflows_and_shows_only_the_chosen_backe
     ui = _load(os.path.join(EXAMPLES, "SpecAR - every backend side by side.json"))
     (tmp_path / "dynamic.json").write_text(json.dumps({str(n["id"]): n["widgets_values"] for n in ui["nodes"]
                                                         if n["type"] == "SpecARSampler"}))
+    (tmp_path / "named.json").write_text(json.dumps({str(n["id"]): n for n in ui["nodes"] if n["type"] == "SpecARSampler"}))
     flat_api = workflows.to_flat(_load(os.path.join(EXAMPLES, "api", "SpecAR - every backend side by side.json")))
     (tmp_path / "run.js").write_text("""
 import { readFileSync } from "node:fs";
@@ -1039,7 +1070,7 @@ function makeNode() {
   const node = new NodeType();
   node.size = [300, 900];
   // as the frontend builds it: one widget per input, the seed's control widget right after the seed
-  node.widgets = Object.entries(def.input.required).filter(([n, [k]]) => k !== "SPECAR_MODEL").flatMap(([name, [kind, opts]]) =>
+  node.widgets = Object.entries({ ...def.input.required, ...def.input.optional }).filter(([n, [k]]) => k !== "SPECAR_MODEL").flatMap(([name, [kind, opts]]) =>
     [{ name, type: Array.isArray(kind) ? "combo" : kind, value: opts.default, callback: null },
      ...(opts.control_after_generate ? [{ name: "control_after_generate", type: "combo", value: "randomize" }] : [])]);
   node.computeSize = function () { return [300, 20 * this.widgets.filter((w) => w.type !== "specar-hidden").length]; };
@@ -1070,7 +1101,21 @@ for (const [nid, values] of Object.entries(saved)) {
   n.onConfigure({ widgets_values: values });
   dyn[nid] = Object.fromEntries(n.widgets.map((w) => [w.name, w.value]));
 }
-console.log(JSON.stringify({ first, afterHawk, afterCustom, migrated, shownOld: shown(old), dyn,
+// the same nodes with their values by name (properties.specar_inputs): the frontend first puts the saved
+// values into the flat widgets by position (wrong places), the extension then applies them by name
+const named = {};
+const serialized = {};
+for (const [nid, info] of Object.entries(JSON.parse(readFileSync("named.json", "utf8")))) {
+  const n = makeNode();
+  info.widgets_values.forEach((v, i) => { if (n.widgets[i]) n.widgets[i].value = v; });
+  n.onConfigure(info);
+  n.onAfterGraphConfigured();
+  named[nid] = Object.fromEntries(n.widgets.map((w) => [w.name, w.value]));
+  const o = { properties: {} };
+  n.onSerialize(o);
+  serialized[nid] = o.properties.specar_inputs;
+}
+console.log(JSON.stringify({ first, afterHawk, afterCustom, migrated, shownOld: shown(old), dyn, named, serialized,
   notes: mod.migrateLegacyValues([...JSON.parse(readFileSync("legacy.json", "utf8"))].map((v, i) => i === 5 ? 2.5 : v), []).notes }));
 """)
     out = subprocess.run(["node", "run.js"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
@@ -1098,6 +1143,12 @@ console.log(JSON.stringify({ first, afterHawk, afterCustom, migrated, shownOld: 
     for nid, got in res["dyn"].items():
         want = {k: v for k, v in flat_api[nid]["inputs"].items() if not isinstance(v, list)}
         assert {k: got[k] for k in want} == want, nid
+    # by name: every flat input, the other backends' included, has its API twin's value (their defaults)
+    ui_nodes = {str(n["id"]): n for n in ui["nodes"]}
+    for nid, got in res["named"].items():
+        want = {k: v for k, v in flat_api[nid]["inputs"].items() if not isinstance(v, list)}
+        assert {k: got[k] for k in want} == want, nid
+        assert res["serialized"][nid] == ui_nodes[nid]["properties"]["specar_inputs"], nid
     # what the browser migrates runs as the server reads the same SpecAR 0.1 values
     model, = execute(v1.SpecARModelLoader, model="demo", device="auto", dtype="auto")[0]
     values = {k: v for k, v in m.items() if k in required and k != "model"}

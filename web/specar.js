@@ -34,7 +34,7 @@ export function formatStats(json) {
     .map(([k, v]) => `${k}:${v}`)
     .join(" ");
   const params = Object.entries(s.params || {})
-    .map(([k, v]) => `${k}=${v}`)
+    .map(([k, v]) => `${k}=${v === "" ? "(beside the model)" : v}`) // an empty drafter folder: the model's own
     .join(" ");
   const lines = [
     s.summary || "",
@@ -47,7 +47,10 @@ export function formatStats(json) {
     `latency ${num(s.latency_s)} s (prefill ${num(s.prefill_s)} s, decode ${num(s.decode_s)} s)`,
   ];
   if (s.lossy) lines.push("LOSSY: relaxed acceptance was on (not the AR distribution)");
-  if (s.overhead_s !== null && s.overhead_s !== undefined) {
+  if (s.speedup_vs_ar !== undefined && s.speedup_vs_ar !== null) {
+    lines.push(`AR in the same run: ${num(s.ar_latency_s)} s, ${num(s.speedup_vs_ar)}x${s.lossy ? " (LOSSY run: not a like-for-like speed-up)" : ""}`);
+  }
+  if (s.backend !== "ar" && s.overhead_s !== null && s.overhead_s !== undefined) { // AR drafts and verifies nothing
     lines.push(`drafting + verification ${num(s.overhead_s)} s of the decode`);
   }
   if (s.peak_memory_bytes) {
@@ -178,6 +181,29 @@ export function applyValues(node, values, backends) {
   }
 }
 
+// The node's values by flat name ("sjd_pac_window", "cfg_scale"), whatever its layout: what the node saves in
+// properties.specar_inputs, so a frontend with another layout (flat / DynamicCombo) reads every value by name.
+// The inputs of options not chosen are left out (their defaults apply).
+export function namedValues(node, backends) {
+  const out = {};
+  const chosen = {};
+  for (const w of node.widgets || []) {
+    if (w.name === "backend" || w.name === "guidance") chosen[w.name] = w.value;
+  }
+  for (const w of node.widgets || []) {
+    if (w.serialize === false || w.name === WIDGET) continue;
+    let name = w.name;
+    if (name.startsWith("backend.")) name = `${chosen.backend}_${name.slice(8)}`;
+    else if (name.startsWith("guidance.")) name = name.slice(9);
+    else {
+      const owner = switchOf(name, backends);
+      if (owner && chosen[owner[0]] !== owner[1]) continue; // a hidden input of an option not chosen
+    }
+    out[name] = w.value;
+  }
+  return out;
+}
+
 const HIDDEN = "specar-hidden";
 
 // Show only the inputs of the chosen backend and guidance (flat layouts only: a DynamicCombo does this itself).
@@ -300,7 +326,15 @@ app.registerExtension({
       const r = onConfigure?.apply(this, arguments);
       const saved = info?.widgets_values;
       const names = (this.widgets || []).filter((w) => w.serialize !== false).map((w) => w.name);
-      if (isLegacyValues(saved, keys)) {
+      const byName = info?.properties?.specar_inputs;
+      if (byName && typeof byName === "object") {
+        // saved with the values by name (SpecAR >= 0.2, the example workflows): applied by name, never by
+        // position; every input not named (another option's) gets its default, not a positional leftover.
+        // Applied again once the graph is configured (a DynamicCombo frontend resets its options after this).
+        const values = { ...defaults, ...byName };
+        applyValues(this, values, keys);
+        this.specarMigrated = values;
+      } else if (isLegacyValues(saved, keys)) {
         const { values, control, notes } = migrateLegacyValues(saved, keys);
         // the frontend has already put the 17 saved values into the first widgets by position: every input
         // 0.1 did not have (e.g. preview) or left at its default gets its default back
@@ -327,6 +361,13 @@ app.registerExtension({
         delete this.specarMigrated;
         updateVisibility(this, keys);
       }
+      return r;
+    };
+
+    const onSerialize = nodeType.prototype.onSerialize;
+    nodeType.prototype.onSerialize = function (o) {
+      const r = onSerialize?.apply(this, arguments);
+      o.properties = { ...(o.properties || {}), specar_inputs: namedValues(this, keys) };
       return r;
     };
 
