@@ -894,7 +894,7 @@ def test_real_comfyui_server(tmp_path):
         assert {"SpecARModelLoader", "SpecARSampler", "SpecARDecode"} <= set(info), \
             (tmp_path / "server.log").read_text()[-4000:]
         assert info["SpecARSampler"]["category"] == "SpecAR"
-        prompt = _load(os.path.join(EXAMPLES, "api", "SpecAR demo - SJD-PAC.json"))
+        prompt = _load(api_twin("SpecAR demo - SJD-PAC.json", info))
         bad = json.loads(json.dumps(prompt))
         bad["10"]["inputs"]["backend"] = "turbo"
         req = urllib.request.Request(url + "/prompt", data=json.dumps({"prompt": bad}).encode(),
@@ -923,6 +923,12 @@ def test_real_comfyui_server(tmp_path):
     finally:
         stop_process(proc)
         log.close()
+
+
+def api_twin(name: str, object_info: dict) -> str:
+    """The API-format example for this server's sampler layout: DynamicCombo ("backend.window") or flat."""
+    flat = "sjd_pac_window" in object_info["SpecARSampler"]["input"]["required"]
+    return os.path.join(EXAMPLES, "api", *(["flat"] if flat else []), name)
 
 
 LEGACY_LAYOUT = ["prompt", "negative_prompt", "seed", "control_after_generate", "backend", "cfg_scale", "temperature",
@@ -959,7 +965,8 @@ def test_real_frontend_loads_example_and_0_1_workflows(tmp_path):
             for path in sorted(glob.glob(os.path.join(EXAMPLES, "*.json"))):
                 fe.load(_load(path))
                 got = fe.read()["prompt"]
-                want = _load(os.path.join(EXAMPLES, "api", os.path.basename(path)))
+                with urllib.request.urlopen(url + "/object_info/SpecARSampler", timeout=10) as r:
+                    want = _load(api_twin(os.path.basename(path), json.loads(r.read())))
                 assert {k: (n["class_type"], n["inputs"]) for k, n in got.items()} == \
                     {k: (n["class_type"], n["inputs"]) for k, n in want.items()}, os.path.basename(path)
             for name in ("specar_0.1_side_by_side.json", "specar_0.1_custom_values.json"):
