@@ -10,6 +10,41 @@ from .checkpoints import read_json_object
 # (`make test-floor` runs the family-loader tests on it); requirements.txt and pyproject.toml say the same
 TRANSFORMERS_FLOOR = (4, 56)
 
+# dtype names load_model takes -> the torch dtype name every loader reads; None / "auto": the model's choice
+DTYPE_NAMES = {"float32": "float32", "fp32": "float32", "float": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16",
+               "float16": "float16", "fp16": "float16", "half": "float16"}
+
+
+def canonical_dtype(dtype):
+    """None for None / "auto", else "float32", "bfloat16" or "float16" (from a name, an alias or a torch
+    dtype); ValueError naming the value and the choices for anything else."""
+    if dtype is None or dtype == "auto":
+        return None
+    import torch
+    if isinstance(dtype, torch.dtype):
+        dtype = str(dtype).replace("torch.", "")
+    if isinstance(dtype, str) and dtype.lower() in DTYPE_NAMES:
+        return DTYPE_NAMES[dtype.lower()]
+    raise ValueError(f"dtype must be one of auto, float32, bfloat16, float16 (or bf16, fp16, fp32), got {dtype!r}")
+
+
+def check_device(device) -> None:
+    """ValueError for a device torch does not know or a GPU this machine does not have."""
+    if device is None or device == "auto":
+        return
+    import torch
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"device must be auto, cpu, cuda or cuda:N, got {device!r}") from None
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"device {device!r}: no CUDA GPU is available here (use cpu or auto)")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise ValueError(f"device {device!r}: this machine has {torch.cuda.device_count()} CUDA GPU(s), "
+                             f"cuda:0 to cuda:{torch.cuda.device_count() - 1}")
+
+
 # built-in models shipped inside the pack: name -> "module:function" (relative to model_loaders)
 BUILTIN_MODELS = {
     "demo": ".demo:load_demo_model",
@@ -31,6 +66,8 @@ def load_model(name_or_path: str, device=None, dtype=None, **options):
     if not isinstance(name_or_path, str):
         raise ValueError(f"load_model takes a built-in name ({', '.join(BUILTIN_MODELS)}) or a folder path, "
                          f"got {type(name_or_path).__name__}")
+    check_device(device)
+    dtype = canonical_dtype(dtype)
     if name_or_path in BUILTIN_MODELS:
         module, fn = BUILTIN_MODELS[name_or_path].split(":")
         try:

@@ -231,8 +231,8 @@ def guidance_switch() -> Switch:
         "custom": [
             Widget("cfg_scale", "FLOAT", "classifier-free guidance scale: 1 = no guidance, higher = closer to the "
                    "prompt (0 = the unconditional branch alone)", default=3.0, min=0.0, max=100.0, step=0.1),
-            Widget("top_k", "INT", "keep the k most likely image tokens (0 = all tokens)", default=1000, min=0,
-                   max=INT_MAX, step=1),
+            Widget("top_k", "INT", "keep the k most likely image tokens (0 = all tokens; at most the model's "
+                   "image vocabulary, checked when the node runs)", default=256, min=0, max=INT_MAX, step=1),
         ]})
 
 
@@ -303,7 +303,8 @@ def sampler_settings(values: dict) -> SamplerSettings:
         return SamplerSettings(backend, params, None, None)
     if guidance != "custom":
         raise ValueError(f"guidance must be one of {MODEL_DEFAULT}, custom; got {guidance!r}")
-    return SamplerSettings(backend, params, float(custom["cfg_scale"]), custom["top_k"])
+    top_k = custom["top_k"]
+    return SamplerSettings(backend, params, float(custom["cfg_scale"]), None if top_k == 0 else top_k)  # 0: all
 
 
 BACKEND_HELP = {name: schema.summary for name, schema in _backends.SCHEMAS.items()}

@@ -1165,3 +1165,13 @@ console.log(JSON.stringify({ first, afterHawk, afterCustom, migrated, shownOld: 
     a = core.run_sampler(model, values)
     b = core.run_sampler(model, old_values)
     assert torch.equal(a[1]["tokens"], b[1]["tokens"])
+
+
+def test_custom_top_k_0_means_all_tokens(comfy):
+    """The tooltip's "0 = all tokens" holds: custom top_k 0 samples what no top-k (top_k=None) samples."""
+    model, = execute(v1.SpecARModelLoader, model="demo", device="auto", dtype="auto")[0]
+    values = sampler_values(backend="ar", guidance="custom", cfg_scale=2.0, top_k=0, seed=3)
+    _, tokens, stats, _ = execute(v1.SpecARSampler, model=model, **values)[0]
+    assert json.loads(stats)["sampling"]["top_k"] == "off"
+    direct = specar.generate(core.resolve(model), "x", backend="ar", seed=3, cfg_scale=2.0, top_k=None)
+    assert torch.equal(tokens["tokens"][0], direct.tokens)
