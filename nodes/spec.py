@@ -50,6 +50,7 @@ class Widget:
     multiline: bool = False
     control_after_generate: bool = False
     optional: bool = False  # ComfyUI may leave it out (API prompts saved before it existed): `default` is used
+    extra: dict = field(default_factory=dict)  # more keys of the input's options, for the web extension
 
     @property
     def is_widget(self) -> bool:
@@ -144,8 +145,11 @@ class Switch:
     def flat_name(self, key: str, w: Widget) -> str:
         return f"{key}_{w.name}" if self.prefix else w.name
 
+    labels: dict = field(default_factory=dict)  # option key -> readable name (the web extension's node title)
+
     def combo(self) -> Widget:
-        return Widget(self.name, "COMBO", self.tooltip, default=self.default, options=tuple(self.options))
+        extra = {"specar_labels": dict(self.labels)} if self.labels else {}
+        return Widget(self.name, "COMBO", self.tooltip, default=self.default, options=tuple(self.options), extra=extra)
 
     def check(self, values: dict) -> Optional[str]:
         """None if the choice and its option's inputs in `values` are valid (flat or nested layout)."""
@@ -183,6 +187,19 @@ def flatten(inputs: list) -> list:
 # backend parameters -> widgets (each backend's own, with its real default)
 
 BESIDE_MODEL = "(beside the model)"  # drafter folder choice: the drafter shipped next to the model's weights
+# the inputs each backend shows first; the others are advanced (the web extension shows them on request).
+# A backend not listed here (or a parameter added later) shows everything.
+ESSENTIAL_PARAMS = {
+    "sjd": ("window",),
+    "scd": ("window", "coupling"),
+    "sjd_pac": ("window", "tree_depth", "tree_width"),
+    "hawk": ("heads", "node_budget", "candidates"),
+    "adt_tree": ("drafter", "node_budget", "tree_shape", "candidate_mode", "relaxed"),
+}
+
+
+def is_advanced(backend: str, param: str) -> bool:
+    return backend in ESSENTIAL_PARAMS and param not in ESSENTIAL_PARAMS[backend]
 
 
 def param_widget(p, label: str, drafter_choices: Callable[[str], list]) -> Widget:
@@ -216,7 +233,15 @@ def backend_switch(drafter_choices: Callable[[str], list] = lambda kind: []) -> 
         "backend", f"how tokens are drafted and verified. {help_text}. Every lossless backend samples exactly what AR "
         "samples; only the chosen backend's parameters are shown.", default="sjd_pac" if "sjd_pac" in names
         else names[0], prefix=True,
-        options={n: [param_widget(p, s.label, drafter_choices) for p in s.params] for n, s in schemas.items()})
+        labels={n: s.label for n, s in schemas.items()},
+        options={n: [advanced(param_widget(p, s.label, drafter_choices), is_advanced(n, p.name)) for p in s.params]
+                 for n, s in schemas.items()})
+
+
+def advanced(w: Widget, flag: bool) -> Widget:
+    if flag:
+        w.extra = {**w.extra, "specar_advanced": True}
+    return w
 
 
 MODEL_DEFAULT = "model default"

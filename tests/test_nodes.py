@@ -319,7 +319,7 @@ def test_sampler_widgets_follow_backend_schemas(monkeypatch):
         got = spec.sampler_settings(values)
         assert (got.backend, got.params, got.cfg_scale, got.top_k) == ("fake", {"window": 4, "lossy": True}, None, None)
     custom = spec.sampler_settings({"backend": "sjd", "guidance": "custom", "cfg_scale": 0.0, "top_k": 0})
-    assert (custom.cfg_scale, custom.top_k) == (0.0, 0)  # custom values are taken as they are: 0 = no top-k
+    assert (custom.cfg_scale, custom.top_k) == (0.0, None)  # custom top_k 0 = all tokens (no top-k)
     # SpecAR 0.1 API prompts: shared names, window 0 / cfg_scale -1 / top_k 0 = the default
     legacy = spec.sampler_settings({"backend": "sjd_pac", "window": 0, "tree_depth": 2, "init": "random",
                                     "cfg_scale": -1.0, "top_k": 0})
@@ -1082,6 +1082,13 @@ function makeNode() {
      ...(opts.control_after_generate ? [{ name: "control_after_generate", type: "combo", value: "randomize" }] : [])]);
   node.computeSize = function () { return [300, 20 * this.widgets.filter((w) => w.type !== "specar-hidden").length]; };
   node.setSize = function (s) { this.size = s; };
+  node.setDirtyCanvas = function () {};
+  node.addWidget = function (type, name, value, callback, options) {
+    const w = { name, type, value, callback, options };
+    this.widgets.push(w);
+    return w;
+  };
+  node.title = "SpecAR Sampler - SJD-PAC";
   node.onNodeCreated();
   return node;
 }
@@ -1091,6 +1098,18 @@ const first = shown(fresh);
 const backend = fresh.widgets.find((w) => w.name === "backend");
 backend.value = "hawk"; backend.callback("hawk");
 const afterHawk = shown(fresh);
+const titleAfterHawk = fresh.title;
+const toggle = fresh.widgets.find((w) => w.name === "advanced inputs");
+toggle.value = true; toggle.callback(true);
+const afterAdvanced = shown(fresh);
+toggle.value = false; toggle.callback(false);
+fresh.title = "my hawk";
+backend.value = "sjd"; backend.callback("sjd");
+const renamedTitle = fresh.title;
+backend.value = "hawk"; backend.callback("hawk");
+fresh.onExecuted({ specar_stats: [JSON.stringify({ summary: "s", backend: "ar", params: {}, overhead_s: 2.0 })] });
+fresh.onExecutionStart();
+const statsDuringRun = fresh.widgets.find((w) => w.name === "specar_stats_view").value;
 const guidance = fresh.widgets.find((w) => w.name === "guidance");
 guidance.value = "custom"; guidance.callback("custom");
 const afterCustom = shown(fresh);
@@ -1122,7 +1141,7 @@ for (const [nid, info] of Object.entries(JSON.parse(readFileSync("named.json", "
   n.onSerialize(o);
   serialized[nid] = o.properties.specar_inputs;
 }
-console.log(JSON.stringify({ first, afterHawk, afterCustom, migrated, shownOld: shown(old), dyn, named, serialized,
+console.log(JSON.stringify({ first, afterHawk, titleAfterHawk, afterAdvanced, renamedTitle, statsDuringRun, afterCustom, migrated, shownOld: shown(old), dyn, named, serialized,
   notes: mod.migrateLegacyValues([...JSON.parse(readFileSync("legacy.json", "utf8"))].map((v, i) => i === 5 ? 2.5 : v), []).notes }));
 """)
     out = subprocess.run(["node", "run.js"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
@@ -1130,9 +1149,16 @@ console.log(JSON.stringify({ first, afterHawk, afterCustom, migrated, shownOld: 
     res = json.loads(out.stdout)
     default_backend = required["backend"][1]["default"]
     own = lambda b: [f"{b}_{p}" for p in BACKEND_PARAMS[b]]  # noqa: E731
-    assert [n for n in res["first"] if n.startswith(tuple(f"{b}_" for b in SCHEMAS))] == own(default_backend)
+    essential = lambda b: [f"{b}_{p}" for p in BACKEND_PARAMS[b] if not spec.is_advanced(b, p)]  # noqa: E731
+    backend_inputs = lambda names: [n for n in names if n.startswith(tuple(f"{b}_" for b in SCHEMAS))]  # noqa: E731
+    # a few essentials first; the advanced inputs on request
+    assert backend_inputs(res["first"]) == essential(default_backend) and len(essential(default_backend)) <= 3
     assert "cfg_scale" not in res["first"] and "guidance" in res["first"]
-    assert [n for n in res["afterHawk"] if n.startswith(tuple(f"{b}_" for b in SCHEMAS))] == own("hawk")
+    assert backend_inputs(res["afterHawk"]) == essential("hawk") != own("hawk")
+    assert backend_inputs(res["afterAdvanced"]) == own("hawk")
+    # the title follows the backend, unless the user renamed the node
+    assert res["titleAfterHawk"] == "SpecAR Sampler - Hawk" and res["renamedTitle"] == "my hawk"
+    assert res["statsDuringRun"] == "running..."  # the previous run's statistics are cleared
     assert "cfg_scale" in res["afterCustom"] and "top_k" in res["afterCustom"]
     m = res["migrated"]
     assert (m["prompt"], m["seed"], m["backend"], m["temperature"], m["batch_size"]) == ("a cat", 11, "sjd_pac", 0.9, 2)

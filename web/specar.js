@@ -155,6 +155,41 @@ export function inputDefaults(nodeData) {
   return out;
 }
 
+// From the node definition: the readable backend names ({key: label}, for the node's title) and the flat
+// names of the advanced inputs (shown on request), whether the definition has them flat or as DynamicCombo options.
+export function backendLabels(nodeData) {
+  const b = nodeData?.input?.required?.backend;
+  return (b && b[1]?.specar_labels) || {};
+}
+
+export function advancedInputs(nodeData) {
+  const out = new Set();
+  const all = { ...(nodeData?.input?.required || {}), ...(nodeData?.input?.optional || {}) };
+  for (const [name, [kind, opts]] of Object.entries(all)) {
+    if (kind === "COMFY_DYNAMICCOMBO_V3") {
+      for (const o of opts?.options || []) {
+        const inputs = { ...(o.inputs?.required || {}), ...(o.inputs?.optional || {}) };
+        for (const [sub, [, so]] of Object.entries(inputs)) {
+          if (so?.specar_advanced) out.add(name === "backend" ? `${o.key}_${sub}` : sub);
+        }
+      }
+    } else if (opts?.specar_advanced) {
+      out.add(name);
+    }
+  }
+  return out;
+}
+
+const TITLE_PREFIX = "SpecAR Sampler";
+
+// The node's title follows the backend ("SpecAR Sampler - Hawk") unless the user renamed it.
+export function updateTitle(node, labels) {
+  const key = node.widgets?.find((w) => w.name === "backend")?.value;
+  const label = labels[key] ?? key;
+  const auto = node.title === TITLE_PREFIX || Object.values(labels).some((l) => node.title === `${TITLE_PREFIX} - ${l}`);
+  if (label && auto) node.title = `${TITLE_PREFIX} - ${label}`;
+}
+
 // Set values by name on a node of either layout: flat names ("sjd_pac_window") or, where the node has
 // DynamicCombos, "backend.window" after choosing the option (its callback swaps the option's inputs in);
 // there a value of an option not chosen is skipped (another backend's "window" is not this one's).
@@ -205,18 +240,22 @@ export function namedValues(node, backends) {
 }
 
 const HIDDEN = "specar-hidden";
+const ADVANCED_TOGGLE = "advanced inputs"; // display only, never saved
 
-// Show only the inputs of the chosen backend and guidance (flat layouts only: a DynamicCombo does this itself).
-export function updateVisibility(node, backends) {
+// Show only the inputs of the chosen backend and guidance (flat layouts: a DynamicCombo does this itself), and of
+// those the advanced ones (`advanced`: flat names) only while the node's "advanced inputs" toggle is on.
+export function updateVisibility(node, backends, advanced = new Set()) {
   const chosen = {
     backend: node.widgets?.find((w) => w.name === "backend")?.value,
     guidance: node.widgets?.find((w) => w.name === "guidance")?.value,
   };
   let changed = false;
+  const showAdvanced = !!node.widgets?.find((w) => w.name === ADVANCED_TOGGLE)?.value;
   for (const w of node.widgets || []) {
-    const owner = switchOf(w.name, backends);
+    const flatName = w.name.startsWith("backend.") ? `${chosen.backend}_${w.name.slice(8)}` : w.name;
+    const owner = w.name.startsWith("backend.") ? ["backend", chosen.backend] : switchOf(w.name, backends);
     if (!owner) continue;
-    const show = chosen[owner[0]] === owner[1];
+    const show = chosen[owner[0]] === owner[1] && (showAdvanced || !advanced.has(flatName));
     if (!show && w.type !== HIDDEN) {
       w.specarType = w.type;
       w.specarComputeSize = w.computeSize;
@@ -302,6 +341,12 @@ app.registerExtension({
     const backends = Array.isArray(backendSpec?.[0]) ? backendSpec[0] : backendSpec?.[1]?.options || [];
     const keys = backends.map((b) => (typeof b === "string" ? b : b.key));
     const defaults = inputDefaults(nodeData);
+    const labels = backendLabels(nodeData);
+    const advanced = advancedInputs(nodeData);
+    const refresh = (node) => {
+      updateVisibility(node, keys, advanced);
+      updateTitle(node, labels);
+    };
 
     const onNodeCreated = nodeType.prototype.onNodeCreated;
     nodeType.prototype.onNodeCreated = function () {
@@ -312,12 +357,25 @@ app.registerExtension({
         const callback = w.callback;
         w.callback = (...args) => {
           const out = callback?.apply(w, args);
-          updateVisibility(this, keys);
+          refresh(this);
           return out;
         };
         w.specarHooked = true;
       }
-      updateVisibility(this, keys);
+      if (advanced.size && typeof this.addWidget === "function" && !this.widgets?.some((w) => w.name === ADVANCED_TOGGLE)) {
+        const toggle = this.addWidget("toggle", ADVANCED_TOGGLE, false, () => refresh(this), { serialize: false });
+        if (toggle) toggle.serialize = false;
+      }
+      refresh(this);
+      return r;
+    };
+
+    // a new run starts: the previous run's statistics are not this run's
+    const onExecutionStart = nodeType.prototype.onExecutionStart;
+    nodeType.prototype.onExecutionStart = function () {
+      const r = onExecutionStart?.apply(this, arguments);
+      const stats = this.widgets?.find((w) => w.name === WIDGET);
+      if (stats) stats.value = "running...";
       return r;
     };
 
@@ -349,7 +407,7 @@ app.registerExtension({
       } else if (!this.widgets?.some((w) => w.name.includes(".")) && isDynamicValues(saved, names, keys)) {
         applyValues(this, readDynamicValues(saved, names, keys), keys); // saved with DynamicCombo, loaded flat
       }
-      updateVisibility(this, keys);
+      refresh(this);
       return r;
     };
 
@@ -359,7 +417,7 @@ app.registerExtension({
       if (this.specarMigrated) {
         applyValues(this, this.specarMigrated, keys);
         delete this.specarMigrated;
-        updateVisibility(this, keys);
+        refresh(this);
       }
       return r;
     };
