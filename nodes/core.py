@@ -272,9 +272,9 @@ class ComfyProgress:
         """A preview image on the node (ComfyUI's progress-bar preview: the first image of the batch)."""
         if self._utils is None or self.bar is None or not images:
             return
-        # ComfyUI scales the preview to fit max_size, up as well as down: a 64x64 image stays 64x64
-        size = min(self.PREVIEW_SIZE, max(images[0].size))
-        self.bar.update_absolute(self.last[0], self.last[1], ("JPEG", images[0], size))
+        # always PREVIEW_SIZE: ComfyUI scales the preview to it (up too), and frontend 1.27 draws a smaller
+        # preview at its own size (a 64x64 image would be a 64 px speck on the node)
+        self.bar.update_absolute(self.last[0], self.last[1], ("JPEG", images[0], self.PREVIEW_SIZE))
 
 
 def comfy_interrupt() -> Optional[Callable[[], bool]]:
