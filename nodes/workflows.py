@@ -205,10 +205,11 @@ def build_ui(desc: dict) -> dict:
                        for k, o in enumerate(sampler.outputs)]
         else:  # SaveImage (the image) or PreviewImage (the heatmap)
             row = 0 if int(nid) < 30 else 1
+            # rows 500 px apart: Vue node rendering draws an image node taller than its saved size
             if n_samplers == 1:  # beside the sampler, which grows by its preview and statistics after a run
-                pos, size = [780, 40 + 390 * row], [340, 350]
+                pos, size = [780, 40 + 500 * row], [340, 350]
             else:  # below, leaving the samplers room to grow (850 to 1200 tall after a run in ComfyUI 0.33)
-                pos, size = [400 + 360 * i, 1320 + 390 * row], [340, 350]
+                pos, size = [400 + 360 * i, 1320 + 500 * row], [340, 350]
             widgets = [node["inputs"]["filename_prefix"]] if ct == "SaveImage" else []
             link, kind = incoming[(nid, "images")]
             inputs = [{"name": "images", "type": kind, "link": link}]
@@ -220,7 +221,7 @@ def build_ui(desc: dict) -> dict:
                       "order": order, "mode": 0, "inputs": inputs, "outputs": outputs,
                       "properties": properties, "widgets_values": widgets})
         order += 1
-    nodes.append({"id": 90, "type": "Note", "title": "About this workflow", "pos": [40, 300], "size": [320, 260],
+    nodes.append({"id": 90, "type": "Note", "title": "About this workflow", "pos": [40, 440], "size": [320, 260],
                   "flags": {}, "order": order, "mode": 0, "inputs": [], "outputs": [], "properties": {},
                   "widgets_values": [desc["note"] + "\n\nMore: docs/NODES.md in the SpecAR pack."],
                   "color": "#432", "bgcolor": "#653"})

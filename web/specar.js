@@ -261,11 +261,14 @@ export function updateVisibility(node, backends, advanced = new Set()) {
       w.specarComputeSize = w.computeSize;
       w.type = HIDDEN;
       w.hidden = true;
+      w.options = w.options || {};
+      w.options.hidden = true; // Vue node rendering leaves out widgets with options.hidden
       w.computeSize = () => [0, -4]; // litegraph: no row for this widget
       changed = true;
     } else if (show && w.type === HIDDEN) {
       w.type = w.specarType;
       w.hidden = false;
+      if (w.options) w.options.hidden = false;
       w.computeSize = w.specarComputeSize;
       changed = true;
     }
@@ -316,11 +319,15 @@ function statsWidget(node) {
     el.style.fontFamily = "monospace";
     el.style.fontSize = "11px";
     el.style.lineHeight = `${STATS_LINE_PX}px`;
+    el.style.width = "100%"; // Vue node rendering: the node's width, not the textarea's default 20 columns
+    el.style.boxSizing = "border-box";
+    el.style.resize = "none";
     widget = node.addDOMWidget(WIDGET, "specar_stats", el, {
       serialize: false,
       getValue: () => el.value,
       setValue: (v) => {
         el.value = v;
+        el.style.minHeight = `${height() - 20}px`; // Vue node rendering sizes the box by its element
       },
       getMinHeight: height,
       getMaxHeight: height,
@@ -366,6 +373,9 @@ app.registerExtension({
         const toggle = this.addWidget("toggle", ADVANCED_TOGGLE, false, () => refresh(this), { serialize: false });
         if (toggle) toggle.serialize = false;
       }
+      // the statistics box exists from the start (Vue node rendering lays out the widgets a node is created with)
+      const stats = statsWidget(this);
+      if (!stats.value) stats.value = "statistics appear here after a run";
       refresh(this);
       return r;
     };
