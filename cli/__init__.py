@@ -31,7 +31,7 @@ COMMANDS = {
     "convert-drafter": ("convert_drafter", "a released drafter (LANTERN) -> SpecAR's drafter files"),
 }
 # commands whose parser lives in their own module's main(argv): the arguments are passed on unparsed
-PASS_THROUGH = {"bench"}
+PASS_THROUGH = {"bench", "convert-checkpoint", "convert-drafter"}
 
 
 def version() -> str:

@@ -66,20 +66,25 @@ def sampler_values(prompt: str, seed: int, **overrides) -> dict:
     return values
 
 
+def chosen_inputs(choice):
+    """(name in the DynamicCombo layout, flat name, widget) of every sampler widget for the switch choices
+    `choice(switch)` gives, in input order: the common inputs, and each switch followed by its chosen
+    option's inputs ("backend.window" / "sjd_pac_window")."""
+    for w in spec.sampler_spec().inputs:
+        if isinstance(w, spec.Switch):
+            key = choice(w)
+            yield w.name, w.name, w
+            for sub in w.options[key]:
+                yield f"{w.name}.{sub.name}", w.flat_name(key, sub), sub
+        elif w.is_widget:
+            yield w.name, w.name, w
+
+
 def dynamic_inputs(flat: dict) -> dict:
     """Flat sampler values -> the API-format inputs of the DynamicCombo layout (ComfyUI >= 0.4.0):
     "backend": key and "backend.<param>" for the chosen backend's parameters only; the same for
     guidance. Other values unchanged, in widget order."""
-    out = {}
-    for w in spec.sampler_spec().inputs:
-        if isinstance(w, spec.Switch):
-            key = flat[w.name]
-            out[w.name] = key
-            for sub in w.options[key]:
-                out[f"{w.name}.{sub.name}"] = flat[w.flat_name(key, sub)]
-        elif w.is_widget:
-            out[w.name] = flat[w.name]
-    return out
+    return {name: flat[flat_name] for name, flat_name, _ in chosen_inputs(lambda sw: flat[sw.name])}
 
 
 def to_flat(prompt: dict) -> dict:
@@ -113,16 +118,10 @@ def named_values(inputs: dict) -> dict:
     each switch's choice and its chosen option's inputs ("sjd_pac_window", "cfg_scale"), and the seed's
     control; what web/specar.js applies by name whatever layout the frontend has."""
     named = {}
-    for w in spec.sampler_spec().inputs:
-        if isinstance(w, spec.Switch):
-            key = inputs[w.name]
-            named[w.name] = key
-            for sub in w.options[key]:
-                named[w.flat_name(key, sub)] = inputs[f"{w.name}.{sub.name}"]
-        elif w.is_widget:
-            named[w.name] = inputs[w.name]
-            if w.control_after_generate:
-                named["control_after_generate"] = "fixed"
+    for name, flat_name, w in chosen_inputs(lambda sw: inputs[sw.name]):
+        named[flat_name] = inputs[name]
+        if getattr(w, "control_after_generate", False):
+            named["control_after_generate"] = "fixed"
     return named
 
 
@@ -130,16 +129,7 @@ def ui_widget_values(inputs: dict) -> list:
     """A sampler's widgets_values in the DynamicCombo layout, as the ComfyUI frontend saves them: in
     input order, a switch's key followed by its chosen option's values only, the seed followed by its
     control value."""
-    values = []
-    for w in spec.sampler_spec().inputs:
-        if isinstance(w, spec.Switch):
-            key = inputs[w.name]
-            values += [key] + [inputs[f"{w.name}.{sub.name}"] for sub in w.options[key]]
-        elif w.is_widget:
-            values.append(inputs[w.name])
-            if w.control_after_generate:
-                values.append("fixed")
-    return values
+    return list(named_values(inputs).values())
 
 
 def loader_values() -> dict:

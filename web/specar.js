@@ -137,22 +137,27 @@ export function isDynamicValues(values, widgetNames, backends) {
 // as DynamicCombo options (`nodeData` as the frontend hands it to beforeRegisterNodeDef).
 export function inputDefaults(nodeData) {
   const out = {};
+  eachInput(nodeData, (name, kind, opts) => {
+    if (opts && "default" in opts) out[name] = opts.default;
+    else if (Array.isArray(kind) && kind.length) out[name] = kind[0];
+  });
+  return out;
+}
+
+// Calls fn(flat name, kind, options) for every input of the node definition: flat inputs as they are, a
+// DynamicCombo's option inputs under their flat names ("<backend>_<param>", the guidance's own names).
+export function eachInput(nodeData, fn) {
   const all = { ...(nodeData?.input?.required || {}), ...(nodeData?.input?.optional || {}) };
   for (const [name, [kind, opts]] of Object.entries(all)) {
-    if (kind === "COMFY_DYNAMICCOMBO_V3") {
-      for (const o of opts?.options || []) {
-        const inputs = { ...(o.inputs?.required || {}), ...(o.inputs?.optional || {}) };
-        for (const [sub, [, so]] of Object.entries(inputs)) {
-          if (so && "default" in so) out[name === "backend" ? `${o.key}_${sub}` : sub] = so.default;
-        }
-      }
-    } else if (opts && "default" in opts) {
-      out[name] = opts.default;
-    } else if (Array.isArray(kind) && kind.length) {
-      out[name] = kind[0];
+    if (kind !== "COMFY_DYNAMICCOMBO_V3") {
+      fn(name, kind, opts);
+      continue;
+    }
+    for (const o of opts?.options || []) {
+      const inputs = { ...(o.inputs?.required || {}), ...(o.inputs?.optional || {}) };
+      for (const [sub, [subKind, so]] of Object.entries(inputs)) fn(name === "backend" ? `${o.key}_${sub}` : sub, subKind, so);
     }
   }
-  return out;
 }
 
 // From the node definition: the readable backend names ({key: label}, for the node's title) and the flat
@@ -164,19 +169,9 @@ export function backendLabels(nodeData) {
 
 export function advancedInputs(nodeData) {
   const out = new Set();
-  const all = { ...(nodeData?.input?.required || {}), ...(nodeData?.input?.optional || {}) };
-  for (const [name, [kind, opts]] of Object.entries(all)) {
-    if (kind === "COMFY_DYNAMICCOMBO_V3") {
-      for (const o of opts?.options || []) {
-        const inputs = { ...(o.inputs?.required || {}), ...(o.inputs?.optional || {}) };
-        for (const [sub, [, so]] of Object.entries(inputs)) {
-          if (so?.specar_advanced) out.add(name === "backend" ? `${o.key}_${sub}` : sub);
-        }
-      }
-    } else if (opts?.specar_advanced) {
-      out.add(name);
-    }
-  }
+  eachInput(nodeData, (name, kind, opts) => {
+    if (opts?.specar_advanced) out.add(name);
+  });
   return out;
 }
 
