@@ -1110,6 +1110,12 @@ backend.value = "hawk"; backend.callback("hawk");
 fresh.onExecuted({ specar_stats: [JSON.stringify({ summary: "s", backend: "ar", params: {}, overhead_s: 2.0 })] });
 fresh.onExecutionStart();
 const statsDuringRun = fresh.widgets.find((w) => w.name === "specar_stats_view").value;
+backend.value = "adt_tree"; backend.callback("adt_tree");
+const shape = fresh.widgets.find((w) => w.name === "adt_tree_tree_shape");
+const mode = fresh.widgets.find((w) => w.name === "adt_tree_candidate_mode");
+mode.value = "topk";
+shape.value = "best_first"; shape.callback("best_first");
+const impliedMode = mode.value;
 const guidance = fresh.widgets.find((w) => w.name === "guidance");
 guidance.value = "custom"; guidance.callback("custom");
 const afterCustom = shown(fresh);
@@ -1141,7 +1147,7 @@ for (const [nid, info] of Object.entries(JSON.parse(readFileSync("named.json", "
   n.onSerialize(o);
   serialized[nid] = o.properties.specar_inputs;
 }
-console.log(JSON.stringify({ first, afterHawk, titleAfterHawk, afterAdvanced, renamedTitle, statsDuringRun, afterCustom, migrated, shownOld: shown(old), dyn, named, serialized,
+console.log(JSON.stringify({ first, afterHawk, impliedMode, titleAfterHawk, afterAdvanced, renamedTitle, statsDuringRun, afterCustom, migrated, shownOld: shown(old), dyn, named, serialized,
   notes: mod.migrateLegacyValues([...JSON.parse(readFileSync("legacy.json", "utf8"))].map((v, i) => i === 5 ? 2.5 : v), []).notes }));
 """)
     out = subprocess.run(["node", "run.js"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
@@ -1159,6 +1165,8 @@ console.log(JSON.stringify({ first, afterHawk, titleAfterHawk, afterAdvanced, re
     # the title follows the backend, unless the user renamed the node
     assert res["titleAfterHawk"] == "SpecAR Sampler - Hawk" and res["renamedTitle"] == "my hawk"
     assert res["statsDuringRun"] == "running..."  # the previous run's statistics are cleared
+    # best_first needs sampled candidates: picking it sets candidate_mode (topk + best_first cannot be picked)
+    assert res["impliedMode"] == "sampled"
     assert "cfg_scale" in res["afterCustom"] and "top_k" in res["afterCustom"]
     m = res["migrated"]
     assert (m["prompt"], m["seed"], m["backend"], m["temperature"], m["batch_size"]) == ("a cat", 11, "sjd_pac", 0.9, 2)

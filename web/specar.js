@@ -175,6 +175,38 @@ export function advancedInputs(nodeData) {
   return out;
 }
 
+// Choices that need another parameter's value: picking the first sets the second (a combination the
+// backend refuses at run time cannot be picked). backend -> parameter -> value -> {parameter: value}
+export const IMPLIED = {
+  adt_tree: {
+    tree_shape: { best_first: { candidate_mode: "sampled" } },
+    candidate_mode: { topk: { tree_shape: "layers" } },
+  },
+};
+
+// The widget of one backend parameter, flat ("adt_tree_tree_shape") or DynamicCombo ("backend.tree_shape").
+function paramWidget(node, backend, param) {
+  return node.widgets?.find((w) => w.name === `${backend}_${param}` || w.name === `backend.${param}`);
+}
+
+export function hookImplied(node) {
+  const backend = node.widgets?.find((w) => w.name === "backend")?.value;
+  for (const [param, byValue] of Object.entries(IMPLIED[backend] || {})) {
+    const w = paramWidget(node, backend, param);
+    if (!w || w.specarImplied) continue;
+    const callback = w.callback;
+    w.callback = function (value, ...rest) {
+      const out = callback?.apply(this, [value, ...rest]);
+      for (const [other, forced] of Object.entries(byValue[w.value] || {})) {
+        const o = paramWidget(node, backend, other);
+        if (o && o.value !== forced) o.value = forced;
+      }
+      return out;
+    };
+    w.specarImplied = true;
+  }
+}
+
 const TITLE_PREFIX = "SpecAR Sampler";
 
 // The node's title follows the backend ("SpecAR Sampler - Hawk") unless the user renamed it.
@@ -348,6 +380,7 @@ app.registerExtension({
     const refresh = (node) => {
       updateVisibility(node, keys, advanced);
       updateTitle(node, labels);
+      hookImplied(node);
     };
 
     const onNodeCreated = nodeType.prototype.onNodeCreated;
