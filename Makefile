@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.specar-installed
 
-.PHONY: test demo bench venv clean
+.PHONY: test test-floor demo bench venv clean
 
 venv: $(STAMP)
 
@@ -31,3 +31,16 @@ bench: $(STAMP)
 
 clean:
 	rm -rf $(VENV)
+
+# the family loaders on the oldest transformers we support (registry.TRANSFORMERS_FLOOR): its own venv,
+# the tiny Janus-Pro / Emu3 / Chameleon folders in the released checkpoints' format, their loader tests
+FLOOR_TRANSFORMERS ?= 4.56.2
+FLOOR_VENV ?= .venv-floor
+FLOOR_PY := $(FLOOR_VENV)/bin/python
+test-floor: $(STAMP)
+	test -x $(FLOOR_PY) || $(PYTHON) -m venv $(FLOOR_VENV)
+	$(FLOOR_PY) -c "import torch" 2>/dev/null || $(FLOOR_PY) -m pip install -q torch==2.13.0
+	$(FLOOR_PY) -m pip install -q -e ".[test]" "transformers==$(FLOOR_TRANSFORMERS)" protobuf sentencepiece
+	rm -rf output/floor-models && OMP_NUM_THREADS=1 $(PY) tests/floor_models.py output/floor-models
+	SPECAR_FLOOR_MODELS=$(CURDIR)/output/floor-models OMP_NUM_THREADS=1 $(FLOOR_PY) -m pytest -q --rootdir=tests \
+		tests/test_transformers_floor.py

@@ -100,12 +100,15 @@ def chi_square_test(samples: torch.Tensor, exact: dict, min_expected: float = 5.
     for key, prob in exact.items():
         e, o = prob * n, counts.pop(key, 0)
         if e >= min_expected:
-            observed.append(o); expected.append(e)
+            observed.append(o)
+            expected.append(e)
         else:
-            pool_o += o; pool_e += e
+            pool_o += o
+            pool_e += e
     pool_o += sum(counts.values())  # images outside the support of the exact distribution
     if pool_o or pool_e:
-        observed.append(pool_o); expected.append(max(pool_e, 1e-12))
+        observed.append(pool_o)
+        expected.append(max(pool_e, 1e-12))
     o = torch.tensor(observed, dtype=torch.float64)
     e = torch.tensor(expected, dtype=torch.float64)
     stat = float(((o - e) ** 2 / e).sum())

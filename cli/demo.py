@@ -5,7 +5,6 @@ and the speedup over AR measured in the same run.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -13,6 +12,7 @@ import time
 
 import torch
 
+from .args import parse_command, non_negative_int, positive_int
 from .benchmark import _model, cpu_name, parse_config
 from ..samplers.api import generate
 
@@ -52,23 +52,31 @@ def side_by_side(rows, labels, pad: int = 4):
     return grid
 
 
+def add_arguments(ap) -> None:
+    ap.add_argument("--model", default="demo", help="demo, or a model folder")
+    ap.add_argument("--fast", default=FAST, help="the accelerated configuration, as bench's: backend[:key=value,...]")
+    ap.add_argument("--prompts", nargs="+", default=PROMPTS, help="the prompts, one image each")
+    ap.add_argument("--seed", type=non_negative_int, default=0, help="seed of the first prompt (+1 per prompt)")
+    ap.add_argument("--out", default="output", help="folder for the PNGs, grid.png and demo.json")
+    ap.add_argument("--threads", type=positive_int, default=2, help="torch CPU threads")
+
+
 def main(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m specar demo", description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default="demo")
-    ap.add_argument("--fast", default=FAST, help="the accelerated configuration (default: %(default)s)")
-    ap.add_argument("--prompts", nargs="+", default=PROMPTS)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out", default="output")
-    ap.add_argument("--threads", type=int, default=2)
-    args = ap.parse_args(argv)
+    return run(parse_command("demo", __doc__, add_arguments, argv), argv)
+
+
+def run(args, argv=None):
+    try:  # a bad --fast fails before any work
+        configs = [{"backend": "ar"}, parse_config(args.fast)]
+    except ValueError as e:
+        raise ValueError(f"--fast {args.fast!r}: {e}") from None
     torch.set_num_threads(args.threads)
     os.makedirs(args.out, exist_ok=True)
     model = _model(args.model, None, None)
-    configs = [{"backend": "ar"}, parse_config(args.fast)]
     for cfg in configs:  # warm-up, so neither side pays first-call costs in the comparison
         generate(model, args.prompts[0], seed=args.seed, **cfg)
     pictures = {0: [], 1: []}
-    report, totals = [], {0: 0.0, 1: 0.0}
+    report, totals, lossy = [], {0: 0.0, 1: 0.0}, False
     for i, prompt in enumerate(args.prompts):
         for c, cfg in enumerate(configs):
             res = generate(model, prompt, seed=args.seed + i, **cfg)
@@ -77,16 +85,20 @@ def main(argv=None):
             pic.save(os.path.join(args.out, f"{i:02d}_{cfg['backend']}.png"))
             pictures[c].append(pic)
             totals[c] += st.latency_s
+            lossy = lossy or bool(st.lossy)
             report.append({"prompt": prompt, "backend": cfg["backend"], "params": st.params, "nfe": st.nfe,
                            "step_compression": st.step_compression, "latency_s": st.latency_s})
             print(f"{prompt[:48]:48s} {cfg['backend']:8s} forwards {st.nfe:4d}  compression {st.step_compression:5.2f}x  "
                   f"latency {st.latency_s:6.2f} s")
     side_by_side([pictures[0], pictures[1]], ["AR", configs[1]["backend"]]).save(os.path.join(args.out, "grid.png"))
     speedup = totals[0] / totals[1]
-    print(f"\n{configs[1]['backend']} vs AR over {len(args.prompts)} prompts, same run: {speedup:.2f}x faster "
+    verdict = "LOSSY (relaxed acceptance: not AR's distribution), " if lossy else ""
+    verdict += f"{speedup:.2f}x " + ("faster" if speedup >= 1 else "slower: AR was faster")
+    print(f"\n{configs[1]['backend']} vs AR over {len(args.prompts)} prompts, same run: {verdict} "
           f"(total latency {totals[0]:.2f} s -> {totals[1]:.2f} s). Images in {args.out}/ (grid.png: AR top row)")
     with open(os.path.join(args.out, "demo.json"), "w") as f:
-        json.dump({"command": "python -m specar demo " + " ".join(argv if argv is not None else sys.argv[1:]),
+        command = ["demo", *argv] if argv is not None else sys.argv[1:]  # argv None: the dispatcher's command line
+        json.dump({"command": "python -m specar " + " ".join(command),
                    "date": time.strftime("%Y-%m-%d"), "processor": cpu_name(), "threads": args.threads,
                    "speedup_vs_ar": speedup, "runs": report}, f, indent=1)
     return speedup

@@ -5,24 +5,51 @@ judge each image automatically, save a grid.
 """
 from __future__ import annotations
 
-import argparse
 import json
+import os
 
 import torch
 
 from ..samplers.api import generate
+from ..samplers.backends import BACKENDS
+from .args import parse_command, positive_int
 from ..model_loaders.registry import load_model
 from ..model_loaders.demo.judge import JUDGE_PROMPTS, PromptJudge
 
 
+IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".webp")
+
+
+def add_arguments(ap) -> None:
+    ap.add_argument("--backend", default="sjd_pac", choices=list(BACKENDS), help="how the images are sampled")
+    ap.add_argument("--samples", type=positive_int, default=1, help="samples per prompt (seeds 0..n-1)")
+    ap.add_argument("--out", default="output/demo_prompts.png",
+                    help="the grid image (.png, .jpg or .webp), or a folder to write demo_prompts.png into")
+    ap.add_argument("--json", help="also write every verdict to this JSON file")
+    ap.add_argument("--threads", type=positive_int, default=1, help="torch CPU threads")
+
+
+def output_paths(out: str, json_path=None):
+    """(grid image path, json path) checked and their folders created before any work: a bad --out
+    must not throw away the generation."""
+    if os.path.isdir(out) or out.endswith(("/", os.sep)) or not os.path.splitext(out)[1]:
+        out = os.path.join(out, "demo_prompts.png")
+    if not out.lower().endswith(IMAGE_EXTENSIONS):
+        raise ValueError(f"--out must be an image file ({', '.join(IMAGE_EXTENSIONS)}) or a folder, got {out!r}")
+    for path in filter(None, (out, json_path)):
+        folder = os.path.dirname(os.path.abspath(path))
+        os.makedirs(folder, exist_ok=True)
+        if not os.access(folder, os.W_OK):
+            raise ValueError(f"cannot write into {folder!r} (for {path!r})")
+    return out, json_path
+
+
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--backend", default="sjd_pac")
-    ap.add_argument("--samples", type=int, default=1, help="samples per prompt (seeds 0..n-1)")
-    ap.add_argument("--out", default="output/demo_prompts.png")
-    ap.add_argument("--json")
-    ap.add_argument("--threads", type=int, default=1)
-    args = ap.parse_args(argv)
+    return run(parse_command("evaluate-demo", __doc__, add_arguments, argv))
+
+
+def run(args):
+    args.out, args.json = output_paths(args.out, args.json)
     torch.set_num_threads(args.threads)
     from PIL import Image
     model = load_model("demo")

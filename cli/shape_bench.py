@@ -17,7 +17,6 @@ time, with CFG as a batch of two on a context of `--context` tokens:
 """
 from __future__ import annotations
 
-import argparse
 import json
 import platform
 import time
@@ -25,6 +24,7 @@ from typing import Sequence
 
 import torch
 
+from .args import parse_command, positive_int
 from .benchmark import cpu_name
 from ..model_loaders.contract import ARImageModel, EncodedPrompt, ForwardOutput, ImageGeometry, Session
 from ..model_loaders.llama import LlamaConfig, LlamaDecoder, rope_tables
@@ -169,19 +169,30 @@ def core_cost(shape: dict, device, seeds=(0, 1)) -> list:
     return rows
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m specar shape-bench", description=__doc__.splitlines()[0])
-    ap.add_argument("--shape", default="chameleon-7b", choices=list(SHAPES))
+def add_arguments(ap) -> None:
+    ap.add_argument("--shape", default="chameleon-7b", choices=list(SHAPES), help="the model shape timed")
     ap.add_argument("--small", action="store_true", help="the tiny 'small' shape (CPU check of the script)")
-    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
-    ap.add_argument("--context", type=int, default=2000)
-    ap.add_argument("--windows", type=int, nargs="+", default=[1, 16, 32, 64])
-    ap.add_argument("--repeats", type=int, default=20)
-    ap.add_argument("--json")
-    args = ap.parse_args(argv)
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", help="cpu, cuda or cuda:N")
+    ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"], help="weights precision")
+    ap.add_argument("--context", type=positive_int, default=2000, help="tokens already in the KV cache")
+    ap.add_argument("--windows", type=positive_int, nargs="+", default=[1, 16, 32, 64], help="chain lengths timed")
+    ap.add_argument("--repeats", type=positive_int, default=20, help="forwards timed per window")
+    ap.add_argument("--json", help="write the results to this file")
+
+
+def main(argv=None):
+    return run(parse_command("shape-bench", __doc__, add_arguments, argv))
+
+
+def run(args):
+    try:
+        device = torch.device(args.device)
+    except RuntimeError:
+        raise ValueError(f"--device must be cpu, cuda or cuda:N, got {args.device!r}") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"--device {args.device}: no CUDA GPU is available here; use --device cpu")
     shape = SHAPES["small" if args.small else args.shape]
-    device, dtype = torch.device(args.device), getattr(torch, args.dtype)
+    dtype = getattr(torch, args.dtype)
     results = forward_cost(shape, device, dtype, args.context, args.windows, args.repeats)
     V = shape["image_codes"]
     core = core_cost(shape, device)

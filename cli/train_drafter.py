@@ -3,45 +3,45 @@ drafter on the frozen target by self-distillation (training/). The kinds' traini
 live in training/<kind>.py and take (model, args)."""
 from __future__ import annotations
 
-import argparse
 import importlib
 
 import torch
 
+from .args import parse_command, non_negative_int, positive_float, positive_int
+
 KINDS = {"hawk": "..training.hawk:train_hawk", "eagle": "..training.eagle:train_eagle"}
 
 
-def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m specar train-drafter", description=__doc__.splitlines()[0])
-    ap.add_argument("--kind", required=True, choices=sorted(KINDS))
+def add_arguments(ap) -> None:
+    ap.add_argument("--kind", required=True, choices=sorted(KINDS), help="hawk: draft heads; eagle: an EAGLE layer")
     ap.add_argument("--model", default="demo", help="demo, or a model folder")
     ap.add_argument("--out", required=True, help="output folder (drafter.safetensors, drafter.json, checkpoint/)")
-    ap.add_argument("--prompts", default=None, help="text file, one prompt per line (default for demo: its data generator)")
-    ap.add_argument("--images", type=int, default=512, help="images the target samples for distillation")
-    ap.add_argument("--steps", type=int, default=2000)
-    ap.add_argument("--batch", type=int, default=32)
-    ap.add_argument("--lr", type=float, default=1e-3)
-    ap.add_argument("--window", type=int, default=None,
+    ap.add_argument("--prompts", default=None,
+                    help="text file, one prompt per line (default for demo: its data generator)")
+    ap.add_argument("--images", type=positive_int, default=512, help="images the target samples for distillation")
+    ap.add_argument("--steps", type=non_negative_int, default=2000,
+                    help="optimiser steps (0: write the initial drafter, e.g. --init's, with its evaluation)")
+    ap.add_argument("--batch", type=positive_int, default=32, help="training rows per step")
+    ap.add_argument("--lr", type=positive_float, default=1e-3, help="learning rate")
+    ap.add_argument("--window", type=positive_int, default=None,
                     help="eagle: committed positions the layer attends to (default: 2 image rows)")
-    ap.add_argument("--intermediate-size", type=int, default=0,
-                    help="eagle: the layer's MLP width (default 0: the llama default for the hidden size)")
+    ap.add_argument("--intermediate-size", type=non_negative_int, default=0,
+                    help="eagle: the layer's MLP width (0: the llama default for the hidden size)")
     ap.add_argument("--lr-schedule", default="constant", choices=["constant", "cosine"],
                     help="constant, or cosine from --lr to 0 over --steps (a function of the global step: "
                          "--resume with cosine continues a constant run into a decay)")
     ap.add_argument("--init", default=None,
                     help="eagle: start from this drafter folder's weights (fine-tuning; its window and MLP width win)")
     ap.add_argument("--guided-weight", type=float, default=0.0,
-                    help="eagle: weight of KL(target || drafter) of the sampling distributions (CFG combined, "
-                         "temperature, top-k), the distributions verification compares (default 0: off)")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--device", default=None)
+                    help="eagle: weight (>= 0) of KL(target || drafter) of the sampling distributions (CFG combined, "
+                         "temperature, top-k), the distributions verification compares (0: off)")
+    ap.add_argument("--seed", type=non_negative_int, default=0, help="random seed of sampling and training")
+    ap.add_argument("--threads", type=positive_int, default=2, help="torch CPU threads")
+    ap.add_argument("--device", default=None, help="cpu, cuda, cuda:N (default: a GPU when there is one)")
     ap.add_argument("--resume", action="store_true", help="continue from <out>/checkpoint")
-    return ap
 
 
-def main(argv=None):
-    args = parser().parse_args(argv)
+def run(args) -> None:
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     from ..model_loaders.registry import load_model
@@ -49,6 +49,10 @@ def main(argv=None):
     module, fn = KINDS[args.kind].split(":")
     train = getattr(importlib.import_module(module, __package__), fn)
     train(model, args)
+
+
+def main(argv=None):
+    run(parse_command("train-drafter", __doc__, add_arguments, argv))
 
 
 if __name__ == "__main__":

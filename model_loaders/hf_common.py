@@ -28,6 +28,9 @@ from typing import Optional, Sequence
 
 import torch
 
+from safetensors import SafetensorError
+
+from .registry import transformers_version
 from .slot_model import SlotCacheModel
 
 try:  # transformers >= 4.5x: the Cache / layer classes this cache plugs into
@@ -150,8 +153,9 @@ def load_pretrained(cls, folder: str, device: torch.device, dtype: torch.dtype, 
     missing parameters under the `allow_missing` prefixes (parts image generation never runs)."""
     files = safetensors_files(folder)
     check_memory(files, dtype, device, device_map)
-    kwargs = dict(dtype=dtype, local_files_only=True, use_safetensors=True, trust_remote_code=False,
-                  output_loading_info=True)
+    # transformers >= 4.56 takes `dtype`; before, the same setting was `torch_dtype`
+    kwargs = {"dtype" if transformers_version() >= (4, 56) else "torch_dtype": dtype}
+    kwargs.update(local_files_only=True, use_safetensors=True, trust_remote_code=False, output_loading_info=True)
     if attn_implementation is not None:
         kwargs["attn_implementation"] = attn_implementation
     if device_map is not None:
@@ -163,6 +167,9 @@ def load_pretrained(cls, folder: str, device: torch.device, dtype: torch.dtype, 
     weights = files[0] if len(files) == 1 else os.path.join(folder, "model.safetensors.index.json")
     try:
         model, info = cls.from_pretrained(folder, **kwargs)
+    except SafetensorError as e:
+        raise ValueError(f"cannot read the weights in {weights}: {e} (a damaged or partly downloaded file? copy "
+                         f"it again)") from e
     except (RuntimeError, ValueError, OSError, KeyError) as e:
         msg = str(e)
         if "mismatch" in msg.lower() or "shape" in msg.lower():
@@ -215,6 +222,7 @@ class SlotLayer(CacheLayerMixin):
     def __init__(self, owner: "SlotCache"):
         super().__init__()
         self.owner = owner
+        self.is_initialized = False  # transformers 4.56's CacheLayerMixin does not set it
 
     def lazy_initialization(self, key_states, value_states):
         R, H, _, hd = key_states.shape
@@ -240,6 +248,9 @@ class SlotLayer(CacheLayerMixin):
         return 0  # positions always come from explicit position_ids
 
     def get_max_length(self):
+        return self.owner.capacity
+
+    def get_max_cache_shape(self):  # abstract in transformers 4.5x's CacheLayerMixin
         return self.owner.capacity
 
     def gather(self, rows, dst, src):

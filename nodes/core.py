@@ -272,6 +272,8 @@ class ComfyProgress:
         """A preview image on the node (ComfyUI's progress-bar preview: the first image of the batch)."""
         if self._utils is None or self.bar is None or not images:
             return
+        # always PREVIEW_SIZE: ComfyUI scales the preview to it (up too), and frontend 1.27 draws a smaller
+        # preview at its own size (a 64x64 image would be a 64 px speck on the node)
         self.bar.update_absolute(self.last[0], self.last[1], ("JPEG", images[0], self.PREVIEW_SIZE))
 
 
@@ -321,29 +323,40 @@ def pil_to_tensor(images) -> torch.Tensor:
     return torch.stack([torch.from_numpy(np.asarray(im.convert("RGB"), dtype=np.float32) / 255.0) for im in images])
 
 
-# measured AR latencies, so the summary can show a measured speed-up: (model, batch, guided) -> seconds
-_ar_latency: dict = {}
+def token_totals(stats) -> tuple:
+    """(image tokens, forward passes) summed over the images of a batch, each image's forwards counted
+    with the prefill (which samples its first token): their ratio is the batch's step compression
+    (AR: exactly 1), not a mean of per-image ratios."""
+    tokens = stats.image_tokens * stats.batch
+    forwards = sum(int(s) + 1 for s in stats.steps) if stats.steps else stats.nfe + 1
+    return tokens, forwards
 
 
-def summary(stats, model=None, guided: bool = True) -> str:
-    """One line for the node: readable backend name, forward passes against AR's, measured latency,
-    and the speed-up over a measured AR run of the same model, batch and guidance when one exists
-    (step counts are not a speed-up: on a CPU a window forward can cost more than the steps it saves)."""
+def summary(stats, ar_stats=None) -> str:
+    """One line for the node: backend (LOSSY when it is), tokens and forward passes summed over the batch
+    against AR's, measured latency, and the wall-clock ratio to an AR run of the same model, prompt,
+    seed, batch and guidance measured in the same execution (`ar_stats`; never a run from another
+    time or load: step counts are not a speed-up, and old timings are not comparable)."""
     label = _backends.SCHEMAS[stats.backend].label
-    n = stats.image_tokens
+    if stats.lossy:
+        label += " LOSSY (relaxed acceptance: not AR's distribution)"
+    tokens, forwards = token_totals(stats)
+    images = f"{stats.batch} images, " if stats.batch > 1 else ""
+    summed = " summed over the images" if stats.batch > 1 else ""
     if stats.backend == "ar":
-        if model is not None:
-            _ar_latency[(id(model), stats.batch, guided)] = stats.latency_s
-        return f"{label}: {n} tokens in {stats.nfe + 1} forward passes, {stats.latency_s:.2f} s"
-    # forward passes with the prefill (which samples the first token), as step_compression counts them
-    text = (f"{label}: {n} tokens in {stats.nfe + 1} forward passes ({stats.step_compression:.1f}x fewer than AR), "
-            f"{stats.latency_s:.2f} s")
-    ar = _ar_latency.get((id(model), stats.batch, guided)) if model is not None else None
-    if ar is None:
-        return text + "; speed-up: run backend ar once with this model, batch and guidance to measure it"
-    speedup = ar / max(stats.latency_s, 1e-9)
-    verdict = "faster" if speedup >= 1 else "slower: the extra drafting costs more than it saves on this device"
-    return text + f"; {speedup:.2f}x AR's measured {ar:.2f} s ({verdict})"
+        return f"{label}: {images}{tokens} tokens in {forwards} forward passes{summed}, {stats.latency_s:.2f} s"
+    text = (f"{label}: {images}{tokens} tokens in {forwards} forward passes{summed} ({tokens / forwards:.1f}x "
+            f"fewer than AR), {stats.latency_s:.2f} s")
+    if ar_stats is None:
+        return text + "; wall-clock speed-up: turn on compare_with_ar to measure AR in the same run"
+    ratio = ar_stats.latency_s / max(stats.latency_s, 1e-9)
+    if stats.lossy:
+        verdict = "not comparable as a speed-up: a lossy run samples another distribution"
+    elif ratio >= 1:
+        verdict = "faster"
+    else:
+        verdict = "slower: the extra drafting costs more than it saves on this device"
+    return text + f"; {ratio:.2f}x AR's {ar_stats.latency_s:.2f} s measured in this run ({verdict})"
 
 
 def drafter_folders(kind: str) -> list:
@@ -416,11 +429,15 @@ def run_sampler(model, values: dict, progress: Optional[Callable] = None, interr
     preview = None
     if mode != "off" and hasattr(progress, "show"):  # only where something shows it (ComfyUI's progress bar)
         preview = PartialImage(model, progress.show, overlay=mode == "image + acceptance", **PREVIEW_THROTTLE)
-    res = generate(model, values["prompt"], backend=settings.backend, seed=values["seed"],
-                   cfg_scale=settings.cfg_scale, temperature=float(values.get("temperature", 1.0)),
-                   top_k=settings.top_k, top_p=float(values.get("top_p", 1.0)),
-                   negative_prompt=values.get("negative_prompt", ""), batch_size=batch, progress=progress,
-                   interrupt=interrupt, preview=preview, **config.params())
+    sampling = dict(seed=values["seed"], cfg_scale=settings.cfg_scale, temperature=float(values.get("temperature", 1.0)),
+                    top_k=settings.top_k, top_p=float(values.get("top_p", 1.0)),
+                    negative_prompt=values.get("negative_prompt", ""), batch_size=batch, interrupt=interrupt)
+    res = generate(model, values["prompt"], backend=settings.backend, progress=progress, preview=preview,
+                   **sampling, **config.params())
+    ar_stats = None
+    if values.get("compare_with_ar") and settings.backend != "ar":
+        # after the backend's run, so any first-run cost counts against the backend, never for it
+        ar_stats = generate(model, values["prompt"], backend="ar", **sampling).stats
     geo = model.geometry
     grid = res.tokens.reshape(batch, geo.height, geo.width)
     if res.images:
@@ -437,9 +454,13 @@ def run_sampler(model, values: dict, progress: Optional[Callable] = None, interr
     defaults = getattr(model, "default_sampling", {})
     cfg = settings.cfg_scale if settings.cfg_scale is not None else defaults.get("cfg_scale", 1.0)
     top_k = settings.top_k if settings.top_k is not None else defaults.get("top_k")
-    text = summary(res.stats, model, guided=cfg != 1.0)
+    text = summary(res.stats, ar_stats)
     stats = res.stats.to_dict()
     stats["summary"] = text
+    stats["tokens_total"], stats["forwards_total"] = token_totals(res.stats)
+    if ar_stats is not None:
+        stats["ar_latency_s"] = ar_stats.latency_s
+        stats["speedup_vs_ar"] = ar_stats.latency_s / max(res.stats.latency_s, 1e-9)
     stats["backend_label"] = _backends.SCHEMAS[settings.backend].label
     stats["model"] = getattr(model, "name", type(model).__name__)
     stats["sampling"] = {"cfg_scale": cfg, "top_k": top_k or "off", "temperature": values.get("temperature", 1.0),

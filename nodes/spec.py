@@ -50,6 +50,7 @@ class Widget:
     multiline: bool = False
     control_after_generate: bool = False
     optional: bool = False  # ComfyUI may leave it out (API prompts saved before it existed): `default` is used
+    extra: dict = field(default_factory=dict)  # more keys of the input's options, for the web extension
 
     @property
     def is_widget(self) -> bool:
@@ -144,8 +145,11 @@ class Switch:
     def flat_name(self, key: str, w: Widget) -> str:
         return f"{key}_{w.name}" if self.prefix else w.name
 
+    labels: dict = field(default_factory=dict)  # option key -> readable name (the web extension's node title)
+
     def combo(self) -> Widget:
-        return Widget(self.name, "COMBO", self.tooltip, default=self.default, options=tuple(self.options))
+        extra = {"specar_labels": dict(self.labels)} if self.labels else {}
+        return Widget(self.name, "COMBO", self.tooltip, default=self.default, options=tuple(self.options), extra=extra)
 
     def check(self, values: dict) -> Optional[str]:
         """None if the choice and its option's inputs in `values` are valid (flat or nested layout)."""
@@ -183,6 +187,19 @@ def flatten(inputs: list) -> list:
 # backend parameters -> widgets (each backend's own, with its real default)
 
 BESIDE_MODEL = "(beside the model)"  # drafter folder choice: the drafter shipped next to the model's weights
+# the inputs each backend shows first; the others are advanced (the web extension shows them on request).
+# A backend not listed here (or a parameter added later) shows everything.
+ESSENTIAL_PARAMS = {
+    "sjd": ("window",),
+    "scd": ("window", "coupling"),
+    "sjd_pac": ("window", "tree_depth", "tree_width"),
+    "hawk": ("heads", "node_budget", "candidates"),
+    "adt_tree": ("drafter", "node_budget", "tree_shape", "candidate_mode", "relaxed"),
+}
+
+
+def is_advanced(backend: str, param: str) -> bool:
+    return backend in ESSENTIAL_PARAMS and param not in ESSENTIAL_PARAMS[backend]
 
 
 def param_widget(p, label: str, drafter_choices: Callable[[str], list]) -> Widget:
@@ -216,7 +233,15 @@ def backend_switch(drafter_choices: Callable[[str], list] = lambda kind: []) -> 
         "backend", f"how tokens are drafted and verified. {help_text}. Every lossless backend samples exactly what AR "
         "samples; only the chosen backend's parameters are shown.", default="sjd_pac" if "sjd_pac" in names
         else names[0], prefix=True,
-        options={n: [param_widget(p, s.label, drafter_choices) for p in s.params] for n, s in schemas.items()})
+        labels={n: s.label for n, s in schemas.items()},
+        options={n: [advanced(param_widget(p, s.label, drafter_choices), is_advanced(n, p.name)) for p in s.params]
+                 for n, s in schemas.items()})
+
+
+def advanced(w: Widget, flag: bool) -> Widget:
+    if flag:
+        w.extra = {**w.extra, "specar_advanced": True}
+    return w
 
 
 MODEL_DEFAULT = "model default"
@@ -231,8 +256,8 @@ def guidance_switch() -> Switch:
         "custom": [
             Widget("cfg_scale", "FLOAT", "classifier-free guidance scale: 1 = no guidance, higher = closer to the "
                    "prompt (0 = the unconditional branch alone)", default=3.0, min=0.0, max=100.0, step=0.1),
-            Widget("top_k", "INT", "keep the k most likely image tokens (0 = all tokens)", default=1000, min=0,
-                   max=INT_MAX, step=1),
+            Widget("top_k", "INT", "keep the k most likely image tokens (0 = all tokens; at most the model's "
+                   "image vocabulary, checked when the node runs)", default=256, min=0, max=INT_MAX, step=1),
         ]})
 
 
@@ -303,7 +328,8 @@ def sampler_settings(values: dict) -> SamplerSettings:
         return SamplerSettings(backend, params, None, None)
     if guidance != "custom":
         raise ValueError(f"guidance must be one of {MODEL_DEFAULT}, custom; got {guidance!r}")
-    return SamplerSettings(backend, params, float(custom["cfg_scale"]), custom["top_k"])
+    top_k = custom["top_k"]
+    return SamplerSettings(backend, params, float(custom["cfg_scale"]), None if top_k == 0 else top_k)  # 0: all
 
 
 BACKEND_HELP = {name: schema.summary for name, schema in _backends.SCHEMAS.items()}
@@ -362,13 +388,17 @@ def sampler_spec(drafter_choices: Callable[[str], list] = lambda kind: []) -> No
         Widget("preview", "COMBO", "live preview while tokens are committed: the partial image, the partial image "
                "tinted by acceptance (longer accepted runs brighter), or off", default="image",
                options=PREVIEW_MODES),
+        # new inputs go last, optional: prompts and workflows saved before them keep working
+        Widget("compare_with_ar", "BOOLEAN", "also run plain AR with the same model, prompt, seed, batch and guidance "
+               "in this execution, and show the wall-clock speed-up against it (costs one AR generation)",
+               default=False, optional=True),
     ]
     return NodeSpec(
         node_id="SpecARSampler",
         display_name="SpecAR Sampler",
         description=("Generate an image with lossless speculative decoding: every backend samples exactly what "
-                     "plain AR sampling does, in fewer forward passes. Shows the measured latency and, once an AR "
-                     "run of the same model exists, the speed-up."),
+                     "plain AR sampling does, in fewer forward passes. Shows the measured latency and, with "
+                     "compare_with_ar on, the speed-up over an AR run measured in the same execution."),
         inputs=inputs,
         outputs=[
             Output("image", "IMAGE", "the generated images [B,H,W,C]"),

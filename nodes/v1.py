@@ -19,6 +19,7 @@ def input_options(w: spec.Widget) -> tuple:
         opts["multiline"] = w.multiline
     if w.control_after_generate:
         opts["control_after_generate"] = True
+    opts.update(w.extra)
     kind = w.choices() if w.kind == "COMBO" else w.kind
     return (kind, opts)
 

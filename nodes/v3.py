@@ -11,6 +11,13 @@ from . import core, spec
 
 
 def _widget_input(io, types: dict, w: spec.Widget):
+    inp = _make_input(io, types, w)
+    if w.extra:  # keys for the web extension; extra_dict is not a constructor argument everywhere (0.3.x Combo)
+        inp.extra_dict = {**(getattr(inp, "extra_dict", None) or {}), **w.extra}
+    return inp
+
+
+def _make_input(io, types: dict, w: spec.Widget):
     common = dict(tooltip=w.tooltip, optional=True) if w.optional else dict(tooltip=w.tooltip)
     if w.kind == "INT":
         return io.Int.Input(w.name, default=w.default, min=w.min, max=w.max, step=w.step,
@@ -34,7 +41,11 @@ def _switch_input(io, types: dict, sw: spec.Switch, dynamic: bool) -> list:
                for key, widgets in sw.options.items()]
     # the default option first: the frontend selects the first option of a new node
     options.sort(key=lambda o: o.key != sw.default)
-    return [io.DynamicCombo.Input(sw.name, options=options, tooltip=sw.tooltip)]
+    combo = io.DynamicCombo.Input(sw.name, options=options, tooltip=sw.tooltip)
+    extra = sw.combo().extra
+    if extra:
+        combo.extra_dict = {**(getattr(combo, "extra_dict", None) or {}), **extra}
+    return [combo]
 
 
 def dynamic_combo_available(io) -> bool:

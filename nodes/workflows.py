@@ -1,11 +1,16 @@
 """The example workflows in example_workflows/, generated from the node specs (so that their widget
-values follow the nodes' widget order), in the layout of current ComfyUI (>= 0.3.76: the sampler's
-backend and guidance are DynamicCombos), in both formats:
+values follow the nodes' widget order), for every ComfyUI the pack supports:
 
 - example_workflows/<name>.json: UI format (what ComfyUI saves; its template browser lists these),
-  with a <name>.jpg thumbnail;
-- example_workflows/api/<name>.json: the API-format twin, for headless runs (POST /prompt);
-  `to_flat` converts it for a ComfyUI without DynamicCombo (`--flat` prints it).
+  with a <name>.jpg thumbnail. Its widgets_values follow current ComfyUI's layout (>= 0.4.0: the
+  sampler's backend and guidance are DynamicCombos); each sampler also carries its values BY NAME in
+  `properties.specar_inputs` (flat names: "sjd_pac_window", "cfg_scale"), which web/specar.js applies
+  on load, so a frontend that lays the inputs out differently (ComfyUI 0.3.x: flat) gets every value
+  on the input it belongs to, never by position;
+- example_workflows/api/<name>.json: the API-format twin, for headless runs (POST /prompt) on
+  ComfyUI with DynamicCombo ("backend.window" keys);
+- example_workflows/api/flat/<name>.json: the same workflow for ComfyUI without DynamicCombo
+  (0.3.x, and the V1 nodes): "sjd_pac_window" keys (`to_flat`).
 
 Regenerate (and re-render the thumbnails with the demo model):
     python -m specar.nodes.workflows [--no-thumbnails]
@@ -26,20 +31,22 @@ from ..samplers.backends import SCHEMAS
 
 WORKFLOWS = {
     "SpecAR demo - SJD-PAC": {
-        "note": "SpecAR with the embedded demo model: SJD-PAC (lossless speculative decoding). The node shows the "
-                "speed-up over plain AR sampling; the heatmap shows where long runs of drafts were accepted.",
+        "note": "SpecAR with the embedded demo model: SJD-PAC (lossless speculative decoding). With compare_with_ar "
+                "on, the node also runs plain AR in the same execution and shows the measured speed-up; the heatmap "
+                "shows where long runs of drafts were accepted.",
         "prompt": "a large red circle on a blue background",
         "seed": 7,
-        "samplers": [{"backend": "sjd_pac"}],
+        "samplers": [{"backend": "sjd_pac", "compare_with_ar": True}],
     },
     "SpecAR - every backend side by side": {
         "note": "Every backend on the demo model, same prompt and seed: " + ", ".join(s.label for s in SCHEMAS.values())
                 + ". All sample the same distribution (lossless; ADT-Tree's relaxed mode is off); compare the "
-                "forward passes and latency on each node and the acceptance heatmaps. Run AR first: the other "
-                "nodes then show their measured speed-up over it.",
+                "forward passes and latency on each node and the acceptance heatmaps. Each accelerated node has "
+                "compare_with_ar on: it runs plain AR itself in the same execution, so its speed-up never depends "
+                "on the order ComfyUI runs the nodes in.",
         "prompt": "a small yellow star on a noisy green background",
         "seed": 42,
-        "samplers": [{"backend": b} for b in SCHEMAS],
+        "samplers": [{"backend": b, "compare_with_ar": b != "ar"} for b in SCHEMAS],
     },
 }
 
@@ -59,20 +66,25 @@ def sampler_values(prompt: str, seed: int, **overrides) -> dict:
     return values
 
 
-def dynamic_inputs(flat: dict) -> dict:
-    """Flat sampler values -> the API-format inputs of the DynamicCombo layout (ComfyUI >= 0.3.76):
-    "backend": key and "backend.<param>" for the chosen backend's parameters only; the same for
-    guidance. Other values unchanged, in widget order."""
-    out = {}
+def chosen_inputs(choice):
+    """(name in the DynamicCombo layout, flat name, widget) of every sampler widget for the switch choices
+    `choice(switch)` gives, in input order: the common inputs, and each switch followed by its chosen
+    option's inputs ("backend.window" / "sjd_pac_window")."""
     for w in spec.sampler_spec().inputs:
         if isinstance(w, spec.Switch):
-            key = flat[w.name]
-            out[w.name] = key
+            key = choice(w)
+            yield w.name, w.name, w
             for sub in w.options[key]:
-                out[f"{w.name}.{sub.name}"] = flat[w.flat_name(key, sub)]
+                yield f"{w.name}.{sub.name}", w.flat_name(key, sub), sub
         elif w.is_widget:
-            out[w.name] = flat[w.name]
-    return out
+            yield w.name, w.name, w
+
+
+def dynamic_inputs(flat: dict) -> dict:
+    """Flat sampler values -> the API-format inputs of the DynamicCombo layout (ComfyUI >= 0.4.0):
+    "backend": key and "backend.<param>" for the chosen backend's parameters only; the same for
+    guidance. Other values unchanged, in widget order."""
+    return {name: flat[flat_name] for name, flat_name, _ in chosen_inputs(lambda sw: flat[sw.name])}
 
 
 def to_flat(prompt: dict) -> dict:
@@ -101,20 +113,23 @@ def to_flat(prompt: dict) -> dict:
     return out
 
 
+def named_values(inputs: dict) -> dict:
+    """A sampler's values by flat name (`properties.specar_inputs` of the UI format): the common inputs,
+    each switch's choice and its chosen option's inputs ("sjd_pac_window", "cfg_scale"), and the seed's
+    control; what web/specar.js applies by name whatever layout the frontend has."""
+    named = {}
+    for name, flat_name, w in chosen_inputs(lambda sw: inputs[sw.name]):
+        named[flat_name] = inputs[name]
+        if getattr(w, "control_after_generate", False):
+            named["control_after_generate"] = "fixed"
+    return named
+
+
 def ui_widget_values(inputs: dict) -> list:
     """A sampler's widgets_values in the DynamicCombo layout, as the ComfyUI frontend saves them: in
     input order, a switch's key followed by its chosen option's values only, the seed followed by its
     control value."""
-    values = []
-    for w in spec.sampler_spec().inputs:
-        if isinstance(w, spec.Switch):
-            key = inputs[w.name]
-            values += [key] + [inputs[f"{w.name}.{sub.name}"] for sub in w.options[key]]
-        elif w.is_widget:
-            values.append(inputs[w.name])
-            if w.control_after_generate:
-                values.append("fixed")
-    return values
+    return list(named_values(inputs).values())
 
 
 def loader_values() -> dict:
@@ -173,25 +188,30 @@ def build_ui(desc: dict) -> dict:
         elif ct == "SpecARSampler":
             pos, size = [400 + 360 * i, 40], [340, 700]
             widgets = ui_widget_values(node["inputs"])
+            named = named_values(node["inputs"])
             link, kind = incoming[(nid, "model")]
             inputs = [{"name": "model", "type": kind, "link": link}]
             outputs = [{"name": o.name, "type": o.kind, "links": outgoing.get((nid, k)) or None, "slot_index": k}
                        for k, o in enumerate(sampler.outputs)]
         else:  # SaveImage (the image) or PreviewImage (the heatmap)
             row = 0 if int(nid) < 30 else 1
+            # rows 500 px apart: Vue node rendering draws an image node taller than its saved size
             if n_samplers == 1:  # beside the sampler, which grows by its preview and statistics after a run
-                pos, size = [780, 40 + 390 * row], [340, 350]
+                pos, size = [780, 40 + 500 * row], [340, 350]
             else:  # below, leaving the samplers room to grow (850 to 1200 tall after a run in ComfyUI 0.33)
-                pos, size = [400 + 360 * i, 1320 + 390 * row], [340, 350]
+                pos, size = [400 + 360 * i, 1320 + 500 * row], [340, 350]
             widgets = [node["inputs"]["filename_prefix"]] if ct == "SaveImage" else []
             link, kind = incoming[(nid, "images")]
             inputs = [{"name": "images", "type": kind, "link": link}]
             outputs = []
+        properties = {"Node name for S&R": ct}
+        if ct == "SpecARSampler":
+            properties["specar_inputs"] = named
         nodes.append({"id": int(nid), "type": ct, "title": title, "pos": pos, "size": size, "flags": {},
                       "order": order, "mode": 0, "inputs": inputs, "outputs": outputs,
-                      "properties": {"Node name for S&R": ct}, "widgets_values": widgets})
+                      "properties": properties, "widgets_values": widgets})
         order += 1
-    nodes.append({"id": 90, "type": "Note", "title": "About this workflow", "pos": [40, 300], "size": [320, 260],
+    nodes.append({"id": 90, "type": "Note", "title": "About this workflow", "pos": [40, 440], "size": [320, 260],
                   "flags": {}, "order": order, "mode": 0, "inputs": [], "outputs": [], "properties": {},
                   "widgets_values": [desc["note"] + "\n\nMore: docs/NODES.md in the SpecAR pack."],
                   "color": "#432", "bgcolor": "#653"})
@@ -232,12 +252,16 @@ def render_thumbnail(desc: dict, path: str) -> None:
     canvas.save(path, quality=88)
 
 
+FLAT_API = os.path.join(EXAMPLES, "api", "flat")  # API twins for ComfyUI without DynamicCombo (0.3.x, V1 nodes)
+
+
 def write_all(thumbnails: bool = True) -> list:
-    os.makedirs(os.path.join(EXAMPLES, "api"), exist_ok=True)
+    os.makedirs(FLAT_API, exist_ok=True)
     written = []
     for name, desc in WORKFLOWS.items():
         for path, data in ((os.path.join(EXAMPLES, f"{name}.json"), build_ui(desc)),
-                           (os.path.join(EXAMPLES, "api", f"{name}.json"), build_api(desc))):
+                           (os.path.join(EXAMPLES, "api", f"{name}.json"), build_api(desc)),
+                           (os.path.join(FLAT_API, f"{name}.json"), to_flat(build_api(desc)))):
             with open(path, "w") as f:
                 json.dump(data, f, indent=1)
                 f.write("\n")
@@ -253,7 +277,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--no-thumbnails", action="store_true", help="do not render the .jpg thumbnails")
     ap.add_argument("--flat", metavar="API_JSON", help="print this API-format workflow in the flat layout (for a "
-                    "ComfyUI without DynamicCombo, before 0.3.76) instead of writing the examples")
+                    "ComfyUI without DynamicCombo, before 0.4.0) instead of writing the examples")
     args = ap.parse_args(argv)
     if args.flat:
         with open(args.flat) as f:

@@ -201,10 +201,13 @@ def start_comfyui(comfy_dir, python, workdir):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     log = open(os.path.join(workdir, "server.log"), "w")
+    # SPECAR_COMFYUI_ARGS: more server arguments, e.g. "--front-end-root DIR" for the frontend release an
+    # older ComfyUI shipped with
+    extra = os.environ.get("SPECAR_COMFYUI_ARGS", "").split()
     proc = subprocess.Popen([python, "main.py", "--cpu", "--listen", "127.0.0.1", "--port", str(port),
                              "--extra-model-paths-config", config, "--disable-auto-launch",
                              "--output-directory", os.path.join(workdir, "output"), "--temp-directory", workdir,
-                             "--user-directory", os.path.join(workdir, "user")],
+                             "--user-directory", os.path.join(workdir, "user")] + extra,
                             cwd=comfy_dir, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     deadline = time.time() + 300

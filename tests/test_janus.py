@@ -39,7 +39,10 @@ CHAT_TEMPLATE = (
 def build_tiny_janus(folder, codes=4, grid=2, seed=0, hidden=32):
     """A random-weight Janus-Pro-shaped model with `codes` VQ codes on a `grid` x `grid` token grid."""
     from tokenizers import Tokenizer, models, pre_tokenizers, processors
-    from transformers import (GenerationConfig, JanusConfig, JanusForConditionalGeneration, JanusImageProcessorPil,
+    import transformers as tf
+    # transformers 5 renamed the PIL image processor (JanusImageProcessor in 4.x)
+    JanusImageProcessorPil = getattr(tf, "JanusImageProcessorPil", None) or tf.JanusImageProcessor
+    from transformers import (GenerationConfig, JanusConfig, JanusForConditionalGeneration,
                               JanusProcessor, PreTrainedTokenizerFast)
 
     words = ["<unk>", "a", "red", "blue", "cat", "dog", "on", "the", "grass", "sky", ":", "no", "blurry"]

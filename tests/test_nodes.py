@@ -220,8 +220,9 @@ def test_node_schemas_are_valid(flavour, comfy):
         assert all(t in socket_types for t in cls.RETURN_TYPES) and all(cls.OUTPUT_TOOLTIPS)
         inputs = cls.INPUT_TYPES()
         assert set(inputs) <= {"required", "optional", "hidden"}  # hidden: an output node's prompt, extra_pnginfo
-        # optional: only the loader's inputs added after 0.1 (API prompts saved before them stay valid)
-        assert list(inputs.get("optional", {})) == (["resolution", "offload"] if name == "SpecARModelLoader" else [])
+        # optional: only the inputs added after 0.1 (API prompts saved before them stay valid)
+        added = {"SpecARModelLoader": ["resolution", "offload"], "SpecARSampler": ["compare_with_ar"]}
+        assert list(inputs.get("optional", {})) == added.get(name, [])
         for iname, (kind, opts) in {**inputs["required"], **inputs.get("optional", {})}.items():
             assert opts.get("tooltip"), f"{name}.{iname} has no tooltip"
             assert isinstance(kind, list) or kind in {"INT", "FLOAT", "BOOLEAN", "STRING", "COMBO",
@@ -318,7 +319,7 @@ def test_sampler_widgets_follow_backend_schemas(monkeypatch):
         got = spec.sampler_settings(values)
         assert (got.backend, got.params, got.cfg_scale, got.top_k) == ("fake", {"window": 4, "lossy": True}, None, None)
     custom = spec.sampler_settings({"backend": "sjd", "guidance": "custom", "cfg_scale": 0.0, "top_k": 0})
-    assert (custom.cfg_scale, custom.top_k) == (0.0, 0)  # custom values are taken as they are: 0 = no top-k
+    assert (custom.cfg_scale, custom.top_k) == (0.0, None)  # custom top_k 0 = all tokens (no top-k)
     # SpecAR 0.1 API prompts: shared names, window 0 / cfg_scale -1 / top_k 0 = the default
     legacy = spec.sampler_settings({"backend": "sjd_pac", "window": 0, "tree_depth": 2, "init": "random",
                                     "cfg_scale": -1.0, "top_k": 0})
@@ -613,21 +614,48 @@ def test_a_tree_too_big_for_the_model_names_its_parameters(comfy):
     assert "node_budget=" in str(e.value) and "allows at most" in str(e.value) and "lower" in str(e.value)
 
 
-def test_summary_shows_measured_latency_and_speedup_over_a_measured_ar_run(comfy):
+def test_speedup_is_measured_against_ar_in_the_same_execution(comfy):
     model, = execute(v1.SpecARModelLoader, model="demo", device="auto", dtype="auto")[0]
-    _, ui = execute(v1.SpecARSampler, model=model, **sampler_values(backend="sjd_pac"))
-    assert ui["text"][0].startswith("SJD-PAC: 16 tokens in ") and "run backend ar once" in ui["text"][0]
     _, ui = execute(v1.SpecARSampler, model=model, **sampler_values(backend="ar"))
-    ar_s = json.loads(ui["specar_stats"][0])["latency_s"]
     assert ui["text"][0].startswith("AR (baseline): 16 tokens in 16 forward passes")
+    # an AR run of an earlier execution is never the reference: no speed-up without compare_with_ar
     _, ui = execute(v1.SpecARSampler, model=model, **sampler_values(backend="sjd_pac"))
+    assert ui["text"][0].startswith("SJD-PAC: 16 tokens in ") and "turn on compare_with_ar" in ui["text"][0]
+    assert "speedup_vs_ar" not in json.loads(ui["specar_stats"][0])
+    calls = []
+    real_generate = core.generate
+
+    def recording_generate(model, prompt, backend="sjd", **kw):
+        calls.append((backend, kw["seed"], kw["batch_size"], kw["cfg_scale"], kw["top_k"]))
+        return real_generate(model, prompt, backend=backend, **kw)
+
+    core.generate = recording_generate
+    try:
+        _, ui = execute(v1.SpecARSampler, model=model, **sampler_values(backend="sjd_pac", batch_size=2, seed=5,
+                                                                        compare_with_ar=True))
+    finally:
+        core.generate = real_generate
+    assert [c[0] for c in calls] == ["sjd_pac", "ar"] and calls[0][1:] == calls[1][1:] == (5, 2, None, None)
     s = json.loads(ui["specar_stats"][0])
-    assert f"{ar_s / s['latency_s']:.2f}x AR's measured {ar_s:.2f} s" in ui["text"][0]
-    assert s["sampling"]["guidance"] == "model default" and s["sampling"]["cfg_scale"] == core.resolve(model).default_sampling.get(
-        "cfg_scale", 1.0)
-    # another batch size has no measured AR run: no speed-up claimed
-    _, ui = execute(v1.SpecARSampler, model=model, **sampler_values(backend="sjd_pac", batch_size=2))
-    assert "run backend ar once" in ui["text"][0]
+    assert f"{s['ar_latency_s'] / s['latency_s']:.2f}x AR's {s['ar_latency_s']:.2f} s measured in this run" in ui["text"][0]
+    assert abs(s["speedup_vs_ar"] - s["ar_latency_s"] / s["latency_s"]) < 1e-9
+    # batch 2: tokens and forward passes summed over the images, the ratio of the sums
+    tokens, forwards = 2 * 16, sum(n + 1 for n in s["steps"])
+    assert (s["tokens_total"], s["forwards_total"]) == (tokens, forwards)
+    assert f"2 images, {tokens} tokens in {forwards} forward passes summed over the images " \
+           f"({tokens / forwards:.1f}x fewer than AR)" in ui["text"][0]
+
+
+def test_a_lossy_run_says_so_and_is_never_called_faster():
+    from specar.samplers.stats import GenerationStats
+    fields = {f: None for f in GenerationStats.__dataclass_fields__}
+    base = dict(fields, backend="adt_tree", batch=1, image_tokens=16, nfe=3, steps=[3], latency_s=0.1, lossy=True,
+                params={}, accepted_length_histogram={})
+    lossy = GenerationStats(**base)
+    ar = GenerationStats(**dict(base, backend="ar", nfe=15, steps=[15], latency_s=1.0, lossy=False))
+    text = core.summary(lossy, ar)
+    assert "LOSSY" in text.split(":")[0] and "faster" not in text and "not comparable" in text
+    assert "faster" in core.summary(GenerationStats(**dict(base, lossy=False)), ar)
 
 
 def test_legacy_api_prompt_samples_what_the_new_layout_does(comfy):
@@ -866,7 +894,7 @@ def test_real_comfyui_server(tmp_path):
         assert {"SpecARModelLoader", "SpecARSampler", "SpecARDecode"} <= set(info), \
             (tmp_path / "server.log").read_text()[-4000:]
         assert info["SpecARSampler"]["category"] == "SpecAR"
-        prompt = _load(os.path.join(EXAMPLES, "api", "SpecAR demo - SJD-PAC.json"))
+        prompt = _load(api_twin("SpecAR demo - SJD-PAC.json", info))
         bad = json.loads(json.dumps(prompt))
         bad["10"]["inputs"]["backend"] = "turbo"
         req = urllib.request.Request(url + "/prompt", data=json.dumps({"prompt": bad}).encode(),
@@ -895,6 +923,12 @@ def test_real_comfyui_server(tmp_path):
     finally:
         stop_process(proc)
         log.close()
+
+
+def api_twin(name: str, object_info: dict) -> str:
+    """The API-format example for this server's sampler layout: DynamicCombo ("backend.window") or flat."""
+    flat = "sjd_pac_window" in object_info["SpecARSampler"]["input"]["required"]
+    return os.path.join(EXAMPLES, "api", *(["flat"] if flat else []), name)
 
 
 LEGACY_LAYOUT = ["prompt", "negative_prompt", "seed", "control_after_generate", "backend", "cfg_scale", "temperature",
@@ -931,7 +965,8 @@ def test_real_frontend_loads_example_and_0_1_workflows(tmp_path):
             for path in sorted(glob.glob(os.path.join(EXAMPLES, "*.json"))):
                 fe.load(_load(path))
                 got = fe.read()["prompt"]
-                want = _load(os.path.join(EXAMPLES, "api", os.path.basename(path)))
+                with urllib.request.urlopen(url + "/object_info/SpecARSampler", timeout=10) as r:
+                    want = _load(api_twin(os.path.basename(path), json.loads(r.read())))
                 assert {k: (n["class_type"], n["inputs"]) for k, n in got.items()} == \
                     {k: (n["class_type"], n["inputs"]) for k, n in want.items()}, os.path.basename(path)
             for name in ("specar_0.1_side_by_side.json", "specar_0.1_custom_values.json"):
@@ -1018,7 +1053,9 @@ def _web_harness(tmp_path):
 def test_web_extension_migrates_legacy_workflows_and_shows_only_the_chosen_backend(tmp_path, comfy):
     _web_harness(tmp_path)
     required = v1.SpecARSampler.INPUT_TYPES()["required"]
-    (tmp_path / "node_def.json").write_text(json.dumps({"name": "SpecARSampler", "input": {"required": required}}))
+    optional = v1.SpecARSampler.INPUT_TYPES().get("optional", {})
+    (tmp_path / "node_def.json").write_text(json.dumps({"name": "SpecARSampler",
+                                                        "input": {"required": required, "optional": optional}}))
     # a sampler node as SpecAR 0.1 saved it: 16 widgets, the seed's control value after the seed
     legacy = ["a cat", "", 11, "fixed", "sjd_pac", -1.0, 0.9, 0, 1.0, 0, "random", "maximal", 1.0, 2, 3, False, 2]
     (tmp_path / "legacy.json").write_text(json.dumps(legacy))
@@ -1027,6 +1064,7 @@ def test_web_extension_migrates_legacy_workflows_and_shows_only_the_chosen_backe
     ui = _load(os.path.join(EXAMPLES, "SpecAR - every backend side by side.json"))
     (tmp_path / "dynamic.json").write_text(json.dumps({str(n["id"]): n["widgets_values"] for n in ui["nodes"]
                                                         if n["type"] == "SpecARSampler"}))
+    (tmp_path / "named.json").write_text(json.dumps({str(n["id"]): n for n in ui["nodes"] if n["type"] == "SpecARSampler"}))
     flat_api = workflows.to_flat(_load(os.path.join(EXAMPLES, "api", "SpecAR - every backend side by side.json")))
     (tmp_path / "run.js").write_text("""
 import { readFileSync } from "node:fs";
@@ -1039,11 +1077,18 @@ function makeNode() {
   const node = new NodeType();
   node.size = [300, 900];
   // as the frontend builds it: one widget per input, the seed's control widget right after the seed
-  node.widgets = Object.entries(def.input.required).filter(([n, [k]]) => k !== "SPECAR_MODEL").flatMap(([name, [kind, opts]]) =>
+  node.widgets = Object.entries({ ...def.input.required, ...def.input.optional }).filter(([n, [k]]) => k !== "SPECAR_MODEL").flatMap(([name, [kind, opts]]) =>
     [{ name, type: Array.isArray(kind) ? "combo" : kind, value: opts.default, callback: null },
      ...(opts.control_after_generate ? [{ name: "control_after_generate", type: "combo", value: "randomize" }] : [])]);
   node.computeSize = function () { return [300, 20 * this.widgets.filter((w) => w.type !== "specar-hidden").length]; };
   node.setSize = function (s) { this.size = s; };
+  node.setDirtyCanvas = function () {};
+  node.addWidget = function (type, name, value, callback, options) {
+    const w = { name, type, value, callback, options };
+    this.widgets.push(w);
+    return w;
+  };
+  node.title = "SpecAR Sampler - SJD-PAC";
   node.onNodeCreated();
   return node;
 }
@@ -1053,6 +1098,24 @@ const first = shown(fresh);
 const backend = fresh.widgets.find((w) => w.name === "backend");
 backend.value = "hawk"; backend.callback("hawk");
 const afterHawk = shown(fresh);
+const titleAfterHawk = fresh.title;
+const toggle = fresh.widgets.find((w) => w.name === "advanced inputs");
+toggle.value = true; toggle.callback(true);
+const afterAdvanced = shown(fresh);
+toggle.value = false; toggle.callback(false);
+fresh.title = "my hawk";
+backend.value = "sjd"; backend.callback("sjd");
+const renamedTitle = fresh.title;
+backend.value = "hawk"; backend.callback("hawk");
+fresh.onExecuted({ specar_stats: [JSON.stringify({ summary: "s", backend: "ar", params: {}, overhead_s: 2.0 })] });
+fresh.onExecutionStart();
+const statsDuringRun = fresh.widgets.find((w) => w.name === "specar_stats_view").value;
+backend.value = "adt_tree"; backend.callback("adt_tree");
+const shape = fresh.widgets.find((w) => w.name === "adt_tree_tree_shape");
+const mode = fresh.widgets.find((w) => w.name === "adt_tree_candidate_mode");
+mode.value = "topk";
+shape.value = "best_first"; shape.callback("best_first");
+const impliedMode = mode.value;
 const guidance = fresh.widgets.find((w) => w.name === "guidance");
 guidance.value = "custom"; guidance.callback("custom");
 const afterCustom = shown(fresh);
@@ -1070,7 +1133,21 @@ for (const [nid, values] of Object.entries(saved)) {
   n.onConfigure({ widgets_values: values });
   dyn[nid] = Object.fromEntries(n.widgets.map((w) => [w.name, w.value]));
 }
-console.log(JSON.stringify({ first, afterHawk, afterCustom, migrated, shownOld: shown(old), dyn,
+// the same nodes with their values by name (properties.specar_inputs): the frontend first puts the saved
+// values into the flat widgets by position (wrong places), the extension then applies them by name
+const named = {};
+const serialized = {};
+for (const [nid, info] of Object.entries(JSON.parse(readFileSync("named.json", "utf8")))) {
+  const n = makeNode();
+  info.widgets_values.forEach((v, i) => { if (n.widgets[i]) n.widgets[i].value = v; });
+  n.onConfigure(info);
+  n.onAfterGraphConfigured();
+  named[nid] = Object.fromEntries(n.widgets.map((w) => [w.name, w.value]));
+  const o = { properties: {} };
+  n.onSerialize(o);
+  serialized[nid] = o.properties.specar_inputs;
+}
+console.log(JSON.stringify({ first, afterHawk, impliedMode, titleAfterHawk, afterAdvanced, renamedTitle, statsDuringRun, afterCustom, migrated, shownOld: shown(old), dyn, named, serialized,
   notes: mod.migrateLegacyValues([...JSON.parse(readFileSync("legacy.json", "utf8"))].map((v, i) => i === 5 ? 2.5 : v), []).notes }));
 """)
     out = subprocess.run(["node", "run.js"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
@@ -1078,9 +1155,18 @@ console.log(JSON.stringify({ first, afterHawk, afterCustom, migrated, shownOld: 
     res = json.loads(out.stdout)
     default_backend = required["backend"][1]["default"]
     own = lambda b: [f"{b}_{p}" for p in BACKEND_PARAMS[b]]  # noqa: E731
-    assert [n for n in res["first"] if n.startswith(tuple(f"{b}_" for b in SCHEMAS))] == own(default_backend)
+    essential = lambda b: [f"{b}_{p}" for p in BACKEND_PARAMS[b] if not spec.is_advanced(b, p)]  # noqa: E731
+    backend_inputs = lambda names: [n for n in names if n.startswith(tuple(f"{b}_" for b in SCHEMAS))]  # noqa: E731
+    # a few essentials first; the advanced inputs on request
+    assert backend_inputs(res["first"]) == essential(default_backend) and len(essential(default_backend)) <= 3
     assert "cfg_scale" not in res["first"] and "guidance" in res["first"]
-    assert [n for n in res["afterHawk"] if n.startswith(tuple(f"{b}_" for b in SCHEMAS))] == own("hawk")
+    assert backend_inputs(res["afterHawk"]) == essential("hawk") != own("hawk")
+    assert backend_inputs(res["afterAdvanced"]) == own("hawk")
+    # the title follows the backend, unless the user renamed the node
+    assert res["titleAfterHawk"] == "SpecAR Sampler - Hawk" and res["renamedTitle"] == "my hawk"
+    assert res["statsDuringRun"] == "running..."  # the previous run's statistics are cleared
+    # best_first needs sampled candidates: picking it sets candidate_mode (topk + best_first cannot be picked)
+    assert res["impliedMode"] == "sampled"
     assert "cfg_scale" in res["afterCustom"] and "top_k" in res["afterCustom"]
     m = res["migrated"]
     assert (m["prompt"], m["seed"], m["backend"], m["temperature"], m["batch_size"]) == ("a cat", 11, "sjd_pac", 0.9, 2)
@@ -1098,6 +1184,12 @@ console.log(JSON.stringify({ first, afterHawk, afterCustom, migrated, shownOld: 
     for nid, got in res["dyn"].items():
         want = {k: v for k, v in flat_api[nid]["inputs"].items() if not isinstance(v, list)}
         assert {k: got[k] for k in want} == want, nid
+    # by name: every flat input, the other backends' included, has its API twin's value (their defaults)
+    ui_nodes = {str(n["id"]): n for n in ui["nodes"]}
+    for nid, got in res["named"].items():
+        want = {k: v for k, v in flat_api[nid]["inputs"].items() if not isinstance(v, list)}
+        assert {k: got[k] for k in want} == want, nid
+        assert res["serialized"][nid] == ui_nodes[nid]["properties"]["specar_inputs"], nid
     # what the browser migrates runs as the server reads the same SpecAR 0.1 values
     model, = execute(v1.SpecARModelLoader, model="demo", device="auto", dtype="auto")[0]
     values = {k: v for k, v in m.items() if k in required and k != "model"}
@@ -1107,3 +1199,13 @@ console.log(JSON.stringify({ first, afterHawk, afterCustom, migrated, shownOld: 
     a = core.run_sampler(model, values)
     b = core.run_sampler(model, old_values)
     assert torch.equal(a[1]["tokens"], b[1]["tokens"])
+
+
+def test_custom_top_k_0_means_all_tokens(comfy):
+    """The tooltip's "0 = all tokens" holds: custom top_k 0 samples what no top-k (top_k=None) samples."""
+    model, = execute(v1.SpecARModelLoader, model="demo", device="auto", dtype="auto")[0]
+    values = sampler_values(backend="ar", guidance="custom", cfg_scale=2.0, top_k=0, seed=3)
+    _, tokens, stats, _ = execute(v1.SpecARSampler, model=model, **values)[0]
+    assert json.loads(stats)["sampling"]["top_k"] == "off"
+    direct = specar.generate(core.resolve(model), "x", backend="ar", seed=3, cfg_scale=2.0, top_k=None)
+    assert torch.equal(tokens["tokens"][0], direct.tokens)

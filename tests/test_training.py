@@ -35,8 +35,10 @@ def test_distillation_rows_pair_each_cfg_branch_with_its_tokens(demo):
     feats, rows, _ = eagle_training.collect(demo, args, log=open("/dev/null", "w"))
     assert fu is not None and feats.shape[0] == rows.shape[0] == 2 * fc.shape[0]
     # prompt by prompt: its conditional rows, then its unconditional rows, on the same tokens
-    torch.testing.assert_close(feats[0:2], fc[0:2]); torch.testing.assert_close(feats[2:4], fu[0:2])
-    torch.testing.assert_close(feats[4:6], fc[2:4]); torch.testing.assert_close(feats[6:8], fu[2:4])
+    torch.testing.assert_close(feats[0:2], fc[0:2])
+    torch.testing.assert_close(feats[2:4], fu[0:2])
+    torch.testing.assert_close(feats[4:6], fc[2:4])
+    torch.testing.assert_close(feats[6:8], fu[2:4])
     assert torch.equal(rows[0:2], toks[0:2]) and torch.equal(rows[2:4], toks[0:2]) and torch.equal(rows[6:8], toks[2:4])
 
 
@@ -92,7 +94,8 @@ def test_guided_kl_reads_each_image_as_its_conditional_row_and_its_own_unconditi
     fc, fu, toks, _ = eagle_training.distill_features(demo, args, log=open("/dev/null", "w"))
     feats, rows, _ = eagle_training.collect(demo, args, log=open("/dev/null", "w"))
     idx = eagle_training.paired_rows(torch.arange(4), 2, True)
-    torch.testing.assert_close(feats[idx[:4]], fc); torch.testing.assert_close(feats[idx[4:]], fu)
+    torch.testing.assert_close(feats[idx[:4]], fc)
+    torch.testing.assert_close(feats[idx[4:]], fu)
     assert torch.equal(rows[idx[:4]], toks) and torch.equal(rows[idx[4:]], toks)
     h = feats[idx][:, 100:140]
     # against the engine's own sampling distribution computed for both sides (no top-k: q is complete)

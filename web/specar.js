@@ -34,7 +34,7 @@ export function formatStats(json) {
     .map(([k, v]) => `${k}:${v}`)
     .join(" ");
   const params = Object.entries(s.params || {})
-    .map(([k, v]) => `${k}=${v}`)
+    .map(([k, v]) => `${k}=${v === "" ? "(beside the model)" : v}`) // an empty drafter folder: the model's own
     .join(" ");
   const lines = [
     s.summary || "",
@@ -47,7 +47,10 @@ export function formatStats(json) {
     `latency ${num(s.latency_s)} s (prefill ${num(s.prefill_s)} s, decode ${num(s.decode_s)} s)`,
   ];
   if (s.lossy) lines.push("LOSSY: relaxed acceptance was on (not the AR distribution)");
-  if (s.overhead_s !== null && s.overhead_s !== undefined) {
+  if (s.speedup_vs_ar !== undefined && s.speedup_vs_ar !== null) {
+    lines.push(`AR in the same run: ${num(s.ar_latency_s)} s, ${num(s.speedup_vs_ar)}x${s.lossy ? " (LOSSY run: not a like-for-like speed-up)" : ""}`);
+  }
+  if (s.backend !== "ar" && s.overhead_s !== null && s.overhead_s !== undefined) { // AR drafts and verifies nothing
     lines.push(`drafting + verification ${num(s.overhead_s)} s of the decode`);
   }
   if (s.peak_memory_bytes) {
@@ -134,22 +137,84 @@ export function isDynamicValues(values, widgetNames, backends) {
 // as DynamicCombo options (`nodeData` as the frontend hands it to beforeRegisterNodeDef).
 export function inputDefaults(nodeData) {
   const out = {};
+  eachInput(nodeData, (name, kind, opts) => {
+    if (opts && "default" in opts) out[name] = opts.default;
+    else if (Array.isArray(kind) && kind.length) out[name] = kind[0];
+  });
+  return out;
+}
+
+// Calls fn(flat name, kind, options) for every input of the node definition: flat inputs as they are, a
+// DynamicCombo's option inputs under their flat names ("<backend>_<param>", the guidance's own names).
+export function eachInput(nodeData, fn) {
   const all = { ...(nodeData?.input?.required || {}), ...(nodeData?.input?.optional || {}) };
   for (const [name, [kind, opts]] of Object.entries(all)) {
-    if (kind === "COMFY_DYNAMICCOMBO_V3") {
-      for (const o of opts?.options || []) {
-        const inputs = { ...(o.inputs?.required || {}), ...(o.inputs?.optional || {}) };
-        for (const [sub, [, so]] of Object.entries(inputs)) {
-          if (so && "default" in so) out[name === "backend" ? `${o.key}_${sub}` : sub] = so.default;
-        }
-      }
-    } else if (opts && "default" in opts) {
-      out[name] = opts.default;
-    } else if (Array.isArray(kind) && kind.length) {
-      out[name] = kind[0];
+    if (kind !== "COMFY_DYNAMICCOMBO_V3") {
+      fn(name, kind, opts);
+      continue;
+    }
+    for (const o of opts?.options || []) {
+      const inputs = { ...(o.inputs?.required || {}), ...(o.inputs?.optional || {}) };
+      for (const [sub, [subKind, so]] of Object.entries(inputs)) fn(name === "backend" ? `${o.key}_${sub}` : sub, subKind, so);
     }
   }
+}
+
+// From the node definition: the readable backend names ({key: label}, for the node's title) and the flat
+// names of the advanced inputs (shown on request), whether the definition has them flat or as DynamicCombo options.
+export function backendLabels(nodeData) {
+  const b = nodeData?.input?.required?.backend;
+  return (b && b[1]?.specar_labels) || {};
+}
+
+export function advancedInputs(nodeData) {
+  const out = new Set();
+  eachInput(nodeData, (name, kind, opts) => {
+    if (opts?.specar_advanced) out.add(name);
+  });
   return out;
+}
+
+// Choices that need another parameter's value: picking the first sets the second (a combination the
+// backend refuses at run time cannot be picked). backend -> parameter -> value -> {parameter: value}
+export const IMPLIED = {
+  adt_tree: {
+    tree_shape: { best_first: { candidate_mode: "sampled" } },
+    candidate_mode: { topk: { tree_shape: "layers" } },
+  },
+};
+
+// The widget of one backend parameter, flat ("adt_tree_tree_shape") or DynamicCombo ("backend.tree_shape").
+function paramWidget(node, backend, param) {
+  return node.widgets?.find((w) => w.name === `${backend}_${param}` || w.name === `backend.${param}`);
+}
+
+export function hookImplied(node) {
+  const backend = node.widgets?.find((w) => w.name === "backend")?.value;
+  for (const [param, byValue] of Object.entries(IMPLIED[backend] || {})) {
+    const w = paramWidget(node, backend, param);
+    if (!w || w.specarImplied) continue;
+    const callback = w.callback;
+    w.callback = function (value, ...rest) {
+      const out = callback?.apply(this, [value, ...rest]);
+      for (const [other, forced] of Object.entries(byValue[w.value] || {})) {
+        const o = paramWidget(node, backend, other);
+        if (o && o.value !== forced) o.value = forced;
+      }
+      return out;
+    };
+    w.specarImplied = true;
+  }
+}
+
+const TITLE_PREFIX = "SpecAR Sampler";
+
+// The node's title follows the backend ("SpecAR Sampler - Hawk") unless the user renamed it.
+export function updateTitle(node, labels) {
+  const key = node.widgets?.find((w) => w.name === "backend")?.value;
+  const label = labels[key] ?? key;
+  const auto = node.title === TITLE_PREFIX || Object.values(labels).some((l) => node.title === `${TITLE_PREFIX} - ${l}`);
+  if (label && auto) node.title = `${TITLE_PREFIX} - ${label}`;
 }
 
 // Set values by name on a node of either layout: flat names ("sjd_pac_window") or, where the node has
@@ -178,29 +243,59 @@ export function applyValues(node, values, backends) {
   }
 }
 
-const HIDDEN = "specar-hidden";
+// The node's values by flat name ("sjd_pac_window", "cfg_scale"), whatever its layout: what the node saves in
+// properties.specar_inputs, so a frontend with another layout (flat / DynamicCombo) reads every value by name.
+// The inputs of options not chosen are left out (their defaults apply).
+export function namedValues(node, backends) {
+  const out = {};
+  const chosen = {};
+  for (const w of node.widgets || []) {
+    if (w.name === "backend" || w.name === "guidance") chosen[w.name] = w.value;
+  }
+  for (const w of node.widgets || []) {
+    if (w.serialize === false || w.name === WIDGET) continue;
+    let name = w.name;
+    if (name.startsWith("backend.")) name = `${chosen.backend}_${name.slice(8)}`;
+    else if (name.startsWith("guidance.")) name = name.slice(9);
+    else {
+      const owner = switchOf(name, backends);
+      if (owner && chosen[owner[0]] !== owner[1]) continue; // a hidden input of an option not chosen
+    }
+    out[name] = w.value;
+  }
+  return out;
+}
 
-// Show only the inputs of the chosen backend and guidance (flat layouts only: a DynamicCombo does this itself).
-export function updateVisibility(node, backends) {
+const HIDDEN = "specar-hidden";
+const ADVANCED_TOGGLE = "advanced inputs"; // display only, never saved
+
+// Show only the inputs of the chosen backend and guidance (flat layouts: a DynamicCombo does this itself), and of
+// those the advanced ones (`advanced`: flat names) only while the node's "advanced inputs" toggle is on.
+export function updateVisibility(node, backends, advanced = new Set()) {
   const chosen = {
     backend: node.widgets?.find((w) => w.name === "backend")?.value,
     guidance: node.widgets?.find((w) => w.name === "guidance")?.value,
   };
   let changed = false;
+  const showAdvanced = !!node.widgets?.find((w) => w.name === ADVANCED_TOGGLE)?.value;
   for (const w of node.widgets || []) {
-    const owner = switchOf(w.name, backends);
+    const flatName = w.name.startsWith("backend.") ? `${chosen.backend}_${w.name.slice(8)}` : w.name;
+    const owner = w.name.startsWith("backend.") ? ["backend", chosen.backend] : switchOf(w.name, backends);
     if (!owner) continue;
-    const show = chosen[owner[0]] === owner[1];
+    const show = chosen[owner[0]] === owner[1] && (showAdvanced || !advanced.has(flatName));
     if (!show && w.type !== HIDDEN) {
       w.specarType = w.type;
       w.specarComputeSize = w.computeSize;
       w.type = HIDDEN;
       w.hidden = true;
+      w.options = w.options || {};
+      w.options.hidden = true; // Vue node rendering leaves out widgets with options.hidden
       w.computeSize = () => [0, -4]; // litegraph: no row for this widget
       changed = true;
     } else if (show && w.type === HIDDEN) {
       w.type = w.specarType;
       w.hidden = false;
+      if (w.options) w.options.hidden = false;
       w.computeSize = w.specarComputeSize;
       changed = true;
     }
@@ -251,11 +346,15 @@ function statsWidget(node) {
     el.style.fontFamily = "monospace";
     el.style.fontSize = "11px";
     el.style.lineHeight = `${STATS_LINE_PX}px`;
+    el.style.width = "100%"; // Vue node rendering: the node's width, not the textarea's default 20 columns
+    el.style.boxSizing = "border-box";
+    el.style.resize = "none";
     widget = node.addDOMWidget(WIDGET, "specar_stats", el, {
       serialize: false,
       getValue: () => el.value,
       setValue: (v) => {
         el.value = v;
+        el.style.minHeight = `${height() - 20}px`; // Vue node rendering sizes the box by its element
       },
       getMinHeight: height,
       getMaxHeight: height,
@@ -276,6 +375,13 @@ app.registerExtension({
     const backends = Array.isArray(backendSpec?.[0]) ? backendSpec[0] : backendSpec?.[1]?.options || [];
     const keys = backends.map((b) => (typeof b === "string" ? b : b.key));
     const defaults = inputDefaults(nodeData);
+    const labels = backendLabels(nodeData);
+    const advanced = advancedInputs(nodeData);
+    const refresh = (node) => {
+      updateVisibility(node, keys, advanced);
+      updateTitle(node, labels);
+      hookImplied(node);
+    };
 
     const onNodeCreated = nodeType.prototype.onNodeCreated;
     nodeType.prototype.onNodeCreated = function () {
@@ -286,12 +392,28 @@ app.registerExtension({
         const callback = w.callback;
         w.callback = (...args) => {
           const out = callback?.apply(w, args);
-          updateVisibility(this, keys);
+          refresh(this);
           return out;
         };
         w.specarHooked = true;
       }
-      updateVisibility(this, keys);
+      if (advanced.size && typeof this.addWidget === "function" && !this.widgets?.some((w) => w.name === ADVANCED_TOGGLE)) {
+        const toggle = this.addWidget("toggle", ADVANCED_TOGGLE, false, () => refresh(this), { serialize: false });
+        if (toggle) toggle.serialize = false;
+      }
+      // the statistics box exists from the start (Vue node rendering lays out the widgets a node is created with)
+      const stats = statsWidget(this);
+      if (!stats.value) stats.value = "statistics appear here after a run";
+      refresh(this);
+      return r;
+    };
+
+    // a new run starts: the previous run's statistics are not this run's
+    const onExecutionStart = nodeType.prototype.onExecutionStart;
+    nodeType.prototype.onExecutionStart = function () {
+      const r = onExecutionStart?.apply(this, arguments);
+      const stats = this.widgets?.find((w) => w.name === WIDGET);
+      if (stats) stats.value = "running...";
       return r;
     };
 
@@ -300,7 +422,15 @@ app.registerExtension({
       const r = onConfigure?.apply(this, arguments);
       const saved = info?.widgets_values;
       const names = (this.widgets || []).filter((w) => w.serialize !== false).map((w) => w.name);
-      if (isLegacyValues(saved, keys)) {
+      const byName = info?.properties?.specar_inputs;
+      if (byName && typeof byName === "object") {
+        // saved with the values by name (SpecAR >= 0.2, the example workflows): applied by name, never by
+        // position; every input not named (another option's) gets its default, not a positional leftover.
+        // Applied again once the graph is configured (a DynamicCombo frontend resets its options after this).
+        const values = { ...defaults, ...byName };
+        applyValues(this, values, keys);
+        this.specarMigrated = values;
+      } else if (isLegacyValues(saved, keys)) {
         const { values, control, notes } = migrateLegacyValues(saved, keys);
         // the frontend has already put the 17 saved values into the first widgets by position: every input
         // 0.1 did not have (e.g. preview) or left at its default gets its default back
@@ -315,7 +445,7 @@ app.registerExtension({
       } else if (!this.widgets?.some((w) => w.name.includes(".")) && isDynamicValues(saved, names, keys)) {
         applyValues(this, readDynamicValues(saved, names, keys), keys); // saved with DynamicCombo, loaded flat
       }
-      updateVisibility(this, keys);
+      refresh(this);
       return r;
     };
 
@@ -325,8 +455,15 @@ app.registerExtension({
       if (this.specarMigrated) {
         applyValues(this, this.specarMigrated, keys);
         delete this.specarMigrated;
-        updateVisibility(this, keys);
+        refresh(this);
       }
+      return r;
+    };
+
+    const onSerialize = nodeType.prototype.onSerialize;
+    nodeType.prototype.onSerialize = function (o) {
+      const r = onSerialize?.apply(this, arguments);
+      o.properties = { ...(o.properties || {}), specar_inputs: namedValues(this, keys) };
       return r;
     };
 
