@@ -6,7 +6,6 @@ every ratio (speedup over AR) is measured within the run.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
@@ -18,6 +17,7 @@ from typing import List, Optional
 import torch
 
 from ..model_loaders.registry import load_model
+from .args import command_parser, non_negative_float, non_negative_int, positive_int
 from ..samplers.api import generate
 from ..samplers.backends import BACKEND_PARAMS, make_backend
 
@@ -263,27 +263,30 @@ def format_table(rows: List[dict]) -> str:
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m specar bench", description=__doc__.splitlines()[0])
+    ap = command_parser("bench", __doc__)
     ap.add_argument("--model", default="demo", help="built-in name, model folder, or tiny:V,HxW[,row_end]")
     ap.add_argument("--backends", nargs="+", default=DEFAULT_CONFIGS,
                     help="configurations like ar  sjd:window=32  sjd_pac:window=64,tree_width=4")
-    ap.add_argument("--windows", type=int, nargs="+",
+    ap.add_argument("--windows", type=positive_int, nargs="+",
                     help="run each configuration without an explicit window once per window (e.g. 16 32 64)")
     ap.add_argument("--prompts", help="file with one prompt per line (default: 4 built-in prompts)")
-    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
-    ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--seeds", type=non_negative_int, nargs="+", default=[0, 1])
+    ap.add_argument("--repeats", type=positive_int, default=1)
     ap.add_argument("--device", default=None)
     ap.add_argument("--dtype", default=None, choices=[None, "float32", "bfloat16", "float16"])
-    ap.add_argument("--threads", type=int, default=1, help="torch CPU threads (1: steadier timings on a shared machine)")
-    ap.add_argument("--cfg-scale", type=float, default=None)
-    ap.add_argument("--top-k", type=int, default=None)
+    ap.add_argument("--threads", type=positive_int, default=1, help="torch CPU threads (1: steadier timings on a shared machine)")
+    ap.add_argument("--cfg-scale", type=non_negative_float, default=None)
+    ap.add_argument("--top-k", type=positive_int, default=None)
     ap.add_argument("--json", help="write the rows (and the run's settings) to this file")
     ap.add_argument("--preview", action="store_true", help="also run each configuration with the node's live "
                     "preview (interleaved) and report its overhead")
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
-    configs = with_windows([parse_config(c) for c in args.backends], args.windows)
+    try:
+        configs = with_windows([parse_config(c) for c in args.backends], args.windows)
+    except ValueError as e:
+        ap.error(str(e))
     prompts = DEFAULT_PROMPTS
     if args.prompts:
         with open(args.prompts) as f:

@@ -193,6 +193,7 @@ ESSENTIAL_PARAMS = {
     "sjd": ("window",),
     "scd": ("window", "coupling"),
     "sjd_pac": ("window", "tree_depth", "tree_width"),
+    "auto": ("max_window",),
     "hawk": ("heads", "node_budget", "candidates"),
     "adt_tree": ("drafter", "node_budget", "tree_shape", "candidate_mode", "relaxed"),
 }
@@ -231,7 +232,7 @@ def backend_switch(drafter_choices: Callable[[str], list] = lambda kind: []) -> 
     help_text = "; ".join(f"{s.label}: {s.summary}" for s in schemas.values())
     return Switch(
         "backend", f"how tokens are drafted and verified. {help_text}. Every lossless backend samples exactly what AR "
-        "samples; only the chosen backend's parameters are shown.", default="sjd_pac" if "sjd_pac" in names
+        "samples; only the chosen backend's parameters are shown.", default="auto" if "auto" in names
         else names[0], prefix=True,
         labels={n: s.label for n, s in schemas.items()},
         options={n: [advanced(param_widget(p, s.label, drafter_choices), is_advanced(n, p.name)) for p in s.params]

@@ -30,13 +30,14 @@ from ..samplers.backends import SCHEMAS
 # file names are what ComfyUI's template browser shows on the cards
 
 WORKFLOWS = {
-    "SpecAR demo - SJD-PAC": {
-        "note": "SpecAR with the embedded demo model: SJD-PAC (lossless speculative decoding). With compare_with_ar "
+    "SpecAR demo - auto": {
+        "note": "SpecAR with the embedded demo model: backend auto (SCD whose window is chosen every step from this "
+                "device's measured cost; lossless speculative decoding). With compare_with_ar "
                 "on, the node also runs plain AR in the same execution and shows the measured speed-up; the heatmap "
                 "shows where long runs of drafts were accepted.",
         "prompt": "a large red circle on a blue background",
         "seed": 7,
-        "samplers": [{"backend": "sjd_pac", "compare_with_ar": True}],
+        "samplers": [{"backend": "auto", "compare_with_ar": True}],
     },
     "SpecAR - every backend side by side": {
         "note": "Every backend on the demo model, same prompt and seed: " + ", ".join(s.label for s in SCHEMAS.values())

@@ -147,7 +147,7 @@ register_backend(BackendSchema(
     paper_preset=(("window", 64), ("tree_depth", 3), ("tree_width", 4))))
 
 register_backend(BackendSchema(
-    "auto", "Auto (fastest measured)", "SCD whose window is chosen every step from this device's measured step "
+    "auto", "Auto", "SCD whose window is chosen every step from this device's measured step "
     "cost and the acceptance seen so far (lossless; docs/BENCHMARKS.md)",
     params=(Param("max_window", 64, "the largest window auto may choose (it picks among AR's single slot and "
                   "windows up to this)", lo=1, hi=MAX_WINDOW),

@@ -236,7 +236,7 @@ def test_node_schemas_are_valid(flavour, comfy):
     backend = req["backend"]
     if is_dynamic(sampler):  # each option carries its backend's inputs, checked like the others
         options = backend[1]["options"]
-        assert [o["key"] for o in options][0] == "sjd_pac" and sorted(o["key"] for o in options) == sorted(SCHEMAS)
+        assert [o["key"] for o in options][0] == "auto" and sorted(o["key"] for o in options) == sorted(SCHEMAS)
         for o in options:
             for iname, (kind, opts) in o["inputs"].get("required", {}).items():
                 assert opts.get("tooltip") and iname in BACKEND_PARAMS[o["key"]]
@@ -831,15 +831,15 @@ def test_demo_workflow_with_the_real_demo_model(comfy, monkeypatch):
     model = _demo_model()
     monkeypatch.setattr(core, "load_model", lambda name, device=None, dtype=None: model)
     classes = node_classes("v3")
-    prompt = _load(os.path.join(EXAMPLES, "api", "SpecAR demo - SJD-PAC.json"))
+    prompt = _load(os.path.join(EXAMPLES, "api", "SpecAR demo - auto.json"))
     outputs, uis = run_api_workflow(prompt, classes)
     image, tokens, stats, heat = outputs["10"]
     geo = model.geometry
     assert image.shape[0] == 1 and image.shape[-1] == 3 and image.shape[1] > geo.height
     assert heat.shape == image.shape
     s = json.loads(stats)
-    assert s["backend"] == "sjd_pac" and s["image_tokens"] == geo.num_image_tokens and s["step_compression"] > 1.5
-    assert uis["10"]["text"][0].startswith(f"SJD-PAC: {geo.num_image_tokens} tokens in {s['nfe'] + 1} forward passes")
+    assert s["backend"] == "auto" and s["image_tokens"] == geo.num_image_tokens and s["step_compression"] > 1.5
+    assert uis["10"]["text"][0].startswith(f"Auto: {geo.num_image_tokens} tokens in {s['nfe'] + 1} forward passes")
     decoded, = execute(classes["SpecARDecode"], tokens=tokens)[0]
     assert torch.equal(decoded, image)
 
@@ -894,7 +894,7 @@ def test_real_comfyui_server(tmp_path):
         assert {"SpecARModelLoader", "SpecARSampler", "SpecARDecode"} <= set(info), \
             (tmp_path / "server.log").read_text()[-4000:]
         assert info["SpecARSampler"]["category"] == "SpecAR"
-        prompt = _load(api_twin("SpecAR demo - SJD-PAC.json", info))
+        prompt = _load(api_twin("SpecAR demo - auto.json", info))
         bad = json.loads(json.dumps(prompt))
         bad["10"]["inputs"]["backend"] = "turbo"
         req = urllib.request.Request(url + "/prompt", data=json.dumps({"prompt": bad}).encode(),
