@@ -1,4 +1,4 @@
-"""`python -m specar train-drafter --kind {hawk,eagle} --model <demo|folder> --out <dir>`: train a
+"""`python -m specar train-drafter --kind {hawk,eagle,spatial} --model <demo|folder> --out <dir>`: train a
 drafter on the frozen target by self-distillation (training/). The kinds' training functions
 live in training/<kind>.py and take (model, args)."""
 from __future__ import annotations
@@ -8,7 +8,8 @@ import importlib
 
 import torch
 
-KINDS = {"hawk": "..training.hawk:train_hawk", "eagle": "..training.eagle:train_eagle"}
+KINDS = {"hawk": "..training.hawk:train_hawk", "eagle": "..training.eagle:train_eagle",
+         "spatial": "..samplers.drafters.spatial.training:train_spatial"}
 
 
 def parser() -> argparse.ArgumentParser:

@@ -210,6 +210,28 @@ register_backend(BackendSchema(
                   folder_of="eagle")),
     drafter=".drafters.adt_tree:ADTTreeDrafter"))
 
+# -- Spatial (owned by samplers/drafters/spatial/; adjust only this block) -------------------------
+register_backend(BackendSchema(
+    "spatial", "Spatial", "a Jacobi window over the rows ahead, drafted by trained spatial heads from the rows "
+    "above and refined by the target, with proactive branches (issue 27: Hawk + SJD-PAC + SCD)",
+    params=(_window(64, "SJD-PAC paper: 64"),
+            Param("head_depths", 2, "spatial heads used: a position entering the window is drafted from the "
+                  "target's states 1..head_depths rows above it (0: no heads, `init` alone)", lo=0, hi=4,
+                  paper="Hawk paper: vertical heads"),
+            Param("init", "sample_above", "how entering positions no head reaches (the first rows) are drafted: "
+                  + ", ".join(INITS), choices=INITS, paper="SJD paper: random"),
+            Param("tree_depth", 3, "proactive drafting: depth D of the branches after a rejection (at most window)",
+                  lo=1, hi=MAX_WINDOW, paper="SJD-PAC paper: D = 3"),
+            Param("tree_width", 4, "proactive drafting: candidates K at the first open position (1 = off; at most "
+                  "the image vocabulary)", lo=1, paper="SJD-PAC paper: K = 4"),
+            Param("continuation", True, "keep verifying after the first rejection and re-draft by coupling with the "
+                  "old draft (off: independent re-drafts)", paper="SJD-PAC paper: on"),
+            Param("coupling", "maximal", "how re-drafts are coupled to the previous draft: maximal or gumbel",
+                  choices=COUPLINGS, paper="SCD / SJD-PAC papers: maximal"),
+            Param("heads", "", "spatial heads folder; empty: spatial_heads/ beside the model's weights",
+                  folder_of="spatial")),
+    drafter=".drafters.spatial.drafter:SpatialDrafter", cross_check=_tree_depth_within_window))
+
 
 def _installed(schema: BackendSchema) -> bool:
     """A backend is offered only when its drafter module is part of this installation."""
