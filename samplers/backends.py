@@ -220,14 +220,8 @@ register_backend(BackendSchema(
                   paper="Hawk paper: vertical heads"),
             Param("init", "sample_above", "how entering positions no head reaches (the first rows) are drafted: "
                   + ", ".join(INITS), choices=INITS, paper="SJD paper: random"),
-            Param("tree_depth", 3, "proactive drafting: depth D of the branches after a rejection (at most window)",
-                  lo=1, hi=MAX_WINDOW, paper="SJD-PAC paper: D = 3"),
-            Param("tree_width", 4, "proactive drafting: candidates K at the first open position (1 = off; at most "
-                  "the image vocabulary)", lo=1, paper="SJD-PAC paper: K = 4"),
-            Param("continuation", True, "keep verifying after the first rejection and re-draft by coupling with the "
-                  "old draft (off: independent re-drafts)", paper="SJD-PAC paper: on"),
-            Param("coupling", "maximal", "how re-drafts are coupled to the previous draft: maximal or gumbel",
-                  choices=COUPLINGS, paper="SCD / SJD-PAC papers: maximal"),
+            # proactive drafting and adaptive continuation: SJD-PAC's parameters
+            *(SCHEMAS["sjd_pac"].param(n) for n in ("tree_depth", "tree_width", "continuation", "coupling")),
             Param("heads", "", "spatial heads folder; empty: spatial_heads/ beside the model's weights",
                   folder_of="spatial")),
     drafter=".drafters.spatial.drafter:SpatialDrafter", cross_check=_tree_depth_within_window))

@@ -4,10 +4,13 @@ Data (as for Hawk and EAGLE, training/eagle.distill_features): the target sample
 plain AR at its default settings and teacher-forces them for the hidden states of both CFG
 branches; feats[:, i] is h_{i-1}, the state whose output predicts position i.
 
-Loss: for every head d and sampled position P >= d * row_stride, the cross-entropy of the
+Loss: for every head d and sampled position P >= d * row_stride, the total variation between the
 TARGET's own distribution at P (`target_probs` of the teacher-forced logits: CFG, top-k, what
-the draft is verified against) against log_softmax of the head's CFG-guided logits (no top-k, so
-the log stays finite). Target positions holding structure tokens are skipped. AdamW (weight
+the draft is verified against) and the head's q (`target_probs` of the head's logits, the
+distribution the drafter samples from): one minus the acceptance rate of the head's draft. (A
+first version trained on the cross-entropy, as Hawk does; its heads had a low cross-entropy and
+no better acceptance than the untrained head in generation: docs/SPATIAL.md.) Target positions
+holding structure tokens are skipped. AdamW (weight
 decay 0.1, betas (0.9, 0.95)) through training/loop.py (progress line, `--resume`).
 """
 from __future__ import annotations
@@ -34,8 +37,13 @@ def head_taps(feats: torch.Tensor, rows: torch.Tensor, target: torch.Tensor, dep
 
 
 def spatial_loss(heads: SpatialHeads, model, fc, fu, target, sampling: SamplingParams, forced, stride: int):
-    """fc, fu [R, n, D] (fu None without CFG); target [R, P] positions (>= depths * stride). Returns
-    (loss, per-depth cross-entropy [depths])."""
+    """fc, fu [R, n, D] (fu None without CFG); target [R, P] positions (>= depths * stride).
+
+    Returns (loss, per-depth total variation [depths], per-depth cross-entropy [depths]). The loss
+    is the summed TV(p, q) = 1 - sum min(p, q), one minus the acceptance rate of a draft from q
+    against p, with q = `target_probs` of the head's logits: exactly the q the drafter samples
+    from (CFG, temperature, top-k). The cross-entropy of p against the CFG-guided head
+    distribution (no top-k) is reported beside it."""
     R, n, D = fc.shape
     rows = torch.arange(R, device=fc.device)[:, None]
     dtype = model.embed_tokens(torch.zeros(1, dtype=torch.long, device=fc.device)).dtype
@@ -44,14 +52,18 @@ def spatial_loss(heads: SpatialHeads, model, fc, fu, target, sampling: SamplingP
     with torch.no_grad():
         tl = [model.image_logits(b[rows, target].to(dtype)).float() for b in branches]
         p = target_probs(tl[0], tl[1] if fu is not None else None, sampling)
-    per = []
+    tvs, ces = [], []
     for d in range(1, heads.cfg.depths + 1):
         hl = [model.image_logits(heads(head_taps(b, rows, target, d, stride), d).to(dtype)).float() for b in branches]
-        logq = torch.log_softmax(guided_logits(hl[0], hl[1] if fu is not None else None, sampling.cfg_scale), -1)
-        ce = -(p * logq.clamp(min=-1e4)).sum(-1)
-        per.append((ce * ok).sum() / ok.sum().clamp(min=1))
-    per = torch.stack(per)
-    return per.sum(), per
+        uncond = hl[1] if fu is not None else None
+        q = target_probs(hl[0], uncond, sampling)
+        tv = 1.0 - torch.minimum(p, q).sum(-1)
+        tvs.append((tv * ok).sum() / ok.sum().clamp(min=1))
+        with torch.no_grad():
+            logq = torch.log_softmax(guided_logits(hl[0], uncond, sampling.cfg_scale), -1)
+            ces.append(((-(p * logq.clamp(min=-1e4)).sum(-1)) * ok).sum() / ok.sum().clamp(min=1))
+    tvs = torch.stack(tvs)
+    return tvs.sum(), tvs.detach(), torch.stack(ces)
 
 
 def train_spatial(model, args):
@@ -93,13 +105,15 @@ def train_spatial(model, args):
         idx = torch.arange(min(R, 16), device=dev)
         target = torch.arange(lo, n, device=dev).expand(idx.shape[0], n - lo)
         args_eval = (model, fc[idx], None if fu is None else fu[idx], target, sampling, forced, stride)
-        per = spatial_loss(heads, *args_eval)[1]
-        per0 = spatial_loss(SpatialHeads(cfg).to(dev), *args_eval)[1]
+        _, tv, ce = spatial_loss(heads, *args_eval)
+        _, tv0, ce0 = spatial_loss(SpatialHeads(cfg).to(dev), *args_eval)
     names = [f"d{d}" for d in range(1, cfg.depths + 1)]
     training = {"time_s": round(time.perf_counter() - t_start, 1), "data_s": round(t_data, 1),
                 "train_s": round(summary["seconds"], 1), "steps": args.steps, "loss": summary["final_loss"],
-                "eval_ce": {k: round(float(v), 4) for k, v in zip(names, per)},
-                "eval_ce_untrained": {k: round(float(v), 4) for k, v in zip(names, per0)},
+                "eval_tv": {k: round(float(v), 4) for k, v in zip(names, tv)},
+                "eval_tv_untrained": {k: round(float(v), 4) for k, v in zip(names, tv0)},
+                "eval_ce": {k: round(float(v), 4) for k, v in zip(names, ce)},
+                "eval_ce_untrained": {k: round(float(v), 4) for k, v in zip(names, ce0)},
                 "images": int(R), "batch": args.batch, "positions": args.positions, "lr": args.lr,
                 "lr_schedule": summary["schedule"], "resumed_from": summary["resumed_from"], "seed": args.seed,
                 "threads": torch.get_num_threads()}
