@@ -86,31 +86,46 @@ class SpatialDrafter(JacobiDrafter):
 
     @torch.no_grad()
     def _head_drafts(self, state, pos, need):
-        """Draft the positions `pos` [B, K] (where `need`) that a head reaches; record their q.
-        Returns the mask of positions drafted."""
+        """Draft the positions of `pos` [B, K] (consecutive per row, where `need`) that a head
+        reaches; record their q. Returns the mask of positions drafted.
+
+        Entering positions start after `self.drafted` (and after the frontier), and a head of depth
+        d reaches a position only while its source row is computed (position <= hid_upto + d *
+        stride - 1, hid_upto = drafted), so only the first M = min(head_depths * stride - 1, K)
+        entering positions can be reached: the heads run on those M (a fixed shape), not on the
+        whole window."""
         B, K = pos.shape
+        M = min(self.depths * self.stride - 1, K)
         rows = state.rows[:, None, None]
         spare = self.hid.shape[1] - 1
-        g, reached = None, torch.zeros_like(need)
+        first = torch.maximum(self.drafted + 1, pos[:, 0])  # the first entering position
+        hp = first[:, None] + torch.arange(M, device=state.device)  # [B, M] positions the heads may reach
+        at = hp - pos[:, :1]  # their index in `pos`
+        inside = (at >= 0) & (at < K)
+        need_hp = inside & need.gather(1, at.clamp(0, K - 1))
+        g, reached = None, torch.zeros_like(need_hp)
         for d in range(1, self.depths + 1):
-            src = pos[:, :, None] - d * self.stride + self.taps  # [B, K, 3] source positions
+            src = hp[:, :, None] - d * self.stride + self.taps  # [B, M, 3] source positions
             ok = (src[:, :, 0] >= -1) & (src[:, :, -1] <= self.hid_upto[:, None]) & ~reached
             col = torch.where(ok[:, :, None], src + 1, spare)
-            taps = self.hid[rows, col]  # [B, K, 3, D]
+            taps = self.hid[rows, col]  # [B, M, 3, D]
             if self.cfg:
                 taps = torch.cat([taps, self.hid[rows + B, col]])
             g_d = self.heads(taps, d)
             okR = ok.repeat(2, 1) if self.cfg else ok
             g = g_d if g is None else torch.where(okR[..., None], g_d, g)
             reached = reached | ok
-        use = need & reached
+        use = need_hp & reached
         logits = self.model.image_logits(g.to(self.head_dtype))
         q = target_probs(logits[:B], logits[B:] if self.cfg else None, self.sampling)
-        x = sample_by_race(q, state.noise(B, K, state.vocab_size))
-        self._write(state, pos, use, x, q)
+        x = sample_by_race(q, state.noise(B, M, state.vocab_size))
+        self._write(state, hp, use, x, q)
+        # back to `pos`'s columns (a scatter, no host read); column K takes the positions not drafted
+        drafted = torch.zeros(B, K + 1, dtype=torch.bool, device=state.device)
+        drafted = drafted.scatter(1, torch.where(use, at, K), True)[:, :K]
         if self.collect:
-            self.drafted_by += torch.stack([use.sum(), (need & ~reached).sum()]).cpu()
-        return use
+            self.drafted_by += torch.stack([use.sum(), (need & ~drafted).sum()]).cpu()
+        return drafted
 
 
 __all__ = ["SpatialDrafter"]
