@@ -34,7 +34,7 @@ from ...randomness import sample_by_race
 from ...target import target_probs
 from ..base import LoopState
 from ..jacobi import JacobiDrafter
-from .network import TAPS, load_heads
+from .network import load_heads
 
 
 class SpatialDrafter(JacobiDrafter):
@@ -50,7 +50,8 @@ class SpatialDrafter(JacobiDrafter):
         dev = model.device
         self.heads = load_heads(model, self.depths, p.get("heads", "")).to(dev).float().eval() if self.depths else None
         self.head_dtype = model.embed_tokens(torch.zeros(1, dtype=torch.long, device=dev)).dtype
-        self.taps = torch.tensor(TAPS, device=dev)
+        taps = self.heads.cfg.taps if self.heads is not None else (-1,)
+        self.taps, self.last_tap = torch.tensor(taps, device=dev), taps[-1]
         self.collect = False  # True: count entering positions drafted by a head vs by `init` (self.drafted_by)
 
     # -- start -------------------------------------------------------------------------------
@@ -91,11 +92,11 @@ class SpatialDrafter(JacobiDrafter):
 
         Entering positions start after `self.drafted` (and after the frontier), and a head of depth
         d reaches a position only while its source row is computed (position <= hid_upto + d *
-        stride - 1, hid_upto = drafted), so only the first M = min(head_depths * stride - 1, K)
+        stride - last tap, hid_upto = drafted), so only the first M = min(head_depths * stride - last tap, K)
         entering positions can be reached: the heads run on those M (a fixed shape), not on the
         whole window."""
         B, K = pos.shape
-        M = min(self.depths * self.stride - 1, K)
+        M = min(self.depths * self.stride - self.last_tap, K)
         rows = state.rows[:, None, None]
         spare = self.hid.shape[1] - 1
         first = torch.maximum(self.drafted + 1, pos[:, 0])  # the first entering position

@@ -32,16 +32,22 @@ from ....model_loaders.drafter_files import WEIGHTS_FILE, check_shapes, load_dra
 
 KIND = "spatial"
 FOLDER = "spatial_heads"  # beside the model's weights
-TAPS = (-1, 0, 1)  # offsets from A = P - d * row_stride of the hidden states a head reads
+TAPS = (-1, 0, 1)  # default offsets from A = P - d * row_stride of the hidden states a head reads
 
 
 @dataclass
 class SpatialConfig:
     hidden_size: int
     depths: int = 2  # heads for the rows 1..depths above
+    taps: tuple = TAPS  # offsets from A of the states read, ascending, starting at -1 (the residual's base)
+
+    def __post_init__(self):
+        self.taps = tuple(int(t) for t in self.taps)
+        if not self.taps or self.taps[0] != -1 or list(self.taps) != sorted(set(self.taps)) or self.taps[-1] > 1:
+            raise ValueError(f"spatial head taps must be ascending offsets in [-1, 1] starting at -1, got {self.taps}")
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return {**asdict(self), "taps": list(self.taps)}
 
 
 class SpatialHeads(nn.Module):
@@ -49,14 +55,14 @@ class SpatialHeads(nn.Module):
         super().__init__()
         self.cfg = cfg
         D, n = cfg.hidden_size, cfg.depths
-        self.weight = nn.Parameter(torch.zeros(n, D, len(TAPS) * D))
+        self.weight = nn.Parameter(torch.zeros(n, D, len(cfg.taps) * D))
         self.bias = nn.Parameter(torch.zeros(n, D))
 
     def expected_shapes(self) -> dict:
         return {k: tuple(v.shape) for k, v in self.state_dict().items()}
 
     def forward(self, taps: torch.Tensor, depth: int) -> torch.Tensor:
-        """taps [..., 3, D] (states at A-1, A, A+1 with A = P - depth * row_stride) -> features g [..., D]."""
+        """taps [..., len(cfg.taps), D] (states at A + cfg.taps, A = P - depth * row_stride) -> features g [..., D]."""
         x = taps.flatten(-2) @ self.weight[depth - 1].T + self.bias[depth - 1]
         return taps[..., 0, :] + torch.nn.functional.silu(x)
 
@@ -67,7 +73,7 @@ def random_heads(cfg: SpatialConfig, seed: int) -> SpatialHeads:
     D = cfg.hidden_size
     g = torch.Generator().manual_seed(int(seed) * 1000 + 71)
     with torch.no_grad():
-        heads.weight.copy_(torch.randn(heads.weight.shape, generator=g) * 2.0 * (3 * D) ** -0.5)
+        heads.weight.copy_(torch.randn(heads.weight.shape, generator=g) * 2.0 * (len(cfg.taps) * D) ** -0.5)
         heads.bias.copy_(torch.randn(heads.bias.shape, generator=g) * 0.5)
     return heads
 
@@ -100,7 +106,7 @@ def load_heads(model, depths: int, folder: str = "") -> SpatialHeads:
     if depths > cfg.depths:
         raise ValueError(f"{path} holds heads for {cfg.depths} rows above; asked for head_depths={depths}: lower "
                          f"head_depths to at most {cfg.depths}")
-    heads = SpatialHeads(SpatialConfig(cfg.hidden_size, depths))
+    heads = SpatialHeads(SpatialConfig(cfg.hidden_size, depths, cfg.taps))
     heads.load_state_dict({"weight": tensors["weight"][:depths], "bias": tensors["bias"][:depths]})
     return heads
 

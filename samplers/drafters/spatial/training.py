@@ -25,14 +25,15 @@ from ....model_loaders.drafter_files import save_drafter
 from ...target import SamplingParams, guided_logits, target_probs
 from .network import KIND, TAPS, SpatialConfig, SpatialHeads
 
-DEFAULTS = {"per_prompt": 8, "head_depths": 2, "positions": 16}
+DEFAULTS = {"per_prompt": 8, "head_depths": 2, "positions": 16, "taps": (-1,)}
 
 
-def head_taps(feats: torch.Tensor, rows: torch.Tensor, target: torch.Tensor, depth: int, stride: int) -> torch.Tensor:
-    """feats [R, n, D] (index i: h_{i-1}); target positions [R', P] -> taps [R', P, 3, D] of head `depth`:
-    the states at A + TAPS, A = target - depth * stride (state of position j at index j + 1)."""
+def head_taps(feats: torch.Tensor, rows: torch.Tensor, target: torch.Tensor, depth: int, stride: int,
+              taps: tuple) -> torch.Tensor:
+    """feats [R, n, D] (index i: h_{i-1}); target positions [R', P] -> taps [R', P, len(taps), D] of head
+    `depth`: the states at A + taps, A = target - depth * stride (state of position j at index j + 1)."""
     a = target - depth * stride
-    idx = torch.stack([a + 1 + t for t in TAPS], -1)  # [R', P, 3]
+    idx = torch.stack([a + 1 + t for t in taps], -1)  # [R', P, len(taps)]
     return feats[rows[:, :, None], idx]
 
 
@@ -54,7 +55,7 @@ def spatial_loss(heads: SpatialHeads, model, fc, fu, target, sampling: SamplingP
         p = target_probs(tl[0], tl[1] if fu is not None else None, sampling)
     tvs, ces = [], []
     for d in range(1, heads.cfg.depths + 1):
-        hl = [model.image_logits(heads(head_taps(b, rows, target, d, stride), d).to(dtype)).float() for b in branches]
+        hl = [model.image_logits(heads(head_taps(b, rows, target, d, stride, heads.cfg.taps), d).to(dtype)).float() for b in branches]
         uncond = hl[1] if fu is not None else None
         q = target_probs(hl[0], uncond, sampling)
         tv = 1.0 - torch.minimum(p, q).sum(-1)
@@ -77,7 +78,7 @@ def train_spatial(model, args):
     dev = model.device
     fc = fc.to(dev)
     fu = fu.to(dev) if fu is not None else None
-    cfg = SpatialConfig(model.hidden_size, args.head_depths)
+    cfg = SpatialConfig(model.hidden_size, args.head_depths, args.taps)
     heads = SpatialHeads(cfg).to(dev)
     for prm in model.torch_module().parameters():
         prm.requires_grad_(False)
