@@ -218,6 +218,9 @@ register_backend(BackendSchema(
             Param("head_depths", 2, "spatial heads used: a position entering the window is drafted from the "
                   "target's states 1..head_depths rows above it (0: no heads, `init` alone)", lo=0, hi=4,
                   paper="Hawk paper: vertical heads"),
+            Param("head_below", 0.2, "a head drafts an entering position only where the draft distribution recorded "
+                  "one row above has its largest probability below this (flat regions keep `init`; 1: heads "
+                  "wherever they reach)", lo=0.0, hi=1.0),
             Param("init", "sample_above", "how entering positions no head reaches (the first rows) are drafted: "
                   + ", ".join(INITS), choices=INITS, paper="SJD paper: random"),
             # proactive drafting and adaptive continuation: SJD-PAC's parameters

@@ -46,6 +46,7 @@ class SpatialDrafter(JacobiDrafter):
         self.coupling_strength = 1.0
         self.model, self.sampling = model, sampling
         self.depths = p.get("head_depths", 2)
+        self.head_below = p.get("head_below", 0.2)  # heads only where the q above has max < this
         self.stride = model.geometry.row_stride
         dev = model.device
         self.heads = load_heads(model, self.depths, p.get("heads", "")).to(dev).float().eval() if self.depths else None
@@ -117,6 +118,11 @@ class SpatialDrafter(JacobiDrafter):
             g = g_d if g is None else torch.where(okR[..., None], g_d, g)
             reached = reached | ok
         use = need_hp & reached
+        if self.head_below < 1.0:  # a confident q above (flat regions) keeps the `init` rule
+            above = hp - self.stride
+            known = (above >= 0) & (above <= self.hid_upto[:, None])
+            conf = self.dist[state.rows[:, None], torch.where(known, above % self.ring, self.ring)].amax(-1)
+            use = use & ~(known & (conf >= self.head_below))
         logits = self.model.image_logits(g.to(self.head_dtype))
         q = target_probs(logits[:B], logits[B:] if self.cfg else None, self.sampling)
         x = sample_by_race(q, state.noise(B, M, state.vocab_size))

@@ -25,7 +25,7 @@ from ....model_loaders.drafter_files import save_drafter
 from ...target import SamplingParams, guided_logits, target_probs
 from .network import KIND, TAPS, SpatialConfig, SpatialHeads
 
-DEFAULTS = {"per_prompt": 8, "head_depths": 2, "positions": 16, "taps": (-1,)}
+DEFAULTS = {"per_prompt": 8, "head_depths": 2, "positions": 16, "taps": TAPS}
 
 
 def head_taps(feats: torch.Tensor, rows: torch.Tensor, target: torch.Tensor, depth: int, stride: int,
