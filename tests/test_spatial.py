@@ -67,17 +67,20 @@ def check_exact(model_name, setting, **params):
     return chi_square_test(res.tokens, exact_distribution(mdl, "hi", **kw)), res
 
 
-# (model, sampling setting, params): windows 1-6, head depths 1-2, proactive trees as wide as the
-# vocabulary, continuation off, gumbel re-drafts, fallback inits, row ends, CFG, T + top-k / top-p
+# (model, sampling setting, params): windows 1-6, head depths 1-2, the confidence gate head_below
+# (0.8, 0.9; 1.0 = off: the default 0.2 is below 1 / V on these 2-3-code models, so it would gate every
+# head draft), proactive trees as wide as the vocabulary, continuation off, gumbel
+# re-drafts, fallback inits, row ends, CFG, T + top-k / top-p
 CASES = [
-    ("v3-2x4", "plain", dict(window=1, tree_depth=1, tree_width=1)),
-    ("v3-2x4", "cfg", dict(window=3, tree_depth=2, tree_width=3)),
-    ("v3-2x4", "t07-topk", dict(window=2, tree_depth=2, tree_width=2, init="random", head_depths=1)),
-    ("v3-2x4", "mixed", dict(window=4, tree_depth=2, tree_width=2, continuation=False)),
-    ("v2-4x3-rowend", "plain", dict(window=2, tree_depth=1, tree_width=1)),
-    ("v2-4x3-rowend", "cfg", dict(window=4, tree_depth=2, tree_width=2, coupling="gumbel", init="sample_left")),
-    ("v2-4x3-rowend", "t07-topp", dict(window=6, tree_depth=3, tree_width=2, init="repeat_left")),
-    ("v2-4x3-rowend", "cfg-t07", dict(window=3, tree_depth=1, tree_width=2, head_depths=2)),
+    ("v3-2x4", "plain", dict(window=1, tree_depth=1, tree_width=1, head_below=1.0)),
+    ("v3-2x4", "cfg", dict(window=3, tree_depth=2, tree_width=3, head_below=1.0)),
+    ("v3-2x4", "t07-topk", dict(window=2, tree_depth=2, tree_width=2, init="random", head_depths=1, head_below=1.0)),
+    ("v3-2x4", "mixed", dict(window=4, tree_depth=2, tree_width=2, continuation=False, head_below=1.0)),
+    ("v2-4x3-rowend", "plain", dict(window=2, tree_depth=1, tree_width=1, head_below=0.9)),
+    ("v2-4x3-rowend", "cfg", dict(window=4, tree_depth=2, tree_width=2, coupling="gumbel", init="sample_left",
+                                        head_below=1.0)),
+    ("v2-4x3-rowend", "t07-topp", dict(window=6, tree_depth=3, tree_width=2, init="repeat_left", head_below=1.0)),
+    ("v2-4x3-rowend", "cfg-t07", dict(window=3, tree_depth=1, tree_width=2, head_depths=2, head_below=0.8)),
 ]
 
 
@@ -102,7 +105,7 @@ def test_planted_head_q_bug_is_caught(monkeypatch, head_counts):
         return real(s / s.sum(-1, keepdim=True), noise)
 
     monkeypatch.setattr(drafter_mod, "sample_by_race", flattened)
-    (p_value, stat, dof, tv), _ = check_exact("v3-2x4", "plain", window=1, tree_depth=1, tree_width=1)
+    (p_value, stat, dof, tv), _ = check_exact("v3-2x4", "plain", window=1, tree_depth=1, tree_width=1, head_below=1.0)
     print(f"\nplanted head-q bug: p={p_value:.3g} TV={tv:.4f} heads drafted {head_counts()[0]}")
     assert p_value < P_FAIL, f"planted bug went unnoticed: p={p_value:.2e} TV={tv:.4f}"
 
@@ -161,11 +164,23 @@ def test_two_fixed_forward_shapes(head_counts):
 
     mdl.forward = spy
     specar.generate(mdl, "a cat", backend="spatial", seed=1, batch_size=3, window=6, tree_depth=2, tree_width=3,
-                    cfg_scale=2.0)
+                    cfg_scale=2.0, head_below=1.0)
     # the chain (pending + 6 drafts + the row ends among them) and the chain + 2 branches of depth 2
     T = 1 + 6 + 2
     assert shapes <= {((3, T), T), ((3, T + 4), T + 4)} and ((3, T), T) in shapes, shapes
     assert head_counts()[0] > 0
+
+
+def test_confidence_gate_leaves_confident_positions_to_init(head_counts):
+    """head_below: a head drafts only where the q recorded one row above has max < head_below."""
+    mdl = spatial_model("v3-2x4")
+    specar.generate(mdl, "hi", backend="spatial", seed=3, batch_size=500, window=2, tree_depth=1, tree_width=2, head_below=1.0)
+    open_heads, _ = head_counts()
+    specar.generate(mdl, "hi", backend="spatial", seed=3, batch_size=500, window=2, tree_depth=1, tree_width=2, head_below=0.7)
+    gated_heads = head_counts()[0] - open_heads
+    specar.generate(mdl, "hi", backend="spatial", seed=3, batch_size=500, window=2, tree_depth=1, tree_width=2, head_below=0.0)
+    assert head_counts()[0] - open_heads - gated_heads == 0
+    assert 0 < gated_heads < open_heads, (gated_heads, open_heads)
 
 
 def test_same_seed_same_tokens():
@@ -185,6 +200,7 @@ def test_without_heads_it_is_the_jacobi_window_with_its_init():
 
 @pytest.mark.parametrize("params,message", [
     (dict(head_depths=5), "head_depths must be an int in \\[0, 4\\], got 5"),
+    (dict(head_below=1.5), "head_below must be a number in \\[0, 1\\], got 1.5"),
     (dict(window=0), "window must be an int in \\[1, 128\\], got 0"),
     (dict(window=2, tree_depth=3), "tree_depth must be an int in \\[1, 2\\], got 3"),
     (dict(init="below"), "init must be one of random, .*; got 'below'"),
@@ -246,5 +262,5 @@ def test_shipped_demo_heads_load_and_draft(head_counts):
     by_head, by_init = head_counts()
     print(f"demo spatial seed 0: compression {res.stats.step_compression:.2f}, drafted by heads {by_head}, "
           f"by init {by_init}")
-    assert by_head > by_init
+    assert by_head > 10  # the confidence gate leaves flat regions to `init`; the heads draft the rest
     assert res.stats.step_compression > 4.0, res.stats.step_compression
