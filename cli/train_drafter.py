@@ -1,4 +1,4 @@
-"""`python -m specar train-drafter --kind {hawk,eagle} --model <demo|folder> --out <dir>`: train a
+"""`python -m specar train-drafter --kind {hawk,eagle,spatial} --model <demo|folder> --out <dir>`: train a
 drafter on the frozen target by self-distillation (training/). The kinds' training functions
 live in training/<kind>.py and take (model, args)."""
 from __future__ import annotations
@@ -9,11 +9,13 @@ import torch
 
 from .args import parse_command, non_negative_int, positive_float, positive_int
 
-KINDS = {"hawk": "..training.hawk:train_hawk", "eagle": "..training.eagle:train_eagle"}
+KINDS = {"hawk": "..training.hawk:train_hawk", "eagle": "..training.eagle:train_eagle",
+         "spatial": "..samplers.drafters.spatial.training:train_spatial"}
 
 
 def add_arguments(ap) -> None:
-    ap.add_argument("--kind", required=True, choices=sorted(KINDS), help="hawk: draft heads; eagle: an EAGLE layer")
+    ap.add_argument("--kind", required=True, choices=sorted(KINDS), help="hawk: draft heads; eagle: an EAGLE layer; "
+                    "spatial: the spatial backend's heads")
     ap.add_argument("--model", default="demo", help="demo, or a model folder")
     ap.add_argument("--out", required=True, help="output folder (drafter.safetensors, drafter.json, checkpoint/)")
     ap.add_argument("--prompts", default=None,

@@ -223,6 +223,25 @@ register_backend(BackendSchema(
                   folder_of="eagle")),
     drafter=".drafters.adt_tree:ADTTreeDrafter"))
 
+# -- Spatial (owned by samplers/drafters/spatial/; adjust only this block) -------------------------
+register_backend(BackendSchema(
+    "spatial", "Spatial", "a Jacobi window over the rows ahead, drafted by trained spatial heads from the rows "
+    "above and refined by the target, with proactive branches (issue 27: Hawk + SJD-PAC + SCD)",
+    params=(_window(64, "SJD-PAC paper: 64"),
+            Param("head_depths", 2, "spatial heads used: a position entering the window is drafted from the "
+                  "target's states 1..head_depths rows above it (0: no heads, `init` alone)", lo=0, hi=4,
+                  paper="Hawk paper: vertical heads"),
+            Param("head_below", 0.2, "a head drafts an entering position only where the draft distribution recorded "
+                  "one row above has its largest probability below this (flat regions keep `init`; 1: heads "
+                  "wherever they reach)", lo=0.0, hi=1.0),
+            Param("init", "sample_above", "how entering positions no head reaches (the first rows) are drafted: "
+                  + ", ".join(INITS), choices=INITS, paper="SJD paper: random"),
+            # proactive drafting and adaptive continuation: SJD-PAC's parameters
+            *(SCHEMAS["sjd_pac"].param(n) for n in ("tree_depth", "tree_width", "continuation", "coupling")),
+            Param("heads", "", "spatial heads folder; empty: spatial_heads/ beside the model's weights",
+                  folder_of="spatial")),
+    drafter=".drafters.spatial.drafter:SpatialDrafter", cross_check=_tree_depth_within_window))
+
 
 def _installed(schema: BackendSchema) -> bool:
     """A backend is offered only when its drafter module is part of this installation."""

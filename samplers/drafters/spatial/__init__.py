@@ -1,0 +1,7 @@
+"""Spatial speculative decoding (issue 27): a Jacobi window over a 2-D band ahead of the frontier,
+drafted by trained spatial heads and refined by the target (docs/SPATIAL.md).
+
+network.py  SpatialHeads, their files (load_heads, random_heads)
+drafter.py  SpatialDrafter (the `spatial` backend)
+training.py train_spatial (`python -m specar train-drafter --kind spatial`)
+"""

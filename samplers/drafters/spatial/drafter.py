@@ -1,0 +1,138 @@
+"""SpatialDrafter: the `spatial` backend (issue 27, docs/SPATIAL.md).
+
+A Jacobi window over a 2-D band ahead of the frontier (with a window of W image drafts on rows of
+stride S: the rest of the current row and about W / S rows below it), whose NEW positions are
+drafted by trained spatial heads from the target's hidden states of the rows above, and whose
+older positions are refined every step by the target itself:
+
+- entering the window: position P is drafted from spatial head d (the first d = 1..head_depths
+  whose three source states, at positions P - d*S - 1 .. P - d*S + 1, have been computed by some
+  forward: committed, or drafts of an earlier window); q = `target_probs` of the head's logits
+  (both CFG branches), the draft a sample of q. Positions no head reaches (the first rows, and
+  the far end of a window that jumped by more than a row) use `init` (SJD's rules).
+- every step: the chain [pending, drafts] is verified by `verify_chain`; positions it did not
+  reach are re-drafted from their new target p by maximal coupling with the old draft (SCD,
+  SJD-PAC's adaptive continuation), q = that p; after a rejection the next forward also carries
+  K - 1 branches of depth D drawn without replacement from the recorded q (SJD-PAC's proactive
+  drafting, `verify_candidates` on the siblings).
+
+All of the window, verification, re-drafting and proactive branches is `JacobiDrafter`'s
+(samplers/drafters/jacobi.py); this class adds the heads, the store of hidden states they read,
+and the choice of q for entering positions.
+
+Exactness: every draft is a sample of the q recorded beside it, and every q is a function of
+forwards that already ran (hidden states of committed positions or of earlier drafts: any
+deterministic function of the past is a valid draft distribution). Hidden states of draft
+positions are only ever used to DRAFT, never to verify: verification uses the current forward's
+p, computed after the committed prefix (docs/ARCHITECTURE.md, "Proactive drafting", issue 18).
+"""
+from __future__ import annotations
+
+import torch
+
+from ...randomness import sample_by_race
+from ...target import target_probs
+from ..base import LoopState
+from ..jacobi import JacobiDrafter
+from .network import load_heads
+
+
+class SpatialDrafter(JacobiDrafter):
+    def __init__(self, config, model, sampling):
+        super().__init__(config, model, sampling)
+        p = config.params()
+        self.name = "spatial"
+        self.refine = p.get("coupling", "maximal") if p.get("continuation", True) else "independent"
+        self.coupling_strength = 1.0
+        self.model, self.sampling = model, sampling
+        self.depths = p.get("head_depths", 2)
+        self.head_below = p.get("head_below", 0.2)  # heads only where the q above has max < this
+        self.stride = model.geometry.row_stride
+        dev = model.device
+        self.heads = load_heads(model, self.depths, p.get("heads", "")).to(dev).float().eval() if self.depths else None
+        self.head_dtype = model.embed_tokens(torch.zeros(1, dtype=torch.long, device=dev)).dtype
+        taps = self.heads.cfg.taps if self.heads is not None else (-1,)
+        self.taps, self.last_tap = torch.tensor(taps, device=dev), taps[-1]
+        self.collect = False  # True: count entering positions drafted by a head vs by `init` (self.drafted_by)
+
+    # -- start -------------------------------------------------------------------------------
+    def start(self, state: LoopState, first, p0: torch.Tensor) -> None:
+        self.cfg = first.hidden_uncond is not None
+        h0 = first.hidden[:, 0] if not self.cfg else torch.cat([first.hidden[:, 0], first.hidden_uncond[:, 0]])
+        # hid[r, j + 1]: the latest hidden state computed at position j (j = -1: the prompt's last token);
+        # rows B.. are the unconditional branch; one spare column takes masked-out writes
+        self.hid = torch.zeros(h0.shape[0], state.layout.ext + 2, h0.shape[-1], device=state.device)
+        self.hid[:, 0] = h0.float()
+        self.hid_upto = torch.full((state.batch,), -1, dtype=torch.long, device=state.device)  # last computed
+        self.drafted_by = torch.zeros(2, dtype=torch.long)  # [by a head, by init] (collect only)
+        super().start(state, first, p0)
+
+    # -- observe: keep the forward's hidden states, then the Jacobi update (which drafts entering positions)
+    def observe(self, state, tree, verdict, p_all, out, previous_frontier) -> None:
+        if self.heads is not None:
+            B, T, act = state.batch, self.T, state.active
+            spare = self.hid.shape[1] - 1
+            col = previous_frontier[:, None] + 1 + torch.arange(T, device=state.device)  # chain slot i: position f + i
+            col = torch.where(act[:, None], col.clamp(max=spare - 1), spare)
+            self.hid[state.rows[:, None], col] = out.hidden[:, :T].float()
+            if self.cfg:
+                self.hid[(state.rows + B)[:, None], col] = out.hidden_uncond[:, :T].float()
+            self.hid_upto = torch.where(act, previous_frontier + T - 1, self.hid_upto)
+        super().observe(state, tree, verdict, p_all, out, previous_frontier)
+
+    # -- drafting entering positions -------------------------------------------------------------
+    def _init(self, state, pos, need):
+        if self.window and self.heads is not None:
+            need = need & ~self._head_drafts(state, pos, need & state.layout.is_img[pos])
+        super()._init(state, pos, need)  # the rest: the `init` rule
+
+    @torch.no_grad()
+    def _head_drafts(self, state, pos, need):
+        """Draft the positions of `pos` [B, K] (consecutive per row, where `need`) that a head
+        reaches; record their q. Returns the mask of positions drafted.
+
+        Entering positions start after `self.drafted` (and after the frontier), and a head of depth
+        d reaches a position only while its source row is computed (position <= hid_upto + d *
+        stride - last tap, hid_upto = drafted), so only the first M = min(head_depths * stride - last tap, K)
+        entering positions can be reached: the heads run on those M (a fixed shape), not on the
+        whole window."""
+        B, K = pos.shape
+        M = min(self.depths * self.stride - self.last_tap, K)
+        rows = state.rows[:, None, None]
+        spare = self.hid.shape[1] - 1
+        first = torch.maximum(self.drafted + 1, pos[:, 0])  # the first entering position
+        hp = first[:, None] + torch.arange(M, device=state.device)  # [B, M] positions the heads may reach
+        at = hp - pos[:, :1]  # their index in `pos`
+        inside = (at >= 0) & (at < K)
+        need_hp = inside & need.gather(1, at.clamp(0, K - 1))
+        g, reached = None, torch.zeros_like(need_hp)
+        for d in range(1, self.depths + 1):
+            src = hp[:, :, None] - d * self.stride + self.taps  # [B, M, 3] source positions
+            ok = (src[:, :, 0] >= -1) & (src[:, :, -1] <= self.hid_upto[:, None]) & ~reached
+            col = torch.where(ok[:, :, None], src + 1, spare)
+            taps = self.hid[rows, col]  # [B, M, 3, D]
+            if self.cfg:
+                taps = torch.cat([taps, self.hid[rows + B, col]])
+            g_d = self.heads(taps, d)
+            okR = ok.repeat(2, 1) if self.cfg else ok
+            g = g_d if g is None else torch.where(okR[..., None], g_d, g)
+            reached = reached | ok
+        use = need_hp & reached
+        if self.head_below < 1.0:  # a confident q above (flat regions) keeps the `init` rule
+            above = hp - self.stride
+            known = (above >= 0) & (above <= self.hid_upto[:, None])
+            conf = self.dist[state.rows[:, None], torch.where(known, above % self.ring, self.ring)].amax(-1)
+            use = use & ~(known & (conf >= self.head_below))
+        logits = self.model.image_logits(g.to(self.head_dtype))
+        q = target_probs(logits[:B], logits[B:] if self.cfg else None, self.sampling)
+        x = sample_by_race(q, state.noise(B, M, state.vocab_size))
+        self._write(state, hp, use, x, q)
+        # back to `pos`'s columns (a scatter, no host read); column K takes the positions not drafted
+        drafted = torch.zeros(B, K + 1, dtype=torch.bool, device=state.device)
+        drafted = drafted.scatter(1, torch.where(use, at, K), True)[:, :K]
+        if self.collect:
+            self.drafted_by += torch.stack([use.sum(), (need & ~drafted).sum()]).cpu()
+        return drafted
+
+
+__all__ = ["SpatialDrafter"]

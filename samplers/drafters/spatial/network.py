@@ -1,0 +1,114 @@
+"""The spatial heads: a draft distribution for an image position from the target's hidden states
+of the row(s) above it, and their files.
+
+Head d (d = 1..depths) predicts position P from three hidden states of the target one row band
+above, d rows up: the states at positions A - 1, A, A + 1 with A = P - d * row_stride (the
+token above P, its left and right neighbours' prediction states):
+
+    x = [h_{A-1}; h_A; h_{A+1}]               (3D features)
+    g = h_{A-1} + SiLU(W_d x + b_d)            (W_d: D x 3D, zero-initialised)
+    logits = model.image_logits(g)             (the target's own image head)
+
+h_{A-1} is the state whose own output predicts A (the token above), so an untrained (zero)
+head gives the target's distribution of the token above P: SJD's `sample_above` init. Training
+adds what the left neighbour's and the above token's own states say about the row below (the
+residual block is Hawk's head architecture, Chen et al. appendix C, widened from one source
+state to a three-tap kernel over the row above). With CFG the head runs on both branches' states
+and the two logit vectors go through `target_probs` like the target's.
+
+Files: `<model folder>/spatial_heads/` (drafter.json kind "spatial", drafter.safetensors with
+`weight` [depths, D, 3D] and `bias` [depths, D]) through model_loaders/drafter_files.py: the
+target's fingerprint is checked, so heads trained for another model are refused.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass
+
+import torch
+from torch import nn
+
+from ....model_loaders.drafter_files import WEIGHTS_FILE, check_shapes, load_drafter, missing_drafter_error
+
+KIND = "spatial"
+FOLDER = "spatial_heads"  # beside the model's weights
+TAPS = (-1, 0, 1)  # default offsets from A = P - d * row_stride of the hidden states a head reads
+
+
+@dataclass
+class SpatialConfig:
+    hidden_size: int
+    depths: int = 2  # heads for the rows 1..depths above
+    taps: tuple = TAPS  # offsets from A of the states read, ascending, starting at -1 (the residual's base)
+
+    def __post_init__(self):
+        self.taps = tuple(int(t) for t in self.taps)
+        if not self.taps or self.taps[0] != -1 or list(self.taps) != sorted(set(self.taps)) or self.taps[-1] > 1:
+            raise ValueError(f"spatial head taps must be ascending offsets in [-1, 1] starting at -1, got {self.taps}")
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "taps": list(self.taps)}
+
+
+class SpatialHeads(nn.Module):
+    def __init__(self, cfg: SpatialConfig):
+        super().__init__()
+        self.cfg = cfg
+        D, n = cfg.hidden_size, cfg.depths
+        self.weight = nn.Parameter(torch.zeros(n, D, len(cfg.taps) * D))
+        self.bias = nn.Parameter(torch.zeros(n, D))
+
+    def expected_shapes(self) -> dict:
+        return {k: tuple(v.shape) for k, v in self.state_dict().items()}
+
+    def forward(self, taps: torch.Tensor, depth: int) -> torch.Tensor:
+        """taps [..., len(cfg.taps), D] (states at A + cfg.taps, A = P - depth * row_stride) -> features g [..., D]."""
+        x = taps.flatten(-2) @ self.weight[depth - 1].T + self.bias[depth - 1]
+        return taps[..., 0, :] + torch.nn.functional.silu(x)
+
+
+def random_heads(cfg: SpatialConfig, seed: int) -> SpatialHeads:
+    """Random-weight heads for tiny test models (no files)."""
+    heads = SpatialHeads(cfg)
+    D = cfg.hidden_size
+    g = torch.Generator().manual_seed(int(seed) * 1000 + 71)
+    with torch.no_grad():
+        heads.weight.copy_(torch.randn(heads.weight.shape, generator=g) * 2.0 * (len(cfg.taps) * D) ** -0.5)
+        heads.bias.copy_(torch.randn(heads.bias.shape, generator=g) * 0.5)
+    return heads
+
+
+def heads_folder(model, folder: str = ""):
+    """`folder`, or <model folder>/spatial_heads (None for a model without a folder)."""
+    if folder:
+        return folder
+    base = getattr(model, "folder", None)
+    return None if base is None else os.path.join(base, FOLDER)
+
+
+def load_heads(model, depths: int, folder: str = "") -> SpatialHeads:
+    """The model's spatial heads (the first `depths` of the file); random-weight heads for tiny test
+    models (random_drafter_seed, no file); else a ValueError naming the training command."""
+    path = heads_folder(model, folder)
+    has_file = path is not None and os.path.isfile(os.path.join(path, "drafter.json"))
+    if not has_file and not folder and getattr(model, "random_drafter_seed", None) is not None:
+        return random_heads(SpatialConfig(model.hidden_size, depths), model.random_drafter_seed)
+    if path is None:
+        raise missing_drafter_error(model, KIND, f"<model folder>/{FOLDER}")
+    tensors, meta = load_drafter(path, KIND, model)
+    try:
+        cfg = SpatialConfig(**meta["config"])
+    except TypeError as e:
+        raise ValueError(f"{path}: drafter.json config is not a spatial-heads config ({e}); retrain the heads") from e
+    if cfg.hidden_size != model.hidden_size:
+        raise ValueError(f"{path}: heads of width {cfg.hidden_size} != the model's hidden size {model.hidden_size}")
+    check_shapes(os.path.join(path, WEIGHTS_FILE), tensors, SpatialHeads(cfg).expected_shapes())
+    if depths > cfg.depths:
+        raise ValueError(f"{path} holds heads for {cfg.depths} rows above; asked for head_depths={depths}: lower "
+                         f"head_depths to at most {cfg.depths}")
+    heads = SpatialHeads(SpatialConfig(cfg.hidden_size, depths, cfg.taps))
+    heads.load_state_dict({"weight": tensors["weight"][:depths], "bias": tensors["bias"][:depths]})
+    return heads
+
+
+__all__ = ["SpatialConfig", "SpatialHeads", "random_heads", "load_heads", "heads_folder", "KIND", "FOLDER", "TAPS"]
