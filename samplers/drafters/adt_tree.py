@@ -233,8 +233,11 @@ class ADTTreeDrafter(Drafter):
             ok = ok & (forced != BEYOND_IMAGE)[:, None, None]
             sc = torch.where(ok, score_e[:, :, None] + lq, NEG)
             par = gidx_e[:, :, None].expand(B, e, kmax)
-            all_tok.append(tok.flatten(1)); all_par.append(par.flatten(1)); all_score.append(sc.flatten(1))
-            all_valid.append(ok.flatten(1)); all_depth.append(torch.full((B, e * kmax), d, device=dev))
+            all_tok.append(tok.flatten(1))
+            all_par.append(par.flatten(1))
+            all_score.append(sc.flatten(1))
+            all_valid.append(ok.flatten(1))
+            all_depth.append(torch.full((B, e * kmax), d, device=dev))
             glob = n_glob + torch.arange(e * kmax, device=dev)
             n_glob += e * kmax
             if d == dmax:
@@ -285,8 +288,10 @@ class ADTTreeDrafter(Drafter):
         if keep < N - 1:
             padn = N - 1 - keep
             z = torch.zeros(B, padn, dtype=torch.long, device=dev)
-            s_ok = torch.cat([s_ok, z.bool()], 1); s_tok = torch.cat([s_tok, z], 1)
-            s_par = torch.cat([s_par, z], 1); s_dep = torch.cat([s_dep, z + 1], 1)
+            s_ok = torch.cat([s_ok, z.bool()], 1)
+            s_tok = torch.cat([s_tok, z], 1)
+            s_par = torch.cat([s_par, z], 1)
+            s_dep = torch.cat([s_dep, z + 1], 1)
             if s_qi is not None:
                 s_qi = torch.cat([s_qi, z], 1)
         pending = state.seq.gather(1, f[:, None])
@@ -389,8 +394,11 @@ class ADTTreeDrafter(Drafter):
             # given it was drawn, a sampled candidate's acceptance min(1, p/q) does not grow with q
             rk = torch.where(is_forced, 0.0, LOG_A + jc.float() * LOG_1MA)
             key = torch.where(ok, key_e[:, :, None] + rk, NEG)
-            all_tok.append(tok.flatten(1)); all_par.append(gidx_e[:, :, None].expand(B, E, Cd).flatten(1))
-            all_score.append(sc.flatten(1)); all_valid.append(ok.flatten(1)); all_alloc.append(alloc.flatten(1))
+            all_tok.append(tok.flatten(1))
+            all_par.append(gidx_e[:, :, None].expand(B, E, Cd).flatten(1))
+            all_score.append(sc.flatten(1))
+            all_valid.append(ok.flatten(1))
+            all_alloc.append(alloc.flatten(1))
             all_depth.append(torch.full((B, E * Cd), d, device=dev))
             all_q.append((q_off + ei)[None, :, None].expand(B, E, Cd).flatten(1))
             glob = n_glob + torch.arange(E * Cd, device=dev)
