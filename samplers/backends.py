@@ -14,6 +14,7 @@ from typing import Any, Callable, Optional
 INITS = ("random", "repeat_left", "repeat_above", "sample_left", "sample_above")
 COUPLINGS = ("maximal", "gumbel")
 MAX_WINDOW = 128
+MAX_TREE_WIDTH = 256  # proactive candidates at one position (the papers use 3-4; the widget's maximum)
 
 
 @dataclass(frozen=True)
@@ -109,6 +110,12 @@ def _tree_depth_within_window(values: dict) -> None:
                          f"cannot be deeper than the window, {values['window']})")
 
 
+def _best_first_needs_sampled(values: dict) -> None:
+    if values["tree_shape"] == "best_first" and values["candidate_mode"] != "sampled":
+        raise ValueError("tree_shape=best_first is a static tree of sampled candidates: it needs candidate_mode=sampled "
+                         f"(got candidate_mode={values['candidate_mode']!r})")
+
+
 SCHEMAS = {}
 
 
@@ -137,7 +144,7 @@ register_backend(BackendSchema(
             Param("tree_depth", 3, "proactive drafting: depth D of the branches after a rejection (at most window)",
                   lo=1, hi=MAX_WINDOW, paper="SJD-PAC paper: D = 3"),
             Param("tree_width", 4, "proactive drafting: candidates K at the first open position (1 = off; at most "
-                  "the image vocabulary)", lo=1, paper="SJD-PAC paper: K = 4 (the authors' code uses 3)"),
+                  "the image vocabulary)", lo=1, hi=MAX_TREE_WIDTH, paper="SJD-PAC paper: K = 4 (the authors' code uses 3)"),
             Param("continuation", True, "adaptive continuation: keep verifying after the first rejection and keep "
                   "passing drafts", paper="SJD-PAC paper: on"),
             INIT,
@@ -221,7 +228,7 @@ register_backend(BackendSchema(
             Param("relaxed_delta", 0.1, "LANTERN: total-variation budget delta of the relaxation", lo=0.0, hi=1.0),
             Param("drafter", "", "EAGLE drafter folder; empty: eagle_drafter/ beside the model's weights",
                   folder_of="eagle")),
-    drafter=".drafters.adt_tree:ADTTreeDrafter"))
+    drafter=".drafters.adt_tree:ADTTreeDrafter", cross_check=_best_first_needs_sampled))
 
 # -- Spatial (owned by samplers/drafters/spatial/; adjust only this block) -------------------------
 register_backend(BackendSchema(
