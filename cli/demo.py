@@ -26,7 +26,7 @@ PROMPTS = [
 # sweep): SCD with maximal coupling at window 32. On a CPU a forward's cost grows with its tokens,
 # so the longest windows (L=64: most compression) are slower here; they pay off on GPUs, where a
 # 64-token forward of a 7B model costs about what a 1-token one does
-FAST = "scd:window=32"
+FAST = "scd"  # window 16, init sample_above: the fastest lossless default on a CPU (docs/BENCHMARKS.md)
 
 
 def token_picture(tokens: torch.Tensor, vocab_size: int, scale: int = 8):
