@@ -165,7 +165,6 @@ def run(model, configs: List[dict], prompts: List[str], seeds: List[int], repeat
     ar = runs.get("ar")
     ar_latency = statistics.mean(s.latency_s for s in ar) if ar else None
     ar_nfe = statistics.mean(s.nfe + 1 for s in ar) if ar else None
-    ar_total = sum(s.latency_s for s in ar) if ar else None
     rows = []
     for cfg, with_preview in variants:
         stats = runs[label(cfg, with_preview)]
@@ -205,8 +204,6 @@ def run(model, configs: List[dict], prompts: List[str], seeds: List[int], repeat
             "latency_median_s": statistics.median(s.latency_s for s in stats),
             "latency_stdev_s": statistics.stdev(s.latency_s for s in stats) if len(stats) > 1 else 0.0,
             "speedup_vs_ar": None if ar_latency is None else ar_latency / latency,
-            # the same ratio of totals (equal to the above: every configuration runs the same images)
-            "speedup_vs_ar_total": None if ar_total is None else ar_total / sum(s.latency_s for s in stats),
             "warmup_s": warmup_s.get(_label(cfg)),
             "compile": stats[-1].compile,  # the model's counters after this configuration's last run
             "auto": [s.backend_report for s in stats] if cfg["backend"] == "auto" else None,
@@ -218,8 +215,8 @@ def run(model, configs: List[dict], prompts: List[str], seeds: List[int], repeat
 
 def format_table(rows: List[dict]) -> str:
     """The stdout report: one line per configuration, then each one's accepted-length histogram."""
-    head = (f"{'configuration':44s} {'NFE':>7s} {'compr.':>7s} {'total':>7s} {'acc.len':>7s} {'prefill':>8s} {'decode':>8s} "
-            f"{'latency':>8s} {'speedup':>8s} {'overhead':>8s} {'peak mem':>9s}")
+    head = (f"{'configuration':44s} {'NFE':>7s} {'compr.':>7s} {'total':>7s} {'acc.len':>7s} {'prefill':>8s} "
+            f"{'decode':>8s} {'latency':>8s} {'speedup':>8s} {'overhead':>8s} {'peak mem':>9s}")
     lines = [head, "-" * len(head)]
     for r in rows:
         sp = "-" if r["speedup_vs_ar"] is None else f"{r['speedup_vs_ar']:.2f}x"
@@ -238,7 +235,8 @@ def format_table(rows: List[dict]) -> str:
             c = r["compile"]
             note = f", EAGER FALLBACK: {c['eager_fallback']}" if c["eager_fallback"] else ""
             lines.append(f"{r['label']:44s} compile {c['compile_s']:.1f} s (warm-up run {r['warmup_s']:.1f} s), "
-                         f"{c['compiles']} graphs, {c['recompiles']} recompiles, {c['graph_breaks']} graph breaks{note}")
+                         f"{c['compiles']} graphs, {c['recompiles']} recompiles, {c['graph_breaks']} graph "
+                         f"breaks{note}")
     autos = [r for r in rows if r.get("auto")]
     if autos:
         lines += ["", "auto: steps per window, summed over the configuration's runs"]
@@ -247,7 +245,8 @@ def format_table(rows: List[dict]) -> str:
             for rep in r["auto"]:
                 for w, n in rep["steps_per_window"].items():
                     used[w] = used.get(w, 0) + n
-            lines.append(f"{r['label']:44s} " + " ".join(f"W{w}:{n}" for w, n in sorted(used.items(), key=lambda x: int(x[0]))))
+            steps = sorted(used.items(), key=lambda x: int(x[0]))
+            lines.append(f"{r['label']:44s} " + " ".join(f"W{w}:{n}" for w, n in steps))
     with_preview = [r for r in rows if r.get("preview_overhead") is not None]
     if with_preview:
         lines += ["", "live preview (the node's default: decode + JPEG, throttled): time inside the preview / "
@@ -274,7 +273,8 @@ def main(argv=None):
     ap.add_argument("--repeats", type=positive_int, default=1)
     ap.add_argument("--device", default=None)
     ap.add_argument("--dtype", default=None, choices=[None, "float32", "bfloat16", "float16"])
-    ap.add_argument("--threads", type=positive_int, default=1, help="torch CPU threads (1: steadier timings on a shared machine)")
+    ap.add_argument("--threads", type=positive_int, default=1,
+                    help="torch CPU threads (1: steadier timings on a shared machine)")
     ap.add_argument("--cfg-scale", type=non_negative_float, default=None)
     ap.add_argument("--top-k", type=positive_int, default=None)
     ap.add_argument("--json", help="write the rows (and the run's settings) to this file")

@@ -102,11 +102,3 @@ class ShapeCompiled:
         self.seen.add(key)
         return out
 
-
-def compile_available() -> str:
-    """"" when torch.compile can be used in this process, else the reason."""
-    if not hasattr(torch, "compile"):
-        return f"torch {torch.__version__} has no torch.compile"
-    if sys.version_info >= (3, 14) and torch.__version__ < "2.10":
-        return f"torch {torch.__version__} cannot compile on Python {sys.version.split()[0]}"
-    return ""

@@ -107,6 +107,7 @@ class ARImageModel(ABC):
     name: str = "model"
     folder: Optional[str] = None  # where the weights live; trained drafters are looked up beside them
     random_drafter_seed: Optional[int] = None  # tiny test models: drafters get random weights (no files)
+    supports_compile: bool = False  # the adapter can run its forward through torch.compile (compile_step)
     # the family's recommended sampling settings, used when generate() is not told otherwise
     default_sampling: dict = {"cfg_scale": 1.0, "top_k": None}
 

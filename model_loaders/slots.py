@@ -63,8 +63,9 @@ def draft_layout(P: int, S: int, valid: torch.Tensor, pos0: torch.Tensor, commit
                  depth: torch.Tensor, anc: torch.Tensor):
     """Slots, positions and attention mask of a draft tree after each row's committed prefix.
 
-    P, S, valid [R, S], pos0 [R]: the `SlotState`'s fields; committed [R] (CFG rows included); depth [T] and anc [T, T] for one tree shared by all rows,
-    or depth [R, T] and anc [R, T, T] for one tree per row (``anc[.., i, j]``: node j is i or an
+    P, S, valid [R, S], pos0 [R]: the `SlotState`'s fields; committed [R] (CFG rows included);
+    depth [T] and anc [T, T] for one tree shared by all rows, or depth [R, T] and anc [R, T, T]
+    for one tree per row (``anc[.., i, j]``: node j is i or an
     ancestor of i). Returns (slots [R, T], positions [R, T], mask [R, T, S])."""
     T = depth.shape[-1]
     R = committed.shape[0]

@@ -52,7 +52,7 @@ class SpeculativeEngine:
         self.profile = profile
         self.compile_stats = None
         if compile:  # the model's forward through torch.compile, one static graph per shape (compiled.py)
-            if not getattr(model, "supports_compile", False):
+            if not model.supports_compile:
                 raise ValueError(f"compile=True: the {type(model).__name__} adapter has no compiled step; "
                                  f"use compile=False")
             self.compile_stats = model.compile_step()
@@ -120,7 +120,7 @@ class SpeculativeEngine:
         on this session once per model, batch, guidance, compile setting and thread count (cached
         on the model). The forwards write only cache slots past the committed prefix, which every
         later forward overwrites before reading: the generation is unchanged."""
-        shapes = getattr(self.drafter, "cost_shapes", dict)()
+        shapes = self.drafter.cost_shapes()
         if not shapes:
             return
         cache = self.model.__dict__.setdefault("_forward_costs", {})
@@ -256,6 +256,6 @@ class SpeculativeEngine:
             latency_s=prefill_s + decode_s, forward_s=forward_s,
             overhead_s=None if forward_s is None else max(decode_s - forward_s, 0.0),
             peak_memory_bytes=peak, accepted_at_step=maps, lossy=not self.drafter.lossless,
-            backend_report=getattr(self.drafter, "report", lambda: None)(),
+            backend_report=self.drafter.report(),
             compile=None if self.compile_stats is None else self.compile_stats.to_dict(),
         )

@@ -59,7 +59,6 @@ class AutoDrafter(JacobiDrafter):
         self.forward_cost = {}  # window -> calibrated seconds of a forward (set_costs)
         self.slowdown = 1.0  # moving average of (step time / its forward's calibrated time)
         self.used = {w: 0 for w in self.shapes}  # steps per window
-        self._last = None  # (window, perf_counter) of the previous proposal
 
     def windows(self, p: dict) -> tuple:
         return candidate_windows(p["max_window"])
@@ -87,12 +86,10 @@ class AutoDrafter(JacobiDrafter):
         self.committed = torch.zeros(2, dtype=torch.long, device=state.device)  # last step: tokens, rows
         self.tokens = {w: 0.0 for w in self.shapes}  # window -> tokens per step, summed over its counted steps
         self.counted = {w: 0 for w in self.shapes}
-        self.prev_window = None
+        self.prev_step = None  # the previous step: (window, start time, whether it switched window)
 
     def host_hint(self, state: LoopState):
-        tree_rows = super().host_hint(state)
-        head = torch.zeros(1, dtype=torch.long, device=state.device) if tree_rows is None else tree_rows.reshape(1)
-        return torch.cat([head, self.committed])
+        return self.committed  # auto drafts chains only (no proactive tree rows to count)
 
     def expected_tokens(self, window: int) -> float:
         """Tokens per step expected from `window`: the mean over its steps so far in this
@@ -111,18 +108,18 @@ class AutoDrafter(JacobiDrafter):
 
     def propose(self, state: LoopState, hint=None):
         now = time.perf_counter()
-        tree_rows, tokens, rows = hint
-        if self.prev_window is not None and rows:  # the previous step: its tokens and its wall time
-            w, t = self.prev_window
+        tokens, rows = hint
+        if self.prev_step is not None and rows:  # the previous step: its tokens and its wall time
+            w, t, switched = self.prev_step
             # the first steps, and a step right after a switch, verify fresh `init` drafts: not the window's rate
-            if state.step > WARMUP_STEPS and w == self.window_before:
+            if state.step > WARMUP_STEPS and not switched:
                 self.tokens[w] += tokens / rows
                 self.counted[w] += 1
             if w in self.forward_cost:
                 self.slowdown += COST_EMA * ((now - t) / self.forward_cost[w] - self.slowdown)
-        self.last_committed = (tokens, rows)
         window = self.choose(state)
-        if window != self.window:
+        switched = window != self.window
+        if switched:
             grows = self.shapes[window][0] > self.T
             self.use_window(window)
             if grows:  # positions the new window reaches for the first time get drafted by `init`
@@ -131,9 +128,8 @@ class AutoDrafter(JacobiDrafter):
                 self.drafted = torch.where(state.active, torch.maximum(self.drafted, state.frontier + self.T - 1),
                                            self.drafted)
         self.used[window] += 1
-        self.window_before = self.prev_window[0] if self.prev_window else None
-        self.prev_window = (window, now)
-        return super().propose(state, tree_rows)
+        self.prev_step = (window, now, switched)
+        return super().propose(state, 0)
 
     def observe(self, state: LoopState, tree, verdict, p_all, out, previous_frontier) -> None:
         super().observe(state, tree, verdict, p_all, out, previous_frontier)

@@ -150,6 +150,18 @@ class Drafter:
     def propose(self, state: LoopState, hint: int = 0) -> DraftTree:
         raise NotImplementedError
 
+    def cost_shapes(self) -> dict:
+        """{choice: parents} of the forward shapes whose cost the engine should time for this
+        drafter before the first step (an adaptive drafter such as auto); {} for the rest."""
+        return {}
+
+    def set_costs(self, seconds: dict) -> None:
+        """The engine's timings of `cost_shapes` (seconds per forward, same keys)."""
+
+    def report(self) -> Optional[dict]:
+        """What an adaptive drafter chose and why (GenerationStats.backend_report), or None."""
+        return None
+
     def verify(self, state: LoopState, tree: DraftTree, p: torch.Tensor, out: ForwardOutput) -> Verdict:
         from ..verify import verify_tree
         return verify_tree_step(state, tree, p, verify_tree)
