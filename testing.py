@@ -82,6 +82,17 @@ def exact_distribution(model, prompt, cfg_scale: Optional[float] = None, tempera
     return {tuple(img.tolist()): float(pr) for img, pr in zip(images, total)}
 
 
+
+def greedy_and_argmax(model, backend: str, batch_size: int, **params):
+    """For the greedy == argmax tests: `backend`'s images at temperature 0 (CFG 2.0, prompt "hi",
+    seed 7) as [batch_size, H*W], the argmax image of the exact distribution, and its probability."""
+    from .samplers.api import generate
+    exact = exact_distribution(model, "hi", temperature=0.0, cfg_scale=2.0)
+    (argmax_image, prob), = [(k, v) for k, v in exact.items() if v > 0.5]
+    res = generate(model, "hi", backend=backend, temperature=0.0, cfg_scale=2.0, seed=7, batch_size=batch_size,
+                   **params)
+    return res.tokens.reshape(batch_size, -1), torch.tensor(argmax_image), prob
+
 def chi_square_test(samples: torch.Tensor, exact: dict, min_expected: float = 5.0):
     """Pearson chi-square goodness of fit of sampled images against an exact distribution.
 

@@ -23,7 +23,7 @@ from .fingerprint import fingerprint_mismatch, weights_fingerprint
 FORMAT = 1
 WEIGHTS_FILE = "drafter.safetensors"
 CONFIG_FILE = "drafter.json"
-DRAFTER_FOLDERS = {"hawk": "hawk_heads", "eagle": "eagle_drafter"}
+DRAFTER_FOLDERS = {"hawk": "hawk_heads", "eagle": "eagle_drafter", "spatial": "spatial_heads"}
 TRAIN_COMMAND = "python -m specar train-drafter --kind {kind} --model {model} --out {out}"
 
 
@@ -93,6 +93,27 @@ def load_drafter(folder: Optional[str], kind: str, model, device=None):
     return tensors, meta
 
 
+def use_random_drafter(model, folder: str, path: Optional[str]) -> bool:
+    """Tiny test models (``random_drafter_seed``) get random-weight drafters when no folder was
+    asked for and no drafter file lies at `path` (where the model's own would be)."""
+    has_file = path is not None and os.path.isfile(os.path.join(path, CONFIG_FILE))
+    return not has_file and not folder and getattr(model, "random_drafter_seed", None) is not None
+
+
+def load_heads_config(path: Optional[str], kind: str, model, config_cls, label: str):
+    """(tensors, config) of a folder of draft heads on the target's hidden states: `load_drafter`'s
+    checks, the config parsed as `config_cls` (named `label` in errors) and its width matched to
+    the model's hidden size."""
+    tensors, meta = load_drafter(path, kind, model)
+    try:
+        cfg = config_cls(**meta["config"])
+    except TypeError as e:
+        raise ValueError(f"{path}: drafter.json config is not a {label} config ({e}); retrain the heads") from e
+    if cfg.hidden_size != model.hidden_size:
+        raise ValueError(f"{path}: heads of width {cfg.hidden_size} != the model's hidden size {model.hidden_size}")
+    return tensors, cfg
+
+
 def check_shapes(path: str, tensors: dict, expected: dict) -> None:
     """Every expected tensor present with its shape (expected: name -> shape), nothing else."""
     got = {k: tuple(v.shape) for k, v in tensors.items()}
@@ -102,4 +123,5 @@ def check_shapes(path: str, tensors: dict, expected: dict) -> None:
         raise ValueError(f"{path} does not match its {CONFIG_FILE} (first mismatches: {bad[:3]})")
 
 
-__all__ = ["DRAFTER_FOLDERS", "drafter_folder", "save_drafter", "load_drafter", "check_shapes", "torch"]
+__all__ = ["DRAFTER_FOLDERS", "drafter_folder", "save_drafter", "load_drafter", "load_heads_config", "check_shapes",
+           "use_random_drafter", "torch"]

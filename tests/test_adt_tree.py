@@ -20,6 +20,7 @@ from specar.samplers.drafters.eagle import EagleConfig, EagleNet
 from specar.testing import (EXACTNESS_MODELS, EXACTNESS_SAMPLES, chi_square_test, exact_distribution, exactness_model,
                             tiny_model)
 from specar.testing import check_exact as sample_and_test
+from specar.testing import greedy_and_argmax
 
 N_SAMPLES = EXACTNESS_SAMPLES
 P_FAIL = 1e-6
@@ -158,11 +159,8 @@ def test_planted_sibling_bug_is_caught(monkeypatch):
                                     dict(candidate_mode="sampled", tree_shape="best_first")])
 def test_greedy_gives_the_argmax_sequence(model_name, params):
     mdl = model(model_name)
-    exact = exact_distribution(mdl, "hi", temperature=0.0, cfg_scale=2.0)
-    (argmax_image, prob), = [(k, v) for k, v in exact.items() if v > 0.5]
-    res = specar.generate(mdl, "hi", backend="adt_tree", temperature=0.0, cfg_scale=2.0, seed=7, batch_size=32,
-                          **params)
-    assert (res.tokens.reshape(32, -1) == torch.tensor(argmax_image)).all()
+    tokens, argmax_image, _ = greedy_and_argmax(mdl, "adt_tree", 32, **params)
+    assert (tokens == argmax_image).all()
 
 
 def _tv(res, exact):

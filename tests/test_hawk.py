@@ -15,7 +15,7 @@ import specar
 from specar.model_loaders.drafter_files import save_drafter
 from specar.samplers.drafters.hawk import HawkConfig, HawkDrafter, load_heads, random_heads
 from specar.testing import check_exact as sample_and_test
-from specar.testing import EXACTNESS_MODELS, exact_distribution, exactness_model, tiny_model
+from specar.testing import EXACTNESS_MODELS, exactness_model, greedy_and_argmax, tiny_model
 
 P_FAIL = 1e-6
 MODELS = EXACTNESS_MODELS
@@ -83,11 +83,8 @@ def test_planted_vertical_q_bug_is_caught(monkeypatch):
 @pytest.mark.parametrize("model_name", list(MODELS))
 def test_greedy_gives_the_argmax_sequence(model_name):
     mdl = model(model_name)
-    exact = exact_distribution(mdl, "hi", temperature=0.0, cfg_scale=2.0)
-    (argmax_image, prob), = [(k, v) for k, v in exact.items() if v > 0.5]
-    res = specar.generate(mdl, "hi", backend="hawk", temperature=0.0, cfg_scale=2.0, seed=7, batch_size=64,
-                          vertical_depth=1, node_budget=10)
-    assert (res.tokens.reshape(64, -1) == torch.tensor(argmax_image)).all()
+    tokens, argmax_image, _ = greedy_and_argmax(mdl, "hawk", 64, vertical_depth=1, node_budget=10)
+    assert (tokens == argmax_image).all()
 
 
 def test_node_budget_respected_and_tree_padded():

@@ -20,9 +20,8 @@ from specar.samplers.backends import make_backend
 from specar.samplers.drafters.spatial import drafter as drafter_mod
 from specar.samplers.drafters.spatial.drafter import SpatialDrafter
 from specar.samplers.drafters.spatial.network import SpatialConfig, load_heads, random_heads
-from specar.samplers.target import SamplingParams
 from specar.testing import (EXACTNESS_MODELS, EXACTNESS_SAMPLES, EXACTNESS_SETTINGS, chi_square_test,
-                            exact_distribution, exactness_model, tiny_model)
+                            exact_distribution, exactness_model, greedy_and_argmax, tiny_model)
 
 P_FAIL = 1e-6
 model = exactness_model
@@ -113,11 +112,8 @@ def test_planted_head_q_bug_is_caught(monkeypatch, head_counts):
 @pytest.mark.parametrize("model_name", list(EXACTNESS_MODELS))
 def test_greedy_gives_the_argmax_sequence(model_name):
     mdl = model(model_name)
-    exact = exact_distribution(mdl, "hi", temperature=0.0, cfg_scale=2.0)
-    (argmax_image, prob), = [(k, v) for k, v in exact.items() if v > 0.5]
-    res = specar.generate(mdl, "hi", backend="spatial", temperature=0.0, cfg_scale=2.0, seed=7, batch_size=64,
-                          window=3, tree_depth=2, tree_width=2)
-    assert (res.tokens.reshape(64, -1) == torch.tensor(argmax_image)).all()
+    tokens, argmax_image, _ = greedy_and_argmax(mdl, "spatial", 64, window=3, tree_depth=2, tree_width=2)
+    assert (tokens == argmax_image).all()
 
 
 # -- support and greedy at real vocabulary sizes (the checks of tests/test_support.py) -------------

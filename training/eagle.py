@@ -30,8 +30,8 @@ import torch.nn.functional as F
 
 from ..model_loaders.drafter_files import save_drafter
 from ..samplers.drafters.eagle import EagleConfig, EagleNet
-from ..samplers.target import SamplingParams, guided_logits, target_probs
-from .loop import train
+from ..samplers.target import guided_logits, target_probs
+from .loop import fill_defaults, frozen_target_sampling, train
 from .selfdistill import DistillBatch, training_prompts
 
 CE_WEIGHT = 0.1
@@ -162,10 +162,8 @@ def initial_net(model, args) -> EagleNet:
 
 
 def train_eagle(model, args):
-    for name, default in (("per_prompt", 8), ("window", None), ("intermediate_size", 0), ("init", None),
-                          ("guided_weight", 0.0)):
-        if not hasattr(args, name):
-            setattr(args, name, default)
+    fill_defaults(args, (("per_prompt", 8), ("window", None), ("intermediate_size", 0), ("init", None),
+                         ("guided_weight", 0.0)))
     if args.guided_weight < 0:
         raise ValueError(f"--guided-weight must be >= 0 (0 = per-branch losses only), got {args.guided_weight}")
     net = initial_net(model, args)  # a bad --init fails before the data is sampled
@@ -174,13 +172,10 @@ def train_eagle(model, args):
     dev = model.device
     feats, toks = feats.to(dev), toks.to(dev)
     cfg, net = net.cfg, net.to(dev)
-    for prm in model.torch_module().parameters():
-        prm.requires_grad_(False)
+    sampling = frozen_target_sampling(model)  # what `generate` samples with unless told otherwise
     forced = (model.geometry.forced_tokens() >= 0).to(dev)
     g = torch.Generator(device="cpu").manual_seed(args.seed)
     R = feats.shape[0]
-    defaults = model.default_sampling  # what `generate` samples with unless told otherwise
-    sampling = SamplingParams(cfg_scale=defaults.get("cfg_scale", 1.0), top_k=defaults.get("top_k"))
     uses_cfg = sampling.uses_cfg
     rows_per_image = 2 if uses_cfg else 1  # collect's layout: both CFG branches are rows
     per = max(1, min(args.per_prompt, args.images))

@@ -30,7 +30,7 @@ import torch
 from ..model_loaders.drafter_files import save_drafter
 from ..samplers.drafters.hawk import HawkConfig, HawkHeads
 from ..samplers.target import SamplingParams, guided_logits, target_probs
-from .loop import train
+from .loop import fill_defaults, frozen_target_sampling, train
 
 DEFAULTS = {"per_prompt": 8, "horizontal_heads": 6, "vertical_depth": 2, "positions": 16}
 
@@ -81,9 +81,7 @@ def hawk_loss(heads: HawkHeads, model, fc, fu, starts, sampling: SamplingParams,
 
 
 def train_hawk(model, args):
-    for name, default in DEFAULTS.items():
-        if not hasattr(args, name):
-            setattr(args, name, default)
+    fill_defaults(args, DEFAULTS)
     t_start = time.perf_counter()
     fc, fu, t_data = collect(model, args)
     dev = model.device
@@ -91,10 +89,7 @@ def train_hawk(model, args):
     fu = fu.to(dev) if fu is not None else None
     cfg = HawkConfig(model.hidden_size, args.horizontal_heads, args.vertical_depth)
     heads = HawkHeads(cfg).to(dev)
-    for prm in model.torch_module().parameters():
-        prm.requires_grad_(False)
-    ds = model.default_sampling
-    sampling = SamplingParams(cfg_scale=ds.get("cfg_scale", 1.0), top_k=ds.get("top_k"))
+    sampling = frozen_target_sampling(model)
     n = fc.shape[1]
     # forced[i]: position i is a structure token (feats index i predicts position i): no loss there
     forced = (model.geometry.forced_tokens() >= 0).to(dev)

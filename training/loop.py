@@ -59,6 +59,25 @@ def load_checkpoint(folder: str, module: torch.nn.Module, opt: torch.optim.Optim
 SCHEDULES = ("constant", "cosine")
 
 
+def fill_defaults(args, defaults) -> None:
+    """Set each option a kind's training reads but `args` lacks (a caller that is not the CLI):
+    ``defaults`` is a dict or (name, value) pairs."""
+    for name, default in dict(defaults).items():
+        if not hasattr(args, name):
+            setattr(args, name, default)
+
+
+def frozen_target_sampling(model):
+    """Freeze the target's weights (drafters train against it) and return the sampling settings
+    it generates with unless told otherwise (its default CFG scale and top-k): the distribution
+    a drafter learns to propose."""
+    from ..samplers.target import SamplingParams
+    for prm in model.torch_module().parameters():
+        prm.requires_grad_(False)
+    ds = model.default_sampling
+    return SamplingParams(cfg_scale=ds.get("cfg_scale", 1.0), top_k=ds.get("top_k"))
+
+
 def learning_rate(lr: float, schedule: str, step: int, steps: int) -> float:
     """The rate of 0-based `step` of `steps`: constant, or cosine from `lr` to 0 over all `steps`.
     A function of the global step, so a resumed run (even one that switches schedule, as the

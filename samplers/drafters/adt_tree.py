@@ -40,7 +40,7 @@ from dataclasses import replace
 import torch
 
 from ...model_loaders.contract import ForwardOutput
-from ...model_loaders.drafter_files import check_shapes, drafter_folder, load_drafter, WEIGHTS_FILE
+from ...model_loaders.drafter_files import WEIGHTS_FILE, check_shapes, drafter_folder, load_drafter, use_random_drafter
 from ..target import target_probs
 from ..verify import one_hot
 from .base import (BEYOND_IMAGE, SIBLINGS_INDEPENDENT, SIBLINGS_WITHOUT_REPLACEMENT, DraftTree, Drafter,
@@ -69,8 +69,7 @@ def load_eagle(model, folder: str = "") -> EagleNet:
     random-weight layer for tiny test models (random_drafter_seed), else the ValueError naming
     the training command."""
     path = folder or drafter_folder(model, "eagle")
-    has_file = path is not None and os.path.isfile(os.path.join(path, "drafter.json"))
-    if not has_file and not folder and getattr(model, "random_drafter_seed", None) is not None:
+    if use_random_drafter(model, folder, path):
         return random_eagle(model, model.random_drafter_seed)
     tensors, meta = load_drafter(path, "eagle", model)
     cfg = EagleConfig(**meta["config"])

@@ -53,7 +53,8 @@ import torch
 from torch import nn
 
 from ...model_loaders.contract import ForwardOutput
-from ...model_loaders.drafter_files import WEIGHTS_FILE, check_shapes, drafter_folder, load_drafter
+from ...model_loaders.drafter_files import (WEIGHTS_FILE, check_shapes, drafter_folder, load_heads_config,
+                                            use_random_drafter)
 from ..randomness import sample_by_race
 from ..target import target_probs
 from .base import DraftTree, Drafter, LoopState, Verdict
@@ -122,16 +123,9 @@ def load_heads(model, horizontal: int, vertical: int, folder: str = "") -> HawkH
     <model folder>/hawk_heads); random-weight heads for tiny test models (random_drafter_seed);
     else the ValueError naming the training command."""
     path = folder or drafter_folder(model, "hawk")
-    has_file = path is not None and os.path.isfile(os.path.join(path, "drafter.json"))
-    if not has_file and not folder and getattr(model, "random_drafter_seed", None) is not None:
+    if use_random_drafter(model, folder, path):
         return random_heads(HawkConfig(model.hidden_size, horizontal, vertical), model.random_drafter_seed)
-    tensors, meta = load_drafter(path, "hawk", model)
-    try:
-        cfg = HawkConfig(**meta["config"])
-    except TypeError as e:
-        raise ValueError(f"{path}: drafter.json config is not a Hawk config ({e}); retrain the heads") from e
-    if cfg.hidden_size != model.hidden_size:
-        raise ValueError(f"{path}: heads of width {cfg.hidden_size} != the model's hidden size {model.hidden_size}")
+    tensors, cfg = load_heads_config(path, "hawk", model, HawkConfig, "Hawk")
     full = HawkHeads(cfg)
     check_shapes(os.path.join(path, WEIGHTS_FILE), tensors, full.expected_shapes())
     if horizontal > cfg.horizontal_heads or vertical > cfg.vertical_depth:

@@ -28,10 +28,11 @@ from dataclasses import asdict, dataclass
 import torch
 from torch import nn
 
-from ....model_loaders.drafter_files import WEIGHTS_FILE, check_shapes, load_drafter, missing_drafter_error
+from ....model_loaders.drafter_files import (DRAFTER_FOLDERS, WEIGHTS_FILE, check_shapes, drafter_folder,
+                                             load_heads_config, use_random_drafter)
 
 KIND = "spatial"
-FOLDER = "spatial_heads"  # beside the model's weights
+FOLDER = DRAFTER_FOLDERS[KIND]  # beside the model's weights
 TAPS = (-1, 0, 1)  # default offsets from A = P - d * row_stride of the hidden states a head reads
 
 
@@ -78,30 +79,14 @@ def random_heads(cfg: SpatialConfig, seed: int) -> SpatialHeads:
     return heads
 
 
-def heads_folder(model, folder: str = ""):
-    """`folder`, or <model folder>/spatial_heads (None for a model without a folder)."""
-    if folder:
-        return folder
-    base = getattr(model, "folder", None)
-    return None if base is None else os.path.join(base, FOLDER)
-
-
 def load_heads(model, depths: int, folder: str = "") -> SpatialHeads:
     """The model's spatial heads (the first `depths` of the file); random-weight heads for tiny test
     models (random_drafter_seed, no file); else a ValueError naming the training command."""
-    path = heads_folder(model, folder)
-    has_file = path is not None and os.path.isfile(os.path.join(path, "drafter.json"))
-    if not has_file and not folder and getattr(model, "random_drafter_seed", None) is not None:
+    path = folder or drafter_folder(model, KIND)
+    if use_random_drafter(model, folder, path):
         return random_heads(SpatialConfig(model.hidden_size, depths), model.random_drafter_seed)
-    if path is None:
-        raise missing_drafter_error(model, KIND, f"<model folder>/{FOLDER}")
-    tensors, meta = load_drafter(path, KIND, model)
-    try:
-        cfg = SpatialConfig(**meta["config"])
-    except TypeError as e:
-        raise ValueError(f"{path}: drafter.json config is not a spatial-heads config ({e}); retrain the heads") from e
-    if cfg.hidden_size != model.hidden_size:
-        raise ValueError(f"{path}: heads of width {cfg.hidden_size} != the model's hidden size {model.hidden_size}")
+    # no folder: load_drafter's error names the training command
+    tensors, cfg = load_heads_config(path, KIND, model, SpatialConfig, "spatial-heads")
     check_shapes(os.path.join(path, WEIGHTS_FILE), tensors, SpatialHeads(cfg).expected_shapes())
     if depths > cfg.depths:
         raise ValueError(f"{path} holds heads for {cfg.depths} rows above; asked for head_depths={depths}: lower "
@@ -111,4 +96,4 @@ def load_heads(model, depths: int, folder: str = "") -> SpatialHeads:
     return heads
 
 
-__all__ = ["SpatialConfig", "SpatialHeads", "random_heads", "load_heads", "heads_folder", "KIND", "FOLDER", "TAPS"]
+__all__ = ["SpatialConfig", "SpatialHeads", "random_heads", "load_heads", "KIND", "FOLDER", "TAPS"]

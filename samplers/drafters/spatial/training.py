@@ -69,10 +69,8 @@ def spatial_loss(heads: SpatialHeads, model, fc, fu, target, sampling: SamplingP
 
 def train_spatial(model, args):
     from ....training.eagle import distill_features
-    from ....training.loop import train
-    for name, default in DEFAULTS.items():
-        if not hasattr(args, name):
-            setattr(args, name, default)
+    from ....training.loop import fill_defaults, frozen_target_sampling, train
+    fill_defaults(args, DEFAULTS)
     t_start = time.perf_counter()
     fc, fu, _, t_data = distill_features(model, args, sys.stderr)
     dev = model.device
@@ -80,10 +78,7 @@ def train_spatial(model, args):
     fu = fu.to(dev) if fu is not None else None
     cfg = SpatialConfig(model.hidden_size, args.head_depths, args.taps)
     heads = SpatialHeads(cfg).to(dev)
-    for prm in model.torch_module().parameters():
-        prm.requires_grad_(False)
-    ds = model.default_sampling
-    sampling = SamplingParams(cfg_scale=ds.get("cfg_scale", 1.0), top_k=ds.get("top_k"))
+    sampling = frozen_target_sampling(model)
     R, n = fc.shape[:2]
     forced = (model.geometry.forced_tokens() >= 0).to(dev)
     stride = model.geometry.row_stride
