@@ -74,6 +74,7 @@ def test_switching_every_step_is_exact(monkeypatch, model_name, setting, init):
 def test_planted_peek_is_caught(monkeypatch):
     monkeypatch.setattr(auto_mod, "AutoDrafter", PeekingPolicy)
     (p_value, stat, dof, tv), _ = check_exact("auto", "v3-2x2", "plain", max_window=3, cost_model="forwards")
+    print(f"\nplanted peek: p={p_value:.3g} TV={tv:.4f}")
     assert p_value < P_FAIL, f"a window chosen from the current draft went unnoticed: p={p_value:.2e} TV={tv:.4f}"
 
 
