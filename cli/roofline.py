@@ -80,14 +80,15 @@ VERIFY_LAUNCHES = 40  # a vectorised speculative step: targets, acceptance map, 
 @dataclass(frozen=True)
 class Kernel:
     name: str
-    bytes: float
+    bytes: float  # all HBM traffic: weights, KV cache, activations
     flops: float
     launches: int = 1
+    weight_bytes: float = 0.0  # the part of `bytes` that is parameters
 
 
 def _gemm(name, rows, k, n, bpp, launches=1) -> Kernel:
     """[rows, k] @ [k, n]: the weight once, the activations in and out."""
-    return Kernel(name, bpp * (k * n + rows * (k + n)), 2.0 * rows * k * n, launches)
+    return Kernel(name, bpp * (k * n + rows * (k + n)), 2.0 * rows * k * n, launches, weight_bytes=bpp * k * n)
 
 
 def _elementwise(name, elements, bpp, launches, passes=2) -> Kernel:
