@@ -242,7 +242,7 @@ SJD_T1 = "SJD (Teng et al.) Table 1, MS-COCO"
 SJD_T2 = "SJD (Teng et al.) Table 2, Parti"
 SCD_T1 = "SCD (So et al.) Table 1, MS-COCO"
 SCD_T5 = "SCD (So et al.) Table 5, Parti"
-PAC = "SJD-PAC (Kang et al.) main results, MS-COCO (summary; GPU not named, A100 assumed)"
+PAC = "SJD-PAC (Kang et al.) summary, MS-COCO, GPU unnamed"  # A100 assumed: the other papers' GPU
 N = IMAGE_TOKENS_768
 PUBLISHED = [
     PublishedRow(SJD_T1, "a100", "AR", N, 1, latency_s=87.23, fit=True),
@@ -344,3 +344,18 @@ def backend_plan(row: dict, image_codes: int = IMAGE_CODES_768) -> StepPlan:
 
 def mean_tokens(plan: StepPlan) -> float:
     return sum(t * share for t, share in plan.tokens)
+
+
+SENSITIVITY = [Efficiency(1.0, 1.0), Efficiency(0.9, 0.9), Efficiency(0.8, 0.7), Efficiency(0.7, 0.5),
+               Efficiency(0.6, 0.35)]
+
+
+def sensitivity(effs: Sequence[Efficiency] = SENSITIVITY) -> list:
+    """How the assumed efficiencies move the result: launch_s refitted on the same AR rows for each,
+    and the largest error among the predicted rows."""
+    out = []
+    for eff in effs:
+        launch = fitted_launch_s(eff=eff)
+        errors = [r["rel_error"] for r in reproduce(launch_s=launch, eff=eff) if not r["row"].fit]
+        out.append({"efficiency": eff, "launch_s": launch, "max_abs_error": max(abs(e) for e in errors)})
+    return out

@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import platform
 import time
+from dataclasses import replace
 from typing import Sequence
 
 import torch
@@ -263,12 +264,19 @@ def roofline_report(args) -> dict:
         print(f"{row.source[:52]:52s} {row.gpu:8s} {row.method:36s} {row.steps:7.0f} {row.tokens:3d} "
               f"{r['published']:9.2f}{unit} {r['projected']:9.2f}{unit} {100 * r['rel_error']:+6.1f}%  "
               f"{'fit' if row.fit else 'predicted'}")
+    sens = rl.sensitivity()
+    print("\nsensitivity to the assumed efficiencies (launch cost refitted on the same AR rows each time):")
+    for r in sens:
+        print(f"  bandwidth {r['efficiency'].bandwidth_eff:.2f}, FLOPs {r['efficiency'].flops_eff:.2f}: launch "
+              f"{r['launch_s'] * 1e6:5.1f} us, largest error of a predicted row {100 * r['max_abs_error']:5.1f}%")
     gpus = [rl.GPUS[g] for g in args.gpus]
     ours = []
     print(f"\nPROJECTION of our backends on {shape.name} 768x768 ({rl.IMAGE_CODES_768} codes), from the demo model's "
           f"measured step compression in {args.bench_json} (the 7B model's acceptance will differ)")
-    head = " ".join(f"{g.name[:9] + ' s':>12s} {'x AR':>5s} {'no-launch s':>11s}" for g in gpus)
-    print(f"{'kind':10s} {'backend':24s} {'compr.':>6s} {'T/fwd':>6s} {'forwards':>8s} {'drafter':14s} {head}")
+    head = " ".join(f"{g.name[:9] + ' s':>12s} {'x AR':>5s} {'no-launch s':>11s} {'drafter':>7s}" for g in gpus)
+    print("(x AR: latency ratio to the ar row on the same GPU; no-launch s: the same steps without the launch "
+          "term, the roofline alone, a bound for a graph-captured step; drafter: % of the time in the drafter network)")
+    print(f"{'kind':10s} {'backend':26s} {'compr.':>6s} {'T/fwd':>6s} {'forwards':>8s} {'drafter net':14s} {head}")
     base = {}
     for row in bench.get("rows", []):
         plan = rl.backend_plan(row)
@@ -279,11 +287,13 @@ def roofline_report(args) -> dict:
         for g in gpus:
             s = rl.generation_seconds(shape, g, plan, launch_s)
             bound = rl.generation_seconds(shape, g, plan, 0.0)
+            undrafted = rl.generation_seconds(shape, g, replace(plan, drafter=None), launch_s)
             base.setdefault(g.name, s if row["backend"] == "ar" else None)
             x = base[g.name] / s if base.get(g.name) else float("nan")
-            cells.append(f"{s:12.2f} {x:5.2f} {bound:11.2f}")
-            entry[g.name] = {"seconds": s, "speedup_vs_ar": x, "seconds_without_launch_cost": bound}
-        print(f"{'projection':10s} {row['label'][:24]:24s} {row['step_compression_total']:6.2f} "
+            cells.append(f"{s:12.2f} {x:5.2f} {bound:11.2f} {100 * (1 - undrafted / s):7.1f}")
+            entry[g.name] = {"seconds": s, "speedup_vs_ar": x, "seconds_without_launch_cost": bound,
+                             "drafter_share": 1 - undrafted / s}
+        print(f"{'projection':10s} {row['label'][:26]:26s} {row['step_compression_total']:6.2f} "
               f"{rl.mean_tokens(plan):6.1f} {plan.forwards:8.0f} {(plan.drafter.name if plan.drafter else '-'):14s} "
               + " ".join(cells))
         ours.append(entry)
@@ -292,6 +302,8 @@ def roofline_report(args) -> dict:
                              "steps": r["row"].steps, "tokens": r["row"].tokens, "fit": r["row"].fit,
                              "published": r["published"], "projected": r["projected"], "rel_error": r["rel_error"]}
                             for r in repro],
+              "sensitivity": [{"bandwidth_eff": r["efficiency"].bandwidth_eff, "flops_eff": r["efficiency"].flops_eff,
+                               "launch_s": r["launch_s"], "max_abs_error": r["max_abs_error"]} for r in sens],
               "backends": ours, "bench_json": args.bench_json}
     if args.json:
         with open(args.json, "w") as f:
