@@ -60,7 +60,7 @@ class ModelShape:
 
 
 # Lumina-mGPT 7B = Chameleon 7B: hidden 4096, 32 layers, 32 heads, MLP 11008, vocabulary 65536
-# (docs/../NOTES-models.md; model_loaders/chameleon.py). 768x768: 48 x 48 codes + 48 row ends + the
+# (the chameleon-7b shape of cli/shape_bench.py). 768x768: 48 x 48 codes + 48 row ends + the
 # image-start / height / width / end tokens = 2357 generated tokens (SJD paper, appendix C).
 LUMINA_MGPT_7B = ModelShape("Lumina-mGPT 7B", hidden=4096, layers=32, mlp=11008, vocab=65536)
 IMAGE_TOKENS_768 = 2357
@@ -243,14 +243,14 @@ SJD_T2 = "SJD (Teng et al.) Table 2, Parti"
 SCD_T1 = "SCD (So et al.) Table 1, MS-COCO"
 SCD_T5 = "SCD (So et al.) Table 5, Parti"
 PAC = "SJD-PAC (Kang et al.) summary, MS-COCO, GPU unnamed"  # A100 assumed: the other papers' GPU
-N = IMAGE_TOKENS_768
+_N = IMAGE_TOKENS_768
 PUBLISHED = [
-    PublishedRow(SJD_T1, "a100", "AR", N, 1, latency_s=87.23, fit=True),
+    PublishedRow(SJD_T1, "a100", "AR", _N, 1, latency_s=87.23, fit=True),
     PublishedRow(SCD_T1, "a100", "AR", 2390, 1, latency_s=102.03, fit=True),
     PublishedRow(SCD_T5, "a100", "AR", 2392, 1, latency_s=112.29, fit=True),
-    PublishedRow(SJD_T2, "rtx4090", "AR", N, 1, latency_s=100.69),
-    PublishedRow(SJD_T1, "a100", "SJD L=16 (2.22x steps)", N / 2.22, 16, latency_s=42.73),
-    PublishedRow(SJD_T2, "rtx4090", "SJD L=16 (2.26x steps)", N / 2.26, 16, latency_s=47.52),
+    PublishedRow(SJD_T2, "rtx4090", "AR", _N, 1, latency_s=100.69),
+    PublishedRow(SJD_T1, "a100", "SJD L=16 (2.22x steps)", _N / 2.22, 16, latency_s=42.73),
+    PublishedRow(SJD_T2, "rtx4090", "SJD L=16 (2.26x steps)", _N / 2.26, 16, latency_s=47.52),
     PublishedRow(SCD_T1, "a100", "SJD L=16", 1058.6, 16, latency_s=43.02),
     PublishedRow(SCD_T1, "a100", "SCD maximal L=16", 814.5, 16, latency_s=32.75),
     PublishedRow(SCD_T1, "a100", "SCD gumbel L=16", 819.4, 16, latency_s=32.89),
@@ -267,8 +267,8 @@ PUBLISHED = [
     PublishedRow(SCD_T5, "a100", "SJD L=64", 1036.2, 64, latency_s=42.99),
     PublishedRow(SCD_T5, "a100", "SCD maximal L=64", 548.26, 64, latency_s=23.58),
     # L=64 window plus the proactive tree's (K-1) x D = 9 extra nodes (D=3, K=4)
-    PublishedRow(PAC, "a100", "SJD-PAC L=64 D=3 K=4 (4.51x steps)", N / 4.51, 64 + 9, speedup=3.80),
-    PublishedRow(PAC, "a100", "SJD (2.22x steps)", N / 2.22, 16, speedup=2.05),
+    PublishedRow(PAC, "a100", "SJD-PAC L=64 D=3 K=4 (4.51x steps)", _N / 4.51, 64 + 9, speedup=3.80),
+    PublishedRow(PAC, "a100", "SJD (2.22x steps)", _N / 2.22, 16, speedup=2.05),
 ]
 
 
@@ -308,6 +308,14 @@ def backend_plan(row: dict, image_codes: int = IMAGE_CODES_768) -> StepPlan:
     """The 7B plan of one `bench --json` row: forwards = image codes / the row's total step
     compression; tokens per forward from its window / tree / node budget; its drafter network.
     Trees are counted on every step (proactive trees only follow a rejection: an upper bound)."""
+    try:
+        return _backend_plan(row, image_codes)
+    except KeyError as e:
+        raise ValueError(f"bench row {row.get('label', row.get('backend'))!r} lacks {e.args[0]!r} (a `bench --json` "
+                         f"row has backend, params and step_compression_total)") from None
+
+
+def _backend_plan(row: dict, image_codes: int) -> StepPlan:
     name, p = row["backend"], row.get("params") or {}
     compression = row.get("step_compression_total") or row.get("step_compression")
     if not compression or compression <= 0:

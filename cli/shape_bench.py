@@ -277,10 +277,14 @@ def roofline_report(args) -> dict:
     print("(x AR: latency ratio to the ar row on the same GPU; no-launch s: the same steps without the launch "
           "term, the roofline alone, a bound for a graph-captured step; drafter: % of the time in the drafter network)")
     print(f"{'kind':10s} {'backend':26s} {'compr.':>6s} {'T/fwd':>6s} {'forwards':>8s} {'drafter net':14s} {head}")
-    base = {}
-    for row in bench.get("rows", []):
-        plan = rl.backend_plan(row)
-        cells, entry = [], {"label": row["label"], "backend": row["backend"], "kind": "projection",
+    rows = bench.get("rows") if isinstance(bench, dict) else None
+    if not rows:
+        raise ValueError(f"--bench-json {args.bench_json!r} has no 'rows' (write one with `bench --json`)")
+    plans = [rl.backend_plan(row) for row in rows]
+    ar = next((plan for row, plan in zip(rows, plans) if row["backend"] == "ar"), None)
+    base = {g.name: rl.generation_seconds(shape, g, ar, launch_s) if ar else None for g in gpus}
+    for row, plan in zip(rows, plans):
+        cells, entry = [], {"label": row.get("label", row["backend"]), "backend": row["backend"], "kind": "projection",
                             "step_compression_total": row["step_compression_total"], "forwards": plan.forwards,
                             "tokens_per_forward": rl.mean_tokens(plan),
                             "drafter": plan.drafter.name if plan.drafter else None}
@@ -288,12 +292,11 @@ def roofline_report(args) -> dict:
             s = rl.generation_seconds(shape, g, plan, launch_s)
             bound = rl.generation_seconds(shape, g, plan, 0.0)
             undrafted = rl.generation_seconds(shape, g, replace(plan, drafter=None), launch_s)
-            base.setdefault(g.name, s if row["backend"] == "ar" else None)
-            x = base[g.name] / s if base.get(g.name) else float("nan")
+            x = base[g.name] / s if base[g.name] else float("nan")
             cells.append(f"{s:12.2f} {x:5.2f} {bound:11.2f} {100 * (1 - undrafted / s):7.1f}")
             entry[g.name] = {"seconds": s, "speedup_vs_ar": x, "seconds_without_launch_cost": bound,
                              "drafter_share": 1 - undrafted / s}
-        print(f"{'projection':10s} {row['label'][:26]:26s} {row['step_compression_total']:6.2f} "
+        print(f"{'projection':10s} {row.get('label', row['backend'])[:26]:26s} {row['step_compression_total']:6.2f} "
               f"{rl.mean_tokens(plan):6.1f} {plan.forwards:8.0f} {(plan.drafter.name if plan.drafter else '-'):14s} "
               + " ".join(cells))
         ours.append(entry)

@@ -160,11 +160,14 @@ def test_backend_plans_from_bench_rows():
         rl.backend_plan(bench_row("eagle", {}, 2.0))
     with pytest.raises(ValueError, match="step compression"):
         rl.backend_plan(bench_row("sjd", {"window": 16}, 0.0))
+    with pytest.raises(ValueError, match="'window'"):
+        rl.backend_plan(bench_row("scd", {}, 3.0))
 
 
 def test_shape_bench_roofline_command(tmp_path):
     bench = tmp_path / "bench.json"
-    bench.write_text(json.dumps({"rows": [bench_row("ar", {}, 1.0), bench_row("scd", {"window": 16}, 5.0)]}))
+    # AR is not the first row: the speedups are still against it
+    bench.write_text(json.dumps({"rows": [bench_row("scd", {"window": 16}, 5.0), bench_row("ar", {}, 1.0)]}))
     out = tmp_path / "roof.json"
     cmd = [sys.executable, "-m", "specar", "shape-bench", "--roofline", "--bench-json", str(bench), "--json", str(out)]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
@@ -174,8 +177,9 @@ def test_shape_bench_roofline_command(tmp_path):
     assert len(rows) == 2  # every backend row is labelled a projection
     data = json.loads(out.read_text())
     assert data["kind"] == "projection" and all(b["kind"] == "projection" for b in data["backends"])
-    scd = data["backends"][1]["A100-SXM4-80GB"]
-    assert scd["speedup_vs_ar"] > 1 and scd["seconds_without_launch_cost"] < scd["seconds"]
+    scd, ar = (data["backends"][i]["A100-SXM4-80GB"] for i in (0, 1))
+    assert ar["speedup_vs_ar"] == 1.0 and scd["speedup_vs_ar"] == pytest.approx(ar["seconds"] / scd["seconds"])
+    assert 1 < scd["speedup_vs_ar"] <= 5.0 and scd["seconds_without_launch_cost"] < scd["seconds"]
     bad = subprocess.run(cmd[:-4] + ["--bench-json", str(tmp_path / "missing.json")], capture_output=True, text=True,
                          timeout=120)
     assert bad.returncode == 2 and "missing.json" in bad.stderr and "Traceback" not in bad.stderr
