@@ -151,7 +151,8 @@ def device_seconds(kernels: Sequence[Kernel], gpu: GPU, eff: Efficiency = EFFICI
 
 @dataclass(frozen=True)
 class Drafter:
-    """A drafter network run before each verify forward: `calls` forwards of `kernels(context)`."""
+    """A drafter network run before each verify forward: `calls` calls, each on `tokens` tokens per
+    row (EAGLE: one per tree layer; heads: one on the last accepted position)."""
     name: str
     calls: int
     tokens: int  # tokens per row of each call
@@ -366,4 +367,16 @@ def sensitivity(effs: Sequence[Efficiency] = SENSITIVITY) -> list:
         launch = fitted_launch_s(eff=eff)
         errors = [r["rel_error"] for r in reproduce(launch_s=launch, eff=eff) if not r["row"].fit]
         out.append({"efficiency": eff, "launch_s": launch, "max_abs_error": max(abs(e) for e in errors)})
+    return out
+
+
+def single_row_fits(rows: Sequence[PublishedRow] = PUBLISHED) -> list:
+    """launch_s fitted on each fit row alone: how much the choice of the fit rows moves the result
+    (the largest error among the rows that were not fitted)."""
+    out = []
+    for chosen in (r for r in rows if r.fit):
+        alone = [replace(r, fit=r is chosen) for r in rows]
+        launch = fitted_launch_s(alone)
+        errors = [abs(r["rel_error"]) for r in reproduce(alone, launch_s=launch) if not r["row"].fit]
+        out.append({"row": chosen, "launch_s": launch, "max_abs_error": max(errors)})
     return out

@@ -269,6 +269,11 @@ def roofline_report(args) -> dict:
     for r in sens:
         print(f"  bandwidth {r['efficiency'].bandwidth_eff:.2f}, FLOPs {r['efficiency'].flops_eff:.2f}: launch "
               f"{r['launch_s'] * 1e6:5.1f} us, largest error of a predicted row {100 * r['max_abs_error']:5.1f}%")
+    alone = rl.single_row_fits()
+    print("fitted on one AR row alone instead (default efficiencies):")
+    for r in alone:
+        print(f"  {r['row'].source}: launch {r['launch_s'] * 1e6:5.1f} us, largest error of another row "
+              f"{100 * r['max_abs_error']:5.1f}%")
     gpus = [rl.GPUS[g] for g in args.gpus]
     ours = []
     print(f"\nPROJECTION of our backends on {shape.name} 768x768 ({rl.IMAGE_CODES_768} codes), from the demo model's "
@@ -307,6 +312,8 @@ def roofline_report(args) -> dict:
                             for r in repro],
               "sensitivity": [{"bandwidth_eff": r["efficiency"].bandwidth_eff, "flops_eff": r["efficiency"].flops_eff,
                                "launch_s": r["launch_s"], "max_abs_error": r["max_abs_error"]} for r in sens],
+              "single_row_fits": [{"source": r["row"].source, "launch_s": r["launch_s"],
+                                   "max_abs_error": r["max_abs_error"]} for r in alone],
               "backends": ours, "bench_json": args.bench_json}
     if args.json:
         with open(args.json, "w") as f:

@@ -123,6 +123,12 @@ def test_launch_fit_recovers_a_planted_launch_cost():
     assert rl.fit_launch_s(rows) == pytest.approx(17e-6, rel=1e-9)
     with pytest.raises(ValueError, match="launch"):
         rl.fit_launch_s([])
+    # one published row alone is fitted exactly, and each choice gives its own launch cost
+    alone = rl.single_row_fits()
+    assert len(alone) == sum(r.fit for r in rl.PUBLISHED) and len({a["launch_s"] for a in alone}) == len(alone)
+    for a in alone:
+        own = rl.generation_seconds(rl.LUMINA_MGPT_7B, rl.GPUS[a["row"].gpu], a["row"].plan(), a["launch_s"])
+        assert own == pytest.approx(a["row"].latency_s, rel=1e-9)
 
 
 def test_published_rows_are_reproduced_within_25_percent_and_fit_only_on_ar():
