@@ -189,3 +189,48 @@ def test_shape_bench_roofline_command(tmp_path):
     bad = subprocess.run(cmd[:-4] + ["--bench-json", str(tmp_path / "missing.json")], capture_output=True, text=True,
                          timeout=120)
     assert bad.returncode == 2 and "missing.json" in bad.stderr and "Traceback" not in bad.stderr
+
+
+# aten ops that only make a new view of a tensor: no kernel is launched for them
+VIEW_OPS = {"view", "_unsafe_view", "reshape", "expand", "transpose", "permute", "slice", "select", "unsqueeze",
+            "squeeze", "t", "alias", "detach", "as_strided", "split", "unbind", "narrow", "lift_fresh", "empty"}
+
+
+def _launches_of_transformers_chameleon(layers: int) -> int:
+    """Non-view aten ops of one decode step (batch 2, 20 cached tokens) of a tiny bf16 transformers
+    Chameleon with eager attention: what would each launch a kernel on a GPU."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class CountOps(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.launches = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.launches += func.overloadpacket.__name__ not in VIEW_OPS
+            return func(*args, **(kwargs or {}))
+
+    cfg = transformers.ChameleonConfig(vocab_size=512, hidden_size=64, intermediate_size=128,
+                                       num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=4,
+                                       vq_config={"embed_dim": 8, "num_embeddings": 16},
+                                       vocabulary_map={"<image>": 3}, attn_implementation="eager")
+    torch.manual_seed(0)
+    model = transformers.ChameleonForConditionalGeneration(cfg).eval().to(torch.bfloat16)
+    cache = transformers.DynamicCache(config=cfg)
+    step = torch.randint(10, 400, (2, 1))
+    with torch.no_grad():
+        model(input_ids=torch.randint(10, 400, (2, 20)), past_key_values=cache, use_cache=True)
+        with CountOps() as count:
+            model(input_ids=step, past_key_values=cache, use_cache=True)
+    return count.launches
+
+
+def test_launch_counts_are_those_of_transformers_chameleon():
+    one, two = _launches_of_transformers_chameleon(1), _launches_of_transformers_chameleon(2)
+    shape = rl.ModelShape("tiny chameleon", hidden=64, layers=1, mlp=128, vocab=512)
+    per_layer = sum(k.launches for k in rl.layer_kernels(shape, 1, 2, 20))
+    assert two - one == per_layer, f"transformers launches {two - one} ops per layer, the model counts {per_layer}"
+    assert one - per_layer == rl.MODEL_LAUNCHES
+    assert rl.forward_launches(shape) == one
