@@ -14,16 +14,23 @@ time, with CFG as a batch of two on a context of `--context` tokens:
     forward: target distribution, verification, coupling re-drafts, tree building, drafting of
     new positions, bookkeeping and the step's one host read.
 `--small` runs a tiny shape so the script itself is testable on a CPU.
+
+`--roofline` times nothing: it prints a PROJECTION of GPU latency from a roofline model
+(cli/roofline.py) for Lumina-mGPT 7B at 768x768 in bf16 on A100 / H100: first published
+latencies of the seeds' papers against the model's, then every backend of a `bench --json`
+file (`--bench-json`) projected from its measured step compression and window / tree sizes.
 """
 from __future__ import annotations
 
 import json
 import platform
 import time
+from dataclasses import replace
 from typing import Sequence
 
 import torch
 
+from . import roofline as rl
 from .args import parse_command, positive_int
 from .benchmark import cpu_name
 from ..model_loaders.contract import ARImageModel, EncodedPrompt, ForwardOutput, ImageGeometry, Session
@@ -178,6 +185,13 @@ def add_arguments(ap) -> None:
     ap.add_argument("--windows", type=positive_int, nargs="+", default=[1, 16, 32, 64], help="chain lengths timed")
     ap.add_argument("--repeats", type=positive_int, default=20, help="forwards timed per window")
     ap.add_argument("--json", help="write the results to this file")
+    ap.add_argument("--roofline", action="store_true",
+                    help="time nothing: print the roofline PROJECTION of GPU latency (published vs projected, "
+                         "then each backend of --bench-json)")
+    ap.add_argument("--bench-json", default="docs/figures/bench_issue26_defaults.json",
+                    help="--roofline: the `bench --json` file whose step compressions are projected")
+    ap.add_argument("--gpus", nargs="+", default=["a100", "h100"], choices=list(rl.GPUS),
+                    help="--roofline: the GPUs our backends are projected on")
 
 
 def main(argv=None):
@@ -185,6 +199,8 @@ def main(argv=None):
 
 
 def run(args):
+    if args.roofline:
+        return roofline_report(args)
     try:
         device = torch.device(args.device)
     except RuntimeError:
@@ -220,6 +236,89 @@ def run(args):
         with open(args.json, "w") as f:
             json.dump({"meta": meta, "rows": results, "core": core}, f, indent=1)
     return results, core
+
+
+def roofline_report(args) -> dict:
+    """Print (and with --json write) the projection tables; nothing is timed."""
+    try:
+        with open(args.bench_json) as f:
+            bench = json.load(f)
+    except (OSError, ValueError) as e:
+        raise ValueError(f"--bench-json {args.bench_json!r}: cannot read a bench JSON file ({e})") from None
+    launch_s = rl.fitted_launch_s()
+    shape = rl.LUMINA_MGPT_7B
+    print(f"GPU latency PROJECTION (roofline model, nothing measured, no GPU used): {shape.name} "
+          f"(hidden {shape.hidden}, {shape.layers} layers, MLP {shape.mlp}, vocab {shape.vocab}), bf16, CFG 2 rows")
+    for g in rl.GPUS.values():
+        print(f"  {g.name}: {g.bandwidth / 1e9:,.0f} GB/s, {g.bf16_flops / 1e12:,.1f} TFLOP/s bf16 ({g.source})")
+    e = rl.EFFICIENCY
+    print(f"  assumed efficiencies: bandwidth {e.bandwidth_eff}, tensor FLOPs {e.flops_eff}; "
+          f"{rl.forward_launches(shape)} launches per forward (eager transformers)")
+    print(f"  fitted launch cost {launch_s * 1e6:.1f} us per launch, on the rows marked 'fit' (AR, A100); "
+          f"every other row is a prediction")
+    repro = rl.reproduce(launch_s=launch_s)
+    print(f"\n{'source':52s} {'GPU':8s} {'method':36s} {'steps':>7s} {'T':>3s} {'published':>10s} "
+          f"{'projection':>10s} {'error':>7s}  role")
+    for r in repro:
+        row, unit = r["row"], "s" if r["row"].latency_s is not None else "x"
+        print(f"{row.source[:52]:52s} {row.gpu:8s} {row.method:36s} {row.steps:7.0f} {row.tokens:3d} "
+              f"{r['published']:9.2f}{unit} {r['projected']:9.2f}{unit} {100 * r['rel_error']:+6.1f}%  "
+              f"{'fit' if row.fit else 'predicted'}")
+    sens = rl.sensitivity()
+    print("\nsensitivity to the assumed efficiencies (launch cost refitted on the same AR rows each time):")
+    for r in sens:
+        print(f"  bandwidth {r['efficiency'].bandwidth_eff:.2f}, FLOPs {r['efficiency'].flops_eff:.2f}: launch "
+              f"{r['launch_s'] * 1e6:5.1f} us, largest error of a predicted row {100 * r['max_abs_error']:5.1f}%")
+    alone = rl.single_row_fits()
+    print("fitted on one AR row alone instead (default efficiencies):")
+    for r in alone:
+        print(f"  {r['row'].source}: launch {r['launch_s'] * 1e6:5.1f} us, largest error of another row "
+              f"{100 * r['max_abs_error']:5.1f}%")
+    gpus = [rl.GPUS[g] for g in args.gpus]
+    ours = []
+    print(f"\nPROJECTION of our backends on {shape.name} 768x768 ({rl.IMAGE_CODES_768} codes), from the demo model's "
+          f"measured step compression in {args.bench_json} (the 7B model's acceptance will differ)")
+    head = " ".join(f"{g.name[:9] + ' s':>12s} {'x AR':>5s} {'no-launch s':>11s} {'drafter':>7s}" for g in gpus)
+    print("(x AR: latency ratio to the ar row on the same GPU; no-launch s: the same steps without the launch "
+          "term, the roofline alone, a bound for a graph-captured step; drafter: % of the time in the drafter network)")
+    print(f"{'kind':10s} {'backend':26s} {'compr.':>6s} {'T/fwd':>6s} {'forwards':>8s} {'drafter net':14s} {head}")
+    rows = bench.get("rows") if isinstance(bench, dict) else None
+    if not rows:
+        raise ValueError(f"--bench-json {args.bench_json!r} has no 'rows' (write one with `bench --json`)")
+    plans = [rl.backend_plan(row) for row in rows]
+    ar = next((plan for row, plan in zip(rows, plans) if row["backend"] == "ar"), None)
+    base = {g.name: rl.generation_seconds(shape, g, ar, launch_s) if ar else None for g in gpus}
+    for row, plan in zip(rows, plans):
+        cells, entry = [], {"label": row.get("label", row["backend"]), "backend": row["backend"], "kind": "projection",
+                            "step_compression_total": row["step_compression_total"], "forwards": plan.forwards,
+                            "tokens_per_forward": rl.mean_tokens(plan),
+                            "drafter": plan.drafter.name if plan.drafter else None}
+        for g in gpus:
+            s = rl.generation_seconds(shape, g, plan, launch_s)
+            bound = rl.generation_seconds(shape, g, plan, 0.0)
+            undrafted = rl.generation_seconds(shape, g, replace(plan, drafter=None), launch_s)
+            x = base[g.name] / s if base[g.name] else float("nan")
+            cells.append(f"{s:12.2f} {x:5.2f} {bound:11.2f} {100 * (1 - undrafted / s):7.1f}")
+            entry[g.name] = {"seconds": s, "speedup_vs_ar": x, "seconds_without_launch_cost": bound,
+                             "drafter_share": 1 - undrafted / s}
+        print(f"{'projection':10s} {row.get('label', row['backend'])[:26]:26s} {row['step_compression_total']:6.2f} "
+              f"{rl.mean_tokens(plan):6.1f} {plan.forwards:8.0f} {(plan.drafter.name if plan.drafter else '-'):14s} "
+              + " ".join(cells))
+        ours.append(entry)
+    result = {"kind": "projection", "launch_s": launch_s, "bandwidth_eff": e.bandwidth_eff, "flops_eff": e.flops_eff,
+              "published": [{"source": r["row"].source, "gpu": r["row"].gpu, "method": r["row"].method,
+                             "steps": r["row"].steps, "tokens": r["row"].tokens, "fit": r["row"].fit,
+                             "published": r["published"], "projected": r["projected"], "rel_error": r["rel_error"]}
+                            for r in repro],
+              "sensitivity": [{"bandwidth_eff": r["efficiency"].bandwidth_eff, "flops_eff": r["efficiency"].flops_eff,
+                               "launch_s": r["launch_s"], "max_abs_error": r["max_abs_error"]} for r in sens],
+              "single_row_fits": [{"source": r["row"].source, "launch_s": r["launch_s"],
+                                   "max_abs_error": r["max_abs_error"]} for r in alone],
+              "backends": ours, "bench_json": args.bench_json}
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=1)
+    return result
 
 
 if __name__ == "__main__":
