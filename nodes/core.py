@@ -1,240 +1,35 @@
-"""What the nodes do, as plain functions shared by the V1 and V3 node classes.
+"""What the sampler and decode nodes do, as plain functions shared by the V1 and V3 node classes
+(the loader's side, and the model cache, are models.py's).
 
-ComfyUI modules (`folder_paths`, `comfy.utils`, `comfy.model_management`) are imported lazily, only
-where needed and guarded, so this module (and the whole pack) imports and runs without ComfyUI.
+ComfyUI modules (`comfy.utils`, `comfy.model_management`) are imported lazily, only where needed and
+guarded, so this module (and the whole pack) imports and runs without ComfyUI.
 """
 from __future__ import annotations
 
 import json
-import logging
-import os
 from typing import Callable, Optional
 
 import torch
 
-from ..model_loaders.registry import BUILTIN_MODELS, detect_family, load_model
-from ..model_loaders.resolutions import MODEL_DEFAULT as MODEL_DEFAULT_SIZE
-from ..model_loaders.resolutions import load_options
 from ..samplers import backends as _backends
 from ..samplers.api import generate
 from ..samplers.engine import GenerationInterrupted
 from ..samplers.preview import PartialImage
-from . import spec
+from .layouts import nest_dotted, sampler_settings
+from .models import ModelHandle, resolve, resolve_drafter, sampler_spec
+from .widgets import validate
 
-log = logging.getLogger("specar")
-FOLDER = "specar"  # ComfyUI/models/specar/<model folder>
-_cache: dict = {}
 # live preview: at most every 0.25 s and at most ~3% of the elapsed time (samplers/preview.py)
 PREVIEW_THROTTLE = {"min_interval_s": 0.25, "share": 0.03}
 
 
-# ---------------------------------------------------------------------------------------------
-# models
-
-def _folder_paths():
-    try:
-        import folder_paths
-    except ImportError:
-        return None
-    return folder_paths
-
-
-def register_model_folder() -> None:
-    """Register ComfyUI/models/specar (models) and models/specar_drafters (Hawk heads, EAGLE drafters)
-    with folder_paths (extra_model_paths.yaml may add more paths)."""
-    fp = _folder_paths()
-    if fp is None:
-        return
-    names = getattr(fp, "folder_names_and_paths", None)
-    for folder in (FOLDER, spec.DRAFTER_FOLDER):
-        default = os.path.join(fp.models_dir, folder)
-        if isinstance(names, dict) and folder in names and names[folder][0]:
-            if default not in names[folder][0]:
-                fp.add_model_folder_path(folder, default)
-        else:
-            fp.add_model_folder_path(folder, default, is_default=True)
-
-
-def _model_dirs(folder: str = FOLDER) -> list:
-    fp = _folder_paths()
-    if fp is None:
-        return []
-    try:
-        register_model_folder()
-        return list(fp.get_folder_paths(folder))
-    except Exception as e:  # a broken folder setup must not break the node list
-        log.warning("SpecAR: cannot read the %s model folders: %s", FOLDER, e)
-        return []
-
-
-def model_folders() -> list:
-    """Sub-folders of the models/specar paths whose config.json names a supported family."""
-    names = []
-    for base in _model_dirs():
-        if not os.path.isdir(base):
-            continue
-        for d in sorted(os.listdir(base)):
-            path = os.path.join(base, d)
-            if not os.path.isdir(path) or d in names or d in BUILTIN_MODELS:
-                continue
-            try:
-                detect_family(path)
-            except ValueError as e:
-                log.info("SpecAR: skipping %s: %s", path, e)
-                continue
-            names.append(d)
-    return names
-
-
-def model_choices() -> list:
-    return list(BUILTIN_MODELS) + model_folders()
-
-
-def resolve_model(name: str) -> str:
-    if name in BUILTIN_MODELS:
-        return name
-    for base in _model_dirs():
-        path = os.path.join(base, name)
-        if os.path.isdir(path):
-            return path
-    raise ValueError(f"model {name!r} not found: choose one of {', '.join(model_choices())}")
-
-
-def resolve_device(choice: str) -> str:
-    if choice == "auto":
-        try:
-            import comfy.model_management as mm
-            return str(mm.get_torch_device())
-        except ImportError:
-            return "cuda" if torch.cuda.is_available() else "cpu"
-    if choice == "cuda" and not torch.cuda.is_available():
-        raise ValueError("device 'cuda' was chosen but no CUDA GPU is available; choose cpu or auto")
-    return choice
-
-
-class ModelHandle:
-    """What the loader node outputs: which model to use, not the model itself.
-
-    ComfyUI keeps node outputs in its execution cache; were that the model, freeing ours could not
-    release its memory. The handle keeps only the key: the model lives in `_cache`, which ComfyUI's
-    "Unload Models" and memory pressure empty (hooks below), and `get()` loads it again
-    transparently on the next run."""
-
-    def __init__(self, name: str, device: str, dtype: str, resolution: str = MODEL_DEFAULT_SIZE, offload: str = "none"):
-        self.name, self.device, self.dtype, self.resolution, self.offload = name, device, dtype, resolution, offload
-
-    @property
-    def key(self) -> tuple:
-        return (self.name, self.device, self.dtype, self.resolution, self.offload)
-
-    def get(self):
-        return load_cached(*self.key)
-
-    def __repr__(self):
-        return f"SpecAR model {self.name} ({self.device}, {self.dtype}, {self.resolution}, offload {self.offload})"
-
-
-def load_handle(name: str, device: str = "auto", dtype: str = "auto", resolution: str = MODEL_DEFAULT_SIZE,
-                offload: str = "none") -> ModelHandle:
-    """The loader node: load now (errors show on the loader), output the handle."""
-    handle = ModelHandle(name, device, dtype, resolution, offload)
-    handle.get()
-    return handle
-
-
-def resolve(model):
-    """The model behind a loader output (a ModelHandle) or a model given directly."""
-    return model.get() if isinstance(model, ModelHandle) else model
-
-
-def load_cached(name: str, device: str = "auto", dtype: str = "auto", resolution: str = MODEL_DEFAULT_SIZE,
-                offload: str = "none"):
-    """Load a model once and keep it across runs (one model at a time). The new model is loaded
-    before the old one is freed, so a failed load (a bad folder, cuda without a GPU) leaves the
-    working model in place; only when loading runs out of GPU memory is the old one freed first
-    and the load tried once more."""
-    err = spec.validate(spec.loader_spec(model_choices).inputs, {"model": name, "device": device, "dtype": dtype,
-                                                                 "resolution": resolution, "offload": offload})
-    if err:
-        raise ValueError(err)
-    key = (name, device, dtype, resolution, offload)
-    if key not in _cache:
-        _install_hooks()
-        path = resolve_model(name)
-        options = load_options(path, resolution, offload)
-        load = lambda: load_model(path, device=resolve_device(device),  # noqa: E731
-                                  dtype=None if dtype == "auto" else dtype, **options)
-        try:
-            model = load()
-        except torch.OutOfMemoryError:
-            free_models()
-            model = load()
-        free_models()
-        _cache[key] = model
-    return _cache[key]
-
-
-def free_models() -> None:
-    """Drop the cached model (ComfyUI's 'unload models', POST /free and memory pressure reach this
-    through the hooks); the next run loads it again."""
-    had = bool(_cache)
-    _cache.clear()
-    if had:
-        import gc
-        gc.collect()
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
-
-
-def _model_devices() -> set:
-    return {str(getattr(m, "device", "cpu")) for m in _cache.values()}
-
-
-_hooked: list = []
-
-
-def _install_hooks() -> None:
-    """Take part in ComfyUI's model management through its functions (the documented entry points
-    other packs use too): `unload_all_models` (the Unload Models button, POST /free) frees our model;
-    `free_memory(memory_required, device, ...)`, which ComfyUI calls before it loads any model, frees
-    ours when what ComfyUI freed itself left less than it needs on the device our model is on."""
-    if _hooked:
-        return
-    try:
-        import comfy.model_management as mm
-    except ImportError:
-        return
-    original_unload = mm.unload_all_models
-
-    def unload_all_models(*args, **kwargs):
-        free_models()
-        return original_unload(*args, **kwargs)
-
-    unload_all_models.specar_original = original_unload
-    mm.unload_all_models = unload_all_models
-    original_free = getattr(mm, "free_memory", None)
-    if original_free is not None:
-        def free_memory(memory_required, device, *args, **kwargs):
-            out = original_free(memory_required, device, *args, **kwargs)
-            try:
-                short = mm.get_free_memory(device) < memory_required
-            except Exception:  # a ComfyUI without get_free_memory: do not guess
-                short = False
-            if short and str(device) in _model_devices():
-                log.info("SpecAR: freeing the cached model for %s (memory pressure on %s)", list(_cache), device)
-                free_models()
-            return out
-
-        free_memory.specar_original = original_free
-        mm.free_memory = free_memory
-    _hooked.append(original_unload)
-
-
 def out_of_memory_message(values: dict, model) -> str:
     """What to lower after a CUDA out-of-memory error, for this run's settings."""
-    settings = spec.sampler_settings(values)
-    sizes = [f"{k}={v}" for k, v in settings.params.items()
-             if k in ("window", "tree_width", "node_budget", "horizontal_heads", "candidates", "depth")]
+    settings = sampler_settings(values)
+    # size_params: issue-25 samplers branch
+    size_params = getattr(_backends.SCHEMAS[settings.backend], "size_params",
+                          ("window", "tree_width", "node_budget", "horizontal_heads", "candidates", "depth"))
+    sizes = [f"{k}={v}" for k, v in settings.params.items() if k in size_params]
     what = [f"batch_size (now {values.get('batch_size', 1)})"]
     if sizes:
         what.append(f"the {settings.backend} draft size ({', '.join(sizes)})")
@@ -359,48 +154,14 @@ def summary(stats, ar_stats=None) -> str:
     return text + f"; {ratio:.2f}x AR's {ar_stats.latency_s:.2f} s measured in this run ({verdict})"
 
 
-def drafter_folders(kind: str) -> list:
-    """Drafter folders of one kind ("hawk", "eagle") under ComfyUI/models/specar_drafters."""
-    names = []
-    for base in _model_dirs(spec.DRAFTER_FOLDER):
-        if not os.path.isdir(base):
-            continue
-        for d in sorted(os.listdir(base)):
-            meta = os.path.join(base, d, "drafter.json")
-            try:
-                with open(meta) as f:
-                    if json.load(f).get("kind") == kind and d not in names:
-                        names.append(d)
-            except (OSError, ValueError, AttributeError):
-                continue  # not a drafter folder (or unreadable): not listed; loading it would say why
-    return names
-
-
-def resolve_drafter(name: str, kind: str) -> str:
-    """A drafter folder chosen on the node -> its path ("" = the drafter beside the model)."""
-    if name == "":
-        return ""
-    for base in _model_dirs(spec.DRAFTER_FOLDER):
-        path = os.path.join(base, name)
-        if os.path.isdir(path):
-            return path
-    if os.path.isabs(name) and os.path.isdir(name):
-        return name  # API prompts may give a path
-    raise ValueError(f"drafter folder {name!r} not found under models/{spec.DRAFTER_FOLDER}; choose one of "
-                     f"{', '.join([spec.BESIDE_MODEL] + drafter_folders(kind))}")
-
-
-def sampler_spec():
-    return spec.sampler_spec(drafter_folders)
-
-
 def backend_config(values: dict):
     """(SamplerSettings, BackendConfig) from the sampler's values; ValueError names the bad value
     (ranges, choices, and the checks between parameters, once)."""
-    err = spec.validate(sampler_spec().inputs, values)
+    values = nest_dotted(values)
+    err = validate(sampler_spec().inputs, values)
     if err:
         raise ValueError(err)
-    settings = spec.sampler_settings(values)
+    settings = sampler_settings(values)
     schema = _backends.SCHEMAS[settings.backend]
     params = dict(settings.params)
     for p in schema.params:
@@ -496,5 +257,5 @@ def decode_tokens(tokens) -> torch.Tensor:
     return pil_to_tensor(images)
 
 
-__all__ = ["ModelHandle", "decode_tokens", "free_models", "load_cached", "load_handle", "model_choices", "resolve",
-           "run_sampler", "run_sampler_in_comfy"]
+__all__ = ["backend_config", "decode_tokens", "heatmap", "run_sampler", "run_sampler_in_comfy", "sampler_error",
+           "summary"]
