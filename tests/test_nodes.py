@@ -1074,7 +1074,8 @@ def test_web_extension_migrates_legacy_workflows_and_shows_only_the_chosen_backe
     flat_api = layouts.to_flat(_load(os.path.join(EXAMPLES, "api", "SpecAR - every backend side by side.json")))
     (tmp_path / "run.js").write_text("""
 import { readFileSync } from "node:fs";
-const mod = await import("./extensions/specar/specar.js");
+await import("./extensions/specar/specar.js");
+const mod = await import("./extensions/specar/specar_layouts.js");
 const ext = globalThis.registered;
 const def = JSON.parse(readFileSync("node_def.json", "utf8"));
 function NodeType() {}
