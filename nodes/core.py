@@ -71,6 +71,17 @@ class ComfyProgress:
         # preview at its own size (a 64x64 image would be a 64 px speck on the node)
         self.bar.update_absolute(self.last[0], self.last[1], ("JPEG", images[0], self.PREVIEW_SIZE))
 
+    def label(self, width: int, height: int) -> str:
+        """What the preview on the node is: the frontend labels it with the size it was sent at, so this
+        names the image's own size and the scaling. ComfyUI's server fits it into PREVIEW_SIZE squared
+        with PIL's ImageOps.contain, whose rounding this repeats."""
+        s = self.PREVIEW_SIZE
+        shown = (s, round(height / width * s)) if width >= height else (round(width / height * s), s)
+        if shown == (width, height):
+            return f"live preview: the {width}x{height} image at its own size"
+        how = "upscaled" if shown[0] > width else "downscaled"
+        return f"live preview: the {width}x{height} image, shown {how} to {shown[0]}x{shown[1]}"
+
 
 def comfy_interrupt() -> Optional[Callable[[], bool]]:
     try:
@@ -224,6 +235,9 @@ def run_sampler(model, values: dict, progress: Optional[Callable] = None, interr
         stats["speedup_vs_ar"] = ar_stats.latency_s / max(res.stats.latency_s, 1e-9)
     stats["backend_label"] = _backends.SCHEMAS[settings.backend].label
     stats["model"] = getattr(model, "name", type(model).__name__)
+    stats["image_size"] = f"{image.shape[2]}x{image.shape[1]}"
+    if preview is not None:
+        stats["preview_label"] = progress.label(image.shape[2], image.shape[1])
     stats["sampling"] = {"cfg_scale": cfg, "top_k": top_k or "off", "temperature": values.get("temperature", 1.0),
                          "top_p": values.get("top_p", 1.0),
                          "guidance": "model default" if settings.cfg_scale is None else "custom"}

@@ -1041,6 +1041,8 @@ console.log(JSON.stringify({ widgets: node.widgets, original: node.calledOrigina
     text = res["widgets"][0]["value"]
     assert text.startswith("SJD-PAC: 16 tokens in") and "step compression" in text and "mean accepted length" in text
     assert "backend SJD-PAC" in text and "sampling: cfg" in text
+    # the preview is sent upscaled (the frontend labels it 512x512): the statistics say the image's own size
+    assert "image 4x4 px; live preview: the 4x4 image, shown upscaled to 512x512" in text
 
 
 def _web_harness(tmp_path):

@@ -37,6 +37,8 @@ export function formatStats(json) {
     `accepted lengths ${hist}`,
     `latency ${num(s.latency_s)} s (prefill ${num(s.prefill_s)} s, decode ${num(s.decode_s)} s)`,
   ];
+  // the frontend labels the preview with the size it was sent at: the image's own size is said here
+  if (s.image_size) lines.push(s.preview_label ? `image ${s.image_size} px; ${s.preview_label}` : `image ${s.image_size} px`);
   if (s.lossy) lines.push("LOSSY: relaxed acceptance was on (not the AR distribution)");
   if (s.speedup_vs_ar !== undefined && s.speedup_vs_ar !== null) {
     lines.push(`AR in the same run: ${num(s.ar_latency_s)} s, ${num(s.speedup_vs_ar)}x${s.lossy ? " (LOSSY run: not a like-for-like speed-up)" : ""}`);
