@@ -217,10 +217,6 @@ class ChameleonImageModel(SharedVocabImageModel):
         return out
 
 
-def load_chameleon(folder: str, device=None, dtype=None, **options) -> ChameleonImageModel:
-    return ChameleonImageModel(folder, device=device, dtype=dtype, **options)
-
-
 def is_chameleon(folder: str, config) -> bool:
     model_type, archs = config_names(config)
     return model_type == "chameleon" or bool({"ChameleonForConditionalGeneration", LUMINA_ARCH} & set(archs))
@@ -240,6 +236,6 @@ def size_options(folder: str, w: int, h: int) -> dict:
 
 
 FAMILY = ModelFamily(
-    name="chameleon", label="Lumina-mGPT / Anole", files="transformers format", load=load_chameleon,
+    name="chameleon", label="Lumina-mGPT / Anole", files="transformers format", load=ChameleonImageModel,
     detect=is_chameleon, sizes="Lumina-mGPT its 512 / 768 / 1024 sizes; Anole 512x512", size_options=size_options,
     sampling=tuple(SAMPLING.values()), transformers=True)

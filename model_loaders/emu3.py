@@ -166,10 +166,6 @@ class Emu3ImageModel(SharedVocabImageModel):
         return out
 
 
-def load_emu3(folder: str, device=None, dtype=None, **options) -> Emu3ImageModel:
-    return Emu3ImageModel(folder, device=device, dtype=dtype, **options)
-
-
 def is_emu3(folder: str, config) -> bool:
     model_type, archs = config_names(config)
     if model_type == "Emu3":
@@ -185,5 +181,5 @@ def size_options(folder: str, w: int, h: int) -> dict:
 
 
 FAMILY = ModelFamily(
-    name="emu3", label="Emu3", files="transformers format", load=load_emu3, detect=is_emu3,
+    name="emu3", label="Emu3", files="transformers format", load=Emu3ImageModel, detect=is_emu3,
     sizes="Emu3 any W x H", size_options=size_options, sampling=(SAMPLING,), transformers=True)

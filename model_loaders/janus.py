@@ -147,10 +147,6 @@ class JanusImageModel(HFImageModel):
         return out
 
 
-def load_janus(folder: str, device=None, dtype=None, **options) -> JanusImageModel:
-    return JanusImageModel(folder, device=device, dtype=dtype, **options)
-
-
 def is_janus(folder: str, config) -> bool:
     model_type, archs = config_names(config)
     if model_type == "multi_modality":
@@ -161,6 +157,6 @@ def is_janus(folder: str, config) -> bool:
 
 
 FAMILY = ModelFamily(
-    name="janus", label="Janus / Janus-Pro", files="transformers format", load=load_janus, detect=is_janus,
+    name="janus", label="Janus / Janus-Pro", files="transformers format", load=JanusImageModel, detect=is_janus,
     sizes="Janus-Pro 384x384 only", size_options=square_size("Janus", "at its checkpoint's size; Janus-Pro: 384x384"),
     sampling=(SAMPLING,), transformers=True)

@@ -328,10 +328,6 @@ class LlamaGenImageModel(SlotCacheModel):
         return out
 
 
-def load_llamagen(folder: str, device=None, dtype=None, **options) -> LlamaGenImageModel:
-    return LlamaGenImageModel(folder, device=device, dtype=dtype, **options)
-
-
 def is_llamagen(folder: str, config) -> bool:
     """No config.json: the authors' GPT checkpoint (c2i_* / t2i_*) next to their VQ tokenizer (vq_*)."""
     if config is not None:
@@ -342,6 +338,6 @@ def is_llamagen(folder: str, config) -> bool:
 
 
 FAMILY = ModelFamily(
-    name="llamagen", label="LlamaGen", files="its authors' c2i_* / t2i_* and vq_* checkpoints", load=load_llamagen,
-    detect=is_llamagen, sizes="LlamaGen 256 / 384 / 512 squares", size_options=square_size("LlamaGen", "256, 384 or 512"),
-    sampling=tuple(SAMPLING.values()))
+    name="llamagen", label="LlamaGen", files="its authors' c2i_* / t2i_* and vq_* checkpoints",
+    load=LlamaGenImageModel, detect=is_llamagen, sizes="LlamaGen 256 / 384 / 512 squares",
+    size_options=square_size("LlamaGen", "256, 384 or 512"), sampling=tuple(SAMPLING.values()))

@@ -9,7 +9,7 @@ import importlib
 import os
 
 from .devices import canonical_dtype, check_device
-from .family import ModelFamily, read_config
+from .family import ModelFamily, config_names, read_config
 from .hf_files import require_transformers
 
 # one line per family: its module (relative to model_loaders), which ends with `FAMILY = ModelFamily(...)`
@@ -63,9 +63,9 @@ def detect_family(folder: str) -> str:
     if config is None:
         raise ValueError(f"no supported model family recognised in folder {folder!r}: it has no config.json "
                          f"(supported: {supported})")
+    model_type, archs = config_names(config)
     raise ValueError(f"no supported model family recognised in folder {folder!r}: {path} has model_type "
-                     f"{config.get('model_type') or '(none)'!r}, architectures {config.get('architectures') or '(none)'}; "
-                     f"supported: {supported}")
+                     f"{model_type or '(none)'!r}, architectures {archs or '(none)'}; supported: {supported}")
 
 
 __all__ = ["BUILTIN_MODELS", "FAMILIES", "FAMILY_MODULES", "detect_family", "family_of", "load_model"]

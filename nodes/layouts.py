@@ -140,7 +140,8 @@ def to_flat(prompt: dict) -> dict:
             if isinstance(value, dict):
                 key, option = _chosen({name: value}, name)
                 flat[name] = key
-                flat.update({switches[name].flat_name(key, sub): option[sub.name] for sub in switches[name].options[key]})
+                sw = switches[name]
+                flat.update({sw.flat_name(key, sub): option[sub.name] for sub in sw.options[key]})
             elif isinstance(value, list):
                 links[name] = value
             else:

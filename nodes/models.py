@@ -177,7 +177,8 @@ class ModelHandle:
         return load_cached(**self.values)
 
     def __repr__(self):
-        return f"SpecAR model {self.values['model']} ({', '.join(f'{k} {v}' for k, v in self.values.items() if k != 'model')})"
+        rest = ", ".join(f"{k} {v}" for k, v in self.values.items() if k != "model")
+        return f"SpecAR model {self.values['model']} ({rest})"
 
 
 def load_handle(**values) -> ModelHandle:
