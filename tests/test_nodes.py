@@ -677,6 +677,42 @@ def test_legacy_api_prompt_samples_what_the_new_layout_does(comfy):
     assert json.loads(old[2])["params"] == json.loads(new[2])["params"]
 
 
+def test_a_family_registered_later_reaches_the_loader_and_the_guidance_help(comfy, monkeypatch):
+    """A family is its ModelFamily object: registered, it is recognised in the model folder, listed, offered
+    in the help, sized by its own size_options and loaded by its own load, with no other change."""
+    from specar.model_loaders import registry
+    from specar.model_loaders.family import ModelFamily, Sampling
+    loaded = []
+
+    def size_options(folder, w, h):
+        if w % 64 or h % 64:
+            raise ValueError(f"Fake-Gen offers multiples of 64, got {w}x{h}")
+        return {"tokens_wide": w // 64, "tokens_high": h // 64}
+
+    fake = ModelFamily(name="fake", label="Fake-Gen", files="a fake.marker file", sizes="Fake-Gen multiples of 64",
+                       load=lambda folder, **kw: loaded.append((folder, kw)) or tiny_model(16, (4, 4), seed=0),
+                       size_options=size_options, sampling=(Sampling("Fake-Gen", 2.5, 77),),
+                       detect=lambda folder, config: os.path.isfile(os.path.join(folder, "fake.marker")))
+    monkeypatch.setitem(registry.FAMILIES, "fake", fake)
+    monkeypatch.setattr(models, "load_model", registry.load_model)  # the real registry, not the fixture's stand-in
+    folder = os.path.join(comfy["models_dir"], "specar", "fake-gen")
+    os.makedirs(folder)
+    open(os.path.join(folder, "fake.marker"), "w").close()
+    loader = v1.SpecARModelLoader.INPUT_TYPES()
+    assert "fake-gen" in loader["required"]["model"][0]
+    assert "Fake-Gen: a fake.marker file" in loader["required"]["model"][1]["tooltip"]
+    assert "Fake-Gen multiples of 64" in loader["optional"]["resolution"][1]["tooltip"]
+    guidance = v1.SpecARSampler.INPUT_TYPES()["required"]["guidance"][1]["tooltip"]
+    assert "Fake-Gen: cfg 2.5, top-k 77" in guidance
+    execute(v1.SpecARModelLoader, model="fake-gen", device="cpu", dtype="auto", resolution="1024x576")
+    assert loaded == [(folder, {"device": "cpu", "dtype": None, "tokens_wide": 16, "tokens_high": 9})]
+    with pytest.raises(ValueError, match="Fake-Gen offers multiples of 64, got 720x720"):
+        execute(v1.SpecARModelLoader, model="fake-gen", device="cpu", dtype="auto", resolution="720x720")
+    with pytest.raises(ValueError, match=r"offload 'auto' .* is for transformers-format models .*'.*fake-gen' is "
+                                         r"Fake-Gen"):
+        execute(v1.SpecARModelLoader, model="fake-gen", device="cpu", dtype="auto", offload="auto")
+
+
 @pytest.mark.parametrize("flavour", flavours())
 def test_loader_resolution_and_offload_become_the_familys_options(flavour, comfy):
     loader = node_classes(flavour)["SpecARModelLoader"]
