@@ -236,6 +236,6 @@ def size_options(folder: str, w: int, h: int) -> dict:
 
 
 FAMILY = ModelFamily(
-    name="chameleon", label="Lumina-mGPT / Anole", files="transformers format", load=ChameleonImageModel,
-    detect=is_chameleon, sizes="Lumina-mGPT its 512 / 768 / 1024 sizes; Anole 512x512", size_options=size_options,
-    sampling=tuple(SAMPLING.values()), transformers=True)
+    name=ChameleonImageModel.family, label="Lumina-mGPT / Anole", files="transformers format",
+    load=ChameleonImageModel, detect=is_chameleon, sizes="Lumina-mGPT its 512 / 768 / 1024 sizes; Anole 512x512",
+    size_options=size_options, sampling=tuple(SAMPLING.values()), transformers=True)

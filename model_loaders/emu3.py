@@ -181,5 +181,5 @@ def size_options(folder: str, w: int, h: int) -> dict:
 
 
 FAMILY = ModelFamily(
-    name="emu3", label="Emu3", files="transformers format", load=Emu3ImageModel, detect=is_emu3,
+    name=Emu3ImageModel.family, label="Emu3", files="transformers format", load=Emu3ImageModel, detect=is_emu3,
     sizes="Emu3 any W x H", size_options=size_options, sampling=(SAMPLING,), transformers=True)

@@ -157,6 +157,7 @@ def is_janus(folder: str, config) -> bool:
 
 
 FAMILY = ModelFamily(
-    name="janus", label="Janus / Janus-Pro", files="transformers format", load=JanusImageModel, detect=is_janus,
-    sizes="Janus-Pro 384x384 only", size_options=square_size("Janus", "at its checkpoint's size; Janus-Pro: 384x384"),
-    sampling=(SAMPLING,), transformers=True)
+    name=JanusImageModel.family, label="Janus / Janus-Pro", files="transformers format", load=JanusImageModel,
+    detect=is_janus, sizes="Janus-Pro 384x384 only",
+    size_options=square_size("Janus", "at its checkpoint's size; Janus-Pro: 384x384"), sampling=(SAMPLING,),
+    transformers=True)

@@ -338,6 +338,6 @@ def is_llamagen(folder: str, config) -> bool:
 
 
 FAMILY = ModelFamily(
-    name="llamagen", label="LlamaGen", files="its authors' c2i_* / t2i_* and vq_* checkpoints",
+    name=LlamaGenImageModel.family, label="LlamaGen", files="its authors' c2i_* / t2i_* and vq_* checkpoints",
     load=LlamaGenImageModel, detect=is_llamagen, sizes="LlamaGen 256 / 384 / 512 squares",
     size_options=square_size("LlamaGen", "256, 384 or 512"), sampling=tuple(SAMPLING.values()))

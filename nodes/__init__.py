@@ -6,7 +6,8 @@
 - v3.py / v1.py: the V3 classes (`comfy_api.latest`, used when ComfyUI provides it) and the V1 classes
   (INPUT_TYPES), both generated from spec.py;
 - models.py: the loader's side (ComfyUI model folders, the model cache, ComfyUI's model management);
-- core.py: what the sampler and decode nodes do (sampling, progress, interrupt, preview, heatmap, summary);
+- core.py: what the sampler and decode nodes do (sampling, progress, interrupt, preview);
+- report.py: what the sampler shows after a run (summary line, statistics JSON, acceptance heatmap);
 - layouts.py: the sampler's values in every layout (DynamicCombo, flat, SpecAR 0.1), mapped by name;
 - workflows.py: the example workflows, generated from spec.py.
 

@@ -6,7 +6,6 @@ guarded, so this module (and the whole pack) imports and runs without ComfyUI.
 """
 from __future__ import annotations
 
-import json
 from typing import Callable, Optional
 
 import torch
@@ -17,6 +16,7 @@ from ..samplers.engine import GenerationInterrupted
 from ..samplers.preview import PartialImage
 from .layouts import nest_dotted, sampler_settings
 from .models import ModelHandle, resolve, resolve_drafter, sampler_spec
+from .report import heatmap, report
 from .widgets import validate
 
 # live preview: at most every 0.25 s and at most ~3% of the elapsed time (samplers/preview.py)
@@ -106,63 +106,9 @@ def raise_comfy_interrupt(exc: BaseException):
 # ---------------------------------------------------------------------------------------------
 # sampling
 
-def heatmap(accepted_at_step: list, size: Optional[tuple] = None) -> torch.Tensor:
-    """[H, W, 3] float image: each token coloured by how many tokens its step committed
-    (dark purple: one, yellow: the longest step), so step boundaries show as colour changes."""
-    steps = torch.as_tensor(accepted_at_step, dtype=torch.long)
-    counts = torch.bincount(steps.flatten())
-    length = counts[steps].float()  # tokens committed by the step that committed each token
-    t = (length - 1) / max(float(length.max()) - 1, 1.0)
-    stops = torch.tensor([[0.27, 0.00, 0.33], [0.23, 0.32, 0.55], [0.13, 0.57, 0.55], [0.37, 0.79, 0.38],
-                          [0.99, 0.91, 0.14]])  # viridis-like
-    x = t * (len(stops) - 1)
-    i = x.floor().long().clamp(max=len(stops) - 2)
-    frac = (x - i)[..., None]
-    img = stops[i] * (1 - frac) + stops[i + 1] * frac
-    if size is not None:
-        img = torch.nn.functional.interpolate(img.permute(2, 0, 1)[None], size=size, mode="nearest")[0].permute(1, 2, 0)
-    return img.clamp(0, 1).contiguous()
-
-
 def pil_to_tensor(images) -> torch.Tensor:
     import numpy as np
     return torch.stack([torch.from_numpy(np.asarray(im.convert("RGB"), dtype=np.float32) / 255.0) for im in images])
-
-
-def token_totals(stats) -> tuple:
-    """(image tokens, forward passes) summed over the images of a batch, each image's forwards counted
-    with the prefill (which samples its first token): their ratio is the batch's step compression
-    (AR: exactly 1), not a mean of per-image ratios."""
-    tokens = stats.image_tokens * stats.batch
-    forwards = sum(int(s) + 1 for s in stats.steps) if stats.steps else stats.nfe + 1
-    return tokens, forwards
-
-
-def summary(stats, ar_stats=None) -> str:
-    """One line for the node: backend (LOSSY when it is), tokens and forward passes summed over the batch
-    against AR's, measured latency, and the wall-clock ratio to an AR run of the same model, prompt,
-    seed, batch and guidance measured in the same execution (`ar_stats`; never a run from another
-    time or load: step counts are not a speed-up, and old timings are not comparable)."""
-    label = _backends.SCHEMAS[stats.backend].label
-    if stats.lossy:
-        label += " LOSSY (relaxed acceptance: not AR's distribution)"
-    tokens, forwards = token_totals(stats)
-    images = f"{stats.batch} images, " if stats.batch > 1 else ""
-    summed = " summed over the images" if stats.batch > 1 else ""
-    if stats.backend == "ar":
-        return f"{label}: {images}{tokens} tokens in {forwards} forward passes{summed}, {stats.latency_s:.2f} s"
-    text = (f"{label}: {images}{tokens} tokens in {forwards} forward passes{summed} ({tokens / forwards:.1f}x "
-            f"fewer than AR), {stats.latency_s:.2f} s")
-    if ar_stats is None:
-        return text + "; wall-clock speed-up: turn on compare_with_ar to measure AR in the same run"
-    ratio = ar_stats.latency_s / max(stats.latency_s, 1e-9)
-    if stats.lossy:
-        verdict = "not comparable as a speed-up: a lossy run samples another distribution"
-    elif ratio >= 1:
-        verdict = "faster"
-    else:
-        verdict = "slower: the extra drafting costs more than it saves on this device"
-    return text + f"; {ratio:.2f}x AR's {ar_stats.latency_s:.2f} s measured in this run ({verdict})"
 
 
 def backend_config(values: dict):
@@ -221,28 +167,11 @@ def run_sampler(model, values: dict, progress: Optional[Callable] = None, interr
         from PIL import Image
         progress.show([Image.fromarray((image[0].clamp(0, 1) * 255).round().to(torch.uint8).cpu().numpy())],
                       progress.last[1], progress.last[1])
-    size = tuple(image.shape[1:3])
-    heat = torch.stack([heatmap(a, size=size) for a in res.stats.accepted_at_step])
-    defaults = getattr(model, "default_sampling", {})
-    cfg = settings.cfg_scale if settings.cfg_scale is not None else defaults.get("cfg_scale", 1.0)
-    top_k = settings.top_k if settings.top_k is not None else defaults.get("top_k")
-    text = summary(res.stats, ar_stats)
-    stats = res.stats.to_dict()
-    stats["summary"] = text
-    stats["tokens_total"], stats["forwards_total"] = token_totals(res.stats)
-    if ar_stats is not None:
-        stats["ar_latency_s"] = ar_stats.latency_s
-        stats["speedup_vs_ar"] = ar_stats.latency_s / max(res.stats.latency_s, 1e-9)
-    stats["backend_label"] = _backends.SCHEMAS[settings.backend].label
-    stats["model"] = getattr(model, "name", type(model).__name__)
-    stats["image_size"] = f"{image.shape[2]}x{image.shape[1]}"
-    if preview is not None:
-        stats["preview_label"] = progress.label(image.shape[2], image.shape[1])
-    stats["sampling"] = {"cfg_scale": cfg, "top_k": top_k or "off", "temperature": values.get("temperature", 1.0),
-                         "top_p": values.get("top_p", 1.0),
-                         "guidance": "model default" if settings.cfg_scale is None else "custom"}
+    heat = torch.stack([heatmap(a, size=tuple(image.shape[1:3])) for a in res.stats.accepted_at_step])
+    label = progress.label(image.shape[2], image.shape[1]) if preview is not None else None
+    text, stats = report(res.stats, ar_stats, settings, values, model, tuple(image.shape[1:3]), label)
     tokens = {"tokens": grid, "model": model}
-    return image, tokens, json.dumps(stats), heat, text
+    return image, tokens, stats, heat, text
 
 
 def run_sampler_in_comfy(handle, values: dict):

@@ -20,7 +20,7 @@ import pytest
 import torch
 
 import specar
-from specar.nodes import core, layouts, models, spec, v1, v3, widgets
+from specar.nodes import core, layouts, models, report, spec, v1, v3, widgets
 from specar.samplers import backends
 from specar.samplers.backends import SCHEMAS
 from specar.testing import tiny_model
@@ -658,9 +658,9 @@ def test_a_lossy_run_says_so_and_is_never_called_faster():
                 params={}, accepted_length_histogram={})
     lossy = GenerationStats(**base)
     ar = GenerationStats(**dict(base, backend="ar", nfe=15, steps=[15], latency_s=1.0, lossy=False))
-    text = core.summary(lossy, ar)
+    text = report.summary(lossy, ar)
     assert "LOSSY" in text.split(":")[0] and "faster" not in text and "not comparable" in text
-    assert "faster" in core.summary(GenerationStats(**dict(base, lossy=False)), ar)
+    assert "faster" in report.summary(GenerationStats(**dict(base, lossy=False)), ar)
 
 
 def test_legacy_api_prompt_samples_what_the_new_layout_does(comfy):
@@ -845,9 +845,9 @@ def test_decode_node(flavour, comfy):
 
 
 def test_heatmap_and_summary():
-    img = core.heatmap([[0, 1, 1], [1, 2, 2]], size=(4, 6))
+    img = report.heatmap([[0, 1, 1], [1, 2, 2]], size=(4, 6))
     assert img.shape == (4, 6, 3) and float(img.min()) >= 0 and float(img.max()) <= 1
-    flat = core.heatmap([[0, 1], [2, 3]])
+    flat = report.heatmap([[0, 1], [2, 3]])
     assert torch.allclose(flat, flat[0, 0].expand_as(flat))  # AR: every step one token, one colour
 
 
