@@ -92,7 +92,7 @@ class ChameleonImageModel(SharedVocabImageModel):
         self._device = resolve_device(device)
         self._dtype = resolve_dtype(dtype, self._device)
         if layout is None:
-            layout = "lumina" if any("XLLMX" in a for a in cfg.get("architectures") or []) else "anole"
+            layout = "lumina" if is_lumina(cfg) else "anole"
         if layout not in LAYOUTS:
             raise ValueError(f"layout must be one of {', '.join(LAYOUTS)} (Lumina-mGPT or Anole / Chameleon), "
                              f"got {layout!r}")
@@ -217,6 +217,11 @@ class ChameleonImageModel(SharedVocabImageModel):
         return out
 
 
+def is_lumina(config: dict) -> bool:
+    """Lumina-mGPT's config.json names its own architecture; anything else in the family is Anole."""
+    return LUMINA_ARCH in config_names(config)[1]
+
+
 def is_chameleon(folder: str, config) -> bool:
     model_type, archs = config_names(config)
     return model_type == "chameleon" or bool({"ChameleonForConditionalGeneration", LUMINA_ARCH} & set(archs))
@@ -224,7 +229,7 @@ def is_chameleon(folder: str, config) -> bool:
 
 def size_options(folder: str, w: int, h: int) -> dict:
     """Lumina-mGPT: a size its crop list offers for one of its target sizes; Anole: its tokenizer's 512x512."""
-    if LUMINA_ARCH not in (read_config(folder).get("architectures") or []):
+    if not is_lumina(read_config(folder)):
         raise ValueError(f"Anole generates 512x512 only (its image tokenizer's resolution); got resolution "
                          f"'{w}x{h}': choose 'model default' or 512x512")
     for target in LUMINA_TARGETS:
