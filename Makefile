@@ -32,7 +32,7 @@ bench: $(STAMP)
 clean:
 	rm -rf $(VENV)
 
-# the family loaders on the oldest transformers we support (registry.TRANSFORMERS_FLOOR): its own venv,
+# the family loaders on the oldest transformers we support (hf_files.TRANSFORMERS_FLOOR): its own venv,
 # the tiny Janus-Pro / Emu3 / Chameleon folders in the released checkpoints' format, their loader tests
 FLOOR_TRANSFORMERS ?= 4.56.2
 FLOOR_VENV ?= .venv-floor

@@ -6,7 +6,7 @@ pack (ComfyUI imports this file from ``custom_nodes/``), so every import inside 
 from .model_loaders.contract import ARImageModel, EncodedPrompt, ImageGeometry
 from .model_loaders.registry import load_model
 from .samplers.api import GenerationResult, generate
-from .samplers.backends import BACKEND_PARAMS, BACKENDS
+from .samplers.backends import BACKENDS, SCHEMAS
 from .samplers.engine import GenerationInterrupted
 from .samplers.stats import GenerationStats
 
@@ -18,6 +18,6 @@ from .nodes import NODE_CLASS_MAPPINGS, NODE_DISPLAY_NAME_MAPPINGS
 WEB_DIRECTORY = "./web"
 
 __all__ = [
-    "ARImageModel", "BACKENDS", "BACKEND_PARAMS", "EncodedPrompt", "GenerationInterrupted", "GenerationResult",
-    "GenerationStats", "ImageGeometry", "generate", "load_model",
+    "ARImageModel", "BACKENDS", "EncodedPrompt", "GenerationInterrupted", "GenerationResult",
+    "GenerationStats", "ImageGeometry", "SCHEMAS", "generate", "load_model",
 ]

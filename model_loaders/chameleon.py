@@ -35,8 +35,10 @@ import torch
 
 from .chameleon_vqgan import load_vqgan_decoder
 from .contract import EncodedPrompt, ImageGeometry
-from .hf_common import SharedVocabImageModel, load_pretrained, load_tokenizer, resolve_device, resolve_dtype, to_pil
-from .registry import read_config
+from .devices import resolve_device, resolve_dtype
+from .family import ModelFamily, Sampling, config_names, read_config
+from .hf_common import SharedVocabImageModel, to_pil
+from .hf_files import load_pretrained, load_tokenizer
 
 LAYOUTS = ("lumina", "anole")
 IMAGE_START, IMAGE_END = "<racm3:break>", "<eoss>"
@@ -44,6 +46,11 @@ LUMINA_SEP, LUMINA_NEWLINE = "<reserved08706>", "<reserved08799>"
 LUMINA_PATCH = 32  # pixels per size-token unit (2x2 codes)
 LUMINA_PROMPT = "Generate an image of {w}x{h} according to the following prompt:\n{text}"
 IMG_NAME = re.compile(r"^IMGIMG([A-J]+)Z$")
+LUMINA_ARCH = "ChameleonXLLMXForConditionalGeneration"
+LUMINA_TARGETS = (512, 768, 1024)  # the target sizes Lumina-mGPT's checkpoints are trained for
+# Lumina-mGPT's recommended settings (its demo: CFG 3, image top-k 2000); Chameleon's own
+# inference guides images with CFG 3 (it samples with top-p 0.9 and temperature 0.7 otherwise)
+SAMPLING = {"lumina": Sampling("Lumina-mGPT", 3.0, 2000), "anole": Sampling("Anole", 3.0, None)}
 
 
 def code_token_name(code: int) -> str:
@@ -85,7 +92,7 @@ class ChameleonImageModel(SharedVocabImageModel):
         self._device = resolve_device(device)
         self._dtype = resolve_dtype(dtype, self._device)
         if layout is None:
-            layout = "lumina" if any("XLLMX" in a for a in cfg.get("architectures") or []) else "anole"
+            layout = "lumina" if is_lumina(cfg) else "anole"
         if layout not in LAYOUTS:
             raise ValueError(f"layout must be one of {', '.join(LAYOUTS)} (Lumina-mGPT or Anole / Chameleon), "
                              f"got {layout!r}")
@@ -126,10 +133,7 @@ class ChameleonImageModel(SharedVocabImageModel):
                              f"{self.max_positions} positions (config.json max_position_embeddings)")
         self.pad_id = tok.pad_token_id if tok.pad_token_id is not None else 0
         self.geometry = ImageGeometry(height=H, width=W, vocab_size=V, row_end=layout == "lumina")
-        # Lumina-mGPT's recommended settings (its demo: CFG 3, image top-k 2000); Chameleon's own
-        # inference guides images with CFG 3 (it samples with top-p 0.9 and temperature 0.7 otherwise)
-        self.default_sampling = ({"cfg_scale": 3.0, "top_k": min(2000, V)} if layout == "lumina"
-                                 else {"cfg_scale": 3.0, "top_k": None})
+        self.default_sampling = SAMPLING[layout].for_vocab(V)
         self.backbone = self.model.model
         self._num_layers = mc.num_hidden_layers
         self._embed = self.model.get_input_embeddings()
@@ -213,5 +217,30 @@ class ChameleonImageModel(SharedVocabImageModel):
         return out
 
 
-def load_chameleon(folder: str, device=None, dtype=None, **options) -> ChameleonImageModel:
-    return ChameleonImageModel(folder, device=device, dtype=dtype, **options)
+def is_lumina(config: dict) -> bool:
+    """Lumina-mGPT's config.json names its own architecture; anything else in the family is Anole."""
+    return LUMINA_ARCH in config_names(config)[1]
+
+
+def is_chameleon(folder: str, config) -> bool:
+    model_type, archs = config_names(config)
+    return model_type == "chameleon" or bool({"ChameleonForConditionalGeneration", LUMINA_ARCH} & set(archs))
+
+
+def size_options(folder: str, w: int, h: int) -> dict:
+    """Lumina-mGPT: a size its crop list offers for one of its target sizes; Anole: its tokenizer's 512x512."""
+    if not is_lumina(read_config(folder)):
+        raise ValueError(f"Anole generates 512x512 only (its image tokenizer's resolution); got resolution "
+                         f"'{w}x{h}': choose 'model default' or 512x512")
+    for target in LUMINA_TARGETS:
+        if (w, h) in lumina_sizes(target):
+            return {"resolution": f"{w}x{h}", "target_size": target}
+    from .resolutions import RESOLUTIONS  # the sizes the nodes list (resolutions.py imports the families)
+    offered = sorted({f"{a}x{b}" for t in LUMINA_TARGETS for a, b in lumina_sizes(t)} & set(RESOLUTIONS))
+    raise ValueError(f"Lumina-mGPT does not offer {w}x{h}: of the sizes listed, it offers {', '.join(offered)}")
+
+
+FAMILY = ModelFamily(
+    name=ChameleonImageModel.family, label="Lumina-mGPT / Anole", files="transformers format",
+    load=ChameleonImageModel, detect=is_chameleon, sizes="Lumina-mGPT its 512 / 768 / 1024 sizes; Anole 512x512",
+    size_options=size_options, sampling=tuple(SAMPLING.values()), transformers=True)

@@ -23,19 +23,22 @@ Grid size: ``image_area`` (default 518400 = 720x720 pixels -> 90x90 tokens) and 
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 
 import torch
 
 from .contract import EncodedPrompt, ImageGeometry
-from .hf_common import (SharedVocabImageModel, load_tokenizer, resolve_device, resolve_dtype,
-                        to_pil)
-from .registry import read_config
+from .devices import resolve_device, resolve_dtype
+from .family import ModelFamily, Sampling, config_names, read_config
+from .hf_common import SharedVocabImageModel, to_pil
+from .hf_files import load_tokenizer
 
 DOWNSAMPLE = 8  # Emu3Processor.downsample_ratio
 DEFAULT_IMAGE_AREA = 518400
 VISUAL = re.compile(r"^<\|visual token(\d{6})\|>$")
+SAMPLING = Sampling("Emu3", 3.0, 2048)  # what "model default" guidance uses
 
 
 def generation_grid(ratio: str, image_area: int, factor: int = DOWNSAMPLE):
@@ -124,7 +127,7 @@ class Emu3ImageModel(SharedVocabImageModel):
         self.eos_id = tok.convert_tokens_to_ids(special["eos_token"])
         self.pad_id = tok.pad_token_id if tok.pad_token_id is not None else 0
         self.geometry = ImageGeometry(height=H, width=W, vocab_size=V, row_end=True)
-        self.default_sampling = {"cfg_scale": 3.0, "top_k": min(2048, V)}
+        self.default_sampling = SAMPLING.for_vocab(V)
         self._use_backbone(self.model.model.text_model, mc.text_config)
         self._map_image_codes([codes[c] for c in range(V)], [self.eol_id])  # row end: EOL
 
@@ -163,5 +166,20 @@ class Emu3ImageModel(SharedVocabImageModel):
         return out
 
 
-def load_emu3(folder: str, device=None, dtype=None, **options) -> Emu3ImageModel:
-    return Emu3ImageModel(folder, device=device, dtype=dtype, **options)
+def is_emu3(folder: str, config) -> bool:
+    model_type, archs = config_names(config)
+    if model_type == "Emu3":
+        raise ValueError(f"{os.path.join(folder, 'config.json')}: this is Emu3 in BAAI's original format "
+                         f"(trust_remote_code); use the transformers conversion instead (BAAI/Emu3-Gen-hf)")
+    return model_type == "emu3" or "Emu3ForConditionalGeneration" in archs
+
+
+def size_options(folder: str, w: int, h: int) -> dict:
+    """Any W x H: ``image_area`` W * H pixels at the ratio W:H (the positions are checked at load)."""
+    g = math.gcd(w, h)
+    return {"image_area": w * h, "ratio": f"{w // g}:{h // g}"}
+
+
+FAMILY = ModelFamily(
+    name=Emu3ImageModel.family, label="Emu3", files="transformers format", load=Emu3ImageModel, detect=is_emu3,
+    sizes="Emu3 any W x H", size_options=size_options, sampling=(SAMPLING,), transformers=True)

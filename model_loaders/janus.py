@@ -22,12 +22,14 @@ import os
 import torch
 
 from .contract import EncodedPrompt, ImageGeometry
-from .hf_common import (HFImageModel, load_tokenizer, resolve_device, resolve_dtype,
-                        to_pil)
-from .registry import read_config
+from .devices import resolve_device, resolve_dtype
+from .family import ModelFamily, Sampling, config_names, read_config, square_size
+from .hf_common import HFImageModel, to_pil
+from .hf_files import load_tokenizer
 
 # the Janus-Pro format, used when the folder ships no chat template
 FALLBACK_TEMPLATE = "<|User|>: {text}\n\n<|Assistant|>:"
+SAMPLING = Sampling("Janus-Pro", 5.0, 1000)  # what "model default" guidance uses
 
 
 def _chat_template(folder: str, tokenizer):
@@ -81,7 +83,7 @@ class JanusImageModel(HFImageModel):
                              f"is {grid}x{grid} (vision_config.image_size // patch_size)")
         V = int(vq.num_embeddings)
         self.geometry = ImageGeometry(height=grid, width=grid, vocab_size=V, row_end=False)
-        self.default_sampling = {"cfg_scale": 5.0, "top_k": min(1000, V)}
+        self.default_sampling = SAMPLING.for_vocab(V)
         self._use_backbone(self.model.model.language_model, mc.text_config)
         # special ids: the generation config (what transformers' generate uses), else the tokenizer
         try:
@@ -145,5 +147,17 @@ class JanusImageModel(HFImageModel):
         return out
 
 
-def load_janus(folder: str, device=None, dtype=None, **options) -> JanusImageModel:
-    return JanusImageModel(folder, device=device, dtype=dtype, **options)
+def is_janus(folder: str, config) -> bool:
+    model_type, archs = config_names(config)
+    if model_type == "multi_modality":
+        raise ValueError(f"{os.path.join(folder, 'config.json')}: model_type 'multi_modality': Janus / Janus-Pro in "
+                         f"DeepSeek's original format needs trust_remote_code; use the transformers conversion "
+                         f"instead (deepseek-community/Janus-Pro-1B or deepseek-community/Janus-Pro-7B)")
+    return model_type == "janus" or "JanusForConditionalGeneration" in archs
+
+
+FAMILY = ModelFamily(
+    name=JanusImageModel.family, label="Janus / Janus-Pro", files="transformers format", load=JanusImageModel,
+    detect=is_janus, sizes="Janus-Pro 384x384 only",
+    size_options=square_size("Janus", "at its checkpoint's size; Janus-Pro: 384x384"), sampling=(SAMPLING,),
+    transformers=True)

@@ -36,7 +36,9 @@ from torch import nn
 
 from .checkpoints import load_into, load_state_dict
 from .contract import EncodedPrompt, ImageGeometry
-from .hf_common import resolve_device, resolve_dtype, to_pil
+from .devices import resolve_device, resolve_dtype
+from .family import ModelFamily, Sampling, square_size
+from .hf_common import to_pil
 from .llama import RMSNorm
 from .llamagen_vq import load_llamagen_vq
 from .slot_model import SlotCacheModel
@@ -46,6 +48,9 @@ HEADS_BY_DIM = {768: 12, 1024: 16, 1280: 20, 1536: 24, 2560: 40, 2048: 32, 3200:
 GPT_FILE = re.compile(r"^(c2i|t2i)_.*?(\d+)\.(pt|pth|safetensors)$")
 T5_FOLDERS = ("flan-t5-xl", "t5")
 CAPTION_TOKENS = 120  # t2i condition length (the authors' --cls-token-num / t5 max length)
+WEIGHT_EXTENSIONS = (".pt", ".pth", ".safetensors")
+# the authors' sampling scripts: c2i CFG 4.0 / top-k 2000, t2i CFG 7.5 / top-k 1000
+SAMPLING = {"c2i": Sampling("LlamaGen c2i", 4.0, 2000), "t2i": Sampling("LlamaGen t2i", 7.5, 1000)}
 
 
 class LlamaGenConfig:
@@ -200,9 +205,7 @@ class LlamaGenImageModel(SlotCacheModel):
         self.gpt = self.gpt.to(device=self._device, dtype=self._dtype).eval()
         self.register_rope(G)
         self.geometry = ImageGeometry(height=G, width=G, vocab_size=V)
-        # the authors' sampling scripts: c2i CFG 4.0 / top-k 2000, t2i CFG 7.5 / top-k 1000
-        self.default_sampling = ({"cfg_scale": 4.0, "top_k": min(2000, V)} if cfg.kind == "c2i"
-                                 else {"cfg_scale": 7.5, "top_k": min(1000, V)})
+        self.default_sampling = SAMPLING[cfg.kind].for_vocab(V)
         self.max_positions = None  # rotary cells past the image are never read (clamped)
         self._captions = {}  # text -> virtual prompt ids (rows of self._caption_table)
         if cfg.kind == "t2i":
@@ -214,7 +217,7 @@ class LlamaGenImageModel(SlotCacheModel):
     def _files(folder):
         names = sorted(os.listdir(folder))
         gpts = [n for n in names if GPT_FILE.match(n)]
-        vqs = [n for n in names if n.startswith("vq_") and n.endswith((".pt", ".pth", ".safetensors"))]
+        vqs = [n for n in names if n.startswith("vq_") and n.endswith(WEIGHT_EXTENSIONS)]
         if len(gpts) != 1 or len(vqs) != 1:
             raise ValueError(f"a LlamaGen folder needs exactly one GPT checkpoint (c2i_*_<size>.pt or t2i_*_<size>.pt) "
                              f"and one VQ checkpoint (vq_ds16_*.pt) (or their .safetensors conversions); {folder!r} "
@@ -224,7 +227,7 @@ class LlamaGenImageModel(SlotCacheModel):
     def _load_t5(self, folder, t5_dtype):
         from transformers import T5EncoderModel
 
-        from .hf_common import load_pretrained, load_tokenizer
+        from .hf_files import load_pretrained, load_tokenizer
         sub = next((os.path.join(folder, n) for n in T5_FOLDERS if os.path.isdir(os.path.join(folder, n))), None)
         if sub is None:
             raise ValueError(f"a LlamaGen t2i folder needs the FLAN-T5-XL text encoder in {folder!r}/flan-t5-xl "
@@ -325,5 +328,16 @@ class LlamaGenImageModel(SlotCacheModel):
         return out
 
 
-def load_llamagen(folder: str, device=None, dtype=None, **options) -> LlamaGenImageModel:
-    return LlamaGenImageModel(folder, device=device, dtype=dtype, **options)
+def is_llamagen(folder: str, config) -> bool:
+    """No config.json: the authors' GPT checkpoint (c2i_* / t2i_*) next to their VQ tokenizer (vq_*)."""
+    if config is not None:
+        return False
+    names = os.listdir(folder)
+    return any(n.startswith(("c2i_", "t2i_")) and n.endswith(WEIGHT_EXTENSIONS) for n in names) and \
+        any(n.startswith("vq_") and n.endswith(WEIGHT_EXTENSIONS) for n in names)
+
+
+FAMILY = ModelFamily(
+    name=LlamaGenImageModel.family, label="LlamaGen", files="its authors' c2i_* / t2i_* and vq_* checkpoints",
+    load=LlamaGenImageModel, detect=is_llamagen, sizes="LlamaGen 256 / 384 / 512 squares",
+    size_options=square_size("LlamaGen", "256, 384 or 512"), sampling=tuple(SAMPLING.values()))

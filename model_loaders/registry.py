@@ -1,54 +1,21 @@
-"""`specar.load_model`: one entry point from a name or a folder to an ARImageModel."""
+"""`specar.load_model`: one entry point from a name or a folder to an ARImageModel.
+
+The model families are the `FAMILY` objects of the modules in `FAMILY_MODULES` (family.py says what
+one declares); adding a family is its module plus its name in that tuple.
+"""
 from __future__ import annotations
 
 import importlib
 import os
 
-from .checkpoints import read_json_object
+from .devices import canonical_dtype, check_device
+from .family import ModelFamily, config_names, read_config
+from .hf_files import require_transformers
 
-# the oldest transformers release whose Janus / Emu3 / Chameleon classes our adapters are tested with
-# (`make test-floor` runs the family-loader tests on it); requirements.txt and pyproject.toml say the same
-TRANSFORMERS_FLOOR = (4, 56)
-
-# dtype names load_model takes -> the torch dtype name every loader reads; None / "auto": the model's choice
-DTYPE_NAMES = {"float32": "float32", "fp32": "float32", "float": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16",
-               "float16": "float16", "fp16": "float16", "half": "float16"}
-
-
-def canonical_dtype(dtype):
-    """None for None / "auto", else "float32", "bfloat16" or "float16" (from a name, an alias or a torch
-    dtype); ValueError naming the value and the choices for anything else."""
-    if dtype is None or dtype == "auto":
-        return None
-    import torch
-    if isinstance(dtype, torch.dtype):
-        dtype = str(dtype).replace("torch.", "")
-    if isinstance(dtype, str) and dtype.lower() in DTYPE_NAMES:
-        return DTYPE_NAMES[dtype.lower()]
-    raise ValueError(f"dtype must be one of auto, float32, bfloat16, float16 (or bf16, fp16, fp32), got {dtype!r}")
-
-
-def check_device(device) -> None:
-    """ValueError for a device torch does not know or a GPU this machine does not have."""
-    if device is None or device == "auto":
-        return
-    import torch
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, TypeError):
-        raise ValueError(f"device must be auto, cpu, cuda or cuda:N, got {device!r}") from None
-    if dev.type == "cuda":
-        if not torch.cuda.is_available():
-            raise ValueError(f"device {device!r}: no CUDA GPU is available here (use cpu or auto)")
-        if dev.index is not None and dev.index >= torch.cuda.device_count():
-            raise ValueError(f"device {device!r}: this machine has {torch.cuda.device_count()} CUDA GPU(s), "
-                             f"cuda:0 to cuda:{torch.cuda.device_count() - 1}")
-
-
-# built-in models shipped inside the pack: name -> "module:function" (relative to model_loaders)
-BUILTIN_MODELS = {
-    "demo": ".demo:load_demo_model",
-}
+# one line per family: its module (relative to model_loaders), which ends with `FAMILY = ModelFamily(...)`
+FAMILY_MODULES = (".demo", ".janus", ".emu3", ".chameleon", ".llamagen")
+FAMILIES = {f.name: f for f in (importlib.import_module(m, __package__).FAMILY for m in FAMILY_MODULES)}
+BUILTIN_MODELS = {name: f for f in FAMILIES.values() for name in f.builtin}  # name -> family
 
 
 def load_model(name_or_path: str, device=None, dtype=None, **options):
@@ -63,112 +30,42 @@ def load_model(name_or_path: str, device=None, dtype=None, **options):
     ``vq_ds16_*.pt`` checkpoints, no config.json) is recognised from its file names (docs/MODELS.md).
     Local files only: nothing is downloaded.
     """
+    check_device(device)
+    dtype = canonical_dtype(dtype)
+    family = family_of(name_or_path)
+    if family.transformers:
+        require_transformers(family.name)
+    return family.load(name_or_path, device=device, dtype=dtype, **options)
+
+
+def family_of(name_or_path: str) -> ModelFamily:
+    """The family of a built-in model name or a model folder; ValueError naming what is supported."""
     if not isinstance(name_or_path, str):
         raise ValueError(f"load_model takes a built-in name ({', '.join(BUILTIN_MODELS)}) or a folder path, "
                          f"got {type(name_or_path).__name__}")
-    check_device(device)
-    dtype = canonical_dtype(dtype)
     if name_or_path in BUILTIN_MODELS:
-        module, fn = BUILTIN_MODELS[name_or_path].split(":")
-        try:
-            loader = getattr(importlib.import_module(module, __package__), fn)
-        except ImportError as e:
-            raise ValueError(f"built-in model {name_or_path!r} is not available in this installation: {e}") from e
-        return loader(device=device, dtype=dtype, **options)
+        return BUILTIN_MODELS[name_or_path]
     if not os.path.isdir(name_or_path):
         raise ValueError(f"{name_or_path!r} is neither a built-in model ({', '.join(BUILTIN_MODELS)}) nor a folder")
-    family = detect_family(name_or_path)
-    if family in TRANSFORMERS_FAMILIES:
-        require_transformers(family)
-    module, fn = FAMILIES[family].split(":")
-    try:
-        loader = getattr(importlib.import_module(module, __package__), fn)
-    except ImportError as e:
-        raise ValueError(f"the {family} adapter needs a transformers version that implements it: {e}") from e
-    return loader(name_or_path, device=device, dtype=dtype, **options)
-
-
-# model folders: family -> "module:function"; the family comes from config.json's model_type
-FAMILIES = {
-    "janus": ".janus:load_janus",
-    "emu3": ".emu3:load_emu3",
-    "chameleon": ".chameleon:load_chameleon",  # Lumina-mGPT and Anole (two layouts)
-    "llamagen": ".llamagen:load_llamagen",  # the authors' .pt checkpoints, no config.json
-}
-TRANSFORMERS_FAMILIES = ("janus", "emu3", "chameleon")  # the adapters over transformers' model classes
-
-
-def transformers_version() -> tuple:
-    """(major, minor) of the installed transformers, (0, 0) when it is missing."""
-    try:
-        import transformers
-    except ImportError:
-        return (0, 0)
-    parts = (transformers.__version__.split(".") + ["0"])[:2]
-    return tuple(int("".join(ch for ch in p if ch.isdigit()) or 0) for p in parts)
-
-
-def require_transformers(family: str) -> None:
-    """One clear line when the installed transformers is older than the adapters need."""
-    have = transformers_version()
-    if have < TRANSFORMERS_FLOOR:
-        import importlib.util
-        floor = ".".join(map(str, TRANSFORMERS_FLOOR))
-        installed = "not installed" if importlib.util.find_spec("transformers") is None else \
-            f"you have {__import__('transformers').__version__}"
-        raise ValueError(f"{family} models need transformers >= {floor}, {installed}: pip install -U "
-                         f"\"transformers>={floor}\" (in ComfyUI's Python environment)")
-
-
-# checkpoints in their authors' original (remote-code) format: what to use instead
-_ORIGINAL_FORMATS = {
-    "multi_modality": "Janus / Janus-Pro in DeepSeek's original format needs trust_remote_code; use the transformers "
-                      "conversion instead (deepseek-community/Janus-Pro-1B or deepseek-community/Janus-Pro-7B)",
-}
-
-
-def read_config(folder: str) -> dict:
-    """A model folder's config.json as a dict; a clear ValueError when missing or malformed."""
-    path = os.path.join(folder, "config.json")
-    if not os.path.isfile(path) and _is_llamagen(folder):
-        return "llamagen"
-    if not os.path.isfile(path):
-        raise ValueError(f"{path} is missing: a transformers model folder needs its config.json")
-    return read_json_object(path)
+    return FAMILIES[detect_family(name_or_path)]
 
 
 def detect_family(folder: str) -> str:
-    """The model family of a folder, from its config.json (``model_type``, ``architectures``)."""
+    """The model family of a folder, from its config.json (``model_type``, ``architectures``) or, for
+    a family without one, its file names."""
     path = os.path.join(folder, "config.json")
-    if not os.path.isfile(path) and _is_llamagen(folder):
-        return "llamagen"
-    if not os.path.isfile(path):
+    config = read_config(folder) if os.path.isfile(path) else None
+    for family in FAMILIES.values():
+        if family.detect is not None and family.detect(folder, config):
+            return family.name
+    supported = (f"{', '.join(f.label + ' (' + f.files + ')' for f in FAMILIES.values() if f.detect)}, or the "
+                 f"built-in models {', '.join(BUILTIN_MODELS)}")
+    if config is None:
         raise ValueError(f"no supported model family recognised in folder {folder!r}: it has no config.json "
-                         f"(supported: {', '.join(FAMILIES)} folders in transformers format, or the built-in "
-                         f"models {', '.join(BUILTIN_MODELS)})")
-    cfg = read_config(folder)
-    model_type = str(cfg.get("model_type", ""))
-    archs = cfg.get("architectures") or []
-    if model_type in _ORIGINAL_FORMATS:
-        raise ValueError(f"{path}: model_type {model_type!r}: {_ORIGINAL_FORMATS[model_type]}")
-    if model_type == "Emu3":
-        raise ValueError(f"{path}: this is Emu3 in BAAI's original format (trust_remote_code); use the transformers "
-                         f"conversion instead (BAAI/Emu3-Gen-hf)")
-    if model_type in FAMILIES:
-        return model_type
-    for family, arch in (("janus", "JanusForConditionalGeneration"), ("emu3", "Emu3ForConditionalGeneration"),
-                         ("chameleon", "ChameleonForConditionalGeneration"),
-                         ("chameleon", "ChameleonXLLMXForConditionalGeneration")):
-        if arch in archs:
-            return family
+                         f"(supported: {supported})")
+    model_type, archs = config_names(config)
     raise ValueError(f"no supported model family recognised in folder {folder!r}: {path} has model_type "
-                     f"{model_type or '(none)'!r}, architectures {archs or '(none)'}; supported: "
-                     f"{', '.join(FAMILIES)} (transformers format) and the built-in models {', '.join(BUILTIN_MODELS)}")
+                     f"{model_type or '(none)'!r}, architectures {archs or '(none)'}; supported: {supported}")
 
 
-def _is_llamagen(folder: str) -> bool:
-    """A LlamaGen folder: the authors' GPT checkpoint (c2i_* / t2i_*) next to their VQ tokenizer (vq_*)."""
-    names = os.listdir(folder)
-    ext = (".pt", ".pth", ".safetensors")
-    return any(n.startswith(("c2i_", "t2i_")) and n.endswith(ext) for n in names) and \
-        any(n.startswith("vq_") and n.endswith(ext) for n in names)
+__all__ = ["BUILTIN_MODELS", "FAMILIES", "FAMILY_MODULES", "detect_family", "family_of", "load_model"]

@@ -1,9 +1,15 @@
 """ComfyUI nodes of SpecAR: thin wrappers over the library.
 
-- spec.py: the nodes' inputs and outputs, declared once (widgets built from BACKEND_PARAMS);
-- core.py: what the nodes do (model cache, sampling, progress, interrupt, heatmap);
-- v3.py: V3 classes (`comfy_api.latest`), used when ComfyUI provides that module;
-- v1.py: V1 classes (INPUT_TYPES), used by older ComfyUI and wherever V3 is unavailable.
+- widgets.py: the declaration language (Widget, Switch, Output, NodeSpec) and its validation;
+- spec.py: the three nodes declared once (backend inputs from samplers.backends.SCHEMAS, model help
+  from the model families);
+- v3.py / v1.py: the V3 classes (`comfy_api.latest`, used when ComfyUI provides it) and the V1 classes
+  (INPUT_TYPES), both generated from spec.py;
+- models.py: the loader's side (ComfyUI model folders, the model cache, ComfyUI's model management);
+- core.py: what the sampler and decode nodes do (sampling, progress, interrupt, preview);
+- report.py: what the sampler shows after a run (summary line, statistics JSON, acceptance heatmap);
+- layouts.py: the sampler's values in every layout (DynamicCombo, flat, SpecAR 0.1), mapped by name;
+- workflows.py: the example workflows, generated from spec.py.
 
 `NODE_CLASS_MAPPINGS` holds the V3 classes under current ComfyUI (ComfyUI registers the classes of
 NODE_CLASS_MAPPINGS whatever their API, and ignores `comfy_entrypoint` when that dictionary
@@ -14,7 +20,7 @@ from __future__ import annotations
 
 import logging
 
-from . import core, v1
+from . import models, v1
 
 NODE_API = "v1"
 NODES = list(v1.NODES)
@@ -34,7 +40,7 @@ if _io is not None:
 NODE_CLASS_MAPPINGS = {cls.__name__: cls for cls in NODES}
 NODE_DISPLAY_NAME_MAPPINGS = dict(v1.NODE_DISPLAY_NAME_MAPPINGS)
 
-core.register_model_folder()  # inside ComfyUI: models/specar becomes a model folder (no-op without it)
+models.register_model_folder()  # inside ComfyUI: models/specar becomes a model folder (no-op without it)
 
 
 async def comfy_entrypoint():
@@ -47,7 +53,7 @@ async def comfy_entrypoint():
 
     class SpecARExtension(ComfyExtension):
         async def on_load(self) -> None:
-            core.register_model_folder()
+            models.register_model_folder()
 
         async def get_node_list(self):
             return list(node_list)

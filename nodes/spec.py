@@ -1,28 +1,24 @@
-"""The nodes' inputs and outputs, declared once, ComfyUI-free.
+"""The three nodes' inputs and outputs, declared once (in the language of widgets.py), ComfyUI-free.
 
-Both node flavours are generated from these declarations: the V3 classes (`v3.py`, ComfyUI's
-`comfy_api.latest` schema) and the V1 classes (`v1.py`, `INPUT_TYPES` dictionaries), so the two
-cannot drift apart. Each backend's parameters are built from its schema in samplers/backends.py
-(default, range, choices, the paper's setting): a backend registered there appears on the sampler
-node with its own inputs and no change here. The backend and the guidance are `Switch`es: ComfyUI's
-V3 DynamicCombo where available (only the chosen option's inputs exist), else flattened.
+The V3 classes (v3.py) and the V1 classes (v1.py) are generated from these declarations. Each
+backend's inputs are built from its schema (`samplers.backends.SCHEMAS`: default, range, choices,
+the paper's setting) and each model family's help from its `ModelFamily` (model_loaders/family.py),
+so a backend or a family registered there appears here with no change.
 
 Validation: the widgets declare their ranges and choices, so ComfyUI files a bad value against the
-input that has it, once; no validate function takes every input (that makes ComfyUI file its message
-once per input): the V3 sampler's names only the switches (nodes/v3.py). `validate(inputs, values)` checks the same
-ranges again when a node runs (ComfyUI does not check V3 combo values everywhere), and cross-parameter
-and model-dependent limits are checked then, once, before generating.
+input that has it, once; the V3 sampler's validate function names only the switches (v3.py).
+`widgets.validate` checks the same ranges again when a node runs (ComfyUI does not check V3 combo
+values everywhere), and the limits between parameters and the model's are checked then, once.
 """
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Optional, Union
+from typing import Callable
 
+from ..model_loaders.registry import FAMILIES
 from ..model_loaders.resolutions import MODEL_DEFAULT as MODEL_DEFAULT_SIZE
-from ..model_loaders.resolutions import OFFLOADS, RESOLUTIONS
+from ..model_loaders.resolutions import OFFLOADS, RESOLUTIONS, sizes_help
 from ..samplers import backends as _backends
-from ..samplers.backends import BACKEND_PARAMS, COUPLINGS, INITS, MAX_WINDOW
+from .widgets import NodeSpec, Output, Switch, Widget
 
 CATEGORY = "SpecAR"
 SEED_MAX = 0xFFFFFFFFFFFFFFFF
@@ -32,155 +28,7 @@ DRAFTER_FOLDER = "specar_drafters"  # ComfyUI/models/specar_drafters/<drafter fo
 TOKENS_TYPE = "SPECAR_TOKENS"
 DEVICES = ("auto", "cpu", "cuda")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
-CONTROL_AFTER_GENERATE = ("fixed", "increment", "decrement", "randomize")
 PREVIEW_MODES = ("image", "image + acceptance", "off")
-
-
-@dataclass
-class Widget:
-    """One node input. kind: INT, FLOAT, BOOLEAN, STRING, COMBO, or a socket type (IMAGE, SPECAR_MODEL...)."""
-    name: str
-    kind: str
-    tooltip: str
-    default: Any = None
-    min: Optional[Union[int, float]] = None
-    max: Optional[Union[int, float]] = None
-    step: Optional[Union[int, float]] = None
-    options: Union[tuple, Callable[[], list], None] = None  # COMBO choices (a callable is re-read each time)
-    multiline: bool = False
-    control_after_generate: bool = False
-    optional: bool = False  # ComfyUI may leave it out (API prompts saved before it existed): `default` is used
-    extra: dict = field(default_factory=dict)  # more keys of the input's options, for the web extension
-
-    @property
-    def is_widget(self) -> bool:
-        return self.kind in ("INT", "FLOAT", "BOOLEAN", "STRING", "COMBO")
-
-    def choices(self) -> list:
-        opts = self.options() if callable(self.options) else self.options
-        return list(opts or ())
-
-    def check(self, value) -> Optional[str]:
-        """None if `value` is valid for this widget, else the error message."""
-        n = self.name
-        if self.kind == "COMBO":
-            allowed = self.choices()
-            if value not in allowed:
-                return f"{n} must be one of {', '.join(map(str, allowed)) or '(none available)'}; got {value!r}"
-        elif self.kind == "INT":
-            if isinstance(value, bool) or not isinstance(value, int):
-                return f"{n} must be an integer, got {value!r}"
-        elif self.kind == "FLOAT":
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-                return f"{n} must be a finite number, got {value!r}"
-        elif self.kind == "BOOLEAN":
-            if not isinstance(value, bool):
-                return f"{n} must be true or false, got {value!r}"
-        elif self.kind == "STRING":
-            if not isinstance(value, str):
-                return f"{n} must be a string, got {type(value).__name__}"
-        if self.kind in ("INT", "FLOAT"):
-            if (self.min is not None and value < self.min) or (self.max is not None and value > self.max):
-                return f"{n} must be in [{self.min}, {self.max}], got {value!r}"
-        return None
-
-
-@dataclass
-class Output:
-    name: str
-    kind: str
-    tooltip: str
-
-
-@dataclass
-class NodeSpec:
-    node_id: str
-    display_name: str
-    description: str
-    inputs: list
-    outputs: list
-    output_node: bool = False
-    extra: dict = field(default_factory=dict)
-
-    def widgets(self) -> list:
-        """The widgets in the flat layout (V1; V3 without DynamicCombo), in order."""
-        return [w for w in flatten(self.inputs) if w.is_widget]
-
-
-def validate(inputs: list, values: dict) -> Optional[str]:
-    """The first error among the widget values present in `values` (absent or None = linked: skipped);
-    a Switch's inputs are checked for its chosen option only, flat or nested (V3 DynamicCombo)."""
-    values = nest_dotted(values)
-    for w in inputs:
-        err = None
-        if isinstance(w, Switch):
-            err = w.check(values)
-        elif w.is_widget and values.get(w.name) is not None:
-            err = w.check(values[w.name])
-        if err:
-            return err
-    return None
-
-
-# ---------------------------------------------------------------------------------------------
-# switches: a combo whose choice decides which further inputs apply
-
-@dataclass
-class Switch:
-    """A choice that decides which further inputs apply: the backend (each backend has its own
-    parameters) and the guidance ("model default" or custom values).
-
-    Rendered as ComfyUI's V3 DynamicCombo where the running ComfyUI has it (only the chosen
-    option's inputs exist); elsewhere as a combo followed by every option's inputs, flattened
-    (`flat_name`), which the web extension hides unless their option is chosen."""
-    name: str
-    tooltip: str
-    default: str
-    options: dict  # option key -> [Widget] (its inputs, named without prefix)
-    prefix: bool = False  # flattened names: "<option>_<input>" (options share input names) or the input's own
-    kind: str = "SWITCH"
-
-    is_widget = True
-
-    def flat_name(self, key: str, w: Widget) -> str:
-        return f"{key}_{w.name}" if self.prefix else w.name
-
-    labels: dict = field(default_factory=dict)  # option key -> readable name (the web extension's node title)
-
-    def combo(self) -> Widget:
-        extra = {"specar_labels": dict(self.labels)} if self.labels else {}
-        return Widget(self.name, "COMBO", self.tooltip, default=self.default, options=tuple(self.options), extra=extra)
-
-    def check(self, values: dict) -> Optional[str]:
-        """None if the choice and its option's inputs in `values` are valid (flat or nested layout)."""
-        value = values.get(self.name)
-        if value is None:
-            return None
-        nested = isinstance(value, dict)
-        key = value.get(self.name) if nested else value
-        err = self.combo().check(key)
-        if err:
-            return err
-        for w in self.options[key]:
-            v = value.get(w.name) if nested else values.get(self.flat_name(key, w))
-            err = None if v is None else w.check(v)
-            if err:
-                return err.replace(w.name, self.flat_name(key, w), 1) if not nested else err
-        return None
-
-    def flat_widgets(self) -> list:
-        out = [self.combo()]
-        for key, widgets in self.options.items():
-            out += [replace(w, name=self.flat_name(key, w)) for w in widgets]
-        return out
-
-
-def flatten(inputs: list) -> list:
-    """Inputs with every Switch flattened (the V1 layout, and the V3 one without DynamicCombo)."""
-    out = []
-    for w in inputs:
-        out += w.flat_widgets() if isinstance(w, Switch) else [w]
-    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -246,94 +94,21 @@ def advanced(w: Widget, flag: bool) -> Widget:
 
 
 MODEL_DEFAULT = "model default"
-GUIDANCE_HELP = ("classifier-free guidance and top-k: the model's recommended values (demo: cfg 3, top-k 256; "
-                 "Janus-Pro: 5, 1000; Emu3: 3, 2048; Lumina-mGPT: 3, 2000; Anole: 3, 2000; LlamaGen c2i: 4, "
-                 "2000; the values used are shown after the run) or custom values")
 
 
 def guidance_switch() -> Switch:
-    return Switch("guidance", GUIDANCE_HELP, default=MODEL_DEFAULT, options={
-        MODEL_DEFAULT: [],
-        "custom": [
-            Widget("cfg_scale", "FLOAT", "classifier-free guidance scale: 1 = no guidance, higher = closer to the "
-                   "prompt (0 = the unconditional branch alone)", default=3.0, min=0.0, max=100.0, step=0.1),
-            Widget("top_k", "INT", "keep the k most likely image tokens (0 = all tokens; at most the model's "
-                   "image vocabulary, checked when the node runs)", default=256, min=0, max=INT_MAX, step=1),
-        ]})
-
-
-@dataclass
-class SamplerSettings:
-    """The sampler node's values, whatever layout they came in: what `generate` takes."""
-    backend: str
-    params: dict  # the backend's parameters (drafter folder names not yet resolved to paths)
-    cfg_scale: Optional[float]  # None: the model's recommended value
-    top_k: Optional[int]
-
-
-# the sampler's widget names before per-backend inputs (workflows saved up to SpecAR 0.1): shared backend
-# parameter names where 0 meant "the backend's default", cfg_scale -1 and top_k 0 "the model's"
-LEGACY_PARAMS = ("window", "init", "coupling", "coupling_strength", "tree_depth", "tree_width", "continuation")
-
-
-def nest_dotted(values: dict) -> dict:
-    """API-format DynamicCombo keys ("backend": "sjd", "backend.window": 32) as ComfyUI nests them
-    before a node runs ({"backend": {"backend": "sjd", "window": 32}}); other values unchanged."""
-    if not any("." in k for k in values):
-        return values
-    out = {k: v for k, v in values.items() if "." not in k}
-    for key, value in values.items():
-        if "." in key:
-            head, _, rest = key.partition(".")
-            group = out.get(head)
-            if not isinstance(group, dict):
-                group = out[head] = {head: group}
-            group[rest] = value
-    return out
-
-
-def sampler_settings(values: dict) -> SamplerSettings:
-    """Read the sampler's values in any layout: nested (V3 DynamicCombo: backend = {"backend": name,
-    param: value}), flat ("backend" + "<backend>_<param>") or legacy (SpecAR 0.1 API prompts: shared
-    parameter names, sentinels). ValueError names a bad backend."""
-    values = nest_dotted(values)
-    backend = values.get("backend")
-    if isinstance(backend, dict):  # V3 DynamicCombo: the chosen option and its inputs
-        nested = dict(backend)
-        backend = nested.pop("backend", None)
-        params = nested
-    else:
-        params = None
-    if backend not in _backends.SCHEMAS:
-        raise ValueError(f"backend must be one of {', '.join(_backends.SCHEMAS)}; got {backend!r}")
-    schema = _backends.SCHEMAS[backend]
-    if params is None:
-        params = {p.name: values[f"{backend}_{p.name}"] for p in schema.params if f"{backend}_{p.name}" in values}
-        if not params and any(k in values for k in LEGACY_PARAMS):  # SpecAR 0.1: shared names, 0 = default
-            params = {p.name: values[p.name] for p in schema.params
-                      if p.name in values and not (p.kind is int and values[p.name] == 0)}
-    for p in schema.params:
-        if p.folder_of and params.get(p.name) == BESIDE_MODEL:
-            params[p.name] = ""
-    guidance = values.get("guidance")
-    if guidance is None and "cfg_scale" in values:  # SpecAR 0.1: cfg_scale < 0 / top_k 0 = the model's
-        cfg, top_k = values["cfg_scale"], values.get("top_k", 0)
-        return SamplerSettings(backend, params, None if cfg < 0 else float(cfg), None if top_k == 0 else top_k)
-    custom = guidance if isinstance(guidance, dict) else values  # nested (V3 DynamicCombo) or flat
-    if isinstance(guidance, dict):
-        guidance = guidance.get("guidance")
-    if guidance is None and not any(k in values for k in LEGACY_PARAMS):
-        # ComfyUI drops a DynamicCombo whose value is none of its options: never a silent default
-        raise ValueError(f"guidance must be one of {MODEL_DEFAULT}, custom; got none (a value that is not an option)")
-    if guidance in (None, MODEL_DEFAULT):
-        return SamplerSettings(backend, params, None, None)
-    if guidance != "custom":
-        raise ValueError(f"guidance must be one of {MODEL_DEFAULT}, custom; got {guidance!r}")
-    top_k = custom["top_k"]
-    return SamplerSettings(backend, params, float(custom["cfg_scale"]), None if top_k == 0 else top_k)  # 0: all
-
-
-BACKEND_HELP = {name: schema.summary for name, schema in _backends.SCHEMAS.items()}
+    recommended = "; ".join(s.describe() for f in FAMILIES.values() for s in f.sampling)
+    return Switch("guidance", f"classifier-free guidance and top-k: the model's recommended values ({recommended}; "
+                  "the values used are shown after the run) or custom values", default=MODEL_DEFAULT, options={
+                      MODEL_DEFAULT: [],
+                      "custom": [
+                          Widget("cfg_scale", "FLOAT", "classifier-free guidance scale: 1 = no guidance, higher = "
+                                 "closer to the prompt (0 = the unconditional branch alone)", default=3.0, min=0.0,
+                                 max=100.0, step=0.1),
+                          Widget("top_k", "INT", "keep the k most likely image tokens (0 = all tokens; at most the "
+                                 "model's image vocabulary, checked when the node runs)", default=256, min=0,
+                                 max=INT_MAX, step=1),
+                      ]})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -348,17 +123,16 @@ def loader_spec(model_choices: Callable[[], list]) -> NodeSpec:
                      "ComfyUI's Unload Models and memory pressure free it, and the next run loads it again."),
         inputs=[
             Widget("model", "COMBO", "demo: the small model shipped with SpecAR (runs on a CPU); other entries: "
-                   "model folders under ComfyUI/models/specar (Janus / Janus-Pro, Emu3, Lumina-mGPT, Anole in "
-                   "transformers format; LlamaGen as its authors' checkpoints)", default="demo",
-                   options=model_choices),
+                   "model folders under ComfyUI/models/specar (" +
+                   "; ".join(f"{f.label}: {f.files}" for f in FAMILIES.values() if not f.builtin) + ")",
+                   default="demo", options=model_choices),
             Widget("device", "COMBO", "where the model runs; auto: ComfyUI's device", default="auto",
                    options=DEVICES),
             Widget("dtype", "COMBO", "weights precision; auto: the model's recommended one (float32 on CPU)",
                    default="auto", options=DTYPES),
             # new inputs go after the old ones: saved workflows keep their positional values
-            Widget("resolution", "COMBO", "image size in pixels (W x H): model default, or a size the family offers "
-                   "(Janus-Pro 384x384 only; Emu3 any; Lumina-mGPT its 512 / 768 / 1024 sizes; Anole 512x512; "
-                   "LlamaGen 256 / 384 / 512 squares); another size is refused naming what the model offers",
+            Widget("resolution", "COMBO", f"image size in pixels (W x H): model default, or a size the family offers "
+                   f"({sizes_help()}); another size is refused naming what the model offers",
                    default=MODEL_DEFAULT_SIZE, options=RESOLUTIONS, optional=True),
             Widget("offload", "COMBO", "none: every weight on the device; auto: accelerate's big-model loading (GPU "
                    "first, the rest in CPU memory) for models larger than the GPU (transformers-format families)",
@@ -423,5 +197,6 @@ def decode_spec() -> NodeSpec:
     )
 
 
-__all__ = ["CATEGORY", "NodeSpec", "Output", "SamplerSettings", "Switch", "Widget", "backend_switch", "decode_spec",
-           "flatten", "guidance_switch", "loader_spec", "sampler_settings", "sampler_spec", "validate"]
+
+__all__ = ["BESIDE_MODEL", "CATEGORY", "MODEL_DEFAULT", "backend_switch", "decode_spec", "guidance_switch",
+           "loader_spec", "sampler_spec"]

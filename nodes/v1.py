@@ -1,13 +1,14 @@
 """The nodes as V1 classes (INPUT_TYPES dictionaries): for ComfyUI versions without `comfy_api`.
 
-Generated from spec.py, like the V3 classes in v3.py; the work is done by core.py.
+Generated from spec.py, like the V3 classes in v3.py; the work is done by core.py and models.py.
 """
 from __future__ import annotations
 
-from . import core, spec
+from . import core, models, spec
+from .widgets import NodeSpec, Widget, flatten
 
 
-def input_options(w: spec.Widget) -> tuple:
+def input_options(w: Widget) -> tuple:
     """One V1 input entry: (TYPE or [choices], {options})."""
     opts = {"tooltip": w.tooltip}
     if w.default is not None:
@@ -24,10 +25,10 @@ def input_options(w: spec.Widget) -> tuple:
     return (kind, opts)
 
 
-def input_types(node: spec.NodeSpec) -> dict:
+def input_types(node: NodeSpec) -> dict:
     types = {"required": {}, "optional": {}}
-    for w in spec.flatten(node.inputs):
-        types["optional" if getattr(w, "optional", False) else "required"][w.name] = input_options(w)
+    for w in flatten(node.inputs):
+        types["optional" if w.optional else "required"][w.name] = input_options(w)
     return {k: v for k, v in types.items() if v or k == "required"}
 
 
@@ -56,8 +57,8 @@ def _make(node_fn, function: str, run):
     return Node
 
 
-def _load(self, model, device="auto", dtype="auto", resolution="model default", offload="none"):
-    return (core.load_handle(model, device, dtype, resolution, offload),)
+def _load(self, **values):
+    return (models.load_handle(**values),)
 
 
 def _sample(self, model, **values):
@@ -69,14 +70,9 @@ def _decode(self, tokens):
     return (core.decode_tokens(tokens),)
 
 
-SpecARModelLoader = _make(lambda: spec.loader_spec(core.model_choices), "load", _load)
-SpecARSampler = _make(core.sampler_spec, "sample", _sample)
-SpecARDecode = _make(spec.decode_spec, "decode", _decode)
-
-NODES = [SpecARModelLoader, SpecARSampler, SpecARDecode]
+NODE_SPECS = ((models.loader_spec, "load", _load), (models.sampler_spec, "sample", _sample),
+              (spec.decode_spec, "decode", _decode))
+NODES = [_make(*n) for n in NODE_SPECS]
+SpecARModelLoader, SpecARSampler, SpecARDecode = NODES
 NODE_CLASS_MAPPINGS = {cls.__name__: cls for cls in NODES}
-NODE_DISPLAY_NAME_MAPPINGS = {
-    "SpecARModelLoader": spec.loader_spec(list).display_name,
-    "SpecARSampler": spec.sampler_spec().display_name,
-    "SpecARDecode": spec.decode_spec().display_name,
-}
+NODE_DISPLAY_NAME_MAPPINGS = {node().node_id: node().display_name for node, _, _ in NODE_SPECS}

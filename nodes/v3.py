@@ -2,22 +2,22 @@
 
 `build_nodes(io)` takes the `comfy_api.latest.io` module as an argument, so importing this file
 needs no ComfyUI; nodes/__init__.py calls it when ComfyUI provides the module. The schemas are
-generated from spec.py (as the V1 classes in v1.py are); the work is done by core.py.
+generated from spec.py (as the V1 classes in v1.py are); the work is done by core.py and models.py.
 """
 from __future__ import annotations
 
-from ..samplers import backends as _backends
-from . import core, spec
+from . import core, models, spec
+from .widgets import NodeSpec, Switch, Widget
 
 
-def _widget_input(io, types: dict, w: spec.Widget):
+def _widget_input(io, types: dict, w: Widget):
     inp = _make_input(io, types, w)
     if w.extra:  # keys for the web extension; extra_dict is not a constructor argument everywhere (0.3.x Combo)
         inp.extra_dict = {**(getattr(inp, "extra_dict", None) or {}), **w.extra}
     return inp
 
 
-def _make_input(io, types: dict, w: spec.Widget):
+def _make_input(io, types: dict, w: Widget):
     common = dict(tooltip=w.tooltip, optional=True) if w.optional else dict(tooltip=w.tooltip)
     if w.kind == "INT":
         return io.Int.Input(w.name, default=w.default, min=w.min, max=w.max, step=w.step,
@@ -33,7 +33,7 @@ def _make_input(io, types: dict, w: spec.Widget):
     return types[w.kind].Input(w.name, **common)
 
 
-def _switch_input(io, types: dict, sw: spec.Switch, dynamic: bool) -> list:
+def _switch_input(io, types: dict, sw: Switch, dynamic: bool) -> list:
     """A Switch as one DynamicCombo (only the chosen option's inputs exist), or flattened."""
     if not dynamic:
         return [_widget_input(io, types, w) for w in sw.flat_widgets()]
@@ -53,7 +53,7 @@ def dynamic_combo_available(io) -> bool:
     return hasattr(io, "DynamicCombo") and hasattr(io.DynamicCombo, "Option")
 
 
-def schema(io, types: dict, node: spec.NodeSpec, dynamic: bool = False):
+def schema(io, types: dict, node: NodeSpec, dynamic: bool = False):
     input_ids = {w.name for w in node.inputs}
     outputs = []
     for o in node.outputs:
@@ -64,23 +64,20 @@ def schema(io, types: dict, node: spec.NodeSpec, dynamic: bool = False):
         display_name=node.display_name,
         category=spec.CATEGORY,
         description=node.description,
-        inputs=[i for w in node.inputs for i in (_switch_input(io, types, w, dynamic) if isinstance(w, spec.Switch)
+        inputs=[i for w in node.inputs for i in (_switch_input(io, types, w, dynamic) if isinstance(w, Switch)
                                                  else [_widget_input(io, types, w)])],
         outputs=outputs,
         is_output_node=node.output_node,
     )
 
 
-def _check_switches(backend, guidance):
+def _check_switches(**values):
     """validate_inputs' verdict on the sampler's switches, flat values or DynamicCombo dicts."""
-    key = backend.get("backend") if isinstance(backend, dict) else backend
-    if key not in _backends.SCHEMAS:
-        got = "none (a value that is not an option)" if key is None else repr(key)
-        return f"backend must be one of {', '.join(_backends.SCHEMAS)}; got {got}"
-    key = guidance.get("guidance") if isinstance(guidance, dict) else guidance
-    if key not in (spec.MODEL_DEFAULT, "custom"):
-        got = "none (a value that is not an option)" if key is None else repr(key)
-        return f"guidance must be one of {spec.MODEL_DEFAULT}, custom; got {got}"
+    for sw in (spec.backend_switch(), spec.guidance_switch()):
+        value = values[sw.name]
+        err = sw.choice_error(value.get(sw.name) if isinstance(value, dict) else value)
+        if err:
+            return err
     return True
 
 
@@ -93,9 +90,6 @@ def build_nodes(io) -> list:
         "STRING": io.String,
     }
 
-    def loader():
-        return spec.loader_spec(core.model_choices)
-
     # The widgets declare their ranges and choices, so ComfyUI files a bad value against its own input,
     # once; a validate_inputs taking every input (**values) would make ComfyUI skip those checks and file
     # its message once per input. The nodes check everything again, and the limits between inputs, when
@@ -104,18 +98,18 @@ def build_nodes(io) -> list:
     class SpecARModelLoader(io.ComfyNode):
         @classmethod
         def define_schema(cls):
-            return schema(io, types, loader())
+            return schema(io, types, models.loader_spec())
 
         @classmethod
-        def execute(cls, model, device="auto", dtype="auto", resolution="model default", offload="none"):
-            return io.NodeOutput(core.load_handle(model, device, dtype, resolution, offload))
+        def execute(cls, **values):
+            return io.NodeOutput(models.load_handle(**values))
 
     dynamic = dynamic_combo_available(io)
 
     class SpecARSampler(io.ComfyNode):
         @classmethod
         def define_schema(cls):
-            return schema(io, types, core.sampler_spec(), dynamic=dynamic)
+            return schema(io, types, models.sampler_spec(), dynamic=dynamic)
 
         # ComfyUI (execution.validate_inputs) passes the inputs this function names, then nests them
         # (build_nested_inputs), which adds a dict for EVERY DynamicCombo whose value is one of its
@@ -128,11 +122,11 @@ def build_nodes(io) -> list:
         if dynamic:
             @classmethod
             def validate_inputs(cls, backend=None, guidance=None):
-                return _check_switches(backend, guidance)
+                return _check_switches(backend=backend, guidance=guidance)
         else:
             @classmethod
             def validate_inputs(cls, backend=None):
-                return _check_switches(backend, spec.MODEL_DEFAULT)
+                return _check_switches(backend=backend, guidance=spec.MODEL_DEFAULT)
 
         @classmethod
         def execute(cls, model, **values):

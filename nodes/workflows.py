@@ -21,11 +21,12 @@ import argparse
 import json
 import os
 
-from . import spec
+from ..samplers.backends import SCHEMAS
+from . import models, spec
+from .layouts import dynamic_inputs, named_values, to_flat
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXAMPLES = os.path.join(ROOT, "example_workflows")
-from ..samplers.backends import SCHEMAS
 
 # file names are what ComfyUI's template browser shows on the cards
 
@@ -67,74 +68,9 @@ def sampler_values(prompt: str, seed: int, **overrides) -> dict:
     return values
 
 
-def chosen_inputs(choice):
-    """(name in the DynamicCombo layout, flat name, widget) of every sampler widget for the switch choices
-    `choice(switch)` gives, in input order: the common inputs, and each switch followed by its chosen
-    option's inputs ("backend.window" / "sjd_pac_window")."""
-    for w in spec.sampler_spec().inputs:
-        if isinstance(w, spec.Switch):
-            key = choice(w)
-            yield w.name, w.name, w
-            for sub in w.options[key]:
-                yield f"{w.name}.{sub.name}", w.flat_name(key, sub), sub
-        elif w.is_widget:
-            yield w.name, w.name, w
-
-
-def dynamic_inputs(flat: dict) -> dict:
-    """Flat sampler values -> the API-format inputs of the DynamicCombo layout (ComfyUI >= 0.4.0):
-    "backend": key and "backend.<param>" for the chosen backend's parameters only; the same for
-    guidance. Other values unchanged, in widget order."""
-    return {name: flat[flat_name] for name, flat_name, _ in chosen_inputs(lambda sw: flat[sw.name])}
-
-
-def to_flat(prompt: dict) -> dict:
-    """An API-format workflow of the DynamicCombo layout -> the flat layout of ComfyUI without
-    DynamicCombo (and of the V1 nodes): "backend.window" of backend sjd_pac becomes "sjd_pac_window",
-    the other backends' inputs take their defaults."""
-    out = json.loads(json.dumps(prompt))
-    for node in out.values():
-        if node["class_type"] != "SpecARSampler":
-            continue
-        nested = spec.nest_dotted(node["inputs"])
-        flat = {w.name: w.default for w in spec.sampler_spec().widgets()}
-        links = {}
-        for name, value in nested.items():
-            if isinstance(value, dict):
-                sw = next(w for w in spec.sampler_spec().inputs if isinstance(w, spec.Switch) and w.name == name)
-                key = value[name]
-                flat[name] = key
-                for sub in sw.options[key]:
-                    flat[sw.flat_name(key, sub)] = value[sub.name]
-            elif isinstance(value, list):
-                links[name] = value
-            else:
-                flat[name] = value
-        node["inputs"] = {**links, **flat}
-    return out
-
-
-def named_values(inputs: dict) -> dict:
-    """A sampler's values by flat name (`properties.specar_inputs` of the UI format): the common inputs,
-    each switch's choice and its chosen option's inputs ("sjd_pac_window", "cfg_scale"), and the seed's
-    control; what web/specar.js applies by name whatever layout the frontend has."""
-    named = {}
-    for name, flat_name, w in chosen_inputs(lambda sw: inputs[sw.name]):
-        named[flat_name] = inputs[name]
-        if getattr(w, "control_after_generate", False):
-            named["control_after_generate"] = "fixed"
-    return named
-
-
-def ui_widget_values(inputs: dict) -> list:
-    """A sampler's widgets_values in the DynamicCombo layout, as the ComfyUI frontend saves them: in
-    input order, a switch's key followed by its chosen option's values only, the seed followed by its
-    control value."""
-    return list(named_values(inputs).values())
-
-
 def loader_values() -> dict:
-    return {"model": "demo", "device": "auto", "dtype": "auto", "resolution": "model default", "offload": "none"}
+    """The loader's defaults (the embedded demo model)."""
+    return {w.name: w.default for w in spec.loader_spec(list).widgets()}
 
 
 def build_api(desc: dict) -> dict:
@@ -188,8 +124,8 @@ def build_ui(desc: dict) -> dict:
             outputs = [{"name": "model", "type": "SPECAR_MODEL", "links": outgoing.get((nid, 0), []), "slot_index": 0}]
         elif ct == "SpecARSampler":
             pos, size = [400 + 360 * i, 40], [340, 700]
-            widgets = ui_widget_values(node["inputs"])
             named = named_values(node["inputs"])
+            widgets = list(named.values())  # the order the frontend saves them in
             link, kind = incoming[(nid, "model")]
             inputs = [{"name": "model", "type": kind, "link": link}]
             outputs = [{"name": o.name, "type": o.kind, "links": outgoing.get((nid, k)) or None, "slot_index": k}
@@ -226,7 +162,7 @@ def render_thumbnail(desc: dict, path: str) -> None:
 
     from . import core
 
-    model = core.load_cached("demo", "cpu", "auto")
+    model = models.load_cached(model="demo", device="cpu")
     api = build_api(desc)
     tiles = []
     for nid, node in api.items():

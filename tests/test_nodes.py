@@ -20,15 +20,20 @@ import pytest
 import torch
 
 import specar
-from specar.nodes import core, spec, v1, v3
+from specar.nodes import core, layouts, models, report, spec, v1, v3, widgets
 from specar.samplers import backends
-from specar.samplers.backends import BACKEND_PARAMS, SCHEMAS
+from specar.samplers.backends import SCHEMAS
 from specar.testing import tiny_model
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXAMPLES = os.path.join(ROOT, "example_workflows")
 CORE_NODES = {"PreviewImage": {"images": "IMAGE"}, "SaveImage": {"images": "IMAGE"}}
 FRONTEND_ONLY = {"Note", "MarkdownNote"}  # virtual nodes of the ComfyUI frontend (not in API format)
+CONTROL_AFTER_GENERATE = ("fixed", "increment", "decrement", "randomize")  # the frontend's seed control values
+
+
+def param_names(backend):
+    return [p.name for p in SCHEMAS[backend].params]
 
 _spec = importlib.util.spec_from_file_location("specar_comfy_stubs", os.path.join(ROOT, "tests", "comfy_stubs.py"))
 stubs = importlib.util.module_from_spec(_spec)
@@ -49,13 +54,13 @@ def comfy(monkeypatch, tmp_path):
         state["options"] = options
         return tiny_model(16, (4, 4), seed=0, row_end=True)
 
-    monkeypatch.setattr(core, "load_model", fake_load_model)
-    monkeypatch.setattr(core, "_hooked", [])
-    core.free_models()
+    monkeypatch.setattr(models, "load_model", fake_load_model)
+    monkeypatch.setattr(models, "_hooked", [])
+    models.free_models()
     state["mm"] = sys.modules["comfy.model_management"]
     state["models_dir"] = models_dir
     yield state
-    core.free_models()
+    models.free_models()
 
 
 def flavours():
@@ -239,17 +244,17 @@ def test_node_schemas_are_valid(flavour, comfy):
         assert [o["key"] for o in options][0] == "auto" and sorted(o["key"] for o in options) == sorted(SCHEMAS)
         for o in options:
             for iname, (kind, opts) in o["inputs"].get("required", {}).items():
-                assert opts.get("tooltip") and iname in BACKEND_PARAMS[o["key"]]
+                assert opts.get("tooltip") and iname in param_names(o["key"])
                 if "default" in opts:
                     assert widget_values_ok(kind, opts, opts["default"]), (o["key"], iname)
-        req = v1.input_types(core.sampler_spec())["required"]  # the flat view: defaults below
+        req = v1.input_types(models.sampler_spec())["required"]  # the flat view: defaults below
     else:
-        assert (backend[0] if flavour == "v1" else backend[1]["options"]) == list(BACKEND_PARAMS)
+        assert (backend[0] if flavour == "v1" else backend[1]["options"]) == list(SCHEMAS)
     assert req["seed"][1]["control_after_generate"] and req["seed"][1]["max"] == 2**64 - 1
-    for b, params in BACKEND_PARAMS.items():  # flat layout: every backend's own inputs, with its defaults
-        for p, (default, _) in params.items():
-            kind, opts = req[f"{b}_{p}"]
-            assert opts["default"] == default or (default == "" and opts["default"] == spec.BESIDE_MODEL), (b, p)
+    for b, schema in SCHEMAS.items():  # flat layout: every backend's own inputs, with its defaults
+        for p in schema.params:
+            kind, opts = req[f"{b}_{p.name}"]
+            assert opts["default"] == p.default or (p.default == "" and opts["default"] == spec.BESIDE_MODEL), (b, p)
     assert req["guidance"][1]["default"] == "model default" and req["cfg_scale"][1]["min"] == 0.0
     for cls in classes.values():  # ComfyUI checks the inputs itself: files each bad value once, on its input
         fn = validate_fn(cls)  # only the switches: ComfyUI passes every DynamicCombo to the function
@@ -316,18 +321,18 @@ def test_sampler_widgets_follow_backend_schemas(monkeypatch):
     flat = {"backend": "fake", "fake_window": 4, "fake_lossy": True, "sjd_window": 9, "guidance": "model default"}
     nested = {"backend": {"backend": "fake", "window": 4, "lossy": True}, "guidance": {"guidance": "model default"}}
     for values in (flat, nested):
-        got = spec.sampler_settings(values)
+        got = layouts.sampler_settings(values)
         assert (got.backend, got.params, got.cfg_scale, got.top_k) == ("fake", {"window": 4, "lossy": True}, None, None)
-    custom = spec.sampler_settings({"backend": "sjd", "guidance": "custom", "cfg_scale": 0.0, "top_k": 0})
+    custom = layouts.sampler_settings({"backend": "sjd", "guidance": "custom", "cfg_scale": 0.0, "top_k": 0})
     assert (custom.cfg_scale, custom.top_k) == (0.0, None)  # custom top_k 0 = all tokens (no top-k)
     # SpecAR 0.1 API prompts: shared names, window 0 / cfg_scale -1 / top_k 0 = the default
-    legacy = spec.sampler_settings({"backend": "sjd_pac", "window": 0, "tree_depth": 2, "init": "random",
+    legacy = layouts.sampler_settings({"backend": "sjd_pac", "window": 0, "tree_depth": 2, "init": "random",
                                     "cfg_scale": -1.0, "top_k": 0})
     assert (legacy.params, legacy.cfg_scale, legacy.top_k) == ({"tree_depth": 2, "init": "random"}, None, None)
-    legacy = spec.sampler_settings({"backend": "sjd", "window": 8, "tree_depth": 2, "cfg_scale": 2.0, "top_k": 7})
+    legacy = layouts.sampler_settings({"backend": "sjd", "window": 8, "tree_depth": 2, "cfg_scale": 2.0, "top_k": 7})
     assert (legacy.params, legacy.cfg_scale, legacy.top_k) == ({"window": 8}, 2.0, 7)
     with pytest.raises(ValueError, match="backend must be one of ar, .*fake; got 'turbo'"):
-        spec.sampler_settings({"backend": "turbo"})
+        layouts.sampler_settings({"backend": "turbo"})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -345,12 +350,12 @@ def test_model_loader_lists_folders_caches_and_frees(flavour, comfy):
 
     m1, = execute(loader, model="demo", device="auto", dtype="auto")[0]
     m2, = execute(loader, model="demo", device="auto", dtype="auto")[0]
-    assert core.resolve(m1) is core.resolve(m2) and len(comfy["loaded"]) == 1  # cached across runs
-    assert isinstance(m1, core.ModelHandle)  # ComfyUI caches the handle, not the model
+    assert models.resolve(m1) is models.resolve(m2) and len(comfy["loaded"]) == 1  # cached across runs
+    assert isinstance(m1, models.ModelHandle)  # ComfyUI caches the handle, not the model
     execute(loader, model="janus-pro-1b", device="cpu", dtype="bfloat16")
     assert comfy["loaded"][-1] == (os.path.join(comfy["models_dir"], "specar", "janus-pro-1b"), "cpu", "bfloat16")
     comfy["mm"].unload_all_models()  # ComfyUI's "unload models" frees ours too
-    assert not core._cache and comfy.get("unloaded") == 1
+    assert not models._cache and comfy.get("unloaded") == 1
     execute(loader, model="demo", device="auto", dtype="auto")
     assert len(comfy["loaded"]) == 3
 
@@ -399,7 +404,7 @@ def read_ui_values(cls, widgets_values: list, where: str) -> dict:
         assert widget_values_ok(kind, opts, value), f"{where}: {name} = {value!r}"
         out[name] = value
         if opts.get("control_after_generate"):
-            assert values.pop(0) in spec.CONTROL_AFTER_GENERATE
+            assert values.pop(0) in CONTROL_AFTER_GENERATE
     assert not values, f"{where}: extra widget values {values}"
     return out
 
@@ -463,7 +468,7 @@ def run_api_workflow(prompt, classes):
     to the flat layout first when the classes have no DynamicCombo)."""
     from specar.nodes import workflows
     if not is_dynamic(classes["SpecARSampler"]):
-        prompt = workflows.to_flat(prompt)
+        prompt = layouts.to_flat(prompt)
     outputs, uis = {}, {}
     pending = sorted(prompt, key=int)
     while pending:
@@ -539,7 +544,7 @@ def api_inputs(cls, flat: dict) -> dict:
         return dict(flat)
     out = {}
     for w in spec.sampler_spec().inputs:
-        if isinstance(w, spec.Switch):
+        if isinstance(w, widgets.Switch):
             key = flat[w.name]
             out[w.name] = key
             for sub in w.options.get(key, []):
@@ -606,7 +611,7 @@ def test_bad_values_give_one_error_on_the_right_input(flavour, change, bad_input
 
 def test_a_tree_too_big_for_the_model_names_its_parameters(comfy):
     model, = execute(v1.SpecARModelLoader, model="demo", device="auto", dtype="auto")[0]
-    limit = core.resolve(model).max_positions
+    limit = models.resolve(model).max_positions
     assert limit is not None
     values = sampler_values(backend="hawk", hawk_node_budget=min(512, limit + 8))
     with pytest.raises(ValueError) as e:
@@ -653,15 +658,15 @@ def test_a_lossy_run_says_so_and_is_never_called_faster():
                 params={}, accepted_length_histogram={})
     lossy = GenerationStats(**base)
     ar = GenerationStats(**dict(base, backend="ar", nfe=15, steps=[15], latency_s=1.0, lossy=False))
-    text = core.summary(lossy, ar)
+    text = report.summary(lossy, ar)
     assert "LOSSY" in text.split(":")[0] and "faster" not in text and "not comparable" in text
-    assert "faster" in core.summary(GenerationStats(**dict(base, lossy=False)), ar)
+    assert "faster" in report.summary(GenerationStats(**dict(base, lossy=False)), ar)
 
 
 def test_legacy_api_prompt_samples_what_the_new_layout_does(comfy):
     """A SpecAR 0.1 API prompt (shared names, window 0 / cfg -1 / top_k 0 = defaults) runs, and samples
     exactly what the same settings in the current layout sample."""
-    model = core.resolve(execute(v1.SpecARModelLoader, model="demo", device="auto", dtype="auto")[0][0])
+    model = models.resolve(execute(v1.SpecARModelLoader, model="demo", device="auto", dtype="auto")[0][0])
     legacy = dict(prompt="x", negative_prompt="", seed=5, backend="sjd_pac", cfg_scale=-1.0, temperature=1.0,
                   top_k=0, top_p=1.0, window=0, init="random", coupling="maximal", coupling_strength=1.0,
                   tree_depth=2, tree_width=3, continuation=True, batch_size=1)
@@ -670,6 +675,42 @@ def test_legacy_api_prompt_samples_what_the_new_layout_does(comfy):
                                                  sjd_pac_tree_width=3))
     assert torch.equal(old[1]["tokens"], new[1]["tokens"])
     assert json.loads(old[2])["params"] == json.loads(new[2])["params"]
+
+
+def test_a_family_registered_later_reaches_the_loader_and_the_guidance_help(comfy, monkeypatch):
+    """A family is its ModelFamily object: registered, it is recognised in the model folder, listed, offered
+    in the help, sized by its own size_options and loaded by its own load, with no other change."""
+    from specar.model_loaders import registry
+    from specar.model_loaders.family import ModelFamily, Sampling
+    loaded = []
+
+    def size_options(folder, w, h):
+        if w % 64 or h % 64:
+            raise ValueError(f"Fake-Gen offers multiples of 64, got {w}x{h}")
+        return {"tokens_wide": w // 64, "tokens_high": h // 64}
+
+    fake = ModelFamily(name="fake", label="Fake-Gen", files="a fake.marker file", sizes="Fake-Gen multiples of 64",
+                       load=lambda folder, **kw: loaded.append((folder, kw)) or tiny_model(16, (4, 4), seed=0),
+                       size_options=size_options, sampling=(Sampling("Fake-Gen", 2.5, 77),),
+                       detect=lambda folder, config: os.path.isfile(os.path.join(folder, "fake.marker")))
+    monkeypatch.setitem(registry.FAMILIES, "fake", fake)
+    monkeypatch.setattr(models, "load_model", registry.load_model)  # the real registry, not the fixture's stand-in
+    folder = os.path.join(comfy["models_dir"], "specar", "fake-gen")
+    os.makedirs(folder)
+    open(os.path.join(folder, "fake.marker"), "w").close()
+    loader = v1.SpecARModelLoader.INPUT_TYPES()
+    assert "fake-gen" in loader["required"]["model"][0]
+    assert "Fake-Gen: a fake.marker file" in loader["required"]["model"][1]["tooltip"]
+    assert "Fake-Gen multiples of 64" in loader["optional"]["resolution"][1]["tooltip"]
+    guidance = v1.SpecARSampler.INPUT_TYPES()["required"]["guidance"][1]["tooltip"]
+    assert "Fake-Gen: cfg 2.5, top-k 77" in guidance
+    execute(v1.SpecARModelLoader, model="fake-gen", device="cpu", dtype="auto", resolution="1024x576")
+    assert loaded == [(folder, {"device": "cpu", "dtype": None, "tokens_wide": 16, "tokens_high": 9})]
+    with pytest.raises(ValueError, match="Fake-Gen offers multiples of 64, got 720x720"):
+        execute(v1.SpecARModelLoader, model="fake-gen", device="cpu", dtype="auto", resolution="720x720")
+    with pytest.raises(ValueError, match=r"offload 'auto' .* is for transformers-format models .*'.*fake-gen' is "
+                                         r"Fake-Gen"):
+        execute(v1.SpecARModelLoader, model="fake-gen", device="cpu", dtype="auto", offload="auto")
 
 
 @pytest.mark.parametrize("flavour", flavours())
@@ -711,34 +752,34 @@ def test_freed_model_reloads_transparently_and_memory_pressure_frees_it(flavour,
     handle, = execute(classes["SpecARModelLoader"], model="demo", device="auto", dtype="auto")[0]
     first = run_sampler_node(classes["SpecARSampler"], handle, sampler_values(seed=2))[0]
     comfy["mm"].free_memory(1 << 20, "cpu")  # ComfyUI loads something small: enough memory left, ours stays
-    assert core._cache and len(comfy["loaded"]) == 1
+    assert models._cache and len(comfy["loaded"]) == 1
     comfy["free_bytes"] = 0  # ComfyUI freed what it could and the device is still short: ours goes
     comfy["mm"].free_memory(1 << 30, "cpu")
-    assert not core._cache and comfy["free_memory_calls"][-1] == (1 << 30, "cpu")
+    assert not models._cache and comfy["free_memory_calls"][-1] == (1 << 30, "cpu")
     again = run_sampler_node(classes["SpecARSampler"], handle, sampler_values(seed=2))[0]  # the cached handle
     assert len(comfy["loaded"]) == 2 and torch.equal(first[1]["tokens"], again[1]["tokens"])
     comfy["free_bytes"] = 0
     comfy["mm"].free_memory(1 << 30, "cuda:0")  # pressure on another device: not ours
-    assert core._cache
+    assert models._cache
 
 
 def test_a_failed_load_keeps_the_working_model(comfy, monkeypatch):
     handle, = execute(v1.SpecARModelLoader, model="demo", device="auto", dtype="auto")[0]
-    model = core.resolve(handle)
+    model = models.resolve(handle)
 
     def broken(*a, **k):
         raise ValueError("no CUDA GPU")
 
-    monkeypatch.setattr(core, "load_model", broken)
+    monkeypatch.setattr(models, "load_model", broken)
     with pytest.raises(ValueError, match="no CUDA GPU"):
         execute(v1.SpecARModelLoader, model="demo", device="cpu", dtype="float32")
-    assert list(core._cache.values()) == [model]  # still there, still the one a run uses
-    assert core.resolve(handle) is model
+    assert list(models._cache.values()) == [model]  # still there, still the one a run uses
+    assert models.resolve(handle) is model
 
 
 def test_out_of_memory_names_what_to_lower_and_leaves_the_model_usable(comfy, monkeypatch):
     handle, = execute(v1.SpecARModelLoader, model="demo", device="auto", dtype="auto")[0]
-    model = core.resolve(handle)
+    model = models.resolve(handle)
     values = sampler_values(backend="sjd_pac", sjd_pac_window=8, batch_size=3, seed=1)
     reference = execute(v1.SpecARSampler, model=handle, **values)[0]
     real_forward = type(model).forward
@@ -804,9 +845,9 @@ def test_decode_node(flavour, comfy):
 
 
 def test_heatmap_and_summary():
-    img = core.heatmap([[0, 1, 1], [1, 2, 2]], size=(4, 6))
+    img = report.heatmap([[0, 1, 1], [1, 2, 2]], size=(4, 6))
     assert img.shape == (4, 6, 3) and float(img.min()) >= 0 and float(img.max()) <= 1
-    flat = core.heatmap([[0, 1], [2, 3]])
+    flat = report.heatmap([[0, 1], [2, 3]])
     assert torch.allclose(flat, flat[0, 0].expand_as(flat))  # AR: every step one token, one colour
 
 
@@ -829,7 +870,7 @@ def _demo_model():
 
 def test_demo_workflow_with_the_real_demo_model(comfy, monkeypatch):
     model = _demo_model()
-    monkeypatch.setattr(core, "load_model", lambda name, device=None, dtype=None: model)
+    monkeypatch.setattr(models, "load_model", lambda name, device=None, dtype=None: model)
     classes = node_classes("v3")
     prompt = _load(os.path.join(EXAMPLES, "api", "SpecAR demo - auto.json"))
     outputs, uis = run_api_workflow(prompt, classes)
@@ -980,7 +1021,7 @@ def test_real_frontend_loads_example_and_0_1_workflows(tmp_path):
                     shown = state["nodes"][str(n["id"])]
                     new = {k: v for k, v in state["prompt"][str(n["id"])]["inputs"].items() if k != "model"}
                     assert shown["properties"].get("specar_migrated_from") == "0.1", (name, n["id"])
-                    assert _effective(spec.sampler_settings(new)) == _effective(spec.sampler_settings(old)), \
+                    assert _effective(layouts.sampler_settings(new)) == _effective(layouts.sampler_settings(old)), \
                         (name, n["id"], new)
                     for k in ("prompt", "negative_prompt", "seed", "temperature", "top_p", "batch_size"):
                         assert new[k] == old[k], (name, n["id"], k)
@@ -1036,6 +1077,8 @@ console.log(JSON.stringify({ widgets: node.widgets, original: node.calledOrigina
     text = res["widgets"][0]["value"]
     assert text.startswith("SJD-PAC: 16 tokens in") and "step compression" in text and "mean accepted length" in text
     assert "backend SJD-PAC" in text and "sampling: cfg" in text
+    # the preview is sent upscaled (the frontend labels it 512x512): the statistics say the image's own size
+    assert "image 4x4 px; live preview: the 4x4 image, shown upscaled to 512x512" in text
 
 
 def _web_harness(tmp_path):
@@ -1046,7 +1089,8 @@ def _web_harness(tmp_path):
         "export const app = { registerExtension(e) { globalThis.registered = e; } };\n")
     ext_dir = tmp_path / "extensions" / "specar"
     ext_dir.mkdir(parents=True)
-    shutil.copy(os.path.join(ROOT, "web", "specar.js"), ext_dir / "specar.js")
+    for name in os.listdir(os.path.join(ROOT, "web")):  # ComfyUI serves the whole web folder
+        shutil.copy(os.path.join(ROOT, "web", name), ext_dir / name)
 
 
 @pytest.mark.skipif(not shutil.which("node"), reason="needs node to run the web extension")
@@ -1065,10 +1109,11 @@ def test_web_extension_migrates_legacy_workflows_and_shows_only_the_chosen_backe
     (tmp_path / "dynamic.json").write_text(json.dumps({str(n["id"]): n["widgets_values"] for n in ui["nodes"]
                                                         if n["type"] == "SpecARSampler"}))
     (tmp_path / "named.json").write_text(json.dumps({str(n["id"]): n for n in ui["nodes"] if n["type"] == "SpecARSampler"}))
-    flat_api = workflows.to_flat(_load(os.path.join(EXAMPLES, "api", "SpecAR - every backend side by side.json")))
+    flat_api = layouts.to_flat(_load(os.path.join(EXAMPLES, "api", "SpecAR - every backend side by side.json")))
     (tmp_path / "run.js").write_text("""
 import { readFileSync } from "node:fs";
-const mod = await import("./extensions/specar/specar.js");
+await import("./extensions/specar/specar.js");
+const mod = await import("./extensions/specar/specar_layouts.js");
 const ext = globalThis.registered;
 const def = JSON.parse(readFileSync("node_def.json", "utf8"));
 function NodeType() {}
@@ -1154,8 +1199,8 @@ console.log(JSON.stringify({ first, afterHawk, impliedMode, titleAfterHawk, afte
     assert out.returncode == 0, out.stderr
     res = json.loads(out.stdout)
     default_backend = required["backend"][1]["default"]
-    own = lambda b: [f"{b}_{p}" for p in BACKEND_PARAMS[b]]  # noqa: E731
-    essential = lambda b: [f"{b}_{p}" for p in BACKEND_PARAMS[b] if not spec.is_advanced(b, p)]  # noqa: E731
+    own = lambda b: [f"{b}_{p}" for p in param_names(b)]  # noqa: E731
+    essential = lambda b: [f"{b}_{p}" for p in param_names(b) if not spec.is_advanced(b, p)]  # noqa: E731
     backend_inputs = lambda names: [n for n in names if n.startswith(tuple(f"{b}_" for b in SCHEMAS))]  # noqa: E731
     # a few essentials first; the advanced inputs on request
     assert backend_inputs(res["first"]) == essential(default_backend) and len(essential(default_backend)) <= 3
@@ -1176,7 +1221,7 @@ console.log(JSON.stringify({ first, afterHawk, impliedMode, titleAfterHawk, afte
     # the inputs 0.1 did not have get their defaults back, not the values the frontend put there by position
     defaults = {name: opts.get("default") for name, (kind, opts) in required.items() if name != "model"}
     assert m["preview"] == defaults["preview"] and m["cfg_scale"] == defaults["cfg_scale"]
-    others = [f"{b}_{p}" for b in SCHEMAS if b != "sjd_pac" for p in BACKEND_PARAMS[b]]  # not the chosen backend's
+    others = [f"{b}_{p}" for b in SCHEMAS if b != "sjd_pac" for p in param_names(b)]  # not the chosen backend's
     assert others and {k: m[k] for k in others} == {k: defaults[k] for k in others}
     assert own("sjd_pac")[0] in res["shownOld"] and own("sjd")[0] not in res["shownOld"]
     assert res["notes"] and "top_k" in res["notes"][0]  # an explicit cfg with the model's top-k: said, not hidden
@@ -1207,5 +1252,5 @@ def test_custom_top_k_0_means_all_tokens(comfy):
     values = sampler_values(backend="ar", guidance="custom", cfg_scale=2.0, top_k=0, seed=3)
     _, tokens, stats, _ = execute(v1.SpecARSampler, model=model, **values)[0]
     assert json.loads(stats)["sampling"]["top_k"] == "off"
-    direct = specar.generate(core.resolve(model), "x", backend="ar", seed=3, cfg_scale=2.0, top_k=None)
+    direct = specar.generate(models.resolve(model), "x", backend="ar", seed=3, cfg_scale=2.0, top_k=None)
     assert torch.equal(tokens["tokens"][0], direct.tokens)

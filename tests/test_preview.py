@@ -1,5 +1,6 @@
 """Live preview (samplers/preview.py): never changes the tokens, shows the committed part of the
 image with the rest grey, throttles itself, and reaches ComfyUI's progress bar from the node."""
+import json
 import time
 
 import numpy as np
@@ -99,3 +100,12 @@ def test_the_sampler_node_sends_previews_through_comfyuis_progress_bar(monkeypat
             assert torch.allclose(last, image[0], atol=1 / 255), mode
         for kind, image, size in state["previews"]:
             assert kind == "JPEG" and size == core.ComfyProgress.PREVIEW_SIZE and image.size == (6, 4)
+        stats = json.loads((out["ui"] if isinstance(out, dict) else {"specar_stats": [out[2]]})["specar_stats"][0])
+        assert stats["image_size"] == "6x4"
+        if want:  # the size ComfyUI's server shows the preview at (ImageOps.contain), named with the real one
+            from PIL import ImageOps
+            side = core.ComfyProgress.PREVIEW_SIZE
+            shown = ImageOps.contain(state["previews"][-1][1], (side, side)).size
+            assert stats["preview_label"] == f"live preview: the 6x4 image, shown upscaled to {shown[0]}x{shown[1]}"
+        else:
+            assert "preview_label" not in stats

@@ -8,10 +8,10 @@ import re
 import pytest
 
 import specar
-from specar.model_loaders import registry
+from specar.model_loaders import hf_files
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-FLOOR = ".".join(map(str, registry.TRANSFORMERS_FLOOR))
+FLOOR = ".".join(map(str, hf_files.TRANSFORMERS_FLOOR))
 MODELS = os.environ.get("SPECAR_FLOOR_MODELS")
 
 
@@ -41,7 +41,7 @@ CASES = [("janus", {}), ("emu3", dict(image_area=384, ratio="3:2")),
 @pytest.mark.parametrize("family, options", CASES, ids=["janus-pro", "emu3", "lumina-mgpt", "anole"])
 def test_family_loads_and_generates_on_the_floor(family, options):
     import transformers
-    assert registry.transformers_version() == registry.TRANSFORMERS_FLOOR, transformers.__version__
+    assert hf_files.transformers_version() == hf_files.TRANSFORMERS_FLOOR, transformers.__version__
     model = specar.load_model(os.path.join(MODELS, family), **options)
     H, W = model.geometry.height, model.geometry.width
     ar = specar.generate(model, "a red cat", backend="ar", seed=0, temperature=0)

@@ -1,0 +1,80 @@
+"""What a model family declares, once: `ModelFamily`.
+
+Each family module (janus.py, emu3.py, chameleon.py, llamagen.py, demo/) ends with one
+``FAMILY = ModelFamily(...)``: how its folders are recognised, how it loads, the generation sizes it
+offers, its recommended sampling, its name and help. registry.py lists the families (one line each);
+`load_model`, resolutions.py and the ComfyUI nodes read these objects and nothing else, so adding a
+family is its module plus that one line.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+from .checkpoints import read_json_object
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """A variant's recommended classifier-free guidance scale and top-k (None: no top-k)."""
+    variant: str  # "Janus-Pro", "LlamaGen c2i": what the help calls it
+    cfg_scale: float
+    top_k: Optional[int]
+
+    def for_vocab(self, vocab_size: int) -> dict:
+        """The `default_sampling` of a loaded model: top-k at most its image vocabulary."""
+        return {"cfg_scale": self.cfg_scale, "top_k": None if self.top_k is None else min(self.top_k, vocab_size)}
+
+    def describe(self) -> str:
+        return f"{self.variant}: cfg {self.cfg_scale:g}, top-k {self.top_k or 'off'}"
+
+
+def square_size(label: str, sizes: str) -> Callable[[str, int, int], dict]:
+    """`size_options` of a family that generates squares given as ``image_size``."""
+    def options(folder: str, w: int, h: int) -> dict:
+        if w != h:
+            raise ValueError(f"{label} generates square images ({sizes}); got resolution '{w}x{h}'")
+        return {"image_size": w}
+    return options
+
+
+def own_size_only(what: str) -> Callable[[str, int, int], dict]:
+    def options(folder: str, w: int, h: int) -> dict:
+        raise ValueError(f"{what} generates at its own size only: choose resolution 'model default'")
+    return options
+
+
+@dataclass(frozen=True)
+class ModelFamily:
+    name: str  # "janus": detect_family's answer, the adapters' `family`
+    label: str  # "Janus / Janus-Pro": what the help and the errors call it
+    files: str  # what a folder of this family holds, for the loader's help ("transformers format")
+    load: Callable  # (folder or built-in name, device=, dtype=, **options) -> ARImageModel
+    sizes: str  # the generation sizes it offers, in words ("Emu3 any W x H")
+    size_options: Callable[[str, int, int], dict]  # (folder, width, height) -> load options; ValueError naming
+    # the sizes it offers
+    sampling: tuple = ()  # Sampling per variant: what "model default" guidance uses
+    # (folder, its config.json or None when it has none) -> whether the folder is this family; may raise a
+    # ValueError for a format of this family that SpecAR does not load (naming what to use instead)
+    detect: Optional[Callable[[str, Optional[dict]], bool]] = None
+    builtin: tuple = ()  # names of built-in models (shipped with the pack, no folder)
+    transformers: bool = False  # an adapter over transformers' classes: needs TRANSFORMERS_FLOOR, can offload
+
+
+def read_config(folder: str) -> dict:
+    """A model folder's config.json as a dict; a clear ValueError when missing or malformed."""
+    path = os.path.join(folder, "config.json")
+    if not os.path.isfile(path):
+        raise ValueError(f"{path} is missing: a transformers model folder needs its config.json")
+    return read_json_object(path)
+
+
+def config_names(config: Optional[dict]) -> tuple:
+    """(model_type, architectures) of a config.json (empty when there is none)."""
+    if config is None:
+        return "", []
+    return str(config.get("model_type", "")), list(config.get("architectures") or [])
+
+
+__all__ = ["ModelFamily", "Sampling", "config_names", "own_size_only", "read_config", "square_size"]

@@ -1,0 +1,167 @@
+"""The sampler's values in every layout ComfyUI has saved or sent them in, mapped by name (never by
+position): the one place for layout mapping and legacy migration on the Python side (web/specar_layouts.js
+is the browser's).
+
+- nested: ComfyUI with the V3 DynamicCombo (>= 0.4.0) hands a node {"backend": {"backend": "sjd",
+  "window": 32}}; its API prompts spell that "backend": "sjd", "backend.window": 32 (`nest_dotted`);
+- flat: ComfyUI without DynamicCombo (0.3.x) and the V1 nodes: "backend": "sjd", "sjd_window": 32,
+  every backend's inputs present (`to_flat`);
+- SpecAR 0.1 API prompts: shared parameter names ("window"), where 0 meant the backend's default,
+  cfg_scale -1 and top_k 0 the model's (`legacy_settings`).
+
+`sampler_settings` reads any of them into `SamplerSettings`, what `generate` takes.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Callable, Iterator, Optional
+
+from ..samplers import backends as _backends
+from . import spec
+from .widgets import Switch, choice_error
+
+GUIDANCES = (spec.MODEL_DEFAULT, "custom")
+# the sampler's widget names before per-backend inputs (workflows saved up to SpecAR 0.1)
+LEGACY_PARAMS = ("window", "init", "coupling", "coupling_strength", "tree_depth", "tree_width", "continuation")
+
+
+@dataclass
+class SamplerSettings:
+    """The sampler node's values, whatever layout they came in: what `generate` takes."""
+    backend: str
+    params: dict  # the backend's parameters (drafter folder names not yet resolved to paths)
+    cfg_scale: Optional[float]  # None: the model's recommended value
+    top_k: Optional[int]
+
+
+def nest_dotted(values: dict) -> dict:
+    """API-format DynamicCombo keys ("backend": "sjd", "backend.window": 32) as ComfyUI nests them
+    before a node runs ({"backend": {"backend": "sjd", "window": 32}}); other values unchanged."""
+    if not any("." in k for k in values):
+        return values
+    out = {k: v for k, v in values.items() if "." not in k}
+    for key, value in values.items():
+        if "." in key:
+            head, _, rest = key.partition(".")
+            group = out.get(head)
+            if not isinstance(group, dict):
+                group = out[head] = {head: group}
+            group[rest] = value
+    return out
+
+
+def _chosen(values: dict, name: str) -> tuple:
+    """(the switch's choice, its option's values when nested, else None) of a switch `name`."""
+    value = values.get(name)
+    if isinstance(value, dict):
+        option = dict(value)
+        return option.pop(name, None), option
+    return value, None
+
+
+def _schema(backend):
+    err = choice_error("backend", _backends.SCHEMAS, backend)
+    if err:
+        raise ValueError(err)
+    return _backends.SCHEMAS[backend]
+
+
+def sampler_settings(values: dict) -> SamplerSettings:
+    """Read the sampler's values in any layout (nested, dotted, flat or SpecAR 0.1); ValueError names a
+    bad backend or guidance."""
+    values = nest_dotted(values)
+    if values.get("guidance") is None and any(k in values for k in LEGACY_PARAMS + ("cfg_scale",)):
+        return legacy_settings(values)
+    backend, params = _chosen(values, "backend")
+    schema = _schema(backend)
+    if params is None:
+        params = {p.name: values[f"{backend}_{p.name}"] for p in schema.params if f"{backend}_{p.name}" in values}
+    for p in schema.params:
+        if p.folder_of and params.get(p.name) == spec.BESIDE_MODEL:
+            params[p.name] = ""
+    guidance, custom = _chosen(values, "guidance")
+    err = choice_error("guidance", GUIDANCES, guidance)  # a dropped DynamicCombo is never a silent default
+    if err:
+        raise ValueError(err)
+    if guidance == spec.MODEL_DEFAULT:
+        return SamplerSettings(backend, params, None, None)
+    custom = values if custom is None else custom
+    top_k = custom["top_k"]
+    return SamplerSettings(backend, params, float(custom["cfg_scale"]), None if top_k == 0 else top_k)  # 0: all
+
+
+def legacy_settings(values: dict) -> SamplerSettings:
+    """A SpecAR 0.1 API prompt: shared parameter names, 0 = the backend's default for an integer,
+    cfg_scale < 0 and top_k 0 = the model's values."""
+    backend = values.get("backend")
+    schema = _schema(backend)
+    params = {p.name: values[p.name] for p in schema.params
+              if p.name in values and not (p.kind is int and values[p.name] == 0)}
+    cfg, top_k = values.get("cfg_scale", -1), values.get("top_k", 0)
+    return SamplerSettings(backend, params, None if cfg < 0 else float(cfg), None if top_k == 0 else top_k)
+
+
+# ---------------------------------------------------------------------------------------------
+# the layouts of a whole API prompt, and a sampler's values by name
+
+def chosen_inputs(choice: Callable[[Switch], str]) -> Iterator[tuple]:
+    """(name in the DynamicCombo layout, flat name, widget) of every sampler widget for the switch choices
+    `choice(switch)` gives, in input order: the common inputs, and each switch followed by its chosen
+    option's inputs ("backend.window" / "sjd_pac_window")."""
+    for w in spec.sampler_spec().inputs:
+        if isinstance(w, Switch):
+            key = choice(w)
+            yield w.name, w.name, w
+            for sub in w.options[key]:
+                yield f"{w.name}.{sub.name}", w.flat_name(key, sub), sub
+        elif w.is_widget:
+            yield w.name, w.name, w
+
+
+def dynamic_inputs(flat: dict) -> dict:
+    """Flat sampler values -> the API-format inputs of the DynamicCombo layout: "backend": key and
+    "backend.<param>" for the chosen backend's parameters only; the same for guidance."""
+    return {name: flat[flat_name] for name, flat_name, _ in chosen_inputs(lambda sw: flat[sw.name])}
+
+
+def to_flat(prompt: dict) -> dict:
+    """An API-format workflow of the DynamicCombo layout -> the flat layout of ComfyUI without
+    DynamicCombo (and of the V1 nodes): "backend.window" of backend sjd_pac becomes "sjd_pac_window",
+    the other backends' inputs take their defaults."""
+    out = json.loads(json.dumps(prompt))
+    switches = {w.name: w for w in spec.sampler_spec().inputs if isinstance(w, Switch)}
+    for node in out.values():
+        if node["class_type"] != "SpecARSampler":
+            continue
+        flat = {w.name: w.default for w in spec.sampler_spec().widgets()}
+        links = {}
+        for name, value in nest_dotted(node["inputs"]).items():
+            if isinstance(value, dict):
+                key, option = _chosen({name: value}, name)
+                flat[name] = key
+                sw = switches[name]
+                flat.update({sw.flat_name(key, sub): option[sub.name] for sub in sw.options[key]})
+            elif isinstance(value, list):
+                links[name] = value
+            else:
+                flat[name] = value
+        node["inputs"] = {**links, **flat}
+    return out
+
+
+def named_values(inputs: dict) -> dict:
+    """A sampler's values by flat name (`properties.specar_inputs` of the UI format): the common inputs,
+    each switch's choice and its chosen option's inputs ("sjd_pac_window", "cfg_scale"), and the seed's
+    control; what web/specar_layouts.js applies by name whatever layout the frontend has. In this order
+    they are also the widgets_values the frontend saves in the DynamicCombo layout."""
+    named = {}
+    for name, flat_name, w in chosen_inputs(lambda sw: inputs[sw.name]):
+        named[flat_name] = inputs[name]
+        if getattr(w, "control_after_generate", False):
+            named["control_after_generate"] = "fixed"
+    return named
+
+
+__all__ = ["SamplerSettings", "chosen_inputs", "dynamic_inputs", "legacy_settings", "named_values", "nest_dotted",
+           "sampler_settings", "to_flat"]

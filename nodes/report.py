@@ -1,0 +1,93 @@
+"""What the sampler node shows after a run: the one-line summary, the statistics (JSON, which the web
+extension prints on the node) and the acceptance heatmap."""
+from __future__ import annotations
+
+import json
+from typing import Optional
+
+import torch
+
+from ..samplers import backends as _backends
+
+
+def heatmap(accepted_at_step: list, size: Optional[tuple] = None) -> torch.Tensor:
+    """[H, W, 3] float image: each token coloured by how many tokens its step committed
+    (dark purple: one, yellow: the longest step), so step boundaries show as colour changes."""
+    steps = torch.as_tensor(accepted_at_step, dtype=torch.long)
+    counts = torch.bincount(steps.flatten())
+    length = counts[steps].float()  # tokens committed by the step that committed each token
+    t = (length - 1) / max(float(length.max()) - 1, 1.0)
+    stops = torch.tensor([[0.27, 0.00, 0.33], [0.23, 0.32, 0.55], [0.13, 0.57, 0.55], [0.37, 0.79, 0.38],
+                          [0.99, 0.91, 0.14]])  # viridis-like
+    x = t * (len(stops) - 1)
+    i = x.floor().long().clamp(max=len(stops) - 2)
+    frac = (x - i)[..., None]
+    img = stops[i] * (1 - frac) + stops[i + 1] * frac
+    if size is not None:
+        img = torch.nn.functional.interpolate(img.permute(2, 0, 1)[None], size=size, mode="nearest")[0].permute(1, 2, 0)
+    return img.clamp(0, 1).contiguous()
+
+
+def token_totals(stats) -> tuple:
+    """(image tokens, forward passes) summed over the images of a batch, each image's forwards counted
+    with the prefill (which samples its first token): their ratio is the batch's step compression
+    (AR: exactly 1), not a mean of per-image ratios."""
+    tokens = stats.image_tokens * stats.batch
+    forwards = sum(int(s) + 1 for s in stats.steps) if stats.steps else stats.nfe + 1
+    return tokens, forwards
+
+
+def summary(stats, ar_stats=None) -> str:
+    """One line for the node: backend (LOSSY when it is), tokens and forward passes summed over the batch
+    against AR's, measured latency, and the wall-clock ratio to an AR run of the same model, prompt,
+    seed, batch and guidance measured in the same execution (`ar_stats`; never a run from another
+    time or load: step counts are not a speed-up, and old timings are not comparable)."""
+    label = _backends.SCHEMAS[stats.backend].label
+    if stats.lossy:
+        label += " LOSSY (relaxed acceptance: not AR's distribution)"
+    tokens, forwards = token_totals(stats)
+    images = f"{stats.batch} images, " if stats.batch > 1 else ""
+    summed = " summed over the images" if stats.batch > 1 else ""
+    if stats.backend == "ar":
+        return f"{label}: {images}{tokens} tokens in {forwards} forward passes{summed}, {stats.latency_s:.2f} s"
+    text = (f"{label}: {images}{tokens} tokens in {forwards} forward passes{summed} ({tokens / forwards:.1f}x "
+            f"fewer than AR), {stats.latency_s:.2f} s")
+    if ar_stats is None:
+        return text + "; wall-clock speed-up: turn on compare_with_ar to measure AR in the same run"
+    ratio = ar_stats.latency_s / max(stats.latency_s, 1e-9)
+    if stats.lossy:
+        verdict = "not comparable as a speed-up: a lossy run samples another distribution"
+    elif ratio >= 1:
+        verdict = "faster"
+    else:
+        verdict = "slower: the extra drafting costs more than it saves on this device"
+    return text + f"; {ratio:.2f}x AR's {ar_stats.latency_s:.2f} s measured in this run ({verdict})"
+
+
+def report(stats, ar_stats, settings, values: dict, model, size: tuple, preview_label: Optional[str]) -> tuple:
+    """(summary line, statistics JSON) of a run: `GenerationStats` plus the summary, the batch's totals,
+    AR's latency measured in the same execution (`ar_stats`, or None), the readable backend name, the
+    model, the sampling values used (the model's recommended ones where guidance is its default), the
+    image's own size (H, W) and what the live preview showed (`preview_label`, or None without one)."""
+    text = summary(stats, ar_stats)
+    out = stats.to_dict()
+    out["summary"] = text
+    out["tokens_total"], out["forwards_total"] = token_totals(stats)
+    if ar_stats is not None:
+        out["ar_latency_s"] = ar_stats.latency_s
+        out["speedup_vs_ar"] = ar_stats.latency_s / max(stats.latency_s, 1e-9)
+    out["backend_label"] = _backends.SCHEMAS[settings.backend].label
+    out["model"] = getattr(model, "name", type(model).__name__)
+    out["image_size"] = f"{size[1]}x{size[0]}"
+    if preview_label is not None:
+        out["preview_label"] = preview_label
+    defaults = getattr(model, "default_sampling", {})
+    cfg = settings.cfg_scale if settings.cfg_scale is not None else defaults.get("cfg_scale", 1.0)
+    top_k = settings.top_k if settings.top_k is not None else defaults.get("top_k")
+    out["sampling"] = {"cfg_scale": cfg, "top_k": top_k or "off", "temperature": values.get("temperature", 1.0),
+                       "top_p": values.get("top_p", 1.0),
+                       "guidance": "model default" if settings.cfg_scale is None else "custom"}
+    return text, json.dumps(out)
+
+
+__all__ = ["heatmap", "report", "summary", "token_totals"]

@@ -1,0 +1,160 @@
+"""The nodes' declaration language, ComfyUI-free: `Widget` (one input), `Switch` (a choice that decides
+which further inputs apply), `Output`, `NodeSpec`. spec.py declares the three nodes with it; v1.py and
+v3.py turn a declaration into ComfyUI's V1 and V3 classes, so the two flavours cannot drift apart.
+
+A Switch is ComfyUI's V3 DynamicCombo where the running ComfyUI has it (only the chosen option's
+inputs exist), else a combo followed by every option's inputs, flattened (`Switch.flat_name`), which
+the web extension hides unless their option is chosen.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Optional, Union
+
+NOT_AN_OPTION = "none (a value that is not an option)"  # what ComfyUI leaves of a DynamicCombo value it drops
+
+
+@dataclass
+class Widget:
+    """One node input. kind: INT, FLOAT, BOOLEAN, STRING, COMBO, or a socket type (IMAGE, SPECAR_MODEL...)."""
+    name: str
+    kind: str
+    tooltip: str
+    default: Any = None
+    min: Optional[Union[int, float]] = None
+    max: Optional[Union[int, float]] = None
+    step: Optional[Union[int, float]] = None
+    options: Union[tuple, Callable[[], list], None] = None  # COMBO choices (a callable is re-read each time)
+    multiline: bool = False
+    control_after_generate: bool = False
+    optional: bool = False  # ComfyUI may leave it out (API prompts saved before it existed): `default` is used
+    extra: dict = field(default_factory=dict)  # more keys of the input's options, for the web extension
+
+    @property
+    def is_widget(self) -> bool:
+        return self.kind in ("INT", "FLOAT", "BOOLEAN", "STRING", "COMBO")
+
+    def choices(self) -> list:
+        opts = self.options() if callable(self.options) else self.options
+        return list(opts or ())
+
+    def check(self, value) -> Optional[str]:
+        """None if `value` is valid for this widget, else the error message."""
+        n = self.name
+        if self.kind == "COMBO":
+            allowed = self.choices()
+            if value not in allowed:
+                return f"{n} must be one of {', '.join(map(str, allowed)) or '(none available)'}; got {value!r}"
+        elif self.kind == "INT":
+            if isinstance(value, bool) or not isinstance(value, int):
+                return f"{n} must be an integer, got {value!r}"
+        elif self.kind == "FLOAT":
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                return f"{n} must be a finite number, got {value!r}"
+        elif self.kind == "BOOLEAN":
+            if not isinstance(value, bool):
+                return f"{n} must be true or false, got {value!r}"
+        elif self.kind == "STRING":
+            if not isinstance(value, str):
+                return f"{n} must be a string, got {type(value).__name__}"
+        if self.kind in ("INT", "FLOAT"):
+            if (self.min is not None and value < self.min) or (self.max is not None and value > self.max):
+                return f"{n} must be in [{self.min}, {self.max}], got {value!r}"
+        return None
+
+
+@dataclass
+class Output:
+    name: str
+    kind: str
+    tooltip: str
+
+
+@dataclass
+class NodeSpec:
+    node_id: str
+    display_name: str
+    description: str
+    inputs: list
+    outputs: list
+    output_node: bool = False
+
+    def widgets(self) -> list:
+        """The widgets in the flat layout (V1; V3 without DynamicCombo), in order."""
+        return [w for w in flatten(self.inputs) if w.is_widget]
+
+
+def validate(inputs: list, values: dict) -> Optional[str]:
+    """The first error among the widget values present in `values` (absent or None = linked: skipped);
+    a Switch's inputs are checked for its chosen option only, flat or nested (V3 DynamicCombo)."""
+    for w in inputs:
+        err = None
+        if isinstance(w, Switch):
+            err = w.check(values)
+        elif w.is_widget and values.get(w.name) is not None:
+            err = w.check(values[w.name])
+        if err:
+            return err
+    return None
+
+
+def choice_error(name: str, options, key) -> Optional[str]:
+    """None if `key` is one of `options`; None stands for a value ComfyUI dropped as none of them."""
+    if key in options:
+        return None
+    return f"{name} must be one of {', '.join(options)}; got {NOT_AN_OPTION if key is None else repr(key)}"
+
+
+@dataclass
+class Switch:
+    """A choice that decides which further inputs apply: the backend (each backend has its own
+    parameters) and the guidance ("model default" or custom values)."""
+    name: str
+    tooltip: str
+    default: str
+    options: dict  # option key -> [Widget] (its inputs, named without prefix)
+    prefix: bool = False  # flattened names: "<option>_<input>" (options share input names) or the input's own
+    labels: dict = field(default_factory=dict)  # option key -> readable name (the web extension's node title)
+
+    def flat_name(self, key: str, w: Widget) -> str:
+        return f"{key}_{w.name}" if self.prefix else w.name
+
+    def combo(self) -> Widget:
+        extra = {"specar_labels": dict(self.labels)} if self.labels else {}
+        return Widget(self.name, "COMBO", self.tooltip, default=self.default, options=tuple(self.options), extra=extra)
+
+    def choice_error(self, key) -> Optional[str]:
+        return choice_error(self.name, self.options, key)
+
+    def check(self, values: dict) -> Optional[str]:
+        """None if the choice and its option's inputs in `values` are valid (flat or nested layout)."""
+        value = values.get(self.name)
+        if value is None:
+            return None
+        nested = isinstance(value, dict)
+        key = value.get(self.name) if nested else value
+        err = self.choice_error(key)
+        if err:
+            return err
+        for w in self.options[key]:
+            v = value.get(w.name) if nested else values.get(self.flat_name(key, w))
+            err = None if v is None else w.check(v)
+            if err:
+                return err.replace(w.name, self.flat_name(key, w), 1) if not nested else err
+        return None
+
+    def flat_widgets(self) -> list:
+        out = [self.combo()]
+        for key, widgets in self.options.items():
+            out += [replace(w, name=self.flat_name(key, w)) for w in widgets]
+        return out
+
+
+def flatten(inputs: list) -> list:
+    """Inputs with every Switch flattened (the V1 layout, and the V3 one without DynamicCombo)."""
+    out = []
+    for w in inputs:
+        out += w.flat_widgets() if isinstance(w, Switch) else [w]
+    return out
+
