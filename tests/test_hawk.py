@@ -102,7 +102,7 @@ def test_node_budget_respected_and_tree_padded():
     assert set(shapes) == {((3, 7), 7)}, set(shapes)  # one fixed shape every step
     assert res.stats.step_compression >= 1.0
     d = HawkDrafter(specar.samplers.backends.make_backend("hawk", node_budget=300, candidates=1, vertical_depth=0,
-                                                          horizontal_heads=2), mdl,
+                                                          horizontal_heads=2).typed_params, mdl,
                     specar.samplers.target.SamplingParams())
     assert d.n_real == 3 and len(d.parents) == 300  # a chain of 2 drafts, padded with invalid nodes
 

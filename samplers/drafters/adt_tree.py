@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -46,12 +46,14 @@ from ..verify import one_hot
 from .base import (BEYOND_IMAGE, SIBLINGS_INDEPENDENT, SIBLINGS_WITHOUT_REPLACEMENT, DraftTree, Drafter,
                    LoopState, Verdict)
 from .eagle import EagleConfig, EagleNet, random_eagle
+from .params import Method, param
 from .static_tree import best_first_shape
 
 D_RANGE = (1, 9)  # the paper's (0, 10)
 K_RANGE = (4, 13)  # the paper's (3, 14)
 L_D, L_K = 1, 3  # the paper's adjustment steps (Anole)
 NEG = -1e30  # score of an absent candidate
+TREE_INITS = ("left", "above", "random")
 CANDIDATE_MODES = ("topk", "sampled")
 TREE_SHAPES = ("layers", "best_first")
 ACCEPT_GUESS = 0.8  # sampled mode: assumed acceptance of a node's first draw (orders the expansion)
@@ -81,46 +83,87 @@ def load_eagle(model, folder: str = "") -> EagleNet:
     return net
 
 
+@dataclass(frozen=True)
+class ADTTreeParams:
+    node_budget: int = param(32, "nodes per forward (pending token included); the tree is padded to it", lo=2, hi=512,
+                             sizes=True)
+    tree_init: str = param("left", "where a new tree's depth and width come from: the left neighbour's tree, the one "
+                           "above, or random", choices=TREE_INITS, paper="ADT-Tree paper: left (horizontal)")
+    adaptive: bool = param(True, "bisection adaptation of depth and width from the previous tree's acceptance (off: a "
+                           "fixed EAGLE-2 tree)", paper="ADT-Tree paper: on")
+    beta: float = param(1.0, "acceptance-rate threshold of the adaptation", lo=0.0, hi=1.0, paper="ADT-Tree paper: 1")
+    depth: int = param(5, "initial (or fixed) tree depth d (adaptive: kept in [1, max_depth] and below node_budget)",
+                       lo=1, hi=64, paper="ADT-Tree paper: d in (0, 10)")
+    width: int = param(8, "initial (or fixed) expansion width k: top-k children per node and nodes expanded per layer "
+                       "(adaptive: kept in [4, 13]; at most the image vocabulary)", lo=1, hi=13,
+                       paper="ADT-Tree paper: k in (3, 14)")
+    max_depth: int = param(9, "adaptive: the deepest tree the bisection may grow (below node_budget)", lo=1, hi=64,
+                           paper="ADT-Tree paper: 9 (d in (0, 10))")
+    candidate_mode: str = param("topk", "how a node's children are chosen: topk (EAGLE-2's deterministic top-k, "
+                                "accepted with the target's mass on them) or sampled (drawn without replacement from "
+                                "the drafter's q, accepted with about 1 - TV(p, q); tree shape fixed before drawing)",
+                                choices=CANDIDATE_MODES, paper="ADT-Tree paper: topk (EAGLE-2)")
+    children: int = param(2, "sampled mode: siblings drawn per expanded node; each layer expands max(1, width // "
+                          "children) nodes (at most the image vocabulary)", lo=1, hi=16)
+    root_children: int = param(0, "sampled mode: siblings drawn at the root (depth 1), where a step's first draft is "
+                               "rejected most often; 0: `children`. root_children=R, children=1, width=R: R chains",
+                               lo=0, hi=16)
+    tree_shape: str = param("layers", "sampled trees: layers (`depth` layers of `width` nodes, `children` siblings "
+                            "each) or best_first (the best static tree of node_budget - 1 drafts under the acceptance "
+                            "guesses below, grown greedily as Sequoia's; ignores depth, width, children; adaptive: "
+                            "each step picks from a family of such shapes, deeper after a tree accepted to beta of "
+                            "its depth)", choices=TREE_SHAPES)
+    accept_guess: float = param(0.88, "best_first: assumed acceptance of a node's first draw (depth >= 2; adaptive: "
+                                "the family's starting shape)", lo=0.01, hi=0.99)
+    root_accept_guess: float = param(0.72, "best_first: assumed acceptance of the root's first draw (a step starts "
+                                     "after a rejection, where drafts fail more)", lo=0.01, hi=0.99)
+    sibling_accept_guess: float = param(0.25, "best_first: assumed acceptance of a later sibling once the earlier "
+                                        "ones failed", lo=0.01, hi=0.99)
+    relaxed: bool = param(False, "LOSSY: LANTERN relaxed acceptance (latent-proximity neighbourhoods); off = lossless",
+                          paper="LANTERN: lossy, off by default")
+    relaxed_k: int = param(10, "LANTERN: neighbourhood size k (nearest codes by VQ codebook latent; models without a "
+                           "codebook: by image-token embedding)", lo=1, hi=1000, paper="LANTERN: k = 1000 (Anole)")
+    relaxed_delta: float = param(0.1, "LANTERN: total-variation budget delta of the relaxation", lo=0.0, hi=1.0)
+    drafter: str = param("", "EAGLE drafter folder; empty: eagle_drafter/ beside the model's weights",
+                         folder_of="eagle")
+
+    def check(self) -> None:
+        if self.tree_shape == "best_first" and self.candidate_mode != "sampled":
+            raise ValueError("tree_shape=best_first is a static tree of sampled candidates: it needs "
+                             f"candidate_mode=sampled (got candidate_mode={self.candidate_mode!r})")
+
+
 class ADTTreeDrafter(Drafter):
-    name = "adt_tree"
     _prune_by_own_score = False  # PLANTED BUG switch for the tests (sampled mode): EAGLE-2's final rerank
 
-    def __init__(self, config, model, sampling):
-        p = config.params()
-        self.config, self.model, self.sampling = config, model, sampling
-        self.node_budget = p.get("node_budget", 32)
-        self.tree_init = p.get("tree_init", "left")
-        self.adaptive = p.get("adaptive", True)
-        self.beta = p.get("beta", 1.0)
-        self.candidate_mode = p.get("candidate_mode", "topk")
-        if self.candidate_mode not in CANDIDATE_MODES:
-            raise ValueError(f"candidate_mode must be one of {', '.join(CANDIDATE_MODES)}; got {self.candidate_mode!r}")
-        self.children = p.get("children", 2)
-        self.root_children = p.get("root_children", 0) or self.children  # 0: as every other node
+    def __init__(self, params: ADTTreeParams, model, sampling):
+        self.model, self.sampling = model, sampling
+        self.node_budget = params.node_budget
+        self.tree_init = params.tree_init
+        self.adaptive = params.adaptive
+        self.beta = params.beta
+        self.candidate_mode = params.candidate_mode
+        self.children = params.children
+        self.root_children = params.root_children or self.children  # 0: as every other node
         V = model.geometry.vocab_size
-        self.d0, self.k0 = p.get("depth", 5), min(p.get("width", 8), V)
+        self.d0, self.k0 = params.depth, min(params.width, V)
         # a tree of N nodes is at most N - 1 deep (the adapters' commit assumes path width <= N)
-        self.d_lo, self.d_hi = D_RANGE[0], min(p.get("max_depth", D_RANGE[1]), self.node_budget - 1)
+        self.d_lo, self.d_hi = D_RANGE[0], min(params.max_depth, self.node_budget - 1)
         self.d0 = min(self.d0, self.node_budget - 1)
         if self.adaptive:
             self.d0 = min(max(self.d0, self.d_lo), self.d_hi)
             self.k_lo, self.k_hi = min(K_RANGE[0], V), min(K_RANGE[1], V)
             self.k0 = min(max(self.k0, self.k_lo), self.k_hi)
         self.slack = max(self.d0, self.d_hi) + 3
-        self.tree_shape = p.get("tree_shape", "layers")
+        self.tree_shape = params.tree_shape
         self.plans = None  # tree_shape=best_first: the static shapes (one when not adaptive)
-        if self.tree_shape not in TREE_SHAPES:
-            raise ValueError(f"tree_shape must be one of {', '.join(TREE_SHAPES)}; got {self.tree_shape!r}")
         if self.tree_shape == "best_first":
-            if self.candidate_mode != "sampled":
-                raise ValueError("tree_shape=best_first is a static tree of sampled candidates: it needs "
-                                 f"candidate_mode=sampled (got candidate_mode={self.candidate_mode!r})")
-            guess = p.get("accept_guess", 0.88)
+            guess = params.accept_guess
             guesses = PLAN_GUESSES if self.adaptive else (guess,)
             self.plans = [[replace(layer, alloc=layer.alloc.to(model.device),
                                    order=None if layer.order is None else layer.order.to(model.device))
-                           for layer in best_first_shape(self.node_budget - 1, g, p.get("root_accept_guess", 0.72),
-                                                         p.get("sibling_accept_guess", 0.25),
+                           for layer in best_first_shape(self.node_budget - 1, g, params.root_accept_guess,
+                                                         params.sibling_accept_guess,
                                                          max_depth=self.node_budget - 1)]
                           for g in guesses]
             # self.d holds the row's shape number (1-based: 0 marks "no tree" in dk_at); adaptive:
@@ -128,16 +171,16 @@ class ADTTreeDrafter(Drafter):
             self.d0 = 1 + min(range(len(guesses)), key=lambda i: abs(guesses[i] - guess))
             self.d_lo, self.d_hi = 1, len(guesses)
             self.slack = max(len(plan) for plan in self.plans) + 3
-        self.relaxed = p.get("relaxed", False)
+        self.relaxed = params.relaxed
         self.lossless = not self.relaxed
         dev = model.device
-        self.net = load_eagle(model, p.get("drafter", "")).to(dev).float().eval()
+        self.net = load_eagle(model, params.drafter).to(dev).float().eval()
         self.window = self.net.cfg.window
         self.head_dtype = model.embed_tokens(torch.zeros(1, dtype=torch.long, device=dev)).dtype
         if self.relaxed:
             from .lantern import neighbour_table
-            self.neighbours = neighbour_table(model, p.get("relaxed_k", 10)).to(dev)
-            self.delta = p.get("relaxed_delta", 0.1)
+            self.neighbours = neighbour_table(model, params.relaxed_k).to(dev)
+            self.delta = params.relaxed_delta
 
     # -- helpers -----------------------------------------------------------------------------
     def _q(self, g: torch.Tensor, B: int) -> torch.Tensor:
@@ -506,3 +549,7 @@ class ADTTreeDrafter(Drafter):
 
 
 __all__ = ["ADTTreeDrafter", "load_eagle", "D_RANGE", "K_RANGE"]
+
+
+ADT_TREE = Method("adt_tree", "ADT-Tree", "EAGLE drafter with adjacency-adaptive dynamic draft trees (Lei et al.)",
+                  ADTTreeParams, ADTTreeDrafter)

@@ -58,6 +58,7 @@ from ...model_loaders.drafter_files import (WEIGHTS_FILE, check_shapes, drafter_
 from ..randomness import sample_by_race
 from ..target import target_probs
 from .base import DraftTree, Drafter, LoopState, Verdict
+from .params import Method, param
 
 SLOT_ACCEPT = 0.6  # prior acceptance of child slot 0; slot m: SLOT_ACCEPT * SLOT_DECAY ** m
 SLOT_DECAY = 0.6
@@ -163,24 +164,37 @@ def tree_topology(budget: int, width: int, depth: int, prior: float = SLOT_ACCEP
     return parents, slots, depths
 
 
-class HawkDrafter(Drafter):
-    name = "hawk"
+@dataclass(frozen=True)
+class HawkParams:
+    horizontal_heads: int = param(2, "horizontal heads: positions T+1..T+n after the pending token", lo=1, hi=16,
+                                  paper="Hawk paper: Medusa-style heads (preset='paper': 4, our tree of docs/HAWK.md)")
+    vertical_depth: int = param(1, "vertical heads: rows below (T + d * row) kept in the speculation cache", lo=0,
+                                hi=4, paper="Hawk paper: VSD")
+    candidates: int = param(2, "candidates drawn from each head's distribution at a position", lo=1, hi=16)
+    node_budget: int = param(16, "nodes per forward (pending token included); the tree is padded to it", lo=2,
+                             hi=512, paper="preset='paper': 32", sizes=True)
+    vertical_reach: int = param(0, "tree levels past the horizontal heads drafted from the vertical cache alone "
+                                "(0: the paper's tree; needs vertical_depth >= 1)", lo=0, hi=64, paper="Hawk paper: 0")
+    chain_prior: float = param(0.6, "tree shape: assumed acceptance of a node's first child (higher: deeper, "
+                               "narrower trees within node_budget)", lo=0.05, hi=0.95)
+    heads: str = param("", "heads folder; empty: hawk_heads/ beside the model's weights", folder_of="hawk")
 
-    def __init__(self, config, model, sampling):
-        p = config.params()
-        self.config, self.model, self.sampling = config, model, sampling
-        self.n = p.get("horizontal_heads", 4)
-        self.v = p.get("vertical_depth", 1)
+
+class HawkDrafter(Drafter):
+    def __init__(self, params: HawkParams, model, sampling):
+        self.model, self.sampling = model, sampling
+        self.n = params.horizontal_heads
+        self.v = params.vertical_depth
         # positions past the horizontal heads drafted from the vertical cache alone (0: the paper's tree)
-        self.reach = p.get("vertical_reach", 0) if self.v else 0
-        self.prior = p.get("chain_prior", SLOT_ACCEPT)
+        self.reach = params.vertical_reach if self.v else 0
+        self.prior = params.chain_prior
         self.L = self.n + self.reach  # deepest tree level
-        self.c = p.get("candidates", 2)
-        self.node_budget = p.get("node_budget", 32)
+        self.c = params.candidates
+        self.node_budget = params.node_budget
         self.S = 1 + self.v  # pool sources per position: horizontal, vertical 1..v
         self.W = self.c * self.S  # child slots per node
         dev = model.device
-        self.heads = load_heads(model, self.n, self.v, p.get("heads", "")).to(dev).float().eval()
+        self.heads = load_heads(model, self.n, self.v, params.heads).to(dev).float().eval()
         parents, slots, depths = tree_topology(self.node_budget, self.W, self.L, self.prior)
         self.parents = parents + [0] * (self.node_budget - len(parents))  # pad: invalid children of the root
         self.n_real = len(parents)
@@ -301,3 +315,7 @@ class HawkDrafter(Drafter):
 
 
 __all__ = ["HawkConfig", "HawkHeads", "HawkDrafter", "load_heads", "random_heads", "tree_topology"]
+
+
+HAWK = Method("hawk", "Hawk", "spatial (horizontal + vertical) draft heads with a speculation cache (Chen et al.)",
+              HawkParams, HawkDrafter, paper_preset=(("horizontal_heads", 4), ("node_budget", 32)))

@@ -28,28 +28,47 @@ p, computed after the committed prefix (docs/ARCHITECTURE.md, "Proactive draftin
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from ...randomness import sample_by_race
 from ...target import target_probs
 from ..base import LoopState
-from ..jacobi import JacobiDrafter
+from ..jacobi import WINDOW_HELP, JacobiDrafter, ProactiveParams, SJDPACParams
+from ..params import INITS, MAX_WINDOW, Method, param, same_param
 from .network import load_heads
 
 
+@dataclass(frozen=True)
+class SpatialParams(ProactiveParams):
+    window: int = param(64, WINDOW_HELP, lo=1, hi=MAX_WINDOW, paper="SJD-PAC paper: 64", sizes=True)
+    head_depths: int = param(2, "spatial heads used: a position entering the window is drafted from the target's "
+                             "states 1..head_depths rows above it (0: no heads, `init` alone)", lo=0, hi=4,
+                             paper="Hawk paper: vertical heads")
+    head_below: float = param(0.2, "a head drafts an entering position only where the draft distribution recorded "
+                              "one row above has its largest probability below this (flat regions keep `init`; 1: "
+                              "heads wherever they reach)", lo=0.0, hi=1.0)
+    init: str = param("sample_above", "how entering positions no head reaches (the first rows) are drafted: "
+                      + ", ".join(INITS), choices=INITS, paper="SJD paper: random")
+    # proactive drafting and adaptive continuation: SJD-PAC's parameters
+    tree_depth: int = same_param(SJDPACParams, "tree_depth")
+    tree_width: int = same_param(SJDPACParams, "tree_width")
+    continuation: bool = same_param(SJDPACParams, "continuation")
+    coupling: str = same_param(SJDPACParams, "coupling")
+    heads: str = param("", "spatial heads folder; empty: spatial_heads/ beside the model's weights",
+                       folder_of="spatial")
+
+
 class SpatialDrafter(JacobiDrafter):
-    def __init__(self, config, model, sampling):
-        super().__init__(config, model, sampling)
-        p = config.params()
-        self.name = "spatial"
-        self.refine = p.get("coupling", "maximal") if p.get("continuation", True) else "independent"
-        self.coupling_strength = 1.0
+    def __init__(self, params: SpatialParams, model, sampling):
+        super().__init__(params, model, sampling)
         self.model, self.sampling = model, sampling
-        self.depths = p.get("head_depths", 2)
-        self.head_below = p.get("head_below", 0.2)  # heads only where the q above has max < this
+        self.depths = params.head_depths
+        self.head_below = params.head_below  # heads only where the q above has max < this
         self.stride = model.geometry.row_stride
         dev = model.device
-        self.heads = load_heads(model, self.depths, p.get("heads", "")).to(dev).float().eval() if self.depths else None
+        self.heads = load_heads(model, self.depths, params.heads).to(dev).float().eval() if self.depths else None
         self.head_dtype = model.embed_tokens(torch.zeros(1, dtype=torch.long, device=dev)).dtype
         taps = self.heads.cfg.taps if self.heads is not None else (-1,)
         self.taps, self.last_tap = torch.tensor(taps, device=dev), taps[-1]
@@ -136,3 +155,8 @@ class SpatialDrafter(JacobiDrafter):
 
 
 __all__ = ["SpatialDrafter"]
+
+
+SPATIAL = Method("spatial", "Spatial", "a Jacobi window over the rows ahead, drafted by trained spatial heads from the "
+                 "rows above and refined by the target, with proactive branches (issue 27: Hawk + SJD-PAC + SCD)",
+                 SpatialParams, SpatialDrafter)
