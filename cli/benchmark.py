@@ -122,8 +122,7 @@ def _jpeg_preview(model):
     ComfyUI's previewer does (into memory)."""
     import io
 
-    from ..nodes.core import PREVIEW_THROTTLE
-    from ..samplers.preview import PartialImage
+    from ..samplers.preview import PREVIEW_THROTTLE, PartialImage
 
     def emit(images, committed, total):
         images[0].save(io.BytesIO(), format="JPEG", quality=95)

@@ -1,6 +1,6 @@
 """`python -m specar train-drafter --kind {hawk,eagle,spatial} --model <demo|folder> --out <dir>`: train a
 drafter on the frozen target by self-distillation (training/). The kinds' training functions
-live in training/<kind>.py and take (model, args)."""
+live in samplers/drafters/<method>/training.py and take (model, args)."""
 from __future__ import annotations
 
 import importlib
@@ -9,7 +9,8 @@ import torch
 
 from .args import parse_command, non_negative_int, positive_float, positive_int
 
-KINDS = {"hawk": "..training.hawk:train_hawk", "eagle": "..training.eagle:train_eagle",
+KINDS = {"hawk": "..samplers.drafters.hawk.training:train_hawk",
+         "eagle": "..samplers.drafters.eagle.training:train_eagle",
          "spatial": "..samplers.drafters.spatial.training:train_spatial"}
 
 

@@ -1,6 +1,6 @@
 """Spatial-head training by self-distillation: `python -m specar train-drafter --kind spatial`.
 
-Data (as for Hawk and EAGLE, training/eagle.distill_features): the target samples images with
+Data (as for Hawk and EAGLE, training/selfdistill.distill_features): the target samples images with
 plain AR at its default settings and teacher-forces them for the hidden states of both CFG
 branches; feats[:, i] is h_{i-1}, the state whose output predicts position i.
 
@@ -68,8 +68,8 @@ def spatial_loss(heads: SpatialHeads, model, fc, fu, target, sampling: SamplingP
 
 
 def train_spatial(model, args):
-    from ....training.eagle import distill_features
     from ....training.loop import fill_defaults, frozen_target_sampling, train
+    from ....training.selfdistill import distill_features
     fill_defaults(args, DEFAULTS)
     t_start = time.perf_counter()
     fc, fu, _, t_data = distill_features(model, args, sys.stderr)

@@ -31,7 +31,7 @@ from torch import nn
 
 import torch.nn.functional as F
 
-from ...model_loaders.llama import Attention, Block, LlamaConfig, rope_tables
+from ....model_loaders.llama import Attention, Block, LlamaConfig, rope_tables
 
 FORMAT_NAME = "specar-eagle-1"
 

@@ -26,115 +26,38 @@ shape of `accept_guess`.
 
 Verification: candidates are deterministic top-k choices, so q is one-hot and siblings are
 independent (the rejected token is removed from the residual); the default `verify_tree` walks
-the tree. `candidate_mode="sampled"` (`_propose_sampled`): children drawn without replacement
+the tree. `candidate_mode="sampled"` (sampled.py): children drawn without replacement
 from the drafter's q, verified with q; the tree's slots are allocated before drawing (no rerank
 by a node's own score). Forced row ends: the structure token is the single child. LANTERN relaxed acceptance
-(`relaxed=True`, LOSSY) overrides `verify` with lantern.py.
+(`relaxed=True`, LOSSY) overrides `verify` with lantern.py. The EAGLE network, its files and the LANTERN conversion live in
+samplers/drafters/eagle/.
 """
 from __future__ import annotations
 
-import math
-import os
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import torch
 
-from ...model_loaders.contract import ForwardOutput
-from ...model_loaders.drafter_files import WEIGHTS_FILE, check_shapes, drafter_folder, load_drafter, use_random_drafter
-from ..target import target_probs
-from ..verify import one_hot
-from .base import (BEYOND_IMAGE, SIBLINGS_INDEPENDENT, SIBLINGS_WITHOUT_REPLACEMENT, DraftTree, Drafter,
-                   LoopState, Verdict)
-from .eagle import EagleConfig, EagleNet, random_eagle
-from .params import Method, param
-from .static_tree import best_first_shape
+from ....model_loaders.contract import ForwardOutput
+from ...target import target_probs
+from ...verify import one_hot
+from ..base import BEYOND_IMAGE, SIBLINGS_INDEPENDENT, SIBLINGS_WITHOUT_REPLACEMENT, DraftTree, Drafter, LoopState, Verdict
+from ..eagle import load_eagle
+from ..params import Method
+from ..static_tree import best_first_shape
+from .params import D_RANGE, K_RANGE, ADTTreeParams
+from .sampled import NEG, SampledTrees
 
-D_RANGE = (1, 9)  # the paper's (0, 10)
-K_RANGE = (4, 13)  # the paper's (3, 14)
 L_D, L_K = 1, 3  # the paper's adjustment steps (Anole)
-NEG = -1e30  # score of an absent candidate
-TREE_INITS = ("left", "above", "random")
-CANDIDATE_MODES = ("topk", "sampled")
-TREE_SHAPES = ("layers", "best_first")
-ACCEPT_GUESS = 0.8  # sampled mode: assumed acceptance of a node's first draw (orders the expansion)
-LOG_A, LOG_1MA = math.log(ACCEPT_GUESS), math.log(1 - ACCEPT_GUESS)
 # adaptive best_first: the acceptance guesses of the shape family, bushiest first (a flat image
 # region accepts whole chains: the deepest shape is nearly a chain of node_budget - 1 drafts)
 PLAN_GUESSES = (0.6, 0.72, 0.8, 0.88, 0.93, 0.96, 0.98)
-# the sibling rule of sampled trees; tests plant SIBLINGS_INDEPENDENT here (siblings verified as
-# independent draws from q) and check the chi-square test rejects it
-SAMPLED_SIBLINGS = SIBLINGS_WITHOUT_REPLACEMENT
 
 
-def load_eagle(model, folder: str = "") -> EagleNet:
-    """The model's EAGLE drafter: `folder` (or <model folder>/eagle_drafter) when it holds one, a
-    random-weight layer for tiny test models (random_drafter_seed), else the ValueError naming
-    the training command."""
-    path = folder or drafter_folder(model, "eagle")
-    if use_random_drafter(model, folder, path):
-        return random_eagle(model, model.random_drafter_seed)
-    tensors, meta = load_drafter(path, "eagle", model)
-    cfg = EagleConfig(**meta["config"])
-    if cfg.hidden_size != model.hidden_size:
-        raise ValueError(f"{path}: drafter width {cfg.hidden_size} != the model's hidden size {model.hidden_size}")
-    net = EagleNet(cfg)
-    check_shapes(os.path.join(path, WEIGHTS_FILE), tensors, net.expected_shapes())
-    net.load_state_dict(tensors)
-    return net
-
-
-@dataclass(frozen=True)
-class ADTTreeParams:
-    node_budget: int = param(32, "nodes per forward (pending token included); the tree is padded to it", lo=2, hi=512,
-                             sizes=True)
-    tree_init: str = param("left", "where a new tree's depth and width come from: the left neighbour's tree, the one "
-                           "above, or random", choices=TREE_INITS, paper="ADT-Tree paper: left (horizontal)")
-    adaptive: bool = param(True, "bisection adaptation of depth and width from the previous tree's acceptance (off: a "
-                           "fixed EAGLE-2 tree)", paper="ADT-Tree paper: on")
-    beta: float = param(1.0, "acceptance-rate threshold of the adaptation", lo=0.0, hi=1.0, paper="ADT-Tree paper: 1")
-    depth: int = param(5, "initial (or fixed) tree depth d (adaptive: kept in [1, max_depth] and below node_budget)",
-                       lo=1, hi=64, paper="ADT-Tree paper: d in (0, 10)")
-    width: int = param(8, "initial (or fixed) expansion width k: top-k children per node and nodes expanded per layer "
-                       "(adaptive: kept in [4, 13]; at most the image vocabulary)", lo=1, hi=13,
-                       paper="ADT-Tree paper: k in (3, 14)")
-    max_depth: int = param(9, "adaptive: the deepest tree the bisection may grow (below node_budget)", lo=1, hi=64,
-                           paper="ADT-Tree paper: 9 (d in (0, 10))")
-    candidate_mode: str = param("topk", "how a node's children are chosen: topk (EAGLE-2's deterministic top-k, "
-                                "accepted with the target's mass on them) or sampled (drawn without replacement from "
-                                "the drafter's q, accepted with about 1 - TV(p, q); tree shape fixed before drawing)",
-                                choices=CANDIDATE_MODES, paper="ADT-Tree paper: topk (EAGLE-2)")
-    children: int = param(2, "sampled mode: siblings drawn per expanded node; each layer expands max(1, width // "
-                          "children) nodes (at most the image vocabulary)", lo=1, hi=16)
-    root_children: int = param(0, "sampled mode: siblings drawn at the root (depth 1), where a step's first draft is "
-                               "rejected most often; 0: `children`. root_children=R, children=1, width=R: R chains",
-                               lo=0, hi=16)
-    tree_shape: str = param("layers", "sampled trees: layers (`depth` layers of `width` nodes, `children` siblings "
-                            "each) or best_first (the best static tree of node_budget - 1 drafts under the acceptance "
-                            "guesses below, grown greedily as Sequoia's; ignores depth, width, children; adaptive: "
-                            "each step picks from a family of such shapes, deeper after a tree accepted to beta of "
-                            "its depth)", choices=TREE_SHAPES)
-    accept_guess: float = param(0.88, "best_first: assumed acceptance of a node's first draw (depth >= 2; adaptive: "
-                                "the family's starting shape)", lo=0.01, hi=0.99)
-    root_accept_guess: float = param(0.72, "best_first: assumed acceptance of the root's first draw (a step starts "
-                                     "after a rejection, where drafts fail more)", lo=0.01, hi=0.99)
-    sibling_accept_guess: float = param(0.25, "best_first: assumed acceptance of a later sibling once the earlier "
-                                        "ones failed", lo=0.01, hi=0.99)
-    relaxed: bool = param(False, "LOSSY: LANTERN relaxed acceptance (latent-proximity neighbourhoods); off = lossless",
-                          paper="LANTERN: lossy, off by default")
-    relaxed_k: int = param(10, "LANTERN: neighbourhood size k (nearest codes by VQ codebook latent; models without a "
-                           "codebook: by image-token embedding)", lo=1, hi=1000, paper="LANTERN: k = 1000 (Anole)")
-    relaxed_delta: float = param(0.1, "LANTERN: total-variation budget delta of the relaxation", lo=0.0, hi=1.0)
-    drafter: str = param("", "EAGLE drafter folder; empty: eagle_drafter/ beside the model's weights",
-                         folder_of="eagle")
-
-    def check(self) -> None:
-        if self.tree_shape == "best_first" and self.candidate_mode != "sampled":
-            raise ValueError("tree_shape=best_first is a static tree of sampled candidates: it needs "
-                             f"candidate_mode=sampled (got candidate_mode={self.candidate_mode!r})")
-
-
-class ADTTreeDrafter(Drafter):
-    _prune_by_own_score = False  # PLANTED BUG switch for the tests (sampled mode): EAGLE-2's final rerank
+class ADTTreeDrafter(SampledTrees, Drafter):
+    # the sibling rule of sampled trees (tests plant SIBLINGS_INDEPENDENT in a subclass and check
+    # that the chi-square test rejects it)
+    sampled_siblings = SIBLINGS_WITHOUT_REPLACEMENT
 
     def __init__(self, params: ADTTreeParams, model, sampling):
         self.model, self.sampling = model, sampling
@@ -178,7 +101,7 @@ class ADTTreeDrafter(Drafter):
         self.window = self.net.cfg.window
         self.head_dtype = model.embed_tokens(torch.zeros(1, dtype=torch.long, device=dev)).dtype
         if self.relaxed:
-            from .lantern import neighbour_table
+            from ..lantern import neighbour_table
             self.neighbours = neighbour_table(model, params.relaxed_k).to(dev)
             self.delta = params.relaxed_delta
 
@@ -208,9 +131,8 @@ class ADTTreeDrafter(Drafter):
 
     def host_hint(self, state: LoopState):
         act = state.active
-        dmax = torch.where(act, self.d, 0).max()
-        kmax = torch.where(act, self.k, 0).max()
-        return dmax * 64 + kmax
+        # the deepest and widest tree an active row asks for: [dmax, kmax] (propose's `hint`)
+        return torch.stack([torch.where(act, self.d, 0).max(), torch.where(act, self.k, 0).max()])
 
     # -- propose -----------------------------------------------------------------------------
     def _window_pass(self, state: LoopState, S: int):
@@ -236,11 +158,11 @@ class ADTTreeDrafter(Drafter):
         return kv, g[:, -1:], wvalid, fR
 
     @torch.no_grad()
-    def propose(self, state: LoopState, hint: int = 0) -> DraftTree:
+    def propose(self, state: LoopState, hint: list) -> DraftTree:
         if self.candidate_mode == "sampled":
             return self._propose_sampled(state, hint)
         B, V, dev, layout = state.batch, state.vocab_size, state.device, state.layout
-        dmax, kmax = max(hint // 64, 1), max(hint % 64, 1)
+        dmax, kmax = max(hint[0], 1), max(hint[1], 1)
         R, W = (2 * B if self.cfg else B), self.window
         rrows = torch.arange(R, device=dev)
         f = state.frontier
@@ -347,157 +269,16 @@ class ADTTreeDrafter(Drafter):
         else:
             qn = q_nodes[state.rows[:, None], s_qi]  # [B, N - 1, V]
             q = torch.cat([qn.new_zeros(B, 1, V), qn], 1)
-            siblings = SAMPLED_SIBLINGS
+            siblings = self.sampled_siblings
         return DraftTree(tokens=tokens, parents=parents, q=q, valid=valid, depth=depth, siblings=siblings,
                          max_children=max_children, max_depth=dmax)
-
-    def _propose_sampled(self, state: LoopState, hint: int) -> DraftTree:
-        """candidate_mode="sampled": every expanded node draws `children` siblings WITHOUT
-        replacement from its own q (Gumbel-top-k on log q, one batched op; the order of the keys
-        is the draw order), verified with q (verify_tree's without_replacement rule).
-
-        Exactness: whether a node exists never depends on its own value or its later siblings'.
-        The slots are allocated before anything is drawn -- a function of (d, k, children,
-        node_budget) and the forced positions only: layer 1 holds the root's `children` draws,
-        every later layer the children of min(k // children, nodes allocated in the layer above)
-        expanded nodes, slots counted in generation order and cut at node_budget - 1. Which
-        nodes of a layer are expanded is decided by their cumulative score (product of q along
-        the path), i.e. by values of that layer and above; that only decides the existence of
-        the NEXT layer's draws, which are fresh and independent of it. There is no final rerank
-        (EAGLE-2 prunes a node by its own score: biased for sampled candidates)."""
-        B, V, dev, layout = state.batch, state.vocab_size, state.device, state.layout
-        dmax, kmax = max(hint // 64, 1), max(hint % 64, 1)
-        R, W = (2 * B if self.cfg else B), self.window
-        rrows = torch.arange(R, device=dev)
-        f = state.frontier
-        N = self.node_budget
-        C, C1 = self.children, self.root_children  # siblings per expanded node (C1: the root's)
-        budget = (N - 1) * (2 if self._prune_by_own_score else 1)
-        emax = max(1, kmax // C)  # nodes expanded per layer (forwarded through the layer)
-        e_row = (self.k // C).clamp(min=1)  # [B]
-        sizes = [1]  # expanded nodes per layer: 1 (the root), then min(emax, nodes of the layer)
-        plan = None
-        if self.plans is not None:  # tree_shape=best_first: a static shape (static_tree.py), the
-            plan = self.plans[dmax - 1]  # deepest the active rows asked for (rows share one shape per step)
-            dmax = len(plan)
-            sizes += [layer.expanded for layer in plan[1:]]
-        else:
-            for d in range(1, dmax):
-                sizes.append(min(emax, sizes[-1] * min(C1 if d == 1 else C, V)))
-        S = W + sum(sizes[1:])
-        kv, g_e, wvalid, fR = self._window_pass(state, S)
-        q_e = self._q(g_e, B)  # [B, 1, V]
-        qs = [q_e]  # q of the expanded nodes, layer by layer (each node's children were drawn from it)
-        q_off = 0
-        score_e = torch.zeros(B, 1, device=dev)  # cumulative log q (EAGLE-2's score)
-        key_e = torch.zeros(B, 1, device=dev)  # expansion key (see below)
-        valid_e = torch.ones(B, 1, dtype=torch.bool, device=dev)
-        gidx_e = torch.zeros(B, 1, dtype=torch.long, device=dev)
-        anc_e = torch.zeros(R, 1, S, dtype=torch.bool, device=dev)
-        n_alloc = torch.zeros(B, dtype=torch.long, device=dev)
-        e_lim = torch.ones(B, dtype=torch.long, device=dev)  # expanded nodes allocated children this layer
-        all_tok, all_par, all_score, all_valid, all_depth, all_alloc, all_q = [], [], [], [], [], [], []
-        n_glob, slot0, cmax = 1, W, 1
-        for d in range(1, dmax + 1):
-            E = g_e.shape[1]
-            layer = plan[d - 1] if plan is not None else None
-            Cd = layer.children if layer is not None else (C1 if d == 1 else C)
-            Ckd = min(Cd, V)
-            cmax = max(cmax, Ckd)
-            jc = torch.arange(Cd, device=dev)
-            ei = torch.arange(E, device=dev)
-            pos_d = f + d
-            forced = layout.forced[pos_d.clamp(max=layout.ext - 1)]
-            is_forced = (forced >= 0)[:, None, None]
-            # 1. allocation (before drawing): slot (i, j) of expanded node i, child j
-            per = torch.where(forced >= 0, 1, Cd)[:, None, None]
-            rank = n_alloc[:, None, None] + ei[None, :, None] * per + jc[None, None, :]
-            if layer is None:
-                alloc = (ei[None, :, None] < e_lim[:, None, None]) & (jc[None, None, :] < per) & \
-                    (rank < budget) & (d <= self.d)[:, None, None]
-            else:  # the static shape's slots; a forced position keeps the first only
-                alloc = layer.alloc[None] & (jc[None, None, :] < per)
-            layer_alloc = alloc.sum((1, 2))
-            n_alloc = n_alloc + layer_alloc
-            # 2. draws: Gumbel-top-k = an ordered sample without replacement from q
-            gum = -state.noise(B, E, V).log()
-            tok = (q_e.log() + gum).topk(Ckd, dim=-1).indices  # [B, E, Ckd] in draw order
-            if Ckd < Cd:
-                tok = torch.cat([tok, tok.new_zeros(B, E, Cd - Ckd)], -1)
-            lq = q_e.gather(-1, tok)
-            ok = alloc & valid_e[:, :, None] & (lq > 0) & (jc < Ckd)[None, None]
-            tok = torch.where(is_forced, forced[:, None, None].clamp(min=0), tok)
-            ok = torch.where(is_forced, alloc & valid_e[:, :, None], ok)
-            lq = torch.where(is_forced, 1.0, lq)
-            ok = ok & (forced != BEYOND_IMAGE)[:, None, None]
-            sc = torch.where(ok, score_e[:, :, None] + lq.clamp(min=1e-30).log(), NEG)
-            # expansion key: estimated log-probability that verification reaches the node -- the
-            # j-th draw (0-based) of a node is the accepted one with about a (1 - a)^j (a = ACCEPT_GUESS):
-            # given it was drawn, a sampled candidate's acceptance min(1, p/q) does not grow with q
-            rk = torch.where(is_forced, 0.0, LOG_A + jc.float() * LOG_1MA)
-            key = torch.where(ok, key_e[:, :, None] + rk, NEG)
-            all_tok.append(tok.flatten(1))
-            all_par.append(gidx_e[:, :, None].expand(B, E, Cd).flatten(1))
-            all_score.append(sc.flatten(1))
-            all_valid.append(ok.flatten(1))
-            all_alloc.append(alloc.flatten(1))
-            all_depth.append(torch.full((B, E * Cd), d, device=dev))
-            all_q.append((q_off + ei)[None, :, None].expand(B, E, Cd).flatten(1))
-            glob = n_glob + torch.arange(E * Cd, device=dev)
-            n_glob += E * Cd
-            q_off += E
-            if d == dmax:
-                break
-            # 3. the next layer's expanded nodes: the most likely reached of this layer
-            En = sizes[d]
-            sflat = sc.flatten(1)
-            je = torch.arange(En, device=dev)
-            if layer is None:
-                order = torch.sort(key.flatten(1), dim=1, descending=True, stable=True).indices[:, :En]  # [B, En]
-                e_lim = torch.minimum(e_row, layer_alloc)
-                valid_e = ok.flatten(1).gather(1, order) & (je[None] < e_lim[:, None])
-            else:
-                order = layer.order.expand(B, En)
-                valid_e = ok.flatten(1).gather(1, order)
-            parent_slot = order // Cd
-            ctok = tok.flatten(1).gather(1, order)
-            pR = parent_slot.repeat(2, 1) if self.cfg else parent_slot
-            pfeat = g_e[rrows[:, None], pR]
-            slots = slot0 + je
-            slot0 += En
-            anc = anc_e[rrows[:, None], pR]  # [R, En, S]
-            anc[:, je, slots] = True
-            m = torch.zeros(R, En, S, dtype=torch.bool, device=dev)
-            m[:, :, :W] = wvalid[:, None, :]
-            m = m | anc
-            npos = (fR + d)[:, None].expand(R, En)
-            g_e = self.net(pfeat, self._embed(ctok), npos, m, kv, slots.expand(R, En))
-            q_e = self._q(g_e, B)
-            qs.append(q_e)
-            score_e = sflat.gather(1, order)
-            key_e = key.flatten(1).gather(1, order)
-            gidx_e = glob[order]
-            anc_e = anc
-        tok, par, sc = torch.cat(all_tok, 1), torch.cat(all_par, 1), torch.cat(all_score, 1)
-        ok, dep, al, qi = torch.cat(all_valid, 1), torch.cat(all_depth, 1), torch.cat(all_alloc, 1), torch.cat(all_q, 1)
-        L = tok.shape[1]
-        keep = min(N - 1, L)
-        big = torch.arange(L, device=dev).expand(B, L)
-        if self._prune_by_own_score:  # PLANTED BUG (tests only): EAGLE-2's final rerank by own score
-            sel = torch.sort(sc, dim=1, descending=True, stable=True).indices[:, :keep]
-        else:  # the allocated slots, in generation order (at most N - 1 of them)
-            sel = torch.sort(torch.where(al, big, big + L), dim=1).indices[:, :keep]
-        sel = sel.sort(dim=1).values
-        return self._assemble(state, tok, par, ok, dep, sel, keep, L,
-                              q_nodes=torch.cat(qs, 1), q_index=qi,
-                              max_children=min(cmax, N - 1), dmax=dmax)
 
     # -- verify ------------------------------------------------------------------------------
     def verify(self, state: LoopState, tree: DraftTree, p: torch.Tensor, out: ForwardOutput) -> Verdict:
         if not self.relaxed:
             return super().verify(state, tree, p, out)
-        from .lantern import verify_tree_relaxed
-        from .base import verify_tree_step
+        from ..base import verify_tree_step
+        from ..lantern import verify_tree_relaxed
         nb, delta = self.neighbours, self.delta
 
         def relaxed(*args, **kw):
@@ -548,7 +329,6 @@ class ADTTreeDrafter(Drafter):
         self.k = torch.where(act, nk, self.k)
 
 
-__all__ = ["ADTTreeDrafter", "load_eagle", "D_RANGE", "K_RANGE"]
 
 
 ADT_TREE = Method("adt_tree", "ADT-Tree", "EAGLE drafter with adjacency-adaptive dynamic draft trees (Lei et al.)",

@@ -27,17 +27,17 @@ import time
 
 import torch
 
-from ..model_loaders.drafter_files import save_drafter
-from ..samplers.drafters.hawk import HawkConfig, HawkHeads
-from ..samplers.target import SamplingParams, guided_logits, target_probs
-from .loop import fill_defaults, frozen_target_sampling, train
+from ....model_loaders.drafter_files import save_drafter
+from ....training.loop import fill_defaults, frozen_target_sampling, train
+from ....training.selfdistill import distill_features
+from ...target import SamplingParams, guided_logits, target_probs
+from .network import HawkConfig, HawkHeads
 
 DEFAULTS = {"per_prompt": 8, "horizontal_heads": 6, "vertical_depth": 2, "positions": 16}
 
 
 def collect(model, args, log=sys.stderr):
     """feats [B, n, D] and feats_uncond (or None): index i = hidden state predicting position i."""
-    from .eagle import distill_features
     fc, fu, _, secs = distill_features(model, args, log)
     return fc, fu, secs
 
