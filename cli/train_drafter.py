@@ -26,15 +26,16 @@ def add_arguments(ap) -> None:
                     help="optimiser steps (0: write the initial drafter, e.g. --init's, with its evaluation)")
     ap.add_argument("--batch", type=positive_int, default=32, help="training rows per step")
     ap.add_argument("--lr", type=positive_float, default=1e-3, help="learning rate")
-    ap.add_argument("--window", type=positive_int, default=None,
-                    help="eagle: committed positions the layer attends to (default: 2 image rows)")
+    ap.add_argument("--attn-band", "--window", dest="attn_band", type=positive_int, default=None,
+                    help="eagle: committed positions the layer attends to (default: 2 image rows; --window: the "
+                         "older name)")
     ap.add_argument("--intermediate-size", type=non_negative_int, default=0,
                     help="eagle: the layer's MLP width (0: the llama default for the hidden size)")
     ap.add_argument("--lr-schedule", default="constant", choices=["constant", "cosine"],
                     help="constant, or cosine from --lr to 0 over --steps (a function of the global step: "
                          "--resume with cosine continues a constant run into a decay)")
     ap.add_argument("--init", default=None,
-                    help="eagle: start from this drafter folder's weights (fine-tuning; its window and MLP width win)")
+                    help="eagle: start from this drafter folder's weights (fine-tuning; its attention band and MLP width win)")
     ap.add_argument("--guided-weight", type=float, default=0.0,
                     help="eagle: weight (>= 0) of KL(target || drafter) of the sampling distributions (CFG combined, "
                          "temperature, top-k), the distributions verification compares (0: off)")

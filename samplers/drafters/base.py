@@ -29,7 +29,6 @@ from ..target import SamplingParams
 # sentinels of `SequenceLayout.forced` (engine ids >= 0 are forced structure tokens)
 IMAGE_POSITION = -1  # a position the model samples
 BEYOND_IMAGE = -2  # a slot past the end of the image (drafts there are disabled)
-NO_PARENT = -1  # parents[i] of a node attached to the committed prefix (the pending token)
 SIBLINGS_INDEPENDENT = "independent"  # each sibling drawn from its own q (Hawk, deterministic top-k)
 SIBLINGS_WITHOUT_REPLACEMENT = "without_replacement"  # siblings drawn without replacement from one q
 

@@ -1,13 +1,13 @@
 """ADT-Tree (Lei et al.): an EAGLE drafter with adjacency-adaptive dynamic draft trees.
 
 Drafting (EAGLE-2 dynamic tree, `ADTTreeDrafter.propose`): the EAGLE layer (eagle.py) first
-recomputes its band of the last `window` committed positions from the stored target features
+recomputes its band of the last `attn_band` committed positions from the stored target features
 (both CFG branches) -- no drafter KV cache survives a step, so nothing needs rolling back --
 and yields the root feature g_f, whose draft distribution q (target_probs of the drafter's
 cond/uncond logits, the target's CFG / temperature / top-k / top-p) gives the depth-1
 candidates. Each layer then expands the top-k nodes of the previous layer by cumulative draft
 probability: every expanded node gets its top-k tokens as children; of all children the top-k by
-cumulative score are forwarded through the layer (attending to the window and their ancestors)
+cumulative score are forwarded through the layer (attending to the band and their ancestors)
 to expand the next layer. Finally all generated nodes are reranked and the best N = node_budget - 1
 kept (scores never grow along a path and ties keep generation order, so the kept set contains
 every kept node's ancestors). The tree changes shape every step: per-row parents [B, N], padded
@@ -39,10 +39,10 @@ from dataclasses import replace
 import torch
 
 from ....model_loaders.contract import ForwardOutput
-from ...target import target_probs
 from ...verify import one_hot
 from ..base import BEYOND_IMAGE, SIBLINGS_INDEPENDENT, SIBLINGS_WITHOUT_REPLACEMENT, DraftTree, Drafter, LoopState, Verdict
 from ..eagle import load_eagle
+from ..hidden_states import DraftsFromHiddenStates
 from ..params import Method
 from ..static_tree import best_first_shape
 from .params import D_RANGE, K_RANGE, ADTTreeParams
@@ -54,13 +54,13 @@ L_D, L_K = 1, 3  # the paper's adjustment steps (Anole)
 PLAN_GUESSES = (0.6, 0.72, 0.8, 0.88, 0.93, 0.96, 0.98)
 
 
-class ADTTreeDrafter(SampledTrees, Drafter):
+class ADTTreeDrafter(SampledTrees, DraftsFromHiddenStates, Drafter):
     # the sibling rule of sampled trees (tests plant SIBLINGS_INDEPENDENT in a subclass and check
     # that the chi-square test rejects it)
     sampled_siblings = SIBLINGS_WITHOUT_REPLACEMENT
 
     def __init__(self, params: ADTTreeParams, model, sampling):
-        self.model, self.sampling = model, sampling
+        self._use_target(model, sampling)
         self.node_budget = params.node_budget
         self.tree_init = params.tree_init
         self.adaptive = params.adaptive
@@ -98,32 +98,22 @@ class ADTTreeDrafter(SampledTrees, Drafter):
         self.lossless = not self.relaxed
         dev = model.device
         self.net = load_eagle(model, params.drafter).to(dev).float().eval()
-        self.window = self.net.cfg.window
-        self.head_dtype = model.embed_tokens(torch.zeros(1, dtype=torch.long, device=dev)).dtype
+        self.attn_band = self.net.cfg.attn_band  # committed positions the EAGLE layer attends to
         if self.relaxed:
             from ..lantern import neighbour_table
             self.neighbours = neighbour_table(model, params.relaxed_k).to(dev)
             self.delta = params.relaxed_delta
 
     # -- helpers -----------------------------------------------------------------------------
-    def _q(self, g: torch.Tensor, B: int) -> torch.Tensor:
-        """Draft distribution [B, ..., V] of drafter features g [R, ..., D] (R = B or 2B with CFG)."""
-        logits = self.model.image_logits(g.to(self.head_dtype))
-        return target_probs(logits[:B], logits[B:] if self.cfg else None, self.sampling)
-
     def _embed(self, tokens: torch.Tensor) -> torch.Tensor:
         e = self.net.embed_tokens(self.model, tokens).float()  # the target's, or the drafter's own table
-        return torch.cat([e, e]) if self.cfg else e
+        return torch.cat([e, e]) if self.uses_cfg else e
 
     # -- start -------------------------------------------------------------------------------
     def start(self, state: LoopState, first: ForwardOutput, p0: torch.Tensor) -> None:
         B, dev = state.batch, state.device
-        self.cfg = first.hidden_uncond is not None
-        h0 = first.hidden[:, 0] if not self.cfg else torch.cat([first.hidden[:, 0], first.hidden_uncond[:, 0]])
-        R = h0.shape[0]
-        # feats[r, j]: the target feature whose output predicted position j (j = 0: the prompt's last)
-        self.feats = torch.zeros(R, state.layout.ext + 2, h0.shape[-1], device=dev)
-        self.feats[:, 0] = h0.float()
+        # hidden.states[r, j]: the target feature whose output predicted position j (j = 0: the prompt's last)
+        self._start_hidden(state, first, state.layout.ext + 2)
         self.d = torch.full((B,), self.d0, dtype=torch.long, device=dev)
         self.k = torch.full((B,), self.k0, dtype=torch.long, device=dev)
         # (d, k) of the tree that covered each position (for tree_init="above")
@@ -136,19 +126,19 @@ class ADTTreeDrafter(SampledTrees, Drafter):
 
     # -- propose -----------------------------------------------------------------------------
     def _window_pass(self, state: LoopState, S: int):
-        """Recompute the band of the last `window` committed positions into a fresh cache of S
+        """Recompute the band of the last `attn_band` committed positions into a fresh cache of S
         slots; returns (kv, root feature [R, 1, D], wvalid [R, W], fR [R])."""
         B, dev = state.batch, state.device
-        R, W, rows = (2 * B if self.cfg else B), self.window, state.rows
+        R, W, rows = (2 * B if self.uses_cfg else B), self.attn_band, state.rows
         rrows = torch.arange(R, device=dev)
         f = state.frontier
-        fR = f.repeat(2) if self.cfg else f
+        fR = f.repeat(2) if self.uses_cfg else f
         kv = self.net.new_cache(R, S, dev, torch.float32)
         # 1. the window of committed positions f-W+1 .. f
         wpos = fR[:, None] - W + 1 + torch.arange(W, device=dev)
         wvalid = wpos >= 0
         wposc = wpos.clamp(min=0)
-        feats = self.feats[rrows[:, None], wposc]
+        feats = self.hidden.states[rrows[:, None], wposc]
         toks = state.seq[rows[:, None], wposc[:B]]
         ar = torch.arange(W, device=dev)
         mask = torch.zeros(R, W, S, dtype=torch.bool, device=dev)
@@ -163,7 +153,7 @@ class ADTTreeDrafter(SampledTrees, Drafter):
             return self._propose_sampled(state, hint)
         B, V, dev, layout = state.batch, state.vocab_size, state.device, state.layout
         dmax, kmax = max(hint[0], 1), max(hint[1], 1)
-        R, W = (2 * B if self.cfg else B), self.window
+        R, W = (2 * B if self.uses_cfg else B), self.attn_band
         rrows = torch.arange(R, device=dev)
         f = state.frontier
         M = (dmax - 1) * kmax  # tree slots forwarded through the layer
@@ -212,7 +202,7 @@ class ADTTreeDrafter(SampledTrees, Drafter):
             okflat = ok.flatten(1).gather(1, order) & (jk[None] < self.k[:, None])
             parent_slot = order // kmax  # index into the expanded set
             ctok = tok.flatten(1).gather(1, order)
-            pR = parent_slot.repeat(2, 1) if self.cfg else parent_slot
+            pR = parent_slot.repeat(2, 1) if self.uses_cfg else parent_slot
             pfeat = g_e[rrows[:, None], pR]
             slots = W + (d - 1) * kmax + jk
             anc = anc_e[rrows[:, None], pR]  # [R, kmax, S]
@@ -298,13 +288,9 @@ class ADTTreeDrafter(SampledTrees, Drafter):
         # target features of the accepted path: node i's hidden is position prev_f + i's, which
         # predicted position prev_f + i + 1
         tpos = previous_frontier[:, None] + 1 + slot
-        spare = self.feats.shape[1] - 1
+        spare = self.hidden.spare
         tpos = torch.where(keep, tpos, spare)
-        hid = out.hidden.gather(1, path[:, :, None].expand(B, width, out.hidden.shape[-1]))
-        self.feats[state.rows[:, None], tpos] = hid.float()
-        if self.cfg:
-            hu = out.hidden_uncond.gather(1, path[:, :, None].expand(B, width, out.hidden.shape[-1]))
-            self.feats[(state.rows + B)[:, None], tpos] = hu.float()
+        self.hidden.write_path(state.rows, tpos, out, path)
         # (d, k) of this tree over the positions it covered
         cov = torch.where(keep, (previous_frontier[:, None] + slot).clamp(max=spare), spare)
         self.dk_at[state.rows[:, None], cov] = torch.stack([self.d, self.k], -1)[:, None]

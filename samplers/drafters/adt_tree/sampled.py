@@ -32,7 +32,7 @@ class SampledTrees:
         (EAGLE-2 prunes a node by its own score: biased for sampled candidates)."""
         B, V, dev, layout = state.batch, state.vocab_size, state.device, state.layout
         dmax, kmax = max(hint[0], 1), max(hint[1], 1)
-        R, W = (2 * B if self.cfg else B), self.window
+        R, W = (2 * B if self.uses_cfg else B), self.attn_band
         rrows = torch.arange(R, device=dev)
         f = state.frontier
         N = self.node_budget
@@ -126,7 +126,7 @@ class SampledTrees:
                 valid_e = ok.flatten(1).gather(1, order)
             parent_slot = order // Cd
             ctok = tok.flatten(1).gather(1, order)
-            pR = parent_slot.repeat(2, 1) if self.cfg else parent_slot
+            pR = parent_slot.repeat(2, 1) if self.uses_cfg else parent_slot
             pfeat = g_e[rrows[:, None], pR]
             slots = slot0 + je
             slot0 += En

@@ -19,7 +19,7 @@ def load_eagle(model, folder: str = "") -> EagleNet:
     if path and not os.path.isfile(os.path.join(path, CONFIG_FILE)) and is_lantern_folder(path):
         raise unconverted_lantern_error(model, path)
     tensors, meta = load_drafter(path, "eagle", model)
-    cfg = EagleConfig(**meta["config"])
+    cfg = EagleConfig.from_dict(meta["config"])
     if cfg.hidden_size != model.hidden_size:
         raise ValueError(f"{path}: drafter width {cfg.hidden_size} != the model's hidden size {model.hidden_size}")
     net = EagleNet(cfg)

@@ -2,7 +2,7 @@
 jadohu/llamagen_drafter, jadohu/llamagen2_drafter) -> our drafter files.
 
 ``python -m specar convert-drafter --kind lantern <LANTERN folder> --model <model folder> [--out DIR]
-[--window N]`` reads the folder's ``config.json`` and ``model.safetensors`` or ``pytorch_model.bin``
+[--attn-band N]`` reads the folder's ``config.json`` and ``model.safetensors`` or ``pytorch_model.bin``
 (opened with ``torch.load(weights_only=True)`` only), checks every tensor against the config and
 the config against the loaded target, and writes ``drafter.json`` + ``drafter.safetensors``
 (kind ``eagle``) bound to the target's weight fingerprint; the default output is
@@ -219,7 +219,7 @@ def _interleaved_to_half(w: torch.Tensor, heads: int) -> torch.Tensor:
     return w[idx]
 
 
-def convert_lantern(folder: str, model, window: Optional[int] = None):
+def convert_lantern(folder: str, model, attn_band: Optional[int] = None):
     """(EagleConfig dict, our tensors, info) of a LANTERN drafter folder for `model`."""
     cfg, state, path = read_lantern(folder)
     p = parse_config(cfg, os.path.join(folder, "config.json"))
@@ -228,9 +228,9 @@ def convert_lantern(folder: str, model, window: Optional[int] = None):
     D, h = p["hidden"], p["heads"]
     geo = model.geometry
     seq_len = geo.seq_len
-    w = int(window or max(2 * geo.row_stride, 8))
-    if w < 1:
-        raise ValueError(f"window must be >= 1, got {window!r}")
+    band = int(attn_band or max(2 * geo.row_stride, 8))
+    if band < 1:
+        raise ValueError(f"attn_band must be >= 1, got {attn_band!r}")
     L = "layers.0."
     g = lambda k: state[L + k]  # noqa: E731
     q, k, v = g("self_attn.q_proj.weight"), g("self_attn.k_proj.weight"), g("self_attn.v_proj.weight")
@@ -256,17 +256,17 @@ def convert_lantern(folder: str, model, window: Optional[int] = None):
     own = not torch.equal(rows.to(lo), mine.to(lo))
     if own:
         t["embed.weight"] = rows
-    ec = EagleConfig(hidden_size=D, num_heads=h, intermediate_size=p["ffn"], window=min(w, seq_len),
+    ec = EagleConfig(hidden_size=D, num_heads=h, intermediate_size=p["ffn"], attn_band=min(band, seq_len),
                      max_positions=seq_len + 64, qk_norm=p["family"] == "anole",
                      input_norm=p["family"] == "anole", norm_eps=p["eps"], rope_theta=p["theta"],
                      rope_grid=p["grid"], embed_rows=len(ids) if own else 0, fc_bias=p["fc_bias"])
-    check_shapes(path, t, EagleNet(EagleConfig(**ec.to_dict())).expected_shapes())
+    check_shapes(path, t, EagleNet(EagleConfig.from_dict(ec.to_dict())).expected_shapes())
     info = {"converted_from": os.path.abspath(folder), "source_format": f"LANTERN {p['family']} drafter ({SOURCE})",
             "weights_file": os.path.basename(path), "embedding": "own table" if own else "the target's (identical)"}
     return ec.to_dict(), {k: v.contiguous() for k, v in t.items()}, info
 
 
-def convert_lantern_drafter(folder: str, model, out: Optional[str] = None, window: Optional[int] = None) -> str:
+def convert_lantern_drafter(folder: str, model, out: Optional[str] = None, attn_band: Optional[int] = None) -> str:
     """Convert and write drafter.json + drafter.safetensors to `out` (default <model folder>/eagle_drafter)."""
     if out is None:
         base = getattr(model, "folder", None)
@@ -275,7 +275,7 @@ def convert_lantern_drafter(folder: str, model, out: Optional[str] = None, windo
         out = os.path.join(base, DRAFTER_FOLDERS["eagle"])
     if os.path.abspath(out) == os.path.abspath(folder):
         raise ValueError(f"--out {out} is the LANTERN folder itself; write the converted drafter elsewhere")
-    config, tensors, info = convert_lantern(folder, model, window)
+    config, tensors, info = convert_lantern(folder, model, attn_band)
     save_drafter(out, "eagle", model, tensors, config, training=info)
     return out
 

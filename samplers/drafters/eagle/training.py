@@ -9,7 +9,7 @@ Loss (EAGLE): smooth-L1 between the layer's output feature g_j and the target's 
 (feature regression) + `ce_weight` * cross-entropy of the target's own distribution
 softmax(image_logits(h_j)) against the drafter's logits image_logits(g_j). Input features get
 uniform noise (EAGLE's +-0.1 scaled to the feature norm) so the layer tolerates its own predicted
-features when it drafts several layers deep. Band attention of `window` positions as at inference.
+features when it drafts several layers deep. Band attention of `attn_band` positions as at inference.
 
 `guided_weight` > 0 adds the term that verification actually scores: KL(p || q) between the target's
 SAMPLING distribution p (`target_probs`: both CFG branches combined at the model's cfg_scale,
@@ -101,12 +101,12 @@ def paired_rows(images: torch.Tensor, per: int, cfg: bool) -> torch.Tensor:
 
 
 def initial_net(model, args) -> EagleNet:
-    """A fresh layer (`--window`, `--intermediate-size`), or `--init`'s drafter (checked against the
+    """A fresh layer (`--attn-band`, `--intermediate-size`), or `--init`'s drafter (checked against the
     model as any drafter file is; its shape wins, a conflicting flag is an error)."""
     if not args.init:
-        return EagleNet(EagleConfig.for_model(model, args.window, args.intermediate_size))
+        return EagleNet(EagleConfig.for_model(model, args.attn_band, args.intermediate_size))
     net = load_eagle(model, args.init)
-    for flag, asked, have in (("--window", args.window, net.cfg.window),
+    for flag, asked, have in (("--attn-band", args.attn_band, net.cfg.attn_band),
                               ("--intermediate-size", args.intermediate_size, net.cfg.intermediate_size)):
         if asked and asked != have:
             raise ValueError(f"{flag} {asked} conflicts with --init {args.init} (its drafter has {have}); "
@@ -115,7 +115,7 @@ def initial_net(model, args) -> EagleNet:
 
 
 def train_eagle(model, args):
-    fill_defaults(args, (("per_prompt", 8), ("window", None), ("intermediate_size", 0), ("init", None),
+    fill_defaults(args, (("per_prompt", 8), ("attn_band", None), ("intermediate_size", 0), ("init", None),
                          ("guided_weight", 0.0)))
     if args.guided_weight < 0:
         raise ValueError(f"--guided-weight must be >= 0 (0 = per-branch losses only), got {args.guided_weight}")

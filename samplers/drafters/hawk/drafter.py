@@ -52,8 +52,8 @@ import torch
 
 from ....model_loaders.contract import ForwardOutput
 from ...randomness import sample_by_race
-from ...target import target_probs
 from ..base import DraftTree, Drafter, LoopState, Verdict
+from ..hidden_states import DraftsFromHiddenStates
 from ..params import Method, param
 from .network import load_heads
 
@@ -102,9 +102,11 @@ class HawkParams:
     heads: str = param("", "heads folder; empty: hawk_heads/ beside the model's weights", folder_of="hawk")
 
 
-class HawkDrafter(Drafter):
-    def __init__(self, params: HawkParams, model, sampling):
-        self.model, self.sampling = model, sampling
+class HawkDrafter(DraftsFromHiddenStates, Drafter):
+    def __init__(self, params: HawkParams, model, sampling, collect: bool = False):
+        self._use_target(model, sampling)
+        # collect: record the source (0: horizontal, d: vertical depth d) of accepted drafts (`stats_acc`)
+        self.collect = collect
         self.n = params.horizontal_heads
         self.v = params.vertical_depth
         # positions past the horizontal heads drafted from the vertical cache alone (0: the paper's tree)
@@ -127,14 +129,8 @@ class HawkDrafter(Drafter):
         self.max_children = max(sum(1 for q in parents if q == i) for i in range(len(parents)))
         self.slack = self.L + 3
         self.stride = model.geometry.row_stride
-        self.head_dtype = model.embed_tokens(torch.zeros(1, dtype=torch.long, device=dev)).dtype
 
     # -- helpers -----------------------------------------------------------------------------
-    def _q(self, g: torch.Tensor, B: int) -> torch.Tensor:
-        """q [B, ..., V] of head features g [R, ..., D] (R = 2B with CFG: cond rows first)."""
-        logits = self.model.image_logits(g.to(self.head_dtype))
-        return target_probs(logits[:B], logits[B:] if self.cfg else None, self.sampling)
-
     def _recorded_q(self, pool_q: torch.Tensor, source: torch.Tensor) -> torch.Tensor:
         """The q recorded for each node: the pool entry its token was drawn from.
         pool_q [B, N, S, V], source [B, N] -> [B, N, V]."""
@@ -143,12 +139,7 @@ class HawkDrafter(Drafter):
 
     # -- start -------------------------------------------------------------------------------
     def start(self, state: LoopState, first: ForwardOutput, p0: torch.Tensor) -> None:
-        self.cfg = first.hidden_uncond is not None
-        h0 = first.hidden[:, 0] if not self.cfg else torch.cat([first.hidden[:, 0], first.hidden_uncond[:, 0]])
-        R = h0.shape[0]
-        # hid[r, j + 1]: target hidden state at position j (j = -1: the prompt's last); one spare column
-        self.hid = torch.zeros(R, state.layout.ext + 3, h0.shape[-1], device=state.device)
-        self.hid[:, 0] = h0.float()
+        self._start_hidden(state, first, state.layout.ext + 3)
         self.stats_acc = []  # (source of each accepted draft) when `collect`: acceptance per head
 
     # -- propose -----------------------------------------------------------------------------
@@ -157,12 +148,13 @@ class HawkDrafter(Drafter):
         B, V, dev, layout = state.batch, state.vocab_size, state.device, state.layout
         n, v, S, N, L = self.n, self.v, self.S, self.node_budget, self.L
         f = state.frontier
-        top = self.hid.shape[1] - 2
-        rowsR = torch.arange(self.hid.shape[0], device=dev)
-        fR = f.repeat(2) if self.cfg else f
+        hid = self.hidden.states
+        top = hid.shape[1] - 2
+        rowsR = torch.arange(hid.shape[0], device=dev)
+        fR = f.repeat(2) if self.uses_cfg else f
         k = torch.arange(1, L + 1, device=dev)
         # horizontal: heads on h_{f-1} (index f) for levels 1..n; levels n+1..L have none
-        hh = self.hid[rowsR, fR.clamp(max=top)]  # [R, D]
+        hh = hid[rowsR, fR.clamp(max=top)]  # [R, D]
         qh = self._q(self.heads.horizontal(hh), B)[:, :, None]  # [B, n, 1, V]
         if L > n:
             qh = torch.cat([qh, qh[:, :1].expand(B, L - n, 1, V)], 1)  # placeholders, never drawn
@@ -173,8 +165,8 @@ class HawkDrafter(Drafter):
             P = f[:, None] + k  # [B, L]
             src = P[:, :, None] - 1 - d * self.stride  # [B, L, v] source positions
             ok = (src >= -1) & (src <= f[:, None, None] - 1)
-            srcR = (src.repeat(2, 1, 1) if self.cfg else src).clamp(min=-1) + 1
-            hv = self.hid[rowsR[:, None, None], srcR.clamp(max=top)]  # [R, L, v, D]
+            srcR = (src.repeat(2, 1, 1) if self.uses_cfg else src).clamp(min=-1) + 1
+            hv = hid[rowsR[:, None, None], srcR.clamp(max=top)]  # [R, L, v, D]
             pool.append(self._q(self.heads.vertical(hv), B))  # [B, L, v, V]
             avail.append(ok)
         pool_q = torch.cat(pool, 2)  # [B, L, S, V]
@@ -214,28 +206,20 @@ class HawkDrafter(Drafter):
     # -- observe -----------------------------------------------------------------------------
     def observe(self, state: LoopState, tree: DraftTree, verdict: Verdict, p: torch.Tensor,
                 out: ForwardOutput, previous_frontier: torch.Tensor) -> None:
-        B, dev, act = state.batch, state.device, state.active
+        dev, act = state.device, state.active
         n_acc = torch.where(act, verdict.n_accepted, 0)
         path = verdict.path
         width = path.shape[1]
         slot = torch.arange(width, device=dev)
         keep = (slot[None] <= n_acc[:, None]) & act[:, None]
-        spare = self.hid.shape[1] - 1
+        spare = self.hidden.spare
         # node path[t] sits at position prev_f + t: its hidden state goes to index prev_f + t + 1
         tpos = torch.where(keep, (previous_frontier[:, None] + 1 + slot).clamp(max=spare), spare)
-        D = out.hidden.shape[-1]
-        self.hid[state.rows[:, None], tpos] = out.hidden.gather(1, path[:, :, None].expand(B, width, D)).float()
-        if self.cfg:
-            hu = out.hidden_uncond.gather(1, path[:, :, None].expand(B, width, D)).float()
-            self.hid[(state.rows + B)[:, None], tpos] = hu
+        self.hidden.write_path(state.rows, tpos, out, path)
         if self.collect:
             src = self._source.gather(1, path)  # [B, width] source of each path node
             drafted = (slot[None] >= 1) & (slot[None] <= n_acc[:, None]) & act[:, None]
             self.stats_acc.append(torch.where(drafted, src, -1).cpu())
-
-    collect = False  # set True to record the source (0: horizontal, d: vertical depth d) of accepted drafts
-
-
 
 
 HAWK = Method("hawk", "Hawk", "spatial (horizontal + vertical) draft heads with a speculation cache (Chen et al.)",
