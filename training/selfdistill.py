@@ -39,11 +39,12 @@ def training_prompts(model: ARImageModel, n: int, seed: int) -> list:
 
 
 @torch.inference_mode()
-def teacher_force(model: ARImageModel, prompt: str, sequences: torch.Tensor, cfg: bool, negative_prompt: str = ""):
+def teacher_force(model: ARImageModel, prompt: str, sequences: torch.Tensor, uses_cfg: bool,
+                  negative_prompt: str = ""):
     """Hidden states of `sequences` [B, seq_len] (one prompt for all rows) in one chain forward."""
     encoded = model.encode_prompt(prompt, negative_prompt)
     B, n = sequences.shape
-    session = model.start(encoded, B, cfg, draft_capacity=n)
+    session = model.start(encoded, B, uses_cfg, draft_capacity=n)
     out = model.forward(session, sequences[:, :-1].to(model.device), [-1] + list(range(n - 2)))
     return session.first, out
 
@@ -53,8 +54,8 @@ def distill_batch(model: ARImageModel, prompt: str, batch: int, seed: int, **sam
     """`batch` images the target samples for `prompt` (plain AR), with their hidden states."""
     from ..samplers.api import generate
     res = generate(model, prompt, backend="ar", seed=seed, batch_size=batch, **sampling)
-    cfg = (sampling.get("cfg_scale") or getattr(model, "default_sampling", {}).get("cfg_scale", 1.0)) != 1.0
-    first, out = teacher_force(model, prompt, res.sequence, cfg)
+    uses_cfg = (sampling.get("cfg_scale") or getattr(model, "default_sampling", {}).get("cfg_scale", 1.0)) != 1.0
+    first, out = teacher_force(model, prompt, res.sequence, uses_cfg)
     return DistillBatch(sequence=res.sequence, hidden=out.hidden, hidden_uncond=out.hidden_uncond,
                         first_hidden=first.hidden[:, 0], prompts=[prompt] * batch,
                         first_hidden_uncond=None if first.hidden_uncond is None else first.hidden_uncond[:, 0])
@@ -67,10 +68,10 @@ def chunked_distill_batch(model, prompt: str, batch: int, seed: int, chunk: int 
     as one draft)."""
     from ..samplers.api import generate
     res = generate(model, prompt, backend="ar", seed=seed, batch_size=batch)
-    cfg = model.default_sampling.get("cfg_scale", 1.0) != 1.0
+    uses_cfg = model.default_sampling.get("cfg_scale", 1.0) != 1.0
     seq = res.sequence.to(model.device)
     B, n = seq.shape
-    session = model.start(model.encode_prompt(prompt), B, cfg, draft_capacity=chunk + 1)
+    session = model.start(model.encode_prompt(prompt), B, uses_cfg, draft_capacity=chunk + 1)
     hs, hus = [], []
     for s in range(0, n - 1, chunk):
         e = min(s + chunk, n - 1)
@@ -81,8 +82,8 @@ def chunked_distill_batch(model, prompt: str, batch: int, seed: int, chunk: int 
         model.commit(session, path, torch.full((B,), e - s, device=model.device))
     first = session.first
     return DistillBatch(sequence=res.sequence, hidden=torch.cat(hs, 1),
-                        hidden_uncond=torch.cat(hus, 1) if cfg else None, first_hidden=first.hidden[:, 0],
-                        first_hidden_uncond=first.hidden_uncond[:, 0] if cfg else None, prompts=[prompt] * B)
+                        hidden_uncond=torch.cat(hus, 1) if uses_cfg else None, first_hidden=first.hidden[:, 0],
+                        first_hidden_uncond=first.hidden_uncond[:, 0] if uses_cfg else None, prompts=[prompt] * B)
 
 
 def distill_features(model, args, log=sys.stderr):

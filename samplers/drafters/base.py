@@ -23,7 +23,8 @@ from typing import Optional, Sequence, Union
 import torch
 
 from ...model_loaders.contract import ARImageModel, ForwardOutput, ImageGeometry
-from ..randomness import exponential_noise, make_generator
+from ...model_loaders.slots import batched_tree_tensors
+from ..randomness import exponential_noise
 from ..target import SamplingParams
 
 # sentinels of `SequenceLayout.forced` (engine ids >= 0 are forced structure tokens)
@@ -181,7 +182,6 @@ def verify_tree_step(state: LoopState, tree: DraftTree, p: torch.Tensor, verify_
         parents = torch.tensor(list(parents), device=state.device).expand(B, N)
     depth = tree.depth.expand(B, N) if tree.depth is not None else None
     if depth is None:
-        from ...model_loaders.slots import batched_tree_tensors
         depth = batched_tree_tensors(parents)[0]
     pos = state.frontier[:, None] + depth
     forced = state.layout.forced[pos.clamp(max=state.layout.ext - 1)] >= 0

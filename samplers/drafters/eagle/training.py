@@ -91,10 +91,10 @@ def eagle_loss(net: EagleNet, model, feats, toks, forced, noise: float = NOISE, 
     return loss + guided_weight * kl, reg, ce, kl
 
 
-def paired_rows(images: torch.Tensor, per: int, cfg: bool) -> torch.Tensor:
+def paired_rows(images: torch.Tensor, per: int, uses_cfg: bool) -> torch.Tensor:
     """Row indices of `images` in `collect`'s layout (prompt by prompt: `per` conditional rows, then
     their `per` unconditional twins): all conditional rows first, then the unconditional ones."""
-    if not cfg:
+    if not uses_cfg:
         return images
     cond = images // per * 2 * per + images % per
     return torch.cat([cond, cond + per])
