@@ -1,6 +1,6 @@
 """ADT-Tree (Lei et al.): an EAGLE drafter with adjacency-adaptive dynamic draft trees.
 
-Drafting (EAGLE-2 dynamic tree, `ADTTreeDrafter.propose`): the EAGLE layer (eagle.py) first
+Drafting (EAGLE-2 dynamic tree, `ADTTreeDrafter.propose`): the EAGLE layer (samplers/drafters/eagle/) first
 recomputes its band of the last `attn_band` committed positions from the stored target features
 (both CFG branches) -- no drafter KV cache survives a step, so nothing needs rolling back --
 and yields the root feature g_f, whose draft distribution q (target_probs of the drafter's
