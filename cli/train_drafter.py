@@ -1,17 +1,16 @@
 """`python -m specar train-drafter --kind {hawk,eagle,spatial} --model <demo|folder> --out <dir>`: train a
-drafter on the frozen target by self-distillation (training/). The kinds' training functions
-live in samplers/drafters/<method>/training.py and take (model, args)."""
+drafter on the frozen target by self-distillation (training/). The kinds and their training functions
+(in samplers/drafters/<method>/training.py, taking (model, args)) are the registered methods' (`Method.train`)."""
 from __future__ import annotations
 
 import importlib
 
 import torch
 
+from ..samplers.backends import METHODS
 from .args import parse_command, non_negative_int, positive_float, positive_int
 
-KINDS = {"hawk": "..samplers.drafters.hawk.training:train_hawk",
-         "eagle": "..samplers.drafters.eagle.training:train_eagle",
-         "spatial": "..samplers.drafters.spatial.training:train_spatial"}
+KINDS = {m.drafter_kind: m.train for m in METHODS if m.train}  # kind -> "module:function" under samplers.drafters
 
 
 def add_arguments(ap) -> None:
@@ -51,7 +50,8 @@ def run(args) -> None:
     from ..model_loaders.registry import load_model
     model = load_model(args.model, device=args.device)
     module, fn = KINDS[args.kind].split(":")
-    train = getattr(importlib.import_module(module, __package__), fn)
+    drafters = __package__.rpartition(".")[0] + ".samplers.drafters"  # the pack's own name, whatever its folder
+    train = getattr(importlib.import_module(module, drafters), fn)
     train(model, args)
 
 

@@ -98,3 +98,7 @@ class Method:
     drafter: type  # called as drafter(params, model, sampling)
     paper_preset: tuple = ()  # ((param, value), ...): the paper's setting where our default differs
     lossless: bool = True
+    # a trained drafter: its kind in drafter files ("hawk", "eagle", "spatial") and its training
+    # function ("module:function" under samplers.drafters), which `train-drafter --kind` runs
+    drafter_kind: str = ""
+    train: str = ""

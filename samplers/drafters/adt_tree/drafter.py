@@ -318,4 +318,4 @@ class ADTTreeDrafter(SampledTrees, DraftsFromHiddenStates, Drafter):
 
 
 ADT_TREE = Method("adt_tree", "ADT-Tree", "EAGLE drafter with adjacency-adaptive dynamic draft trees (Lei et al.)",
-                  ADTTreeParams, ADTTreeDrafter)
+                  ADTTreeParams, ADTTreeDrafter, drafter_kind="eagle", train=".eagle.training:train_eagle")

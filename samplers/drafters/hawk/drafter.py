@@ -223,6 +223,7 @@ class HawkDrafter(DraftsFromHiddenStates, Drafter):
 
 
 HAWK = Method("hawk", "Hawk", "spatial (horizontal + vertical) draft heads with a speculation cache (Chen et al.)",
-              HawkParams, HawkDrafter, paper_preset=(("horizontal_heads", 4), ("node_budget", 32)))
+              HawkParams, HawkDrafter, paper_preset=(("horizontal_heads", 4), ("node_budget", 32)),
+              drafter_kind="hawk", train=".hawk.training:train_hawk")
 
 __all__ = ["HAWK", "HawkDrafter", "HawkParams", "tree_topology"]

@@ -152,4 +152,4 @@ __all__ = ["SpatialDrafter"]
 
 SPATIAL = Method("spatial", "Spatial", "a Jacobi window over the rows ahead, drafted by trained spatial heads from the "
                  "rows above and refined by the target, with proactive branches (issue 27: Hawk + SJD-PAC + SCD)",
-                 SpatialParams, SpatialDrafter)
+                 SpatialParams, SpatialDrafter, drafter_kind="spatial", train=".spatial.training:train_spatial")
