@@ -106,3 +106,10 @@ def distill_features(model, args, log=sys.stderr):
         log.flush()
     log.write("\n")
     return torch.cat(fc), (torch.cat(fu) if fu else None), torch.cat(toks), time.perf_counter() - t0
+
+
+def features_on_device(model, args, log=sys.stderr):
+    """`distill_features`' features on the model's device, for heads trained on them (Hawk,
+    spatial): (feats [R, n, D], feats_uncond or None, seconds); index i predicts position i."""
+    fc, fu, _, secs = distill_features(model, args, log)
+    return fc.to(model.device), (fu.to(model.device) if fu is not None else None), secs

@@ -147,6 +147,26 @@ class ADTTreeDrafter(SampledTrees, DraftsFromHiddenStates, Drafter):
         g = self.net(feats, self._embed(toks), wposc, mask, kv, ar.expand(R, W))
         return kv, g[:, -1:], wvalid, fR
 
+    def _forward_chosen(self, B: int, d: int, tok, order, children: int, g_e, anc_e, slots, band):
+        """The chosen nodes `order` [B, E] of layer d (flat indices into tok [B, E_parent, children])
+        through the EAGLE layer at cache slots `slots` [E], each attending to the band (kv,
+        wvalid, fR) and to its ancestors. Returns (features [R, E, D], q [B, E, V], ancestry [R, E, S])."""
+        kv, wvalid, fR = band
+        R, E, S, W = fR.shape[0], order.shape[1], anc_e.shape[-1], wvalid.shape[1]
+        rrows = torch.arange(R, device=order.device)
+        parent_slot = order // children  # index into the expanded set
+        ctok = tok.flatten(1).gather(1, order)
+        pR = parent_slot.repeat(2, 1) if self.uses_cfg else parent_slot
+        pfeat = g_e[rrows[:, None], pR]
+        anc = anc_e[rrows[:, None], pR]  # [R, E, S]
+        anc[:, torch.arange(E, device=order.device), slots] = True
+        m = torch.zeros(R, E, S, dtype=torch.bool, device=order.device)
+        m[:, :, :W] = wvalid[:, None, :]
+        m = m | anc
+        npos = (fR + d)[:, None].expand(R, E)
+        g = self.net(pfeat, self._embed(ctok), npos, m, kv, slots.expand(R, E))
+        return g, self._q(g, B), anc
+
     @torch.no_grad()
     def propose(self, state: LoopState, hint: list) -> DraftTree:
         if self.candidate_mode == "sampled":
@@ -154,7 +174,6 @@ class ADTTreeDrafter(SampledTrees, DraftsFromHiddenStates, Drafter):
         B, V, dev, layout = state.batch, state.vocab_size, state.device, state.layout
         dmax, kmax = max(hint[0], 1), max(hint[1], 1)
         R, W = (2 * B if self.uses_cfg else B), self.attn_band
-        rrows = torch.arange(R, device=dev)
         f = state.frontier
         M = (dmax - 1) * kmax  # tree slots forwarded through the layer
         S = W + M
@@ -200,19 +219,8 @@ class ADTTreeDrafter(SampledTrees, DraftsFromHiddenStates, Drafter):
             sflat = sc.flatten(1)
             order = torch.sort(sflat, dim=1, descending=True, stable=True).indices[:, :kmax]  # [B, kmax]
             okflat = ok.flatten(1).gather(1, order) & (jk[None] < self.k[:, None])
-            parent_slot = order // kmax  # index into the expanded set
-            ctok = tok.flatten(1).gather(1, order)
-            pR = parent_slot.repeat(2, 1) if self.uses_cfg else parent_slot
-            pfeat = g_e[rrows[:, None], pR]
-            slots = W + (d - 1) * kmax + jk
-            anc = anc_e[rrows[:, None], pR]  # [R, kmax, S]
-            anc[:, jk, slots] = True
-            m = torch.zeros(R, kmax, S, dtype=torch.bool, device=dev)
-            m[:, :, :W] = wvalid[:, None, :]
-            m = m | anc
-            npos = (fR + d)[:, None].expand(R, kmax)
-            g_e = self.net(pfeat, self._embed(ctok), npos, m, kv, slots.expand(R, kmax))
-            q_e = self._q(g_e, B)
+            g_e, q_e, anc = self._forward_chosen(B, d, tok, order, kmax, g_e, anc_e, W + (d - 1) * kmax + jk,
+                                                 (kv, wvalid, fR))
             score_e = sflat.gather(1, order)
             valid_e = okflat
             gidx_e = glob[order]

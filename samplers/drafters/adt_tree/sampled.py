@@ -33,7 +33,6 @@ class SampledTrees:
         B, V, dev, layout = state.batch, state.vocab_size, state.device, state.layout
         dmax, kmax = max(hint[0], 1), max(hint[1], 1)
         R, W = (2 * B if self.uses_cfg else B), self.attn_band
-        rrows = torch.arange(R, device=dev)
         f = state.frontier
         N = self.node_budget
         C, C1 = self.children, self.root_children  # siblings per expanded node (C1: the root's)
@@ -124,20 +123,8 @@ class SampledTrees:
             else:
                 order = layer.order.expand(B, En)
                 valid_e = ok.flatten(1).gather(1, order)
-            parent_slot = order // Cd
-            ctok = tok.flatten(1).gather(1, order)
-            pR = parent_slot.repeat(2, 1) if self.uses_cfg else parent_slot
-            pfeat = g_e[rrows[:, None], pR]
-            slots = slot0 + je
+            g_e, q_e, anc = self._forward_chosen(B, d, tok, order, Cd, g_e, anc_e, slot0 + je, (kv, wvalid, fR))
             slot0 += En
-            anc = anc_e[rrows[:, None], pR]  # [R, En, S]
-            anc[:, je, slots] = True
-            m = torch.zeros(R, En, S, dtype=torch.bool, device=dev)
-            m[:, :, :W] = wvalid[:, None, :]
-            m = m | anc
-            npos = (fR + d)[:, None].expand(R, En)
-            g_e = self.net(pfeat, self._embed(ctok), npos, m, kv, slots.expand(R, En))
-            q_e = self._q(g_e, B)
             qs.append(q_e)
             score_e = sflat.gather(1, order)
             key_e = key.flatten(1).gather(1, order)

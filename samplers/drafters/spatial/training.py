@@ -16,7 +16,6 @@ decay 0.1, betas (0.9, 0.95)) through training/loop.py (progress line, `--resume
 from __future__ import annotations
 
 import os
-import sys
 import time
 
 import torch
@@ -69,13 +68,11 @@ def spatial_loss(heads: SpatialHeads, model, fc, fu, target, sampling: SamplingP
 
 def train_spatial(model, args):
     from ....training.loop import fill_defaults, frozen_target_sampling, train
-    from ....training.selfdistill import distill_features
+    from ....training.selfdistill import features_on_device
     fill_defaults(args, DEFAULTS)
     t_start = time.perf_counter()
-    fc, fu, _, t_data = distill_features(model, args, sys.stderr)
+    fc, fu, t_data = features_on_device(model, args)
     dev = model.device
-    fc = fc.to(dev)
-    fu = fu.to(dev) if fu is not None else None
     cfg = SpatialConfig(model.hidden_size, args.head_depths, args.taps)
     heads = SpatialHeads(cfg).to(dev)
     sampling = frozen_target_sampling(model)
