@@ -108,8 +108,13 @@ def distill_features(model, args, log=sys.stderr):
     return torch.cat(fc), (torch.cat(fu) if fu else None), torch.cat(toks), time.perf_counter() - t0
 
 
-def features_on_device(model, args, log=sys.stderr):
-    """`distill_features`' features on the model's device, for heads trained on them (Hawk,
-    spatial): (feats [R, n, D], feats_uncond or None, seconds); index i predicts position i."""
+def start_head_training(model, args, defaults, log=sys.stderr):
+    """What a trainer of heads on the target's features (Hawk, spatial) starts with: `args` with
+    `defaults` filled in, then (feats [R, n, D] and feats_uncond (or None) on the model's device,
+    index i predicting position i; seconds of data; the start time; the frozen target's sampling)."""
+    from .loop import fill_defaults, frozen_target_sampling
+    fill_defaults(args, defaults)
+    t_start = time.perf_counter()
     fc, fu, _, secs = distill_features(model, args, log)
-    return fc.to(model.device), (fu.to(model.device) if fu is not None else None), secs
+    fc, fu = fc.to(model.device), (fu.to(model.device) if fu is not None else None)
+    return fc, fu, secs, t_start, frozen_target_sampling(model)

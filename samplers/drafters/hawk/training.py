@@ -27,8 +27,8 @@ import time
 import torch
 
 from ....model_loaders.drafter_files import save_drafter
-from ....training.loop import fill_defaults, frozen_target_sampling, train
-from ....training.selfdistill import features_on_device
+from ....training.loop import train
+from ....training.selfdistill import start_head_training
 from ...target import SamplingParams, guided_logits, target_probs
 from .network import HawkConfig, HawkHeads
 
@@ -74,13 +74,10 @@ def hawk_loss(heads: HawkHeads, model, fc, fu, starts, sampling: SamplingParams,
 
 
 def train_hawk(model, args):
-    fill_defaults(args, DEFAULTS)
-    t_start = time.perf_counter()
-    fc, fu, t_data = features_on_device(model, args)
+    fc, fu, t_data, t_start, sampling = start_head_training(model, args, DEFAULTS)
     dev = model.device
     cfg = HawkConfig(model.hidden_size, args.horizontal_heads, args.vertical_depth)
     heads = HawkHeads(cfg).to(dev)
-    sampling = frozen_target_sampling(model)
     n = fc.shape[1]
     # forced[i]: position i is a structure token (feats index i predicts position i): no loss there
     forced = (model.geometry.forced_tokens() >= 0).to(dev)

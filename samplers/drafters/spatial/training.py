@@ -67,15 +67,12 @@ def spatial_loss(heads: SpatialHeads, model, fc, fu, target, sampling: SamplingP
 
 
 def train_spatial(model, args):
-    from ....training.loop import fill_defaults, frozen_target_sampling, train
-    from ....training.selfdistill import features_on_device
-    fill_defaults(args, DEFAULTS)
-    t_start = time.perf_counter()
-    fc, fu, t_data = features_on_device(model, args)
+    from ....training.loop import train
+    from ....training.selfdistill import start_head_training
+    fc, fu, t_data, t_start, sampling = start_head_training(model, args, DEFAULTS)
     dev = model.device
     cfg = SpatialConfig(model.hidden_size, args.head_depths, args.taps)
     heads = SpatialHeads(cfg).to(dev)
-    sampling = frozen_target_sampling(model)
     R, n = fc.shape[:2]
     forced = (model.geometry.forced_tokens() >= 0).to(dev)
     stride = model.geometry.row_stride
