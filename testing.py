@@ -165,3 +165,12 @@ def check_exact(backend: str, model_name: str, setting: str, seed: int = 1234, n
     kw = EXACTNESS_SETTINGS[setting]
     res = generate(mdl, "hi", backend=backend, seed=seed, batch_size=n, **kw, **params)
     return chi_square_test(res.tokens, exact_distribution(mdl, "hi", **kw)), res
+
+
+def use_drafter(monkeypatch, backend: str, drafter: type) -> None:
+    """Run `backend` with another drafter class for one test (a test-side subclass: a planted
+    bug, a policy, a recorder), through pytest's `monkeypatch` so it is undone afterwards."""
+    import dataclasses
+
+    from .samplers.backends import SCHEMAS
+    monkeypatch.setitem(SCHEMAS, backend, dataclasses.replace(SCHEMAS[backend], drafter=drafter))

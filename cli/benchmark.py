@@ -19,7 +19,7 @@ import torch
 from ..model_loaders.registry import load_model
 from .args import command_parser, non_negative_float, non_negative_int, positive_int
 from ..samplers.api import generate
-from ..samplers.backends import BACKEND_PARAMS, make_backend
+from ..samplers.backends import SCHEMAS, make_backend
 
 # the default run: AR, the SJD-PAC ablation of the paper (SJD -> +PD -> +PD+AC -> L=64), SCD, Hawk and
 # ADT-Tree (the drafter-based backends need their drafter beside the model: the demo model ships both)
@@ -47,23 +47,24 @@ def parse_config(text: str) -> dict:
     """'sjd_pac:window=64,tree_width=4' -> {'backend': 'sjd_pac', 'window': 64, 'tree_width': 4}."""
     name, _, rest = text.partition(":")
     name = name.strip()
-    if name not in BACKEND_PARAMS:
-        raise ValueError(f"unknown backend {name!r} in {text!r}; backends: {', '.join(BACKEND_PARAMS)}")
+    if name not in SCHEMAS:
+        raise ValueError(f"unknown backend {name!r} in {text!r}; backends: {', '.join(SCHEMAS)}")
+    kinds = {p.name: p.kind for p in SCHEMAS[name].params}
     params = {}
     for item in filter(None, (s.strip() for s in rest.split(","))):
         key, eq, value = item.partition("=")
         if not eq:
             raise ValueError(f"expected key=value in {text!r}, got {item!r}")
-        default = False if key == "compile" else BACKEND_PARAMS[name].get(key, (None,))[0]
-        if isinstance(default, bool):
+        kind = bool if key == "compile" else kinds.get(key, str)  # an unknown key: make_backend names it
+        if kind is bool:
             if value.lower() not in ("true", "false", "1", "0"):
                 raise ValueError(f"{key} must be true or false in {text!r}, got {value!r}")
             params[key] = value.lower() in ("true", "1")
-        elif isinstance(default, (int, float)):
+        elif kind in (int, float):
             try:
-                params[key] = type(default)(value)
+                params[key] = kind(value)
             except ValueError:
-                raise ValueError(f"{key} must be {'an int' if isinstance(default, int) else 'a number'} in "
+                raise ValueError(f"{key} must be {'an int' if kind is int else 'a number'} in "
                                  f"{text!r}, got {value!r}") from None
         else:
             params[key] = value
@@ -78,7 +79,7 @@ def with_windows(configs: List[dict], windows: Optional[List[int]]) -> List[dict
         return configs
     out = []
     for cfg in configs:
-        if "window" in BACKEND_PARAMS[cfg["backend"]] and "window" not in cfg:
+        if any(p.name == "window" for p in SCHEMAS[cfg["backend"]].params) and "window" not in cfg:
             for w in windows:
                 out.append(parse_config(_label({**cfg, "window": w})))  # validated like the rest
         else:
@@ -121,8 +122,7 @@ def _jpeg_preview(model):
     ComfyUI's previewer does (into memory)."""
     import io
 
-    from ..nodes.core import PREVIEW_THROTTLE
-    from ..samplers.preview import PartialImage
+    from ..samplers.preview import PREVIEW_THROTTLE, PartialImage
 
     def emit(images, committed, total):
         images[0].save(io.BytesIO(), format="JPEG", quality=95)

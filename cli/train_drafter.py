@@ -1,16 +1,16 @@
 """`python -m specar train-drafter --kind {hawk,eagle,spatial} --model <demo|folder> --out <dir>`: train a
-drafter on the frozen target by self-distillation (training/). The kinds' training functions
-live in training/<kind>.py and take (model, args)."""
+drafter on the frozen target by self-distillation (training/). The kinds and their training functions
+(in samplers/drafters/<method>/training.py, taking (model, args)) are the registered methods' (`Method.train`)."""
 from __future__ import annotations
 
 import importlib
 
 import torch
 
+from ..samplers.backends import METHODS
 from .args import parse_command, non_negative_int, positive_float, positive_int
 
-KINDS = {"hawk": "..training.hawk:train_hawk", "eagle": "..training.eagle:train_eagle",
-         "spatial": "..samplers.drafters.spatial.training:train_spatial"}
+KINDS = {m.drafter_kind: m.train for m in METHODS if m.train}  # kind -> "module:function" under samplers.drafters
 
 
 def add_arguments(ap) -> None:
@@ -25,15 +25,16 @@ def add_arguments(ap) -> None:
                     help="optimiser steps (0: write the initial drafter, e.g. --init's, with its evaluation)")
     ap.add_argument("--batch", type=positive_int, default=32, help="training rows per step")
     ap.add_argument("--lr", type=positive_float, default=1e-3, help="learning rate")
-    ap.add_argument("--window", type=positive_int, default=None,
-                    help="eagle: committed positions the layer attends to (default: 2 image rows)")
+    ap.add_argument("--attn-band", "--window", dest="attn_band", type=positive_int, default=None,
+                    help="eagle: committed positions the layer attends to (default: 2 image rows; --window: the "
+                         "older name)")
     ap.add_argument("--intermediate-size", type=non_negative_int, default=0,
                     help="eagle: the layer's MLP width (0: the llama default for the hidden size)")
     ap.add_argument("--lr-schedule", default="constant", choices=["constant", "cosine"],
                     help="constant, or cosine from --lr to 0 over --steps (a function of the global step: "
                          "--resume with cosine continues a constant run into a decay)")
     ap.add_argument("--init", default=None,
-                    help="eagle: start from this drafter folder's weights (fine-tuning; its window and MLP width win)")
+                    help="eagle: start from this drafter folder's weights (fine-tuning; its attention band and MLP width win)")
     ap.add_argument("--guided-weight", type=float, default=0.0,
                     help="eagle: weight (>= 0) of KL(target || drafter) of the sampling distributions (CFG combined, "
                          "temperature, top-k), the distributions verification compares (0: off)")
@@ -49,7 +50,8 @@ def run(args) -> None:
     from ..model_loaders.registry import load_model
     model = load_model(args.model, device=args.device)
     module, fn = KINDS[args.kind].split(":")
-    train = getattr(importlib.import_module(module, __package__), fn)
+    drafters = __package__.rpartition(".")[0] + ".samplers.drafters"  # the pack's own name, whatever its folder
+    train = getattr(importlib.import_module(module, drafters), fn)
     train(model, args)
 
 

@@ -54,12 +54,6 @@ def save_drafter(folder: str, kind: str, model, tensors: dict, config: dict, tra
 def missing_drafter_error(model, kind: str, folder: Optional[str]) -> ValueError:
     where = folder or f"<model folder>/{DRAFTER_FOLDERS[kind]}"
     name = getattr(model, "folder", None) or model.name
-    if kind == "eagle":
-        from .lantern_drafter import COMMAND, is_lantern_folder
-        if is_lantern_folder(folder):  # a released LANTERN drafter, not yet converted
-            out = os.path.join(getattr(model, "folder", None) or "<model folder>", DRAFTER_FOLDERS[kind])
-            return ValueError(f"{folder} holds a LANTERN drafter (config.json + weights), not SpecAR's {CONFIG_FILE} / "
-                              f"{WEIGHTS_FILE}; convert it once with: " + COMMAND.format(src=folder, model=name, out=out))
     return ValueError(f"no {kind} drafter for model {model.name!r}: {where} has no {CONFIG_FILE} / {WEIGHTS_FILE}. "
                       f"Train one with: " + TRAIN_COMMAND.format(kind=kind, model=name, out=where))
 

@@ -7,7 +7,7 @@ from typing import Callable, Optional
 import torch
 
 from ..model_loaders.contract import ARImageModel
-from .backends import BACKENDS, make_backend
+from .backends import BACKENDS, BackendConfig, make_backend
 from .engine import SpeculativeEngine
 from .stats import GenerationStats
 from .target import SamplingParams
@@ -28,7 +28,7 @@ def _check_seed(seed):
     return seed
 
 
-def generate(model: ARImageModel, prompt, backend: str = "sjd", seed: int = 0, cfg_scale: Optional[float] = None,
+def generate(model: ARImageModel, prompt, backend="sjd", seed: int = 0, cfg_scale: Optional[float] = None,
              temperature: float = 1.0, top_k: Optional[int] = None, top_p: float = 1.0, negative_prompt: str = "",
              batch_size: int = 1, progress: Optional[Callable[[int, int], None]] = None,
              interrupt: Optional[Callable[[], bool]] = None, profile: bool = False, preview=None,
@@ -44,10 +44,18 @@ def generate(model: ARImageModel, prompt, backend: str = "sjd", seed: int = 0, c
     ``compile=True`` runs the model's forward through torch.compile (one static graph per forward
     shape, compiled on first use and kept for later generations; the compile counters are in
     ``stats.compile``); where compiling fails it says so once and runs eager.
+    ``backend``: a backend name (its parameters as keyword arguments), or a `BackendConfig` that
+    `make_backend` already validated (the nodes: a choice is validated once).
     """
     if not isinstance(model, ARImageModel):
         raise ValueError(f"model must be an ARImageModel (e.g. from specar.load_model), got {type(model).__name__}")
-    spec = make_backend(backend, **backend_params)
+    if isinstance(backend, BackendConfig):
+        if backend_params:
+            raise ValueError(f"backend is an already validated {backend.name!r} configuration; pass its parameters "
+                             f"to make_backend, not to generate (got {', '.join(sorted(backend_params))})")
+        spec = backend
+    else:
+        spec = make_backend(backend, **backend_params)
     defaults = getattr(model, "default_sampling", {})
     sampling = SamplingParams(
         cfg_scale=defaults.get("cfg_scale", 1.0) if cfg_scale is None else cfg_scale,

@@ -166,13 +166,12 @@ class SpeculativeEngine:
         need = self.model.positions_needed(P, budget + 1)
         if need > limit:
             allowed = limit - self.model.positions_needed(P, 1)
-            size_params = [f"{k}={v}" for k, v in self.backend.params().items()
-                           if k in ("window", "tree_width", "tree_depth", "node_budget", "horizontal_heads",
-                                    "vertical_depth", "candidates")]
-            raise ValueError(f"{self.backend.name} with {', '.join(size_params)} needs {budget} draft slots per "
+            names = self.backend.schema.size_params
+            sizes = [f"{n}={getattr(self.backend.typed_params, n)}" for n in names]
+            raise ValueError(f"{self.backend.name} with {', '.join(sizes)} needs {budget} draft slots per "
                              f"forward, but this model ({limit} positions, a {P}-token prompt and a "
                              f"{self.model.geometry.seq_len}-token image) allows at most {max(allowed, 0)}: lower "
-                             f"{' or '.join(p.split('=')[0] for p in size_params) or 'the tree size'}")
+                             f"{' or '.join(names) or 'the tree size'}")
 
     def _host_read(self, state, bad, progress, interrupt) -> bool:
         """The step's one read of device values: False when every row is done."""

@@ -14,6 +14,9 @@ from typing import Callable, List, Optional
 
 import torch
 
+# how often the node (and the bench measuring it) decodes a preview: at most every 0.25 s, and
+# at most 3 % of the generation's time
+PREVIEW_THROTTLE = {"min_interval_s": 0.25, "share": 0.03}
 OVERLAY_STOPS = torch.tensor([[0.27, 0.00, 0.33], [0.23, 0.32, 0.55], [0.13, 0.57, 0.55], [0.37, 0.79, 0.38],
                               [0.99, 0.91, 0.14]])  # viridis-like: dark = one token per step, yellow = long runs
 

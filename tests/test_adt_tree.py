@@ -15,12 +15,13 @@ import torch
 import specar
 from specar.model_loaders.drafter_files import save_drafter
 from specar.samplers import verify as verify_mod
-from specar.samplers.drafters.adt_tree import ADTTreeDrafter, load_eagle
-from specar.samplers.drafters.eagle import EagleConfig, EagleNet
+from specar.samplers.drafters.adt_tree import ADTTreeDrafter
+from specar.samplers.drafters.base import SIBLINGS_INDEPENDENT
+from specar.samplers.drafters.eagle import EagleConfig, EagleNet, load_eagle
 from specar.testing import (EXACTNESS_MODELS, EXACTNESS_SAMPLES, chi_square_test, exact_distribution, exactness_model,
                             tiny_model)
 from specar.testing import check_exact as sample_and_test
-from specar.testing import greedy_and_argmax
+from specar.testing import greedy_and_argmax, use_drafter
 
 N_SAMPLES = EXACTNESS_SAMPLES
 P_FAIL = 1e-6
@@ -91,11 +92,26 @@ def test_sampled_candidates_are_exact(case):
     assert res.stats.step_compression > 1.0
 
 
+class IndependentSiblings(ADTTreeDrafter):
+    """Planted bug: sampled siblings (drawn WITHOUT replacement) verified as independent draws from q."""
+    sampled_siblings = SIBLINGS_INDEPENDENT
+
+
+class PruneByOwnScore(ADTTreeDrafter):
+    """Planted bug: EAGLE-2's final rerank on sampled candidates -- twice the slots drawn, the best
+    node_budget - 1 kept by cumulative score (a node's existence depends on its own value)."""
+
+    def _slot_budget(self) -> int:
+        return 2 * (self.node_budget - 1)
+
+    def _kept_slots(self, score, allocated, index, keep: int):
+        return torch.sort(score, dim=1, descending=True, stable=True).indices[:, :keep]
+
+
 def test_planted_sampled_siblings_as_independent_draws_is_caught(monkeypatch):
     # planted bug: sampled siblings (drawn WITHOUT replacement) verified as independent draws from q
     # (qs rule: the rejected siblings are not removed from q)
-    from specar.samplers.drafters import adt_tree, base
-    monkeypatch.setattr(adt_tree, "SAMPLED_SIBLINGS", base.SIBLINGS_INDEPENDENT)
+    use_drafter(monkeypatch, "adt_tree", IndependentSiblings)
     (p_value, stat, dof, tv), _ = check_exact("v3-2x2", "plain", candidate_mode="sampled", node_budget=8, children=3,
                                               width=3)
     print(f"\nplanted independent-siblings bug: p={p_value:.3g} TV={tv:.4f}")
@@ -103,10 +119,9 @@ def test_planted_sampled_siblings_as_independent_draws_is_caught(monkeypatch):
 
 
 def test_planted_independent_siblings_in_a_best_first_tree_is_caught(monkeypatch):
-    from specar.samplers.drafters import adt_tree, base
     params = dict(candidate_mode="sampled", adaptive=False, tree_shape="best_first", node_budget=9, accept_guess=0.5,
                   root_accept_guess=0.3, sibling_accept_guess=0.9)
-    monkeypatch.setattr(adt_tree, "SAMPLED_SIBLINGS", base.SIBLINGS_INDEPENDENT)
+    use_drafter(monkeypatch, "adt_tree", IndependentSiblings)
     (p_value, stat, dof, tv), _ = check_exact("v4-2x2", "t07-topk", **params)
     print(f"\nplanted independent-siblings bug (best_first): p={p_value:.3g} TV={tv:.4f}")
     assert p_value < P_FAIL, f"planted bug went unnoticed in a best_first tree: p={p_value:.2e} TV={tv:.4f}"
@@ -127,7 +142,7 @@ def test_planted_prune_by_own_score_is_caught(monkeypatch):
     # (the honest tree keeps the first draw, whatever its value).
     params = dict(candidate_mode="sampled", node_budget=2, children=2, width=2, depth=1, adaptive=False)
     honest = check_exact("v4-2x2", "plain", **params)[0]
-    monkeypatch.setattr(ADTTreeDrafter, "_prune_by_own_score", True)
+    use_drafter(monkeypatch, "adt_tree", PruneByOwnScore)
     (p_value, stat, dof, tv), _ = check_exact("v4-2x2", "plain", **params)
     print(f"\nplanted prune-by-own-score bug: p={p_value:.3g} TV={tv:.4f} (honest: p={honest[0]:.3g} TV={honest[3]:.4f})")
     assert honest[0] > P_FAIL

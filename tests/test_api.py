@@ -168,3 +168,14 @@ def test_a_tree_too_big_for_the_model_names_its_parameters():
     demo = specar.load_model("demo")
     with pytest.raises(ValueError, match=r"tree_width=64 needs \d+ draft slots .* allows at most \d+: lower window"):
         specar.generate(demo, "a red circle", backend="sjd_pac", window=64, tree_width=64)
+
+
+def test_a_validated_backend_config_is_taken_as_is():
+    from specar.samplers.backends import make_backend
+    m = tiny_model()
+    config = make_backend("sjd", window=3)
+    a = specar.generate(m, "hi", backend=config, seed=5, batch_size=4)
+    b = specar.generate(m, "hi", backend="sjd", window=3, seed=5, batch_size=4)
+    assert torch.equal(a.sequence, b.sequence) and a.stats.params == {"window": 3, "init": "random"}
+    with pytest.raises(ValueError, match="already validated 'sjd' configuration.*got window"):
+        specar.generate(m, "hi", backend=config, window=4)

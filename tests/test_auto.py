@@ -11,7 +11,7 @@ import torch
 import specar
 from specar.samplers.drafters import auto as auto_mod
 from specar.testing import exactness_model, greedy_and_argmax
-from specar.testing import check_exact
+from specar.testing import check_exact, use_drafter
 
 P_FAIL = 1e-6
 
@@ -64,7 +64,7 @@ def test_auto_is_exact(params, model_name, setting):
                                                      ("v3-2x3-rowend", "topk", "repeat_left"),
                                                      ("v4-2x2", "cfg", "sample_left")])
 def test_switching_every_step_is_exact(monkeypatch, model_name, setting, init):
-    monkeypatch.setattr(auto_mod, "AutoDrafter", HistorySwitching)
+    use_drafter(monkeypatch, "auto", HistorySwitching)
     (p_value, stat, dof, tv), res = check_exact("auto", model_name, setting, max_window=3, init=init)
     assert p_value > P_FAIL, f"chi2={stat:.1f} dof={dof} p={p_value:.2e} TV={tv:.4f}"
     used = res.stats.backend_report["steps_per_window"]
@@ -72,7 +72,7 @@ def test_switching_every_step_is_exact(monkeypatch, model_name, setting, init):
 
 
 def test_planted_peek_is_caught(monkeypatch):
-    monkeypatch.setattr(auto_mod, "AutoDrafter", PeekingPolicy)
+    use_drafter(monkeypatch, "auto", PeekingPolicy)
     (p_value, stat, dof, tv), _ = check_exact("auto", "v3-2x2", "plain", max_window=3, cost_model="forwards")
     print(f"\nplanted peek: p={p_value:.3g} TV={tv:.4f}")
     assert p_value < P_FAIL, f"a window chosen from the current draft went unnoticed: p={p_value:.2e} TV={tv:.4f}"

@@ -94,10 +94,10 @@ def test_lossy_rows_are_marked():
 
 def test_preview_rows_measure_the_overhead_within_the_run(monkeypatch):
     from specar.cli import benchmark
-    from specar.nodes import core
+    from specar.samplers import preview
     from specar.testing import tiny_model
     # the first preview as soon as possible (the node waits 0.25 s; this run is shorter than that)
-    monkeypatch.setitem(core.PREVIEW_THROTTLE, "min_interval_s", 0.0)
+    monkeypatch.setitem(preview.PREVIEW_THROTTLE, "min_interval_s", 0.0)
     model = tiny_model(16, (2, 3), seed=0)
     rows = benchmark.run(model, [benchmark.parse_config("sjd:window=2")], ["x"], [0, 1], warmup=False, preview=True)
     assert [r["label"] for r in rows] == ["sjd:window=2", "sjd:window=2 +preview"]

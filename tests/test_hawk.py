@@ -15,7 +15,7 @@ import specar
 from specar.model_loaders.drafter_files import save_drafter
 from specar.samplers.drafters.hawk import HawkConfig, HawkDrafter, load_heads, random_heads
 from specar.testing import check_exact as sample_and_test
-from specar.testing import EXACTNESS_MODELS, exactness_model, greedy_and_argmax, tiny_model
+from specar.testing import EXACTNESS_MODELS, exactness_model, greedy_and_argmax, tiny_model, use_drafter
 
 P_FAIL = 1e-6
 MODELS = EXACTNESS_MODELS
@@ -52,15 +52,14 @@ def test_hawk_is_exact(case):
 
 def test_vertical_candidates_are_used(monkeypatch):
     """The vertical cache is exercised: some accepted drafts come from a vertical head."""
-    monkeypatch.setattr(HawkDrafter, "collect", True)
     seen = {}
-    real_init = HawkDrafter.__init__
 
-    def init(self, *a, **k):
-        real_init(self, *a, **k)
-        seen["d"] = self
+    class Collecting(HawkDrafter):
+        def __init__(self, params, model, sampling):
+            super().__init__(params, model, sampling, collect=True)
+            seen["d"] = self
 
-    monkeypatch.setattr(HawkDrafter, "__init__", init)
+    use_drafter(monkeypatch, "hawk", Collecting)
     specar.generate(model("v3-2x3-rowend"), "hi", backend="hawk", seed=3, batch_size=512, vertical_depth=1)
     src = torch.cat([s.flatten() for s in seen["d"].stats_acc])
     n_h, n_v = int((src == 0).sum()), int((src == 1).sum())
@@ -102,7 +101,7 @@ def test_node_budget_respected_and_tree_padded():
     assert set(shapes) == {((3, 7), 7)}, set(shapes)  # one fixed shape every step
     assert res.stats.step_compression >= 1.0
     d = HawkDrafter(specar.samplers.backends.make_backend("hawk", node_budget=300, candidates=1, vertical_depth=0,
-                                                          horizontal_heads=2), mdl,
+                                                          horizontal_heads=2).typed_params, mdl,
                     specar.samplers.target.SamplingParams())
     assert d.n_real == 3 and len(d.parents) == 300  # a chain of 2 drafts, padded with invalid nodes
 

@@ -25,8 +25,8 @@ import torch.nn.functional as F
 
 import specar
 from specar.model_loaders.chameleon import code_token_name
-from specar.model_loaders.lantern_drafter import convert_lantern_drafter
-from specar.samplers.drafters.adt_tree import load_eagle
+from specar.samplers.drafters.eagle import load_eagle
+from specar.samplers.drafters.eagle.lantern_conversion import convert_lantern_drafter
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the tiny-model builders (--import-mode=importlib)
 from test_chameleon import build_tiny_chameleon  # noqa: E402

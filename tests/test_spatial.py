@@ -21,7 +21,7 @@ from specar.samplers.drafters.spatial import drafter as drafter_mod
 from specar.samplers.drafters.spatial.drafter import SpatialDrafter
 from specar.samplers.drafters.spatial.network import SpatialConfig, load_heads, random_heads
 from specar.testing import (EXACTNESS_MODELS, EXACTNESS_SAMPLES, EXACTNESS_SETTINGS, chi_square_test,
-                            exact_distribution, exactness_model, greedy_and_argmax, tiny_model)
+                            exact_distribution, exactness_model, greedy_and_argmax, tiny_model, use_drafter)
 
 P_FAIL = 1e-6
 model = exactness_model
@@ -31,14 +31,13 @@ model = exactness_model
 def head_counts(monkeypatch):
     """Counts of entering positions drafted by a head / by `init`, summed over the generations run."""
     counts = []
-    real_init = SpatialDrafter.__init__
 
-    def init(self, *a, **k):
-        real_init(self, *a, **k)
-        self.collect = True
-        counts.append(self)
+    class Counting(SpatialDrafter):
+        def __init__(self, params, model, sampling):
+            super().__init__(params, model, sampling, collect=True)
+            counts.append(self)
 
-    monkeypatch.setattr(SpatialDrafter, "__init__", init)
+    use_drafter(monkeypatch, "spatial", Counting)
     return lambda: sum(d.drafted_by for d in counts).tolist()
 
 

@@ -6,6 +6,8 @@ needed and what it learns is exactly what it will be verified against.
 """
 from __future__ import annotations
 
+import sys
+import time
 from dataclasses import dataclass
 from typing import Optional
 
@@ -37,11 +39,12 @@ def training_prompts(model: ARImageModel, n: int, seed: int) -> list:
 
 
 @torch.inference_mode()
-def teacher_force(model: ARImageModel, prompt: str, sequences: torch.Tensor, cfg: bool, negative_prompt: str = ""):
+def teacher_force(model: ARImageModel, prompt: str, sequences: torch.Tensor, uses_cfg: bool,
+                  negative_prompt: str = ""):
     """Hidden states of `sequences` [B, seq_len] (one prompt for all rows) in one chain forward."""
     encoded = model.encode_prompt(prompt, negative_prompt)
     B, n = sequences.shape
-    session = model.start(encoded, B, cfg, draft_capacity=n)
+    session = model.start(encoded, B, uses_cfg, draft_capacity=n)
     out = model.forward(session, sequences[:, :-1].to(model.device), [-1] + list(range(n - 2)))
     return session.first, out
 
@@ -51,8 +54,67 @@ def distill_batch(model: ARImageModel, prompt: str, batch: int, seed: int, **sam
     """`batch` images the target samples for `prompt` (plain AR), with their hidden states."""
     from ..samplers.api import generate
     res = generate(model, prompt, backend="ar", seed=seed, batch_size=batch, **sampling)
-    cfg = (sampling.get("cfg_scale") or getattr(model, "default_sampling", {}).get("cfg_scale", 1.0)) != 1.0
-    first, out = teacher_force(model, prompt, res.sequence, cfg)
+    uses_cfg = (sampling.get("cfg_scale") or getattr(model, "default_sampling", {}).get("cfg_scale", 1.0)) != 1.0
+    first, out = teacher_force(model, prompt, res.sequence, uses_cfg)
     return DistillBatch(sequence=res.sequence, hidden=out.hidden, hidden_uncond=out.hidden_uncond,
                         first_hidden=first.hidden[:, 0], prompts=[prompt] * batch,
                         first_hidden_uncond=None if first.hidden_uncond is None else first.hidden_uncond[:, 0])
+
+
+@torch.inference_mode()
+def chunked_distill_batch(model, prompt: str, batch: int, seed: int, chunk: int = 128) -> DistillBatch:
+    """`distill_batch` whose teacher forcing runs in chunks of `chunk` positions (models whose
+    position limit is below prompt + 2 * image, as the demo's 512, cannot take the whole image
+    as one draft)."""
+    from ..samplers.api import generate
+    res = generate(model, prompt, backend="ar", seed=seed, batch_size=batch)
+    uses_cfg = model.default_sampling.get("cfg_scale", 1.0) != 1.0
+    seq = res.sequence.to(model.device)
+    B, n = seq.shape
+    session = model.start(model.encode_prompt(prompt), B, uses_cfg, draft_capacity=chunk + 1)
+    hs, hus = [], []
+    for s in range(0, n - 1, chunk):
+        e = min(s + chunk, n - 1)
+        out = model.forward(session, seq[:, s:e], [-1] + list(range(e - s - 1)))
+        hs.append(out.hidden)
+        hus.append(out.hidden_uncond)
+        path = torch.arange(e - s, device=model.device).expand(B, e - s)
+        model.commit(session, path, torch.full((B,), e - s, device=model.device))
+    first = session.first
+    return DistillBatch(sequence=res.sequence, hidden=torch.cat(hs, 1),
+                        hidden_uncond=torch.cat(hus, 1) if uses_cfg else None, first_hidden=first.hidden[:, 0],
+                        first_hidden_uncond=first.hidden_uncond[:, 0] if uses_cfg else None, prompts=[prompt] * B)
+
+
+def distill_features(model, args, log=sys.stderr):
+    """The target's own samples and features for drafter training (EAGLE and Hawk): `args.images`
+    images, `args.per_prompt` per prompt. Returns (feats [R, n, D], feats_uncond [R, n, D] or None
+    without CFG, tokens [R, n], seconds); feature index j is the hidden state that predicted j."""
+    per = max(1, min(args.per_prompt, args.images))
+    n_prompts = max(1, args.images // per)
+    prompts = training_prompts(model, n_prompts, args.seed) if args.prompts is None else \
+        [l.strip() for l in open(args.prompts, encoding="utf-8") if l.strip()][:n_prompts]
+    fc, fu, toks = [], [], []
+    t0 = time.perf_counter()
+    for i, pr in enumerate(prompts):
+        b = chunked_distill_batch(model, pr, per, seed=args.seed * 100003 + i)
+        toks.append(b.sequence.cpu())
+        fc.append(torch.cat([b.first_hidden[:, None], b.hidden], 1).float().cpu())
+        if b.hidden_uncond is not None:
+            fu.append(torch.cat([b.first_hidden_uncond[:, None], b.hidden_uncond], 1).float().cpu())
+        log.write(f"\rdistillation data: {i + 1}/{len(prompts)} prompts, {time.perf_counter() - t0:.0f}s ")
+        log.flush()
+    log.write("\n")
+    return torch.cat(fc), (torch.cat(fu) if fu else None), torch.cat(toks), time.perf_counter() - t0
+
+
+def start_head_training(model, args, defaults, log=sys.stderr):
+    """What a trainer of heads on the target's features (Hawk, spatial) starts with: `args` with
+    `defaults` filled in, then (feats [R, n, D] and feats_uncond (or None) on the model's device,
+    index i predicting position i; seconds of data; the start time; the frozen target's sampling)."""
+    from .loop import fill_defaults, frozen_target_sampling
+    fill_defaults(args, defaults)
+    t_start = time.perf_counter()
+    fc, fu, _, secs = distill_features(model, args, log)
+    fc, fu = fc.to(model.device), (fu.to(model.device) if fu is not None else None)
+    return fc, fu, secs, t_start, frozen_target_sampling(model)

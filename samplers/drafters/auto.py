@@ -27,11 +27,14 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
 from .base import LoopState
-from .jacobi import JacobiDrafter
+from .jacobi import INIT_ABOVE_PAPER, INIT_HELP, JacobiDrafter, JacobiParams
+from .params import INITS, MAX_WINDOW, Method, param
 
 PRIOR_STEPS = 8.0  # weight of the prior, in steps
 COST_EMA = 0.25  # weight of the newest step in the moving average of step time / forward time
@@ -51,17 +54,29 @@ def candidate_windows(max_window: int) -> tuple:
     return tuple(sorted(ws, reverse=True))
 
 
+@dataclass(frozen=True)
+class AutoParams(JacobiParams):
+    max_window: int = param(32, "the largest window auto may choose (it picks among AR's single slot and windows up "
+                            "to this)", lo=1, hi=MAX_WINDOW, sizes=True)
+    cost_model: str = param("measured", "measured: maximise tokens per second on this device (the forward timed once "
+                            "per model, then every step); forwards: minimise forward passes (deterministic; what a "
+                            "GPU wants)", choices=("measured", "forwards"))
+    init: str = param("sample_above", INIT_HELP, choices=INITS, paper=INIT_ABOVE_PAPER)
+    redraft: ClassVar[str] = "maximal"  # SCD / adaptive continuation
+    coupling_strength: ClassVar[float] = 1.0
+
+    @property
+    def windows(self) -> tuple:
+        return candidate_windows(self.max_window)
+
+
 class AutoDrafter(JacobiDrafter):
-    def __init__(self, config, model, sampling):
-        super().__init__(config, model, sampling)
-        self.refine, self.coupling_strength = "maximal", 1.0  # SCD / adaptive continuation
-        self.cost_model = config.params()["cost_model"]
+    def __init__(self, params: AutoParams, model, sampling):
+        super().__init__(params, model, sampling)
+        self.cost_model = params.cost_model
         self.forward_cost = {}  # window -> calibrated seconds of a forward (set_costs)
         self.slowdown = 1.0  # moving average of (step time / its forward's calibrated time)
         self.used = {w: 0 for w in self.shapes}  # steps per window
-
-    def windows(self, p: dict) -> tuple:
-        return candidate_windows(p["max_window"])
 
     # -- costs ---------------------------------------------------------------------------------
     def cost_shapes(self) -> dict:
@@ -152,4 +167,8 @@ class AutoDrafter(JacobiDrafter):
         }
 
 
-__all__ = ["AutoDrafter", "candidate_windows"]
+AUTO = Method("auto", "Auto", "SCD whose window is chosen every step from this device's measured step cost and the "
+              "acceptance seen so far (lossless; docs/BENCHMARKS.md)", AutoParams, AutoDrafter)
+
+__all__ = ["AutoDrafter", "AutoParams", "AUTO", "candidate_windows"]
+

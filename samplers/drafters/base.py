@@ -23,13 +23,13 @@ from typing import Optional, Sequence, Union
 import torch
 
 from ...model_loaders.contract import ARImageModel, ForwardOutput, ImageGeometry
-from ..randomness import exponential_noise, make_generator
+from ...model_loaders.slots import batched_tree_tensors
+from ..randomness import exponential_noise
 from ..target import SamplingParams
 
 # sentinels of `SequenceLayout.forced` (engine ids >= 0 are forced structure tokens)
 IMAGE_POSITION = -1  # a position the model samples
 BEYOND_IMAGE = -2  # a slot past the end of the image (drafts there are disabled)
-NO_PARENT = -1  # parents[i] of a node attached to the committed prefix (the pending token)
 SIBLINGS_INDEPENDENT = "independent"  # each sibling drawn from its own q (Hawk, deterministic top-k)
 SIBLINGS_WITHOUT_REPLACEMENT = "without_replacement"  # siblings drawn without replacement from one q
 
@@ -182,7 +182,6 @@ def verify_tree_step(state: LoopState, tree: DraftTree, p: torch.Tensor, verify_
         parents = torch.tensor(list(parents), device=state.device).expand(B, N)
     depth = tree.depth.expand(B, N) if tree.depth is not None else None
     if depth is None:
-        from ...model_loaders.slots import batched_tree_tensors
         depth = batched_tree_tensors(parents)[0]
     pos = state.frontier[:, None] + depth
     forced = state.layout.forced[pos.clamp(max=state.layout.ext - 1)] >= 0

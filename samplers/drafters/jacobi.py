@@ -13,14 +13,102 @@ AR is this drafter with an empty window: one slot, the pending token, and no dra
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import ClassVar
+
 import torch
 
 from ...model_loaders.contract import ForwardOutput
 from ..randomness import gumbel_key, position_gumbel, sample_by_race
 from ..verify import gumbel_coupling, one_hot, verify_candidates, verify_chain
 from .base import BEYOND_IMAGE, IMAGE_POSITION, DraftTree, Drafter, LoopState, Verdict
+from .params import COUPLINGS, INITS, MAX_TREE_WIDTH, MAX_WINDOW, Method, param
 
 GUMBEL_TABLE_BYTES = 1 << 28  # 256 MiB: a 48x48 image over 8192 codes needs 77 MB per image row
+
+
+# -- parameters ---------------------------------------------------------------------------------
+WINDOW_HELP = "draft tokens verified per forward (shrinks near the end of the image)"
+INIT_HELP = "how new window positions are drafted: " + ", ".join(INITS)
+# sample_above (draft from the distribution recorded one row above) is the fastest lossless init on
+# the demo model for scd and auto (docs/BENCHMARKS.md, issue 26); sjd / sjd_pac keep random, the
+# default their pinned token tests were recorded with
+INIT_ABOVE_PAPER = "SJD paper: random (preset='paper'); sample_above is the fastest on the demo model"
+
+
+class JacobiParams:
+    """What a Jacobi-family drafter reads from its parameters. A method sets by class attributes
+    what it does not expose as a parameter: AR's empty window, SJD's independent re-drafts, the
+    absence of a proactive tree."""
+
+    window: ClassVar[int] = 0  # image drafts per forward (0: AR)
+    init: ClassVar[str] = "random"
+    redraft: ClassVar[str] = "independent"  # how unreached positions are re-drafted: independent, maximal, gumbel
+    coupling_strength: ClassVar[float] = 0.0  # probability of a coupled re-draft (redraft != independent)
+    tree_width: ClassVar[int] = 1  # proactive drafting: K candidates at the first open position (1: off)
+    tree_depth: ClassVar[int] = 1
+
+    @property
+    def windows(self) -> tuple:
+        """The windows the drafter may use: one for a fixed backend; `auto` offers several."""
+        return (self.window,)
+
+
+@dataclass(frozen=True)
+class ARParams(JacobiParams):
+    """AR: one slot, the pending token, no drafts."""
+
+
+@dataclass(frozen=True)
+class SJDParams(JacobiParams):
+    window: int = param(16, WINDOW_HELP, lo=1, hi=MAX_WINDOW, paper="SJD paper: 16 (32 and 64 also studied)",
+                        sizes=True)
+    init: str = param("random", INIT_HELP, choices=INITS, paper="SJD paper: random")
+
+
+@dataclass(frozen=True)
+class SCDParams(JacobiParams):
+    window: int = param(16, WINDOW_HELP, lo=1, hi=MAX_WINDOW, paper="SCD paper: 16-64", sizes=True)
+    init: str = param("sample_above", INIT_HELP, choices=INITS, paper=INIT_ABOVE_PAPER)
+    coupling: str = param("maximal", "how re-drafts are coupled to the previous draft: maximal or gumbel",
+                          choices=COUPLINGS, paper="SCD paper: maximal")
+    coupling_strength: float = param(1.0, "alpha: probability of a coupled (vs independent) re-draft", lo=0.0, hi=1.0,
+                                     paper="SCD paper: 1.0 (0 = plain SJD re-drafting)")
+
+    @property
+    def redraft(self) -> str:
+        return self.coupling
+
+
+class ProactiveParams(JacobiParams):
+    """SJD-PAC's proactive drafting and adaptive continuation (also spatial's)."""
+
+    coupling_strength: ClassVar[float] = 1.0
+
+    @property
+    def redraft(self) -> str:
+        return self.coupling if self.continuation else "independent"
+
+    def check(self) -> None:
+        if self.tree_depth > self.window:
+            raise ValueError(f"tree_depth must be an int in [1, {self.window}], got {self.tree_depth} (a branch "
+                             f"cannot be deeper than the window, {self.window})")
+
+
+@dataclass(frozen=True)
+class SJDPACParams(ProactiveParams):
+    window: int = param(16, WINDOW_HELP, lo=1, hi=MAX_WINDOW, sizes=True,
+                        paper="SJD-PAC paper: 64 (preset='paper'); 16 is the fastest on a CPU (docs/BENCHMARKS.md)")
+    tree_depth: int = param(3, "proactive drafting: depth D of the branches after a rejection (at most window)",
+                            lo=1, hi=MAX_WINDOW, paper="SJD-PAC paper: D = 3", sizes=True)
+    tree_width: int = param(4, "proactive drafting: candidates K at the first open position (1 = off; at most the "
+                            "image vocabulary)", lo=1, hi=MAX_TREE_WIDTH,
+                            paper="SJD-PAC paper: K = 4 (the authors' code uses 3)", sizes=True)
+    continuation: bool = param(True, "adaptive continuation: keep verifying after the first rejection and keep "
+                               "passing drafts", paper="SJD-PAC paper: on")
+    init: str = param("random", INIT_HELP, choices=INITS, paper="SJD paper: random")
+    coupling: str = param("maximal", "the coupling adaptive continuation uses: maximal (the paper's) or gumbel",
+                          choices=COUPLINGS, paper="SJD-PAC paper: maximal")
 
 
 def slot_count(forced: torch.Tensor, window: int) -> int:
@@ -34,19 +122,15 @@ def slot_count(forced: torch.Tensor, window: int) -> int:
 
 
 class JacobiDrafter(Drafter):
-    def __init__(self, config, model, sampling):
-        p = config.params()
+    def __init__(self, params: JacobiParams, model, sampling):
         geo = model.geometry
-        self.config, self.name = config, config.name
-        self.init = p.get("init", "random")
+        self.init = params.init
         # how positions verification did not reach are re-drafted: independent (SJD), maximal or gumbel
-        self.refine = {"scd": p.get("coupling"), "sjd_pac": p.get("coupling") if p.get("continuation") else
-                       "independent"}.get(config.name, "independent")
-        self.coupling_strength = p.get("coupling_strength", 1.0 if config.name == "sjd_pac" else 0.0)
-        self.K, self.D = p.get("tree_width", 1), p.get("tree_depth", 1)  # proactive tree: K candidates, depth D
+        self.redraft, self.coupling_strength = params.redraft, params.coupling_strength
+        self.K, self.D = params.tree_width, params.tree_depth  # proactive tree: K candidates, depth D
         if self.K > geo.vocab_size:
             raise ValueError(f"tree_width must be in [1, {geo.vocab_size}] (the image vocabulary), got {self.K}")
-        self.shapes = {w: self._shape(geo, w) for w in self.windows(p)}  # window -> (T, chain, tree parents)
+        self.shapes = {w: self._shape(geo, w) for w in params.windows}  # window -> (T, chain, tree parents)
         T_max = max(shape[0] for shape in self.shapes.values())
         self.slack = T_max + 2  # positions past the end of the image a window may reach
         self.node_budget = max(len(shape[2]) for shape in self.shapes.values())
@@ -54,10 +138,6 @@ class JacobiDrafter(Drafter):
         # a position's entry lives at pos % ring; one spare entry at the end takes masked-out writes
         self.ring = geo.row_stride + T_max + 2
         self.use_window(next(iter(self.shapes)))
-
-    def windows(self, p: dict) -> tuple:
-        """The windows this drafter may use (one for a fixed backend; `auto` offers several)."""
-        return (p.get("window", 0),)
 
     def _shape(self, geo, window: int) -> tuple:
         """(T, chain parents, tree parents) of a window: T chain slots (the pending token, `window`
@@ -87,7 +167,7 @@ class JacobiDrafter(Drafter):
         # image steps * T >= positions, so the table is also less work). Same values either way.
         self.gumbel_table = None
         ext = state.layout.ext
-        if self.refine == "gumbel" and B * ext * V * 4 <= GUMBEL_TABLE_BYTES:
+        if self.redraft == "gumbel" and B * ext * V * 4 <= GUMBEL_TABLE_BYTES:
             self.gumbel_table = position_gumbel(self.gkey, state.rows[:, None], torch.arange(ext, device=dev)[None], V)
         T = self.T
         self.drafted = state.frontier.clone()  # last position that holds a draft
@@ -234,7 +314,7 @@ class JacobiDrafter(Drafter):
 
     def _coupled_draft(self, state, p, tpos, mrs_out, noise):
         fresh = sample_by_race(p, noise)
-        kind, alpha = self.refine, self.coupling_strength
+        kind, alpha = self.redraft, self.coupling_strength
         if kind == "independent":
             return fresh
         if kind == "maximal":
@@ -274,4 +354,12 @@ class JacobiDrafter(Drafter):
         self.branch_tok, self.branch_valid = tok, valid
 
 
-__all__ = ["JacobiDrafter", "slot_count", "IMAGE_POSITION"]
+AR = Method("ar", "AR (baseline)", "plain autoregressive sampling, one token per forward (the baseline)", ARParams,
+            JacobiDrafter)
+SJD = Method("sjd", "SJD", "Speculative Jacobi Decoding (Teng et al.)", SJDParams, JacobiDrafter)
+SCD = Method("scd", "SCD", "Speculative Jacobi Decoding with coupled re-drafts (So et al.)", SCDParams, JacobiDrafter,
+             paper_preset=(("init", "random"),))
+SJD_PAC = Method("sjd_pac", "SJD-PAC", "SJD with proactive drafting and adaptive continuation (Kang et al.)",
+                 SJDPACParams, JacobiDrafter, paper_preset=(("window", 64), ("tree_depth", 3), ("tree_width", 4)))
+
+__all__ = ["JacobiDrafter", "slot_count", "IMAGE_POSITION", "AR", "SJD", "SCD", "SJD_PAC"]

@@ -1,7 +1,7 @@
 """A static draft-tree shape for sampled candidates, grown best-first (as Sequoia's trees).
 
 A sampled tree is verified exactly only when whether a node exists never depends on its own value
-or on its later siblings' (adt_tree.py); a shape fixed before anything is drawn satisfies that
+or on its later siblings' (adt_tree/sampled.py); a shape fixed before anything is drawn satisfies that
 trivially. Which fixed shape? The one that maximises the expected number of accepted drafts under
 a simple acceptance model: the j-th draw (0-based, without replacement) of a node is the accepted
 child with probability

@@ -28,41 +28,55 @@ p, computed after the committed prefix (docs/ARCHITECTURE.md, "Proactive draftin
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from ...randomness import sample_by_race
-from ...target import target_probs
 from ..base import LoopState
-from ..jacobi import JacobiDrafter
+from ..hidden_states import DraftsFromHiddenStates
+from ..jacobi import WINDOW_HELP, JacobiDrafter, ProactiveParams, SJDPACParams
+from ..params import INITS, MAX_WINDOW, Method, param, same_param
 from .network import load_heads
 
 
-class SpatialDrafter(JacobiDrafter):
-    def __init__(self, config, model, sampling):
-        super().__init__(config, model, sampling)
-        p = config.params()
-        self.name = "spatial"
-        self.refine = p.get("coupling", "maximal") if p.get("continuation", True) else "independent"
-        self.coupling_strength = 1.0
-        self.model, self.sampling = model, sampling
-        self.depths = p.get("head_depths", 2)
-        self.head_below = p.get("head_below", 0.2)  # heads only where the q above has max < this
+@dataclass(frozen=True)
+class SpatialParams(ProactiveParams):
+    window: int = param(64, WINDOW_HELP, lo=1, hi=MAX_WINDOW, paper="SJD-PAC paper: 64", sizes=True)
+    head_depths: int = param(2, "spatial heads used: a position entering the window is drafted from the target's "
+                             "states 1..head_depths rows above it (0: no heads, `init` alone)", lo=0, hi=4,
+                             paper="Hawk paper: vertical heads")
+    head_below: float = param(0.2, "a head drafts an entering position only where the draft distribution recorded "
+                              "one row above has its largest probability below this (flat regions keep `init`; 1: "
+                              "heads wherever they reach)", lo=0.0, hi=1.0)
+    init: str = param("sample_above", "how entering positions no head reaches (the first rows) are drafted: "
+                      + ", ".join(INITS), choices=INITS, paper="SJD paper: random")
+    # proactive drafting and adaptive continuation: SJD-PAC's parameters
+    tree_depth: int = same_param(SJDPACParams, "tree_depth")
+    tree_width: int = same_param(SJDPACParams, "tree_width")
+    continuation: bool = same_param(SJDPACParams, "continuation")
+    coupling: str = same_param(SJDPACParams, "coupling")
+    heads: str = param("", "spatial heads folder; empty: spatial_heads/ beside the model's weights",
+                       folder_of="spatial")
+
+
+class SpatialDrafter(DraftsFromHiddenStates, JacobiDrafter):
+    def __init__(self, params: SpatialParams, model, sampling, collect: bool = False):
+        super().__init__(params, model, sampling)
+        self._use_target(model, sampling)
+        self.depths = params.head_depths
+        self.head_below = params.head_below  # heads only where the q above has max < this
         self.stride = model.geometry.row_stride
         dev = model.device
-        self.heads = load_heads(model, self.depths, p.get("heads", "")).to(dev).float().eval() if self.depths else None
-        self.head_dtype = model.embed_tokens(torch.zeros(1, dtype=torch.long, device=dev)).dtype
+        self.heads = load_heads(model, self.depths, params.heads).to(dev).float().eval() if self.depths else None
         taps = self.heads.cfg.taps if self.heads is not None else (-1,)
         self.taps, self.last_tap = torch.tensor(taps, device=dev), taps[-1]
-        self.collect = False  # True: count entering positions drafted by a head vs by `init` (self.drafted_by)
+        self.collect = collect  # count entering positions drafted by a head vs by `init` (self.drafted_by)
 
     # -- start -------------------------------------------------------------------------------
     def start(self, state: LoopState, first, p0: torch.Tensor) -> None:
-        self.cfg = first.hidden_uncond is not None
-        h0 = first.hidden[:, 0] if not self.cfg else torch.cat([first.hidden[:, 0], first.hidden_uncond[:, 0]])
-        # hid[r, j + 1]: the latest hidden state computed at position j (j = -1: the prompt's last token);
-        # rows B.. are the unconditional branch; one spare column takes masked-out writes
-        self.hid = torch.zeros(h0.shape[0], state.layout.ext + 2, h0.shape[-1], device=state.device)
-        self.hid[:, 0] = h0.float()
+        # hidden.states[r, j + 1]: the latest hidden state computed at position j
+        self._start_hidden(state, first, state.layout.ext + 2)
         self.hid_upto = torch.full((state.batch,), -1, dtype=torch.long, device=state.device)  # last computed
         self.drafted_by = torch.zeros(2, dtype=torch.long)  # [by a head, by init] (collect only)
         super().start(state, first, p0)
@@ -70,13 +84,12 @@ class SpatialDrafter(JacobiDrafter):
     # -- observe: keep the forward's hidden states, then the Jacobi update (which drafts entering positions)
     def observe(self, state, tree, verdict, p_all, out, previous_frontier) -> None:
         if self.heads is not None:
-            B, T, act = state.batch, self.T, state.active
-            spare = self.hid.shape[1] - 1
+            T, act = self.T, state.active
+            spare = self.hidden.spare
             col = previous_frontier[:, None] + 1 + torch.arange(T, device=state.device)  # chain slot i: position f + i
             col = torch.where(act[:, None], col.clamp(max=spare - 1), spare)
-            self.hid[state.rows[:, None], col] = out.hidden[:, :T].float()
-            if self.cfg:
-                self.hid[(state.rows + B)[:, None], col] = out.hidden_uncond[:, :T].float()
+            self.hidden.write(state.rows, col, out.hidden[:, :T],
+                              out.hidden_uncond[:, :T] if self.uses_cfg else None)
             self.hid_upto = torch.where(act, previous_frontier + T - 1, self.hid_upto)
         super().observe(state, tree, verdict, p_all, out, previous_frontier)
 
@@ -99,7 +112,7 @@ class SpatialDrafter(JacobiDrafter):
         B, K = pos.shape
         M = min(self.depths * self.stride - self.last_tap, K)
         rows = state.rows[:, None, None]
-        spare = self.hid.shape[1] - 1
+        hid, spare = self.hidden.states, self.hidden.spare
         first = torch.maximum(self.drafted + 1, pos[:, 0])  # the first entering position
         hp = first[:, None] + torch.arange(M, device=state.device)  # [B, M] positions the heads may reach
         at = hp - pos[:, :1]  # their index in `pos`
@@ -110,11 +123,11 @@ class SpatialDrafter(JacobiDrafter):
             src = hp[:, :, None] - d * self.stride + self.taps  # [B, M, 3] source positions
             ok = (src[:, :, 0] >= -1) & (src[:, :, -1] <= self.hid_upto[:, None]) & ~reached
             col = torch.where(ok[:, :, None], src + 1, spare)
-            taps = self.hid[rows, col]  # [B, M, 3, D]
-            if self.cfg:
-                taps = torch.cat([taps, self.hid[rows + B, col]])
+            taps = hid[rows, col]  # [B, M, 3, D]
+            if self.uses_cfg:
+                taps = torch.cat([taps, hid[rows + B, col]])
             g_d = self.heads(taps, d)
-            okR = ok.repeat(2, 1) if self.cfg else ok
+            okR = ok.repeat(2, 1) if self.uses_cfg else ok
             g = g_d if g is None else torch.where(okR[..., None], g_d, g)
             reached = reached | ok
         use = need_hp & reached
@@ -123,8 +136,7 @@ class SpatialDrafter(JacobiDrafter):
             known = (above >= 0) & (above <= self.hid_upto[:, None])
             conf = self.dist[state.rows[:, None], torch.where(known, above % self.ring, self.ring)].amax(-1)
             use = use & ~(known & (conf >= self.head_below))
-        logits = self.model.image_logits(g.to(self.head_dtype))
-        q = target_probs(logits[:B], logits[B:] if self.cfg else None, self.sampling)
+        q = self._q(g, B)
         x = sample_by_race(q, state.noise(B, M, state.vocab_size))
         self._write(state, hp, use, x, q)
         # back to `pos`'s columns (a scatter, no host read); column K takes the positions not drafted
@@ -136,3 +148,8 @@ class SpatialDrafter(JacobiDrafter):
 
 
 __all__ = ["SpatialDrafter"]
+
+
+SPATIAL = Method("spatial", "Spatial", "a Jacobi window over the rows ahead, drafted by trained spatial heads from the "
+                 "rows above and refined by the target, with proactive branches (issue 27: Hawk + SJD-PAC + SCD)",
+                 SpatialParams, SpatialDrafter, drafter_kind="spatial", train=".spatial.training:train_spatial")

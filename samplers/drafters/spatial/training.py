@@ -1,6 +1,6 @@
 """Spatial-head training by self-distillation: `python -m specar train-drafter --kind spatial`.
 
-Data (as for Hawk and EAGLE, training/eagle.distill_features): the target samples images with
+Data (as for Hawk and EAGLE, training/selfdistill.distill_features): the target samples images with
 plain AR at its default settings and teacher-forces them for the hidden states of both CFG
 branches; feats[:, i] is h_{i-1}, the state whose output predicts position i.
 
@@ -16,7 +16,6 @@ decay 0.1, betas (0.9, 0.95)) through training/loop.py (progress line, `--resume
 from __future__ import annotations
 
 import os
-import sys
 import time
 
 import torch
@@ -68,17 +67,12 @@ def spatial_loss(heads: SpatialHeads, model, fc, fu, target, sampling: SamplingP
 
 
 def train_spatial(model, args):
-    from ....training.eagle import distill_features
-    from ....training.loop import fill_defaults, frozen_target_sampling, train
-    fill_defaults(args, DEFAULTS)
-    t_start = time.perf_counter()
-    fc, fu, _, t_data = distill_features(model, args, sys.stderr)
+    from ....training.loop import train
+    from ....training.selfdistill import start_head_training
+    fc, fu, t_data, t_start, sampling = start_head_training(model, args, DEFAULTS)
     dev = model.device
-    fc = fc.to(dev)
-    fu = fu.to(dev) if fu is not None else None
     cfg = SpatialConfig(model.hidden_size, args.head_depths, args.taps)
     heads = SpatialHeads(cfg).to(dev)
-    sampling = frozen_target_sampling(model)
     R, n = fc.shape[:2]
     forced = (model.geometry.forced_tokens() >= 0).to(dev)
     stride = model.geometry.row_stride

@@ -46,96 +46,19 @@ speculative tokens before it in the tree, which is what makes the per-node q exa
 from __future__ import annotations
 
 import heapq
-import os
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import torch
-from torch import nn
 
-from ...model_loaders.contract import ForwardOutput
-from ...model_loaders.drafter_files import (WEIGHTS_FILE, check_shapes, drafter_folder, load_heads_config,
-                                            use_random_drafter)
-from ..randomness import sample_by_race
-from ..target import target_probs
-from .base import DraftTree, Drafter, LoopState, Verdict
+from ....model_loaders.contract import ForwardOutput
+from ...randomness import sample_by_race
+from ..base import DraftTree, Drafter, LoopState, Verdict
+from ..hidden_states import DraftsFromHiddenStates
+from ..params import Method, param
+from .network import load_heads
 
 SLOT_ACCEPT = 0.6  # prior acceptance of child slot 0; slot m: SLOT_ACCEPT * SLOT_DECAY ** m
 SLOT_DECAY = 0.6
-
-
-@dataclass
-class HawkConfig:
-    hidden_size: int
-    horizontal_heads: int = 4
-    vertical_depth: int = 1
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-
-class HawkHeads(nn.Module):
-    """Residual SiLU blocks: horizontal heads 0..n-1, vertical heads 0..v-1 (depth d = index + 1)."""
-
-    def __init__(self, cfg: HawkConfig):
-        super().__init__()
-        self.cfg = cfg
-        D, n, v = cfg.hidden_size, cfg.horizontal_heads, cfg.vertical_depth
-        # zero init: every head starts as the identity (the target's own next-token head)
-        self.h_weight = nn.Parameter(torch.zeros(n, D, D))
-        self.h_bias = nn.Parameter(torch.zeros(n, D))
-        self.v_weight = nn.Parameter(torch.zeros(v, D, D))
-        self.v_bias = nn.Parameter(torch.zeros(v, D))
-
-    def expected_shapes(self) -> dict:
-        return {k: tuple(v.shape) for k, v in self.state_dict().items()}
-
-    @staticmethod
-    def _block(h, w, b):
-        """h [..., H, D] with per-head w [H, D, D], b [H, D] -> h + SiLU(W h + b)."""
-        return h + torch.nn.functional.silu(torch.einsum("...hi,hoi->...ho", h, w) + b)
-
-    def horizontal(self, h: torch.Tensor) -> torch.Tensor:
-        """h [..., D] -> features [..., n, D] of positions T + 1 .. T + n."""
-        n = self.h_weight.shape[0]
-        return self._block(h.unsqueeze(-2).expand(*h.shape[:-1], n, h.shape[-1]), self.h_weight, self.h_bias)
-
-    def vertical(self, h: torch.Tensor) -> torch.Tensor:
-        """h [..., v, D] (source state of depth d at index d - 1) -> features [..., v, D]."""
-        return self._block(h, self.v_weight, self.v_bias)
-
-
-def random_heads(cfg: HawkConfig, seed: int) -> HawkHeads:
-    """Random-weight heads (tiny test models: no files); head i's weights do not depend on how many
-    heads there are."""
-    heads = HawkHeads(cfg)
-    D = cfg.hidden_size
-    with torch.no_grad():
-        for name, w, b in (("h", heads.h_weight, heads.h_bias), ("v", heads.v_weight, heads.v_bias)):
-            for i in range(w.shape[0]):
-                g = torch.Generator().manual_seed(int(seed) * 1000 + (17 if name == "h" else 53) * (i + 1))
-                w[i] = torch.randn(D, D, generator=g) * 2.0 * D ** -0.5
-                b[i] = torch.randn(D, generator=g) * 0.5
-    return heads
-
-
-def load_heads(model, horizontal: int, vertical: int, folder: str = "") -> HawkHeads:
-    """The model's Hawk heads (the first `horizontal` / `vertical` of the file): `folder` (or
-    <model folder>/hawk_heads); random-weight heads for tiny test models (random_drafter_seed);
-    else the ValueError naming the training command."""
-    path = folder or drafter_folder(model, "hawk")
-    if use_random_drafter(model, folder, path):
-        return random_heads(HawkConfig(model.hidden_size, horizontal, vertical), model.random_drafter_seed)
-    tensors, cfg = load_heads_config(path, "hawk", model, HawkConfig, "Hawk")
-    full = HawkHeads(cfg)
-    check_shapes(os.path.join(path, WEIGHTS_FILE), tensors, full.expected_shapes())
-    if horizontal > cfg.horizontal_heads or vertical > cfg.vertical_depth:
-        raise ValueError(f"{path} holds {cfg.horizontal_heads} horizontal and {cfg.vertical_depth} vertical heads; "
-                         f"asked for horizontal_heads={horizontal}, vertical_depth={vertical}: lower them or "
-                         f"retrain with more heads")
-    heads = HawkHeads(HawkConfig(cfg.hidden_size, horizontal, vertical))
-    heads.load_state_dict({"h_weight": tensors["h_weight"][:horizontal], "h_bias": tensors["h_bias"][:horizontal],
-                           "v_weight": tensors["v_weight"][:vertical], "v_bias": tensors["v_bias"][:vertical]})
-    return heads
 
 
 def tree_topology(budget: int, width: int, depth: int, prior: float = SLOT_ACCEPT):
@@ -163,24 +86,39 @@ def tree_topology(budget: int, width: int, depth: int, prior: float = SLOT_ACCEP
     return parents, slots, depths
 
 
-class HawkDrafter(Drafter):
-    name = "hawk"
+@dataclass(frozen=True)
+class HawkParams:
+    horizontal_heads: int = param(2, "horizontal heads: positions T+1..T+n after the pending token", lo=1, hi=16,
+                                  paper="Hawk paper: Medusa-style heads (preset='paper': 4, our tree of docs/HAWK.md)")
+    vertical_depth: int = param(1, "vertical heads: rows below (T + d * row) kept in the speculation cache", lo=0,
+                                hi=4, paper="Hawk paper: VSD")
+    candidates: int = param(2, "candidates drawn from each head's distribution at a position", lo=1, hi=16)
+    node_budget: int = param(16, "nodes per forward (pending token included); the tree is padded to it", lo=2,
+                             hi=512, paper="preset='paper': 32", sizes=True)
+    vertical_reach: int = param(0, "tree levels past the horizontal heads drafted from the vertical cache alone "
+                                "(0: the paper's tree; needs vertical_depth >= 1)", lo=0, hi=64, paper="Hawk paper: 0")
+    chain_prior: float = param(0.6, "tree shape: assumed acceptance of a node's first child (higher: deeper, "
+                               "narrower trees within node_budget)", lo=0.05, hi=0.95)
+    heads: str = param("", "heads folder; empty: hawk_heads/ beside the model's weights", folder_of="hawk")
 
-    def __init__(self, config, model, sampling):
-        p = config.params()
-        self.config, self.model, self.sampling = config, model, sampling
-        self.n = p.get("horizontal_heads", 4)
-        self.v = p.get("vertical_depth", 1)
+
+class HawkDrafter(DraftsFromHiddenStates, Drafter):
+    def __init__(self, params: HawkParams, model, sampling, collect: bool = False):
+        self._use_target(model, sampling)
+        # collect: record the source (0: horizontal, d: vertical depth d) of accepted drafts (`stats_acc`)
+        self.collect = collect
+        self.n = params.horizontal_heads
+        self.v = params.vertical_depth
         # positions past the horizontal heads drafted from the vertical cache alone (0: the paper's tree)
-        self.reach = p.get("vertical_reach", 0) if self.v else 0
-        self.prior = p.get("chain_prior", SLOT_ACCEPT)
+        self.reach = params.vertical_reach if self.v else 0
+        self.prior = params.chain_prior
         self.L = self.n + self.reach  # deepest tree level
-        self.c = p.get("candidates", 2)
-        self.node_budget = p.get("node_budget", 32)
+        self.c = params.candidates
+        self.node_budget = params.node_budget
         self.S = 1 + self.v  # pool sources per position: horizontal, vertical 1..v
         self.W = self.c * self.S  # child slots per node
         dev = model.device
-        self.heads = load_heads(model, self.n, self.v, p.get("heads", "")).to(dev).float().eval()
+        self.heads = load_heads(model, self.n, self.v, params.heads).to(dev).float().eval()
         parents, slots, depths = tree_topology(self.node_budget, self.W, self.L, self.prior)
         self.parents = parents + [0] * (self.node_budget - len(parents))  # pad: invalid children of the root
         self.n_real = len(parents)
@@ -191,14 +129,8 @@ class HawkDrafter(Drafter):
         self.max_children = max(sum(1 for q in parents if q == i) for i in range(len(parents)))
         self.slack = self.L + 3
         self.stride = model.geometry.row_stride
-        self.head_dtype = model.embed_tokens(torch.zeros(1, dtype=torch.long, device=dev)).dtype
 
     # -- helpers -----------------------------------------------------------------------------
-    def _q(self, g: torch.Tensor, B: int) -> torch.Tensor:
-        """q [B, ..., V] of head features g [R, ..., D] (R = 2B with CFG: cond rows first)."""
-        logits = self.model.image_logits(g.to(self.head_dtype))
-        return target_probs(logits[:B], logits[B:] if self.cfg else None, self.sampling)
-
     def _recorded_q(self, pool_q: torch.Tensor, source: torch.Tensor) -> torch.Tensor:
         """The q recorded for each node: the pool entry its token was drawn from.
         pool_q [B, N, S, V], source [B, N] -> [B, N, V]."""
@@ -207,13 +139,8 @@ class HawkDrafter(Drafter):
 
     # -- start -------------------------------------------------------------------------------
     def start(self, state: LoopState, first: ForwardOutput, p0: torch.Tensor) -> None:
-        self.cfg = first.hidden_uncond is not None
-        h0 = first.hidden[:, 0] if not self.cfg else torch.cat([first.hidden[:, 0], first.hidden_uncond[:, 0]])
-        R = h0.shape[0]
-        # hid[r, j + 1]: target hidden state at position j (j = -1: the prompt's last); one spare column
-        self.hid = torch.zeros(R, state.layout.ext + 3, h0.shape[-1], device=state.device)
-        self.hid[:, 0] = h0.float()
-        self.stats_acc = []  # (source of each accepted draft) for acceptance per head, see `acceptance`
+        self._start_hidden(state, first, state.layout.ext + 3)
+        self.stats_acc = []  # (source of each accepted draft) when `collect`: acceptance per head
 
     # -- propose -----------------------------------------------------------------------------
     @torch.no_grad()
@@ -221,12 +148,13 @@ class HawkDrafter(Drafter):
         B, V, dev, layout = state.batch, state.vocab_size, state.device, state.layout
         n, v, S, N, L = self.n, self.v, self.S, self.node_budget, self.L
         f = state.frontier
-        top = self.hid.shape[1] - 2
-        rowsR = torch.arange(self.hid.shape[0], device=dev)
-        fR = f.repeat(2) if self.cfg else f
+        hid = self.hidden.states
+        top = hid.shape[1] - 2
+        rowsR = torch.arange(hid.shape[0], device=dev)
+        fR = f.repeat(2) if self.uses_cfg else f
         k = torch.arange(1, L + 1, device=dev)
         # horizontal: heads on h_{f-1} (index f) for levels 1..n; levels n+1..L have none
-        hh = self.hid[rowsR, fR.clamp(max=top)]  # [R, D]
+        hh = hid[rowsR, fR.clamp(max=top)]  # [R, D]
         qh = self._q(self.heads.horizontal(hh), B)[:, :, None]  # [B, n, 1, V]
         if L > n:
             qh = torch.cat([qh, qh[:, :1].expand(B, L - n, 1, V)], 1)  # placeholders, never drawn
@@ -237,8 +165,8 @@ class HawkDrafter(Drafter):
             P = f[:, None] + k  # [B, L]
             src = P[:, :, None] - 1 - d * self.stride  # [B, L, v] source positions
             ok = (src >= -1) & (src <= f[:, None, None] - 1)
-            srcR = (src.repeat(2, 1, 1) if self.cfg else src).clamp(min=-1) + 1
-            hv = self.hid[rowsR[:, None, None], srcR.clamp(max=top)]  # [R, L, v, D]
+            srcR = (src.repeat(2, 1, 1) if self.uses_cfg else src).clamp(min=-1) + 1
+            hv = hid[rowsR[:, None, None], srcR.clamp(max=top)]  # [R, L, v, D]
             pool.append(self._q(self.heads.vertical(hv), B))  # [B, L, v, V]
             avail.append(ok)
         pool_q = torch.cat(pool, 2)  # [B, L, S, V]
@@ -278,26 +206,24 @@ class HawkDrafter(Drafter):
     # -- observe -----------------------------------------------------------------------------
     def observe(self, state: LoopState, tree: DraftTree, verdict: Verdict, p: torch.Tensor,
                 out: ForwardOutput, previous_frontier: torch.Tensor) -> None:
-        B, dev, act = state.batch, state.device, state.active
+        dev, act = state.device, state.active
         n_acc = torch.where(act, verdict.n_accepted, 0)
         path = verdict.path
         width = path.shape[1]
         slot = torch.arange(width, device=dev)
         keep = (slot[None] <= n_acc[:, None]) & act[:, None]
-        spare = self.hid.shape[1] - 1
+        spare = self.hidden.spare
         # node path[t] sits at position prev_f + t: its hidden state goes to index prev_f + t + 1
         tpos = torch.where(keep, (previous_frontier[:, None] + 1 + slot).clamp(max=spare), spare)
-        D = out.hidden.shape[-1]
-        self.hid[state.rows[:, None], tpos] = out.hidden.gather(1, path[:, :, None].expand(B, width, D)).float()
-        if self.cfg:
-            hu = out.hidden_uncond.gather(1, path[:, :, None].expand(B, width, D)).float()
-            self.hid[(state.rows + B)[:, None], tpos] = hu
+        self.hidden.write_path(state.rows, tpos, out, path)
         if self.collect:
             src = self._source.gather(1, path)  # [B, width] source of each path node
             drafted = (slot[None] >= 1) & (slot[None] <= n_acc[:, None]) & act[:, None]
             self.stats_acc.append(torch.where(drafted, src, -1).cpu())
 
-    collect = False  # set True to record the source (0: horizontal, d: vertical depth d) of accepted drafts
 
+HAWK = Method("hawk", "Hawk", "spatial (horizontal + vertical) draft heads with a speculation cache (Chen et al.)",
+              HawkParams, HawkDrafter, paper_preset=(("horizontal_heads", 4), ("node_budget", 32)),
+              drafter_kind="hawk", train=".hawk.training:train_hawk")
 
-__all__ = ["HawkConfig", "HawkHeads", "HawkDrafter", "load_heads", "random_heads", "tree_topology"]
+__all__ = ["HAWK", "HawkDrafter", "HawkParams", "tree_topology"]

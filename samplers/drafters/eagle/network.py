@@ -8,13 +8,13 @@ logits of position j + 1. With CFG the drafter runs both branches (conditional f
 unconditional ones, same tokens) and the draft distribution is `target_probs` of the two
 branches' logits, exactly as the target's.
 
-Context: the layer attends to a band of the last ``window`` positions (training uses the same
+Context: the layer attends to a band of the last ``attn_band`` positions (training uses the same
 band mask), so a drafting step recomputes the window from the stored target features instead of
 keeping a KV cache that would need rollback; the tree's nodes then attend to the window and to
 their own ancestors (`EagleNet.draft_layer`). Window K/V live in a small static cache per step.
 
 Layer variants (EagleConfig fields; the defaults are our own layer, as the demo drafter) exist for
-LANTERN's released drafters (converted by model_loaders/lantern_drafter.py): ``qk_norm`` (Anole:
+LANTERN's released drafters (converted by lantern_conversion.py): ``qk_norm`` (Anole:
 a Chameleon decoder layer, per-head LayerNorm with weight and bias on q and k before the rotary
 embedding), ``input_norm=False`` (LlamaGen: EAGLE's first layer has no input RMSNorm),
 ``rope_grid`` (LlamaGen: 2D rotary embedding, position j = grid cell j, positions past the grid
@@ -31,7 +31,7 @@ from torch import nn
 
 import torch.nn.functional as F
 
-from ...model_loaders.llama import Attention, Block, LlamaConfig, rope_tables
+from ....model_loaders.llama import Attention, Block, LlamaConfig, rope_tables
 
 FORMAT_NAME = "specar-eagle-1"
 
@@ -41,7 +41,7 @@ class EagleConfig:
     hidden_size: int
     num_heads: int
     intermediate_size: int = 0
-    window: int = 32  # committed positions the layer attends to (band)
+    attn_band: int = 32  # committed positions the layer attends to (drafter.json format 1 calls it "window")
     max_positions: int = 1024
     # variants (LANTERN's released drafters); the defaults are our own layer
     qk_norm: bool = False  # per-head LayerNorm (weight, bias [heads, head_dim]) on q and k (Chameleon)
@@ -58,15 +58,20 @@ class EagleConfig:
                            rope_theta=self.rope_theta, norm_eps=self.norm_eps)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """The drafter.json config (format 1: the band is stored as "window")."""
+        return {("window" if k == "attn_band" else k): v for k, v in asdict(self).items()}
 
     @classmethod
-    def for_model(cls, model, window: Optional[int] = None, intermediate_size: int = 0) -> "EagleConfig":
+    def from_dict(cls, config: dict) -> "EagleConfig":
+        return cls(**{("attn_band" if k == "window" else k): v for k, v in config.items()})
+
+    @classmethod
+    def for_model(cls, model, attn_band: Optional[int] = None, intermediate_size: int = 0) -> "EagleConfig":
         D = model.hidden_size
         heads = next(h for h in (6, 4, 3, 2, 1) if D % h == 0 and D // h >= 8) if D >= 8 else 1
         geo = model.geometry
-        w = window or max(2 * geo.row_stride, 8)
-        return cls(hidden_size=D, num_heads=heads, intermediate_size=intermediate_size or 0, window=w,
+        band = attn_band or max(2 * geo.row_stride, 8)
+        return cls(hidden_size=D, num_heads=heads, intermediate_size=intermediate_size or 0, attn_band=band,
                    max_positions=geo.seq_len + 64)
 
 
@@ -149,10 +154,10 @@ class EagleNet(nn.Module):
         return self.block(x, cos, sin, kv, slots, mask)
 
     def band_mask(self, T: int, device) -> torch.Tensor:
-        """Teacher-forced training mask: causal, last `window` positions only."""
+        """Teacher-forced training mask: causal, last `attn_band` positions only."""
         i = torch.arange(T, device=device)
         d = i[:, None] - i[None, :]
-        return (d >= 0) & (d < self.cfg.window)
+        return (d >= 0) & (d < self.cfg.attn_band)
 
     def new_cache(self, rows: int, slots: int, device, dtype):
         h = self.cfg.num_heads

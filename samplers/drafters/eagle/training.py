@@ -9,7 +9,7 @@ Loss (EAGLE): smooth-L1 between the layer's output feature g_j and the target's 
 (feature regression) + `ce_weight` * cross-entropy of the target's own distribution
 softmax(image_logits(h_j)) against the drafter's logits image_logits(g_j). Input features get
 uniform noise (EAGLE's +-0.1 scaled to the feature norm) so the layer tolerates its own predicted
-features when it drafts several layers deep. Band attention of `window` positions as at inference.
+features when it drafts several layers deep. Band attention of `attn_band` positions as at inference.
 
 `guided_weight` > 0 adds the term that verification actually scores: KL(p || q) between the target's
 SAMPLING distribution p (`target_probs`: both CFG branches combined at the model's cfg_scale,
@@ -28,61 +28,15 @@ import time
 import torch
 import torch.nn.functional as F
 
-from ..model_loaders.drafter_files import save_drafter
-from ..samplers.drafters.eagle import EagleConfig, EagleNet
-from ..samplers.target import guided_logits, target_probs
-from .loop import fill_defaults, frozen_target_sampling, train
-from .selfdistill import DistillBatch, training_prompts
+from ....model_loaders.drafter_files import save_drafter
+from ....training.loop import fill_defaults, frozen_target_sampling, train
+from ....training.selfdistill import distill_features
+from ...target import guided_logits, target_probs
+from .files import load_eagle
+from .network import EagleConfig, EagleNet
 
 CE_WEIGHT = 0.1
 NOISE = 0.1
-
-
-@torch.inference_mode()
-def chunked_distill_batch(model, prompt: str, batch: int, seed: int, chunk: int = 128) -> DistillBatch:
-    """`distill_batch` whose teacher forcing runs in chunks of `chunk` positions (models whose
-    position limit is below prompt + 2 * image, as the demo's 512, cannot take the whole image
-    as one draft)."""
-    from ..samplers.api import generate
-    res = generate(model, prompt, backend="ar", seed=seed, batch_size=batch)
-    cfg = model.default_sampling.get("cfg_scale", 1.0) != 1.0
-    seq = res.sequence.to(model.device)
-    B, n = seq.shape
-    session = model.start(model.encode_prompt(prompt), B, cfg, draft_capacity=chunk + 1)
-    hs, hus = [], []
-    for s in range(0, n - 1, chunk):
-        e = min(s + chunk, n - 1)
-        out = model.forward(session, seq[:, s:e], [-1] + list(range(e - s - 1)))
-        hs.append(out.hidden)
-        hus.append(out.hidden_uncond)
-        path = torch.arange(e - s, device=model.device).expand(B, e - s)
-        model.commit(session, path, torch.full((B,), e - s, device=model.device))
-    first = session.first
-    return DistillBatch(sequence=res.sequence, hidden=torch.cat(hs, 1),
-                        hidden_uncond=torch.cat(hus, 1) if cfg else None, first_hidden=first.hidden[:, 0],
-                        first_hidden_uncond=first.hidden_uncond[:, 0] if cfg else None, prompts=[prompt] * B)
-
-
-def distill_features(model, args, log=sys.stderr):
-    """The target's own samples and features for drafter training (EAGLE and Hawk): `args.images`
-    images, `args.per_prompt` per prompt. Returns (feats [R, n, D], feats_uncond [R, n, D] or None
-    without CFG, tokens [R, n], seconds); feature index j is the hidden state that predicted j."""
-    per = max(1, min(args.per_prompt, args.images))
-    n_prompts = max(1, args.images // per)
-    prompts = training_prompts(model, n_prompts, args.seed) if args.prompts is None else \
-        [l.strip() for l in open(args.prompts, encoding="utf-8") if l.strip()][:n_prompts]
-    fc, fu, toks = [], [], []
-    t0 = time.perf_counter()
-    for i, pr in enumerate(prompts):
-        b = chunked_distill_batch(model, pr, per, seed=args.seed * 100003 + i)
-        toks.append(b.sequence.cpu())
-        fc.append(torch.cat([b.first_hidden[:, None], b.hidden], 1).float().cpu())
-        if b.hidden_uncond is not None:
-            fu.append(torch.cat([b.first_hidden_uncond[:, None], b.hidden_uncond], 1).float().cpu())
-        log.write(f"\rdistillation data: {i + 1}/{len(prompts)} prompts, {time.perf_counter() - t0:.0f}s ")
-        log.flush()
-    log.write("\n")
-    return torch.cat(fc), (torch.cat(fu) if fu else None), torch.cat(toks), time.perf_counter() - t0
 
 
 def collect(model, args, log=sys.stderr):
@@ -137,23 +91,22 @@ def eagle_loss(net: EagleNet, model, feats, toks, forced, noise: float = NOISE, 
     return loss + guided_weight * kl, reg, ce, kl
 
 
-def paired_rows(images: torch.Tensor, per: int, cfg: bool) -> torch.Tensor:
+def paired_rows(images: torch.Tensor, per: int, uses_cfg: bool) -> torch.Tensor:
     """Row indices of `images` in `collect`'s layout (prompt by prompt: `per` conditional rows, then
     their `per` unconditional twins): all conditional rows first, then the unconditional ones."""
-    if not cfg:
+    if not uses_cfg:
         return images
     cond = images // per * 2 * per + images % per
     return torch.cat([cond, cond + per])
 
 
 def initial_net(model, args) -> EagleNet:
-    """A fresh layer (`--window`, `--intermediate-size`), or `--init`'s drafter (checked against the
+    """A fresh layer (`--attn-band`, `--intermediate-size`), or `--init`'s drafter (checked against the
     model as any drafter file is; its shape wins, a conflicting flag is an error)."""
     if not args.init:
-        return EagleNet(EagleConfig.for_model(model, args.window, args.intermediate_size))
-    from ..samplers.drafters.adt_tree import load_eagle
+        return EagleNet(EagleConfig.for_model(model, args.attn_band, args.intermediate_size))
     net = load_eagle(model, args.init)
-    for flag, asked, have in (("--window", args.window, net.cfg.window),
+    for flag, asked, have in (("--attn-band", args.attn_band, net.cfg.attn_band),
                               ("--intermediate-size", args.intermediate_size, net.cfg.intermediate_size)):
         if asked and asked != have:
             raise ValueError(f"{flag} {asked} conflicts with --init {args.init} (its drafter has {have}); "
@@ -162,7 +115,7 @@ def initial_net(model, args) -> EagleNet:
 
 
 def train_eagle(model, args):
-    fill_defaults(args, (("per_prompt", 8), ("window", None), ("intermediate_size", 0), ("init", None),
+    fill_defaults(args, (("per_prompt", 8), ("attn_band", None), ("intermediate_size", 0), ("init", None),
                          ("guided_weight", 0.0)))
     if args.guided_weight < 0:
         raise ValueError(f"--guided-weight must be >= 0 (0 = per-branch losses only), got {args.guided_weight}")

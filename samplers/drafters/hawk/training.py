@@ -22,24 +22,17 @@ through training/loop.py: progress line, resumable checkpoints.
 from __future__ import annotations
 
 import os
-import sys
 import time
 
 import torch
 
-from ..model_loaders.drafter_files import save_drafter
-from ..samplers.drafters.hawk import HawkConfig, HawkHeads
-from ..samplers.target import SamplingParams, guided_logits, target_probs
-from .loop import fill_defaults, frozen_target_sampling, train
+from ....model_loaders.drafter_files import save_drafter
+from ....training.loop import train
+from ....training.selfdistill import start_head_training
+from ...target import SamplingParams, guided_logits, target_probs
+from .network import HawkConfig, HawkHeads
 
 DEFAULTS = {"per_prompt": 8, "horizontal_heads": 6, "vertical_depth": 2, "positions": 16}
-
-
-def collect(model, args, log=sys.stderr):
-    """feats [B, n, D] and feats_uncond (or None): index i = hidden state predicting position i."""
-    from .eagle import distill_features
-    fc, fu, _, secs = distill_features(model, args, log)
-    return fc, fu, secs
 
 
 def head_offsets(cfg: HawkConfig, stride: int) -> list:
@@ -81,15 +74,10 @@ def hawk_loss(heads: HawkHeads, model, fc, fu, starts, sampling: SamplingParams,
 
 
 def train_hawk(model, args):
-    fill_defaults(args, DEFAULTS)
-    t_start = time.perf_counter()
-    fc, fu, t_data = collect(model, args)
+    fc, fu, t_data, t_start, sampling = start_head_training(model, args, DEFAULTS)
     dev = model.device
-    fc = fc.to(dev)
-    fu = fu.to(dev) if fu is not None else None
     cfg = HawkConfig(model.hidden_size, args.horizontal_heads, args.vertical_depth)
     heads = HawkHeads(cfg).to(dev)
-    sampling = frozen_target_sampling(model)
     n = fc.shape[1]
     # forced[i]: position i is a structure token (feats index i predicts position i): no loss there
     forced = (model.geometry.forced_tokens() >= 0).to(dev)

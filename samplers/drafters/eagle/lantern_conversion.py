@@ -2,7 +2,7 @@
 jadohu/llamagen_drafter, jadohu/llamagen2_drafter) -> our drafter files.
 
 ``python -m specar convert-drafter --kind lantern <LANTERN folder> --model <model folder> [--out DIR]
-[--window N]`` reads the folder's ``config.json`` and ``model.safetensors`` or ``pytorch_model.bin``
+[--attn-band N]`` reads the folder's ``config.json`` and ``model.safetensors`` or ``pytorch_model.bin``
 (opened with ``torch.load(weights_only=True)`` only), checks every tensor against the config and
 the config against the loaded target, and writes ``drafter.json`` + ``drafter.safetensors``
 (kind ``eagle``) bound to the target's weight fingerprint; the default output is
@@ -23,7 +23,7 @@ keys without prefix (``embed_tokens.weight``, ``fc.weight``, ``fc.bias``, ``laye
   interleaved pairs over the image grid fixed by ``input_type`` (t2i: 16x16, t2i2: 32x32, c2i:
   24x24), image code j at grid cell j.
 
-Our network (samplers/drafters/eagle.py) computes the same layer: ``fc`` columns are swapped to our
+Our network (samplers/drafters/eagle/network.py) computes the same layer: ``fc`` columns are swapped to our
 [feature; embedding] order, q/k/v and gate/up are fused, LlamaGen's q/k rows are permuted per head
 from interleaved pairs to rotate-half pairs (the same rotation, dot products unchanged), and the
 embedding keeps only the rows of the target's image codes (engine ids); when they equal the
@@ -32,14 +32,14 @@ dropped and the target's is used.
 """
 from __future__ import annotations
 
-import argparse
 import os
 from typing import Optional
 
 import torch
 
-from .checkpoints import read_json_object
-from .drafter_files import DRAFTER_FOLDERS, save_drafter
+from ....model_loaders.checkpoints import read_json_object
+from ....model_loaders.drafter_files import CONFIG_FILE, DRAFTER_FOLDERS, WEIGHTS_FILE, check_shapes, save_drafter
+from .network import EagleConfig, EagleNet
 
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 GRIDS = {"t2i": 16, "t2i2": 32, "c2i": 24}  # LANTERN's cnets_llamagen: block_size by input_type
@@ -50,6 +50,14 @@ COMMAND = "python -m specar convert-drafter --kind lantern {src} --model {model}
 def is_lantern_folder(folder: Optional[str]) -> bool:
     return bool(folder) and os.path.isfile(os.path.join(folder, "config.json")) and \
         any(os.path.isfile(os.path.join(folder, f)) for f in WEIGHT_FILES)
+
+
+def unconverted_lantern_error(model, folder: str) -> ValueError:
+    """The error for a released LANTERN drafter passed where our drafter files are expected."""
+    name = getattr(model, "folder", None) or model.name
+    out = os.path.join(getattr(model, "folder", None) or "<model folder>", DRAFTER_FOLDERS["eagle"])
+    return ValueError(f"{folder} holds a LANTERN drafter (config.json + weights), not SpecAR's {CONFIG_FILE} / "
+                      f"{WEIGHTS_FILE}; convert it once with: " + COMMAND.format(src=folder, model=name, out=out))
 
 
 def read_lantern(folder: str):
@@ -110,7 +118,7 @@ def parse_config(cfg: dict, path: str) -> dict:
     p = {"family": family, "hidden": _get(cfg, "hidden_size", path), "heads": _get(cfg, "num_attention_heads", path),
          "ffn": _get(cfg, "intermediate_size", path), "vocab": _get(cfg, "vocab_size", path),
          "eps": float(cfg.get("rms_norm_eps", 1e-6)), "theta": float(cfg.get("rope_theta", 10000.0)),
-         "fc_bias": bool(cfg.get("bias", True))}
+         "fc_bias": bool(cfg.get("bias", True)), "grid": 0}  # grid 0: 1-D rotary (LlamaGen: set below)
     if p["hidden"] % p["heads"] or (p["hidden"] // p["heads"]) % (4 if family == "llamagen" else 2):
         raise ValueError(f"{path}: hidden_size {p['hidden']} does not split into {p['heads']} heads of an even width")
     unsupported = []
@@ -211,11 +219,8 @@ def _interleaved_to_half(w: torch.Tensor, heads: int) -> torch.Tensor:
     return w[idx]
 
 
-def convert_lantern(folder: str, model, window: Optional[int] = None):
+def convert_lantern(folder: str, model, attn_band: Optional[int] = None):
     """(EagleConfig dict, our tensors, info) of a LANTERN drafter folder for `model`."""
-    from ..samplers.drafters.eagle import EagleConfig, EagleNet
-    from .drafter_files import check_shapes
-
     cfg, state, path = read_lantern(folder)
     p = parse_config(cfg, os.path.join(folder, "config.json"))
     check_lantern_state(state, p, path)
@@ -223,9 +228,9 @@ def convert_lantern(folder: str, model, window: Optional[int] = None):
     D, h = p["hidden"], p["heads"]
     geo = model.geometry
     seq_len = geo.seq_len
-    w = int(window or max(2 * geo.row_stride, 8))
-    if w < 1:
-        raise ValueError(f"window must be >= 1, got {window!r}")
+    band = int(attn_band or max(2 * geo.row_stride, 8))
+    if band < 1:
+        raise ValueError(f"attn_band must be >= 1, got {attn_band!r}")
     L = "layers.0."
     g = lambda k: state[L + k]  # noqa: E731
     q, k, v = g("self_attn.q_proj.weight"), g("self_attn.k_proj.weight"), g("self_attn.v_proj.weight")
@@ -251,17 +256,17 @@ def convert_lantern(folder: str, model, window: Optional[int] = None):
     own = not torch.equal(rows.to(lo), mine.to(lo))
     if own:
         t["embed.weight"] = rows
-    ec = EagleConfig(hidden_size=D, num_heads=h, intermediate_size=p["ffn"], window=min(w, seq_len),
+    ec = EagleConfig(hidden_size=D, num_heads=h, intermediate_size=p["ffn"], attn_band=min(band, seq_len),
                      max_positions=seq_len + 64, qk_norm=p["family"] == "anole",
                      input_norm=p["family"] == "anole", norm_eps=p["eps"], rope_theta=p["theta"],
-                     rope_grid=p.get("grid", 0), embed_rows=len(ids) if own else 0, fc_bias=p["fc_bias"])
-    check_shapes(path, t, EagleNet(EagleConfig(**ec.to_dict())).expected_shapes())
+                     rope_grid=p["grid"], embed_rows=len(ids) if own else 0, fc_bias=p["fc_bias"])
+    check_shapes(path, t, EagleNet(EagleConfig.from_dict(ec.to_dict())).expected_shapes())
     info = {"converted_from": os.path.abspath(folder), "source_format": f"LANTERN {p['family']} drafter ({SOURCE})",
             "weights_file": os.path.basename(path), "embedding": "own table" if own else "the target's (identical)"}
     return ec.to_dict(), {k: v.contiguous() for k, v in t.items()}, info
 
 
-def convert_lantern_drafter(folder: str, model, out: Optional[str] = None, window: Optional[int] = None) -> str:
+def convert_lantern_drafter(folder: str, model, out: Optional[str] = None, attn_band: Optional[int] = None) -> str:
     """Convert and write drafter.json + drafter.safetensors to `out` (default <model folder>/eagle_drafter)."""
     if out is None:
         base = getattr(model, "folder", None)
@@ -270,34 +275,10 @@ def convert_lantern_drafter(folder: str, model, out: Optional[str] = None, windo
         out = os.path.join(base, DRAFTER_FOLDERS["eagle"])
     if os.path.abspath(out) == os.path.abspath(folder):
         raise ValueError(f"--out {out} is the LANTERN folder itself; write the converted drafter elsewhere")
-    config, tensors, info = convert_lantern(folder, model, window)
+    config, tensors, info = convert_lantern(folder, model, attn_band)
     save_drafter(out, "eagle", model, tensors, config, training=info)
     return out
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m specar convert-drafter",
-                                 description="convert a released drafter to SpecAR's drafter files")
-    ap.add_argument("folder", help="the released drafter's folder (LANTERN: config.json + pytorch_model.bin "
-                                   "or model.safetensors)")
-    ap.add_argument("--kind", required=True, choices=["lantern"])
-    ap.add_argument("--model", required=True, help="the target model's folder (as for load_model)")
-    ap.add_argument("--out", default=None, help="output folder (default: <model folder>/eagle_drafter)")
-    ap.add_argument("--window", type=int, default=None,
-                    help="positions the drafter attends to (default: 2 image rows); LANTERN attends to all")
-    ap.add_argument("--layout", default=None, help="model option: Chameleon layout (Anole: anole)")
-    ap.add_argument("--n-head", type=int, default=None, help="model option: LlamaGen heads (non-standard widths)")
-    ap.add_argument("--device", default=None)
-    ap.add_argument("--dtype", default=None)
-    args = ap.parse_args(argv)
-    from .registry import load_model
-    opts = {k: v for k, v in (("layout", args.layout), ("n_head", args.n_head), ("device", args.device),
-                              ("dtype", args.dtype)) if v}
-    model = load_model(args.model, **opts)
-    out = convert_lantern_drafter(args.folder, model, args.out, args.window)
-    print(f"wrote {out} (drafter.json, drafter.safetensors); use it with backend adt_tree "
-          f"(drafter={out!r} unless it is <model folder>/eagle_drafter)")
-
-
 __all__ = ["convert_lantern", "convert_lantern_drafter", "read_lantern", "load_weights", "parse_config",
-           "lantern_shapes", "is_lantern_folder", "main", "COMMAND"]
+           "lantern_shapes", "is_lantern_folder", "unconverted_lantern_error", "COMMAND"]

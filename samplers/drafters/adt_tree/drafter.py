@@ -1,0 +1,329 @@
+"""ADT-Tree (Lei et al.): an EAGLE drafter with adjacency-adaptive dynamic draft trees.
+
+Drafting (EAGLE-2 dynamic tree, `ADTTreeDrafter.propose`): the EAGLE layer (samplers/drafters/eagle/) first
+recomputes its band of the last `attn_band` committed positions from the stored target features
+(both CFG branches) -- no drafter KV cache survives a step, so nothing needs rolling back --
+and yields the root feature g_f, whose draft distribution q (target_probs of the drafter's
+cond/uncond logits, the target's CFG / temperature / top-k / top-p) gives the depth-1
+candidates. Each layer then expands the top-k nodes of the previous layer by cumulative draft
+probability: every expanded node gets its top-k tokens as children; of all children the top-k by
+cumulative score are forwarded through the layer (attending to the band and their ancestors)
+to expand the next layer. Finally all generated nodes are reranked and the best N = node_budget - 1
+kept (scores never grow along a path and ties keep generation order, so the kept set contains
+every kept node's ancestors). The tree changes shape every step: per-row parents [B, N], padded
+with invalid nodes.
+
+Depth d and width k per row (ADT, `observe`): initialised from the left neighbour's tree (the
+previous step; `tree_init="above"`: the tree that covered the position one image row up;
+"random": uniform in the ranges), then bisection: alpha = accepted / d; alpha >= beta: d += l_d,
+k -= l_k; else d -= l_d, k += l_k; d in [1, max_depth] (default 9), k in [4, 13] (the paper's open
+ranges (0, 10), (3, 14)). `adaptive=False`: a fixed EAGLE-2 tree (d = depth, k = width) of the same budget.
+With `tree_shape="best_first"` (sampled) the same adjacency rule moves along a family of static
+best-first shapes of node_budget nodes (static_tree.py, one per acceptance guess in PLAN_GUESSES,
+deeper and thinner as the guess grows) instead of along (d, k): alpha = accepted / the shape's
+depth; alpha >= beta: the next deeper shape, else the next bushier one. `adaptive=False`: the one
+shape of `accept_guess`.
+
+Verification: candidates are deterministic top-k choices, so q is one-hot and siblings are
+independent (the rejected token is removed from the residual); the default `verify_tree` walks
+the tree. `candidate_mode="sampled"` (sampled.py): children drawn without replacement
+from the drafter's q, verified with q; the tree's slots are allocated before drawing (no rerank
+by a node's own score). Forced row ends: the structure token is the single child. LANTERN relaxed acceptance
+(`relaxed=True`, LOSSY) overrides `verify` with lantern.py. The EAGLE network, its files and the LANTERN conversion live in
+samplers/drafters/eagle/.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import torch
+
+from ....model_loaders.contract import ForwardOutput
+from ...verify import one_hot
+from ..base import BEYOND_IMAGE, SIBLINGS_INDEPENDENT, SIBLINGS_WITHOUT_REPLACEMENT, DraftTree, Drafter, LoopState, Verdict
+from ..eagle import load_eagle
+from ..hidden_states import DraftsFromHiddenStates
+from ..params import Method
+from ..static_tree import best_first_shape
+from .params import D_RANGE, K_RANGE, ADTTreeParams
+from .sampled import NEG, SampledTrees
+
+L_D, L_K = 1, 3  # the paper's adjustment steps (Anole)
+# adaptive best_first: the acceptance guesses of the shape family, bushiest first (a flat image
+# region accepts whole chains: the deepest shape is nearly a chain of node_budget - 1 drafts)
+PLAN_GUESSES = (0.6, 0.72, 0.8, 0.88, 0.93, 0.96, 0.98)
+
+
+class ADTTreeDrafter(SampledTrees, DraftsFromHiddenStates, Drafter):
+    # the sibling rule of sampled trees (tests plant SIBLINGS_INDEPENDENT in a subclass and check
+    # that the chi-square test rejects it)
+    sampled_siblings = SIBLINGS_WITHOUT_REPLACEMENT
+
+    def __init__(self, params: ADTTreeParams, model, sampling):
+        self._use_target(model, sampling)
+        self.node_budget = params.node_budget
+        self.tree_init = params.tree_init
+        self.adaptive = params.adaptive
+        self.beta = params.beta
+        self.candidate_mode = params.candidate_mode
+        self.children = params.children
+        self.root_children = params.root_children or self.children  # 0: as every other node
+        V = model.geometry.vocab_size
+        self.d0, self.k0 = params.depth, min(params.width, V)
+        # a tree of N nodes is at most N - 1 deep (the adapters' commit assumes path width <= N)
+        self.d_lo, self.d_hi = D_RANGE[0], min(params.max_depth, self.node_budget - 1)
+        self.d0 = min(self.d0, self.node_budget - 1)
+        if self.adaptive:
+            self.d0 = min(max(self.d0, self.d_lo), self.d_hi)
+            self.k_lo, self.k_hi = min(K_RANGE[0], V), min(K_RANGE[1], V)
+            self.k0 = min(max(self.k0, self.k_lo), self.k_hi)
+        self.slack = max(self.d0, self.d_hi) + 3
+        self.tree_shape = params.tree_shape
+        self.plans = None  # tree_shape=best_first: the static shapes (one when not adaptive)
+        if self.tree_shape == "best_first":
+            guess = params.accept_guess
+            guesses = PLAN_GUESSES if self.adaptive else (guess,)
+            self.plans = [[replace(layer, alloc=layer.alloc.to(model.device),
+                                   order=None if layer.order is None else layer.order.to(model.device))
+                           for layer in best_first_shape(self.node_budget - 1, g, params.root_accept_guess,
+                                                         params.sibling_accept_guess,
+                                                         max_depth=self.node_budget - 1)]
+                          for g in guesses]
+            # self.d holds the row's shape number (1-based: 0 marks "no tree" in dk_at); adaptive:
+            # start at the shape nearest accept_guess
+            self.d0 = 1 + min(range(len(guesses)), key=lambda i: abs(guesses[i] - guess))
+            self.d_lo, self.d_hi = 1, len(guesses)
+            self.slack = max(len(plan) for plan in self.plans) + 3
+        self.relaxed = params.relaxed
+        self.lossless = not self.relaxed
+        dev = model.device
+        self.net = load_eagle(model, params.drafter).to(dev).float().eval()
+        self.attn_band = self.net.cfg.attn_band  # committed positions the EAGLE layer attends to
+        if self.relaxed:
+            from ..lantern import neighbour_table
+            self.neighbours = neighbour_table(model, params.relaxed_k).to(dev)
+            self.delta = params.relaxed_delta
+
+    # -- helpers -----------------------------------------------------------------------------
+    def _embed(self, tokens: torch.Tensor) -> torch.Tensor:
+        e = self.net.embed_tokens(self.model, tokens).float()  # the target's, or the drafter's own table
+        return torch.cat([e, e]) if self.uses_cfg else e
+
+    # -- start -------------------------------------------------------------------------------
+    def start(self, state: LoopState, first: ForwardOutput, p0: torch.Tensor) -> None:
+        B, dev = state.batch, state.device
+        # hidden.states[r, j]: the target feature whose output predicted position j (j = 0: the prompt's last)
+        self._start_hidden(state, first, state.layout.ext + 2)
+        self.d = torch.full((B,), self.d0, dtype=torch.long, device=dev)
+        self.k = torch.full((B,), self.k0, dtype=torch.long, device=dev)
+        # (d, k) of the tree that covered each position (for tree_init="above")
+        self.dk_at = torch.zeros(B, state.layout.ext + 2, 2, dtype=torch.long, device=dev)
+
+    def host_hint(self, state: LoopState):
+        act = state.active
+        # the deepest and widest tree an active row asks for: [dmax, kmax] (propose's `hint`)
+        return torch.stack([torch.where(act, self.d, 0).max(), torch.where(act, self.k, 0).max()])
+
+    # -- propose -----------------------------------------------------------------------------
+    def _window_pass(self, state: LoopState, S: int):
+        """Recompute the band of the last `attn_band` committed positions into a fresh cache of S
+        slots; returns (kv, root feature [R, 1, D], wvalid [R, W], fR [R])."""
+        B, dev = state.batch, state.device
+        R, W, rows = (2 * B if self.uses_cfg else B), self.attn_band, state.rows
+        rrows = torch.arange(R, device=dev)
+        f = state.frontier
+        fR = f.repeat(2) if self.uses_cfg else f
+        kv = self.net.new_cache(R, S, dev, torch.float32)
+        # 1. the window of committed positions f-W+1 .. f
+        wpos = fR[:, None] - W + 1 + torch.arange(W, device=dev)
+        wvalid = wpos >= 0
+        wposc = wpos.clamp(min=0)
+        feats = self.hidden.states[rrows[:, None], wposc]
+        toks = state.seq[rows[:, None], wposc[:B]]
+        ar = torch.arange(W, device=dev)
+        mask = torch.zeros(R, W, S, dtype=torch.bool, device=dev)
+        mask[:, :, :W] = (ar[:, None] >= ar[None, :]) & wvalid[:, None, :]
+        mask[:, ar, ar] = True
+        g = self.net(feats, self._embed(toks), wposc, mask, kv, ar.expand(R, W))
+        return kv, g[:, -1:], wvalid, fR
+
+    def _forward_chosen(self, B: int, d: int, tok, order, children: int, g_e, anc_e, slots, band):
+        """The chosen nodes `order` [B, E] of layer d (flat indices into tok [B, E_parent, children])
+        through the EAGLE layer at cache slots `slots` [E], each attending to the band (kv,
+        wvalid, fR) and to its ancestors. Returns (features [R, E, D], q [B, E, V], ancestry [R, E, S])."""
+        kv, wvalid, fR = band
+        R, E, S, W = fR.shape[0], order.shape[1], anc_e.shape[-1], wvalid.shape[1]
+        rrows = torch.arange(R, device=order.device)
+        parent_slot = order // children  # index into the expanded set
+        ctok = tok.flatten(1).gather(1, order)
+        pR = parent_slot.repeat(2, 1) if self.uses_cfg else parent_slot
+        pfeat = g_e[rrows[:, None], pR]
+        anc = anc_e[rrows[:, None], pR]  # [R, E, S]
+        anc[:, torch.arange(E, device=order.device), slots] = True
+        m = torch.zeros(R, E, S, dtype=torch.bool, device=order.device)
+        m[:, :, :W] = wvalid[:, None, :]
+        m = m | anc
+        npos = (fR + d)[:, None].expand(R, E)
+        g = self.net(pfeat, self._embed(ctok), npos, m, kv, slots.expand(R, E))
+        return g, self._q(g, B), anc
+
+    @torch.no_grad()
+    def propose(self, state: LoopState, hint: list) -> DraftTree:
+        if self.candidate_mode == "sampled":
+            return self._propose_sampled(state, hint)
+        B, V, dev, layout = state.batch, state.vocab_size, state.device, state.layout
+        dmax, kmax = max(hint[0], 1), max(hint[1], 1)
+        R, W = (2 * B if self.uses_cfg else B), self.attn_band
+        f = state.frontier
+        M = (dmax - 1) * kmax  # tree slots forwarded through the layer
+        S = W + M
+        kv, g_e, wvalid, fR = self._window_pass(state, S)  # g_e [R, 1, D]: the expanded node (the root)
+        q_e = self._q(g_e, B)  # [B, 1, V]
+        score_e = torch.zeros(B, 1, device=dev)
+        valid_e = torch.ones(B, 1, dtype=torch.bool, device=dev)
+        gidx_e = torch.zeros(B, 1, dtype=torch.long, device=dev)  # global index of expanded nodes (0: root)
+        anc_e = torch.zeros(R, 1, S, dtype=torch.bool, device=dev)  # tree slots each expanded node attends to
+        all_tok, all_par, all_score, all_valid, all_depth = [], [], [], [], []
+        n_glob = 1
+        jk = torch.arange(kmax, device=dev)
+        for d in range(1, dmax + 1):
+            e = g_e.shape[1]
+            pos_d = f + d
+            forced = layout.forced[pos_d.clamp(max=layout.ext - 1)]
+            kk = min(kmax, V)
+            lq, tok = q_e.topk(kk, dim=-1)  # [B, e, kk]
+            if kk < kmax:
+                pad = kmax - kk
+                lq = torch.cat([lq, lq.new_zeros(B, e, pad)], -1)
+                tok = torch.cat([tok, tok.new_zeros(B, e, pad)], -1)
+            ok = valid_e[:, :, None] & (jk[None, None] < self.k[:, None, None]) & (lq > 0) & \
+                (d <= self.d)[:, None, None]
+            lq = lq.clamp(min=1e-30).log()
+            is_forced = (forced >= 0)[:, None, None]
+            tok = torch.where(is_forced, forced[:, None, None].clamp(min=0), tok)
+            ok = torch.where(is_forced, valid_e[:, :, None] & (jk == 0)[None, None] & (d <= self.d)[:, None, None], ok)
+            lq = torch.where(is_forced, 0.0, lq)
+            ok = ok & (forced != BEYOND_IMAGE)[:, None, None]
+            sc = torch.where(ok, score_e[:, :, None] + lq, NEG)
+            par = gidx_e[:, :, None].expand(B, e, kmax)
+            all_tok.append(tok.flatten(1))
+            all_par.append(par.flatten(1))
+            all_score.append(sc.flatten(1))
+            all_valid.append(ok.flatten(1))
+            all_depth.append(torch.full((B, e * kmax), d, device=dev))
+            glob = n_glob + torch.arange(e * kmax, device=dev)
+            n_glob += e * kmax
+            if d == dmax:
+                break
+            # the top-k children (by cumulative score) are expanded next: forward them
+            sflat = sc.flatten(1)
+            order = torch.sort(sflat, dim=1, descending=True, stable=True).indices[:, :kmax]  # [B, kmax]
+            okflat = ok.flatten(1).gather(1, order) & (jk[None] < self.k[:, None])
+            g_e, q_e, anc = self._forward_chosen(B, d, tok, order, kmax, g_e, anc_e, W + (d - 1) * kmax + jk,
+                                                 (kv, wvalid, fR))
+            score_e = sflat.gather(1, order)
+            valid_e = okflat
+            gidx_e = glob[order]
+            anc_e = anc
+        tok, par, sc = torch.cat(all_tok, 1), torch.cat(all_par, 1), torch.cat(all_score, 1)
+        ok, dep = torch.cat(all_valid, 1), torch.cat(all_depth, 1)
+        N = self.node_budget
+        L = tok.shape[1]
+        keep = min(N - 1, L)
+        sel = torch.sort(sc, dim=1, descending=True, stable=True).indices[:, :keep]
+        sel = sel.sort(dim=1).values  # generation order: parents before children
+        return self._assemble(state, tok, par, ok, dep, sel, keep, L, max_children=min(kmax, N - 1), dmax=dmax)
+
+    def _assemble(self, state, tok, par, ok, dep, sel, keep, L, max_children, dmax, q_nodes=None, q_index=None):
+        """The DraftTree of the generated nodes `sel` [B, keep] (global indices, generation order),
+        padded to node_budget. q_nodes [B, E, V] / q_index [B, L]: sampled mode, the q each node
+        was drawn from (its parent's); else one-hot q (deterministic candidates)."""
+        B, V, dev, f = state.batch, state.vocab_size, state.device, state.frontier
+        N = self.node_budget
+        inv = torch.zeros(B, L + 1, dtype=torch.long, device=dev)  # global index -> tree index
+        inv.scatter_(1, sel + 1, torch.arange(1, keep + 1, device=dev).expand(B, keep))
+        s_ok = ok.gather(1, sel)
+        s_tok = torch.where(s_ok, tok.gather(1, sel), 0)
+        s_par = torch.where(s_ok, inv.gather(1, par.gather(1, sel)), 0)
+        s_dep = torch.where(s_ok, dep.gather(1, sel), 1)
+        s_qi = q_index.gather(1, sel) if q_index is not None else None
+        if keep < N - 1:
+            padn = N - 1 - keep
+            z = torch.zeros(B, padn, dtype=torch.long, device=dev)
+            s_ok = torch.cat([s_ok, z.bool()], 1)
+            s_tok = torch.cat([s_tok, z], 1)
+            s_par = torch.cat([s_par, z], 1)
+            s_dep = torch.cat([s_dep, z + 1], 1)
+            if s_qi is not None:
+                s_qi = torch.cat([s_qi, z], 1)
+        pending = state.seq.gather(1, f[:, None])
+        tokens = torch.cat([pending, s_tok], 1)
+        parents = torch.cat([torch.full((B, 1), -1, dtype=torch.long, device=dev), s_par], 1)
+        depth = torch.cat([torch.zeros(B, 1, dtype=torch.long, device=dev), s_dep], 1)
+        valid = torch.cat([torch.ones(B, 1, dtype=torch.bool, device=dev), s_ok], 1)
+        if q_nodes is None:
+            q = one_hot(tokens.clamp(0, V - 1), V)
+            siblings = SIBLINGS_INDEPENDENT
+        else:
+            qn = q_nodes[state.rows[:, None], s_qi]  # [B, N - 1, V]
+            q = torch.cat([qn.new_zeros(B, 1, V), qn], 1)
+            siblings = self.sampled_siblings
+        return DraftTree(tokens=tokens, parents=parents, q=q, valid=valid, depth=depth, siblings=siblings,
+                         max_children=max_children, max_depth=dmax)
+
+    # -- verify ------------------------------------------------------------------------------
+    def verify(self, state: LoopState, tree: DraftTree, p: torch.Tensor, out: ForwardOutput) -> Verdict:
+        if not self.relaxed:
+            return super().verify(state, tree, p, out)
+        from ..base import verify_tree_step
+        from ..lantern import verify_tree_relaxed
+        nb, delta = self.neighbours, self.delta
+
+        def relaxed(*args, **kw):
+            return verify_tree_relaxed(*args, neighbours=nb, delta=delta, **kw)
+        return verify_tree_step(state, tree, p, relaxed)
+
+    # -- observe -----------------------------------------------------------------------------
+    @torch.no_grad()
+    def observe(self, state: LoopState, tree: DraftTree, verdict: Verdict, p: torch.Tensor,
+                out: ForwardOutput, previous_frontier: torch.Tensor) -> None:
+        B, dev, act = state.batch, state.device, state.active
+        n_acc = torch.where(act, verdict.n_accepted, 0)
+        path = verdict.path  # [B, Dmax + 1]
+        width = path.shape[1]
+        slot = torch.arange(width, device=dev)
+        keep = (slot[None] <= n_acc[:, None]) & act[:, None]
+        # target features of the accepted path: node i's hidden is position prev_f + i's, which
+        # predicted position prev_f + i + 1
+        tpos = previous_frontier[:, None] + 1 + slot
+        spare = self.hidden.spare
+        tpos = torch.where(keep, tpos, spare)
+        self.hidden.write_path(state.rows, tpos, out, path)
+        # (d, k) of this tree over the positions it covered
+        cov = torch.where(keep, (previous_frontier[:, None] + slot).clamp(max=spare), spare)
+        self.dk_at[state.rows[:, None], cov] = torch.stack([self.d, self.k], -1)[:, None]
+        if not self.adaptive:
+            return
+        # adjacency initialisation of the next tree, then bisection from this tree's acceptance
+        d, k = self.d, self.k
+        if self.tree_init == "above":
+            up = state.frontier - state.layout.geometry.row_stride
+            rec = self.dk_at[state.rows, up.clamp(min=0)]
+            has = (up >= 0) & (rec[:, 0] > 0)
+            d, k = torch.where(has, rec[:, 0], d), torch.where(has, rec[:, 1], k)
+        elif self.tree_init == "random":
+            d = torch.randint(self.d_lo, self.d_hi + 1, (B,), generator=state.generator, device=dev)
+            k = torch.randint(self.k_lo, self.k_hi + 1, (B,), generator=state.generator, device=dev)
+        # best_first: alpha against the depth of the shape this step drafted (d numbers shapes)
+        alpha = n_acc.float() / (tree.max_depth if self.plans is not None else self.d.float())
+        up_ = alpha >= self.beta
+        nd = torch.where(up_, d + L_D, d - L_D).clamp(self.d_lo, self.d_hi)
+        nk = torch.where(up_, k - L_K, k + L_K).clamp(self.k_lo, self.k_hi)
+        self.d = torch.where(act, nd, self.d)
+        self.k = torch.where(act, nk, self.k)
+
+
+
+
+ADT_TREE = Method("adt_tree", "ADT-Tree", "EAGLE drafter with adjacency-adaptive dynamic draft trees (Lei et al.)",
+                  ADTTreeParams, ADTTreeDrafter, drafter_kind="eagle", train=".eagle.training:train_eagle")

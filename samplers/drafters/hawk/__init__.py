@@ -1,0 +1,11 @@
+"""Hawk (Chen et al.): spatial draft heads with a speculation cache, one package for the method.
+
+- network.py: the heads and their files (`HawkConfig`, `HawkHeads`, `load_heads`, `random_heads`)
+- drafter.py: the typed parameters, the tree topology and the drafter
+- training.py: self-distillation training (`python -m specar train-drafter --kind hawk`)
+"""
+from .drafter import HAWK, HawkDrafter, HawkParams, tree_topology
+from .network import HawkConfig, HawkHeads, load_heads, random_heads
+
+__all__ = ["HAWK", "HawkConfig", "HawkDrafter", "HawkHeads", "HawkParams", "load_heads", "random_heads",
+           "tree_topology"]
