@@ -3,6 +3,7 @@
 - demo.py: `demo` (make demo): the demo model, AR vs the fastest lossless backend
 - benchmark.py: `bench` (make bench): every backend side by side in one run
 - shape_bench.py: `shape-bench`: 7B-shape forward latency vs the sampling core's cost
+- roofline.py: `shape-bench --roofline`: the GPU latency projection (a roofline model, labelled a projection)
 - evaluate_demo.py: `evaluate-demo`: prompt following of the demo model (16 judged prompts)
 - train_drafter.py: `train-drafter`: Hawk heads / EAGLE drafter by self-distillation
 - convert_checkpoint.py, convert_drafter.py: released checkpoints and drafters -> our files

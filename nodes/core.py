@@ -13,22 +13,17 @@ import torch
 from ..samplers import backends as _backends
 from ..samplers.api import generate
 from ..samplers.engine import GenerationInterrupted
-from ..samplers.preview import PartialImage
+from ..samplers.preview import PREVIEW_THROTTLE, PartialImage
 from .layouts import nest_dotted, sampler_settings
 from .models import ModelHandle, resolve, resolve_drafter, sampler_spec
 from .report import heatmap, report
 from .widgets import validate
 
-# live preview: at most every 0.25 s and at most ~3% of the elapsed time (samplers/preview.py)
-PREVIEW_THROTTLE = {"min_interval_s": 0.25, "share": 0.03}
-
 
 def out_of_memory_message(values: dict, model) -> str:
     """What to lower after a CUDA out-of-memory error, for this run's settings."""
     settings = sampler_settings(values)
-    # size_params: issue-25 samplers branch
-    size_params = getattr(_backends.SCHEMAS[settings.backend], "size_params",
-                          ("window", "tree_width", "node_budget", "horizontal_heads", "candidates", "depth"))
+    size_params = _backends.SCHEMAS[settings.backend].size_params
     sizes = [f"{k}={v}" for k, v in settings.params.items() if k in size_params]
     what = [f"batch_size (now {values.get('batch_size', 1)})"]
     if sizes:
@@ -150,8 +145,7 @@ def run_sampler(model, values: dict, progress: Optional[Callable] = None, interr
     sampling = dict(seed=values["seed"], cfg_scale=settings.cfg_scale, temperature=float(values.get("temperature", 1.0)),
                     top_k=settings.top_k, top_p=float(values.get("top_p", 1.0)),
                     negative_prompt=values.get("negative_prompt", ""), batch_size=batch, interrupt=interrupt)
-    res = generate(model, values["prompt"], backend=settings.backend, progress=progress, preview=preview,
-                   **sampling, **config.params())
+    res = generate(model, values["prompt"], backend=config, progress=progress, preview=preview, **sampling)
     ar_stats = None
     if values.get("compare_with_ar") and settings.backend != "ar":
         # after the backend's run, so any first-run cost counts against the backend, never for it

@@ -86,8 +86,6 @@ def register_backend(schema: BackendSchema) -> None:
 for _method in METHODS:
     register_backend(schema_of(_method))
 BACKENDS = tuple(SCHEMAS)
-# compatibility view (nodes/spec.py reads it until the nodes read SCHEMAS): name -> {param: (default, help)}
-BACKEND_PARAMS = {name: {p.name: (p.default, p.help) for p in s.params} for name, s in SCHEMAS.items()}
 
 PRESETS = ("default", "paper")
 
@@ -114,5 +112,5 @@ def make_backend(name: str, preset: str = "default", **params) -> BackendConfig:
     return BackendConfig(name, typed)
 
 
-__all__ = ["BACKENDS", "BACKEND_PARAMS", "COUPLINGS", "INITS", "MAX_TREE_WIDTH", "MAX_WINDOW", "METHODS", "PRESETS",
+__all__ = ["BACKENDS", "COUPLINGS", "INITS", "MAX_TREE_WIDTH", "MAX_WINDOW", "METHODS", "PRESETS",
            "SCHEMAS", "BackendConfig", "BackendSchema", "Param", "make_backend", "register_backend", "schema_of"]
