@@ -108,6 +108,15 @@ INIT = _init("random")
 INIT_ABOVE = _init("sample_above", "SJD paper: random (preset='paper'); sample_above is the fastest on the demo model")
 
 
+def _restart(default: int) -> Param:
+    return Param("restart_after", default, "re-draft the window by `init` after this many steps in a row that "
+                 "committed one token each (a coupled Jacobi window stuck in a fixed point); 0: never",
+                 lo=0, hi=1024, paper="not in the papers (docs/BENCHMARKS.md: stall restart)")
+
+
+RESTART = _restart(0)
+
+
 def _window(default: int, paper: str) -> Param:
     return Param("window", default, WINDOW_HELP, lo=1, hi=MAX_WINDOW, paper=paper)
 
@@ -136,7 +145,7 @@ register_backend(BackendSchema(
     drafter=".drafters.jacobi:JacobiDrafter"))
 register_backend(BackendSchema(
     "sjd", "SJD", "Speculative Jacobi Decoding (Teng et al.)",
-    params=(_window(16, "SJD paper: 16 (32 and 64 also studied)"), INIT),
+    params=(_window(16, "SJD paper: 16 (32 and 64 also studied)"), INIT, RESTART),
     drafter=".drafters.jacobi:JacobiDrafter"))
 register_backend(BackendSchema(
     "scd", "SCD", "Speculative Jacobi Decoding with coupled re-drafts (So et al.)",
@@ -144,7 +153,7 @@ register_backend(BackendSchema(
             Param("coupling", "maximal", "how re-drafts are coupled to the previous draft: maximal or gumbel",
                   choices=COUPLINGS, paper="SCD paper: maximal"),
             Param("coupling_strength", 1.0, "alpha: probability of a coupled (vs independent) re-draft", lo=0.0,
-                  hi=1.0, paper="SCD paper: 1.0 (0 = plain SJD re-drafting)")),
+                  hi=1.0, paper="SCD paper: 1.0 (0 = plain SJD re-drafting)"), RESTART),
     drafter=".drafters.jacobi:JacobiDrafter", paper_preset=(("init", "random"),)))
 register_backend(BackendSchema(
     "sjd_pac", "SJD-PAC", "SJD with proactive drafting and adaptive continuation (Kang et al.)",
@@ -157,7 +166,7 @@ register_backend(BackendSchema(
                   "passing drafts", paper="SJD-PAC paper: on"),
             INIT,
             Param("coupling", "maximal", "the coupling adaptive continuation uses: maximal (the paper's) or gumbel",
-                  choices=COUPLINGS, paper="SJD-PAC paper: maximal")),
+                  choices=COUPLINGS, paper="SJD-PAC paper: maximal"), RESTART),
     drafter=".drafters.jacobi:JacobiDrafter", cross_check=_tree_depth_within_window,
     paper_preset=(("window", 64), ("tree_depth", 3), ("tree_width", 4))))
 
@@ -169,7 +178,7 @@ register_backend(BackendSchema(
             Param("cost_model", "measured", "measured: maximise tokens per second on this device (the forward "
                   "timed once per model, then every step); forwards: minimise forward passes (deterministic; "
                   "what a GPU wants)", choices=("measured", "forwards")),
-            INIT_ABOVE),
+            INIT_ABOVE, RESTART),
     drafter=".drafters.auto:AutoDrafter"))
 
 # -- Hawk (owned by samplers/drafters/hawk.py; adjust only this block) ----------------------------
@@ -252,7 +261,8 @@ register_backend(BackendSchema(
             Param("init", "sample_above", "how entering positions no head reaches (the first rows) are drafted: "
                   + ", ".join(INITS), choices=INITS, paper="SJD paper: random"),
             # proactive drafting and adaptive continuation: SJD-PAC's parameters
-            *(SCHEMAS["sjd_pac"].param(n) for n in ("tree_depth", "tree_width", "continuation", "coupling")),
+            *(SCHEMAS["sjd_pac"].param(n) for n in ("tree_depth", "tree_width", "continuation", "coupling",
+                                                     "restart_after")),
             Param("heads", "", "spatial heads folder; empty: spatial_heads/ beside the model's weights",
                   folder_of="spatial")),
     drafter=".drafters.spatial.drafter:SpatialDrafter", cross_check=_tree_depth_within_window))

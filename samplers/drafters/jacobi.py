@@ -44,6 +44,7 @@ class JacobiDrafter(Drafter):
                        "independent"}.get(config.name, "independent")
         self.coupling_strength = p.get("coupling_strength", 1.0 if config.name == "sjd_pac" else 0.0)
         self.K, self.D = p.get("tree_width", 1), p.get("tree_depth", 1)  # proactive tree: K candidates, depth D
+        self.restart_after = p.get("restart_after", 0)
         if self.K > geo.vocab_size:
             raise ValueError(f"tree_width must be in [1, {geo.vocab_size}] (the image vocabulary), got {self.K}")
         self.shapes = {w: self._shape(geo, w) for w in self.windows(p)}  # window -> (T, chain, tree parents)
@@ -95,6 +96,7 @@ class JacobiDrafter(Drafter):
                    torch.ones(B, T - 1, dtype=torch.bool, device=dev))
         self.drafted = self.drafted + T - 1
         self.in_tree = torch.zeros(B, dtype=torch.bool, device=dev)  # rows whose next draft is a tree
+        self.stall = torch.zeros(B, dtype=torch.long, device=dev)  # steps in a row that committed one token
 
     def host_hint(self, state: LoopState):
         """How many rows want the proactive tree in the next forward."""
@@ -183,9 +185,24 @@ class JacobiDrafter(Drafter):
         npos = new_frontier[:, None] + slot[1:]
         self._init(state, npos, (npos > self.drafted[:, None]) & active[:, None])
         self.drafted = torch.where(active, torch.maximum(self.drafted, new_frontier + T - 1), self.drafted)
+        if self.restart_after:
+            self._restart_stalled(state, verdict.n_accepted, npos)
         if self.K > 1:
             self.in_tree = verdict.extras["rejected"] & active
             self._build_tree(state)
+
+    def _restart_stalled(self, state, n_accepted, npos):
+        """Stall restart: a row whose last `restart_after` steps each committed one token gets its
+        whole window drafted afresh by `init`. Coupled re-drafts keep a draft wherever the new p
+        still gives it mass, so a window drafted under a wrong prefix can stay wrong step after
+        step (a fixed point of the coupled Jacobi iteration; SCD at window 64 spends up to 150
+        forwards on the demo model's flat images). The decision reads only earlier steps' counts,
+        and the fresh drafts get their q recorded like any init: exactness is unchanged."""
+        active = state.active
+        self.stall = torch.where(active, torch.where(n_accepted == 0, self.stall + 1, 0), self.stall)
+        restart = (self.stall >= self.restart_after) & active
+        self._init(state, npos, restart[:, None].expand_as(npos))
+        self.stall = torch.where(restart, 0, self.stall)
 
     # -- drafting ------------------------------------------------------------------------------
     def _write(self, state, pos, mask, tokens=None, dists=None):
