@@ -114,7 +114,7 @@ def _restart(default: int) -> Param:
                  lo=0, hi=1024, paper="not in the papers (docs/BENCHMARKS.md: stall restart)")
 
 
-RESTART = _restart(0)
+RESTART = _restart(5)
 
 
 def _window(default: int, paper: str) -> Param:
