@@ -631,7 +631,8 @@ def test_speedup_is_measured_against_ar_in_the_same_execution(comfy):
     real_generate = core.generate
 
     def recording_generate(model, prompt, backend="sjd", **kw):
-        calls.append((backend, kw["seed"], kw["batch_size"], kw["cfg_scale"], kw["top_k"]))
+        # the node passes its validated BackendConfig (the compare run: the name "ar")
+        calls.append((getattr(backend, "name", backend), kw["seed"], kw["batch_size"], kw["cfg_scale"], kw["top_k"]))
         return real_generate(model, prompt, backend=backend, **kw)
 
     core.generate = recording_generate

@@ -10,6 +10,12 @@ maximise the predicted tokens committed per second:
 - E[tokens | W]: the mean tokens committed per step over this generation's steady steps with
   window W (not the first `WARMUP_STEPS` steps, nor a step right after a switch: both verify
   fresh `init` drafts), shrunk towards `prior_tokens_per_step(W)` by `PRIOR_STEPS` pseudo-steps.
+  A step run with a larger window V also counts, for every smaller candidate W, as a step that
+  committed min(n, W + 1) tokens per row (n: what it committed): the first W drafts of V's chain
+  are the drafts a W-window step would have verified, so a window that is never run is not
+  judged by its prior alone (before this, auto kept W=32 with `sample_above` drafts because the
+  prior underrated W=16, which it then never ran: docs/BENCHMARKS.md). It overrates W a little
+  (with a window of W the drafts near its end are refined fewer times), never underrates it.
 - cost(W): the engine's calibration of the model forward at W's shape (`cost_shapes`, timed once
   per model, batch, guidance, compile setting and thread count, see engine.py), times the moving
   average of measured step time / calibrated forward time over this generation's steps. With
@@ -33,7 +39,7 @@ from typing import ClassVar
 import torch
 
 from .base import LoopState
-from .jacobi import INIT_ABOVE_PAPER, INIT_HELP, JacobiDrafter, JacobiParams
+from .jacobi import INIT_ABOVE_PAPER, INIT_HELP, JacobiDrafter, JacobiParams, restart_param
 from .params import INITS, MAX_WINDOW, Method, param
 
 PRIOR_STEPS = 8.0  # weight of the prior, in steps
@@ -62,6 +68,7 @@ class AutoParams(JacobiParams):
                             "per model, then every step); forwards: minimise forward passes (deterministic; what a "
                             "GPU wants)", choices=("measured", "forwards"))
     init: str = param("sample_above", INIT_HELP, choices=INITS, paper=INIT_ABOVE_PAPER)
+    restart_after: int = restart_param()
     redraft: ClassVar[str] = "maximal"  # SCD / adaptive continuation
     coupling_strength: ClassVar[float] = 1.0
 
@@ -98,7 +105,10 @@ class AutoDrafter(JacobiDrafter):
     # -- the choice ----------------------------------------------------------------------------
     def start(self, state: LoopState, first, p0) -> None:
         super().start(state, first, p0)
-        self.committed = torch.zeros(2, dtype=torch.long, device=state.device)  # last step: tokens, rows
+        # the last step's [tokens, rows, then per candidate window (self.order) the tokens it would have committed]
+        self.order = tuple(sorted(self.shapes))
+        self.order_t = torch.tensor(self.order, dtype=torch.long, device=state.device)
+        self.committed = torch.zeros(2 + len(self.order), dtype=torch.long, device=state.device)
         self.tokens = {w: 0.0 for w in self.shapes}  # window -> tokens per step, summed over its counted steps
         self.counted = {w: 0 for w in self.shapes}
         self.prev_step = None  # the previous step: (window, start time, whether it switched window)
@@ -123,13 +133,17 @@ class AutoDrafter(JacobiDrafter):
 
     def propose(self, state: LoopState, hint=None):
         now = time.perf_counter()
-        tokens, rows = hint
+        tokens, rows, credits = hint[0], hint[1], hint[2:]
         if self.prev_step is not None and rows:  # the previous step: its tokens and its wall time
             w, t, switched = self.prev_step
             # the first steps, and a step right after a switch, verify fresh `init` drafts: not the window's rate
             if state.step > WARMUP_STEPS and not switched:
                 self.tokens[w] += tokens / rows
                 self.counted[w] += 1
+                for smaller, credit in zip(self.order, credits):  # what each smaller window would have committed
+                    if smaller < w:
+                        self.tokens[smaller] += credit / rows
+                        self.counted[smaller] += 1
             if w in self.forward_cost:
                 self.slowdown += COST_EMA * ((now - t) / self.forward_cost[w] - self.slowdown)
         window = self.choose(state)
@@ -150,7 +164,8 @@ class AutoDrafter(JacobiDrafter):
         super().observe(state, tree, verdict, p_all, out, previous_frontier)
         active = state.active
         n = torch.where(active, verdict.n_accepted + 1, 0)
-        self.committed = torch.stack([n.sum(), active.sum()])
+        credits = torch.minimum(n[None, :], self.order_t[:, None] + 1).sum(1)  # [windows]: min(n, W + 1) per row
+        self.committed = torch.cat([torch.stack([n.sum(), active.sum()]), credits])
 
     def report(self) -> dict:
         """What auto chose and why: steps per window, each window's cost and the expected tokens

@@ -19,12 +19,13 @@ from typing import ClassVar
 import torch
 
 from ...model_loaders.contract import ForwardOutput
-from ..randomness import gumbel_key, position_gumbel, sample_by_race
+from ..randomness import gumbel_key, make_generator, position_gumbel, sample_by_race
 from ..verify import gumbel_coupling, one_hot, verify_candidates, verify_chain
 from .base import BEYOND_IMAGE, IMAGE_POSITION, DraftTree, Drafter, LoopState, Verdict
 from .params import COUPLINGS, INITS, MAX_TREE_WIDTH, MAX_WINDOW, Method, param
 
 GUMBEL_TABLE_BYTES = 1 << 28  # 256 MiB: a 48x48 image over 8192 codes needs 77 MB per image row
+RESTART_STREAM = 0x5EED_0F_2E57A27  # mixed into the seed: the stall restart's own random stream
 
 
 # -- parameters ---------------------------------------------------------------------------------
@@ -34,6 +35,13 @@ INIT_HELP = "how new window positions are drafted: " + ", ".join(INITS)
 # the demo model for scd and auto (docs/BENCHMARKS.md, issue 26); sjd / sjd_pac keep random, the
 # default their pinned token tests were recorded with
 INIT_ABOVE_PAPER = "SJD paper: random (preset='paper'); sample_above is the fastest on the demo model"
+
+
+def restart_param():
+    """Stall restart (`JacobiDrafter._restart_stalled`): ours, not the papers' (preset='paper': off)."""
+    return param(5, "re-draft the window by `init` after this many steps in a row that committed one token each "
+                 "(a coupled Jacobi window stuck in a fixed point); 0: never", lo=0, hi=1024,
+                 paper="not in the papers (preset='paper': 0); docs/BENCHMARKS.md, stall restart")
 
 
 class JacobiParams:
@@ -47,6 +55,7 @@ class JacobiParams:
     coupling_strength: ClassVar[float] = 0.0  # probability of a coupled re-draft (redraft != independent)
     tree_width: ClassVar[int] = 1  # proactive drafting: K candidates at the first open position (1: off)
     tree_depth: ClassVar[int] = 1
+    restart_after: ClassVar[int] = 0  # stall restart (AR: nothing to restart)
 
     @property
     def windows(self) -> tuple:
@@ -64,6 +73,7 @@ class SJDParams(JacobiParams):
     window: int = param(16, WINDOW_HELP, lo=1, hi=MAX_WINDOW, paper="SJD paper: 16 (32 and 64 also studied)",
                         sizes=True)
     init: str = param("random", INIT_HELP, choices=INITS, paper="SJD paper: random")
+    restart_after: int = restart_param()
 
 
 @dataclass(frozen=True)
@@ -74,6 +84,7 @@ class SCDParams(JacobiParams):
                           choices=COUPLINGS, paper="SCD paper: maximal")
     coupling_strength: float = param(1.0, "alpha: probability of a coupled (vs independent) re-draft", lo=0.0, hi=1.0,
                                      paper="SCD paper: 1.0 (0 = plain SJD re-drafting)")
+    restart_after: int = restart_param()
 
     @property
     def redraft(self) -> str:
@@ -109,6 +120,7 @@ class SJDPACParams(ProactiveParams):
     init: str = param("random", INIT_HELP, choices=INITS, paper="SJD paper: random")
     coupling: str = param("maximal", "the coupling adaptive continuation uses: maximal (the paper's) or gumbel",
                           choices=COUPLINGS, paper="SJD-PAC paper: maximal")
+    restart_after: int = restart_param()
 
 
 def slot_count(forced: torch.Tensor, window: int) -> int:
@@ -128,6 +140,7 @@ class JacobiDrafter(Drafter):
         # how positions verification did not reach are re-drafted: independent (SJD), maximal or gumbel
         self.redraft, self.coupling_strength = params.redraft, params.coupling_strength
         self.K, self.D = params.tree_width, params.tree_depth  # proactive tree: K candidates, depth D
+        self.restart_after = params.restart_after
         if self.K > geo.vocab_size:
             raise ValueError(f"tree_width must be in [1, {geo.vocab_size}] (the image vocabulary), got {self.K}")
         self.shapes = {w: self._shape(geo, w) for w in params.windows}  # window -> (T, chain, tree parents)
@@ -175,6 +188,10 @@ class JacobiDrafter(Drafter):
                    torch.ones(B, T - 1, dtype=torch.bool, device=dev))
         self.drafted = self.drafted + T - 1
         self.in_tree = torch.zeros(B, dtype=torch.bool, device=dev)  # rows whose next draft is a tree
+        self.stall = torch.zeros(B, dtype=torch.long, device=dev)  # steps in a row that committed one token
+        # the restart's draws come from a stream of their own: the main stream (and so every token of
+        # a generation in which no restart fires) is the same as without the restart
+        self.restart_generator = make_generator(state.seed ^ RESTART_STREAM, dev) if self.restart_after else None
 
     def host_hint(self, state: LoopState):
         """How many rows want the proactive tree in the next forward."""
@@ -263,9 +280,28 @@ class JacobiDrafter(Drafter):
         npos = new_frontier[:, None] + slot[1:]
         self._init(state, npos, (npos > self.drafted[:, None]) & active[:, None])
         self.drafted = torch.where(active, torch.maximum(self.drafted, new_frontier + T - 1), self.drafted)
+        if self.restart_after:
+            self._restart_stalled(state, verdict.n_accepted, npos)
         if self.K > 1:
             self.in_tree = verdict.extras["rejected"] & active
             self._build_tree(state)
+
+    def _restart_stalled(self, state, n_accepted, npos):
+        """Stall restart: a row whose last `restart_after` steps each committed one token gets its
+        whole window drafted afresh by `init`. Coupled re-drafts keep a draft wherever the new p
+        still gives it mass, so a window drafted under a wrong prefix can stay wrong step after
+        step (a fixed point of the coupled Jacobi iteration; SCD at window 64 spends up to 150
+        forwards on the demo model's flat images). The decision reads only earlier steps' counts,
+        and the fresh drafts get their q recorded like any init: exactness is unchanged."""
+        active = state.active
+        self.stall = torch.where(active, torch.where(n_accepted == 0, self.stall + 1, 0), self.stall)
+        restart = (self.stall >= self.restart_after) & active
+        main, state.generator = state.generator, self.restart_generator
+        try:
+            self._init(state, npos, restart[:, None].expand_as(npos))
+        finally:
+            state.generator = main
+        self.stall = torch.where(restart, 0, self.stall)
 
     # -- drafting ------------------------------------------------------------------------------
     def _write(self, state, pos, mask, tokens=None, dists=None):
@@ -356,10 +392,12 @@ class JacobiDrafter(Drafter):
 
 AR = Method("ar", "AR (baseline)", "plain autoregressive sampling, one token per forward (the baseline)", ARParams,
             JacobiDrafter)
-SJD = Method("sjd", "SJD", "Speculative Jacobi Decoding (Teng et al.)", SJDParams, JacobiDrafter)
+SJD = Method("sjd", "SJD", "Speculative Jacobi Decoding (Teng et al.)", SJDParams, JacobiDrafter,
+             paper_preset=(("restart_after", 0),))
 SCD = Method("scd", "SCD", "Speculative Jacobi Decoding with coupled re-drafts (So et al.)", SCDParams, JacobiDrafter,
-             paper_preset=(("init", "random"),))
+             paper_preset=(("init", "random"), ("restart_after", 0)))
 SJD_PAC = Method("sjd_pac", "SJD-PAC", "SJD with proactive drafting and adaptive continuation (Kang et al.)",
-                 SJDPACParams, JacobiDrafter, paper_preset=(("window", 64), ("tree_depth", 3), ("tree_width", 4)))
+                 SJDPACParams, JacobiDrafter,
+                 paper_preset=(("window", 64), ("tree_depth", 3), ("tree_width", 4), ("restart_after", 0)))
 
 __all__ = ["JacobiDrafter", "slot_count", "IMAGE_POSITION", "AR", "SJD", "SCD", "SJD_PAC"]

@@ -56,6 +56,7 @@ class SpatialParams(ProactiveParams):
     tree_width: int = same_param(SJDPACParams, "tree_width")
     continuation: bool = same_param(SJDPACParams, "continuation")
     coupling: str = same_param(SJDPACParams, "coupling")
+    restart_after: int = same_param(SJDPACParams, "restart_after")
     heads: str = param("", "spatial heads folder; empty: spatial_heads/ beside the model's weights",
                        folder_of="spatial")
 
