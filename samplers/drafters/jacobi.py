@@ -290,8 +290,8 @@ class JacobiDrafter(Drafter):
         """Stall restart: a row whose last `restart_after` steps each committed one token gets its
         whole window drafted afresh by `init`. Coupled re-drafts keep a draft wherever the new p
         still gives it mass, so a window drafted under a wrong prefix can stay wrong step after
-        step (a fixed point of the coupled Jacobi iteration; SCD at window 64 spends up to 150
-        forwards on the demo model's flat images). The decision reads only earlier steps' counts,
+        step (a fixed point of the coupled Jacobi iteration: docs/BENCHMARKS.md, stall restart,
+        shows it on the demo model's flat images). The decision reads only earlier steps' counts,
         and the fresh drafts get their q recorded like any init: exactness is unchanged."""
         active = state.active
         self.stall = torch.where(active, torch.where(n_accepted == 0, self.stall + 1, 0), self.stall)
