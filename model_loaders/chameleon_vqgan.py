@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from .checkpoints import load_into, load_state_dict
-from .vq_blocks import AttnBlock, ResnetBlock, Upsample, group_norm, swish
+from .vq_blocks import AttnBlock, DecoderLevel, ResnetBlock, group_norm, swish
 
 CONFIG_FILE = "vqgan.yaml"
 WEIGHT_FILES = ("vqgan.safetensors", "vqgan.ckpt")
@@ -29,22 +29,6 @@ class _Mid(nn.Module):
 
     def forward(self, h):
         return self.block_2(self.attn_1(self.block_1(h)))
-
-
-class _Level(nn.Module):
-    def __init__(self, cin, cout, n_blocks, attn: bool, upsample: bool):
-        super().__init__()
-        self.block = nn.ModuleList(ResnetBlock(cin if i == 0 else cout, cout) for i in range(n_blocks))
-        self.attn = nn.ModuleList(AttnBlock(cout) for _ in range(n_blocks if attn else 0))
-        if upsample:
-            self.upsample = Upsample(cout)
-
-    def forward(self, h):
-        for i, blk in enumerate(self.block):
-            h = blk(h)
-            if len(self.attn):
-                h = self.attn[i](h)
-        return self.upsample(h) if hasattr(self, "upsample") else h
 
 
 class VQGANDecoder(nn.Module):
@@ -65,7 +49,7 @@ class VQGANDecoder(nn.Module):
         levels = [None] * len(ch_mult)
         for lvl in reversed(range(len(ch_mult))):  # lowest resolution first; stored by level index
             cout = ch * ch_mult[lvl]
-            levels[lvl] = _Level(c, cout, num_res_blocks + 1, res in attn_resolutions, lvl != 0)
+            levels[lvl] = DecoderLevel(c, cout, num_res_blocks + 1, res in attn_resolutions, lvl != 0)
             c = cout
             res = res * 2 if lvl != 0 else res
         dec.up = nn.ModuleList(levels)

@@ -17,23 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .checkpoints import load_into, load_state_dict
-from .vq_blocks import AttnBlock, ResnetBlock, Upsample, group_norm, swish
-
-
-class _Level(nn.Module):
-    def __init__(self, cin, cout, n_blocks, attn: bool, upsample: bool):
-        super().__init__()
-        self.res = nn.ModuleList(ResnetBlock(cin if i == 0 else cout, cout) for i in range(n_blocks))
-        self.attn = nn.ModuleList(AttnBlock(cout) for _ in range(n_blocks if attn else 0))
-        if upsample:
-            self.upsample = Upsample(cout)
-
-    def forward(self, h):
-        for i, blk in enumerate(self.res):
-            h = blk(h)
-            if len(self.attn):
-                h = self.attn[i](h)
-        return self.upsample(h) if hasattr(self, "upsample") else h
+from .vq_blocks import AttnBlock, DecoderLevel, ResnetBlock, group_norm, swish
 
 
 class LlamaGenVQDecoder(nn.Module):
@@ -53,7 +37,8 @@ class LlamaGenVQDecoder(nn.Module):
         d.mid = nn.ModuleList([ResnetBlock(c, c), AttnBlock(c), ResnetBlock(c, c)])
         levels = []
         for i, w in enumerate(widths):
-            levels.append(_Level(c, w, blocks_per_level, attn=i == 0, upsample=i != len(widths) - 1))
+            levels.append(DecoderLevel(c, w, blocks_per_level, attn=i == 0, upsample=i != len(widths) - 1,
+                                       blocks="res"))
             c = w
         d.conv_blocks = nn.ModuleList(levels)
         d.norm_out = group_norm(c)

@@ -63,3 +63,25 @@ class Upsample(nn.Module):
 
     def forward(self, x):
         return self.conv(F.interpolate(x, scale_factor=2.0, mode="nearest"))
+
+
+class DecoderLevel(nn.Module):
+    """One resolution level of a VQ decoder: `n_blocks` ResNet blocks, each followed by attention
+    where the level has it, then an optional 2x upsample. `blocks` is the name the released
+    checkpoints give the block list ("block" in Chameleon's VQGAN, "res" in LlamaGen's), so the
+    state-dict keys load as they are."""
+
+    def __init__(self, cin, cout, n_blocks, attn: bool, upsample: bool, blocks: str = "block"):
+        super().__init__()
+        self.blocks_name = blocks
+        setattr(self, blocks, nn.ModuleList(ResnetBlock(cin if i == 0 else cout, cout) for i in range(n_blocks)))
+        self.attn = nn.ModuleList(AttnBlock(cout) for _ in range(n_blocks if attn else 0))
+        if upsample:
+            self.upsample = Upsample(cout)
+
+    def forward(self, h):
+        for i, blk in enumerate(getattr(self, self.blocks_name)):
+            h = blk(h)
+            if len(self.attn):
+                h = self.attn[i](h)
+        return self.upsample(h) if hasattr(self, "upsample") else h

@@ -31,9 +31,8 @@ RESTART_STREAM = 0x5EED_0F_2E57A27  # mixed into the seed: the stall restart's o
 # -- parameters ---------------------------------------------------------------------------------
 WINDOW_HELP = "draft tokens verified per forward (shrinks near the end of the image)"
 INIT_HELP = "how new window positions are drafted: " + ", ".join(INITS)
-# sample_above (draft from the distribution recorded one row above) is the fastest lossless init on
-# the demo model for scd and auto (docs/BENCHMARKS.md, issue 26); sjd / sjd_pac keep random, the
-# default their pinned token tests were recorded with
+# sample_above (from the distribution recorded one row above): the fastest lossless init on the demo model
+# for scd and auto (docs/BENCHMARKS.md, issue 26); sjd / sjd_pac keep random (their pinned tokens' init)
 INIT_ABOVE_PAPER = "SJD paper: random (preset='paper'); sample_above is the fastest on the demo model"
 
 
@@ -189,8 +188,7 @@ class JacobiDrafter(Drafter):
         self.drafted = self.drafted + T - 1
         self.in_tree = torch.zeros(B, dtype=torch.bool, device=dev)  # rows whose next draft is a tree
         self.stall = torch.zeros(B, dtype=torch.long, device=dev)  # steps in a row that committed one token
-        # the restart's draws come from a stream of their own: the main stream (and so every token of
-        # a generation in which no restart fires) is the same as without the restart
+        # the restart draws from its own stream: a generation in which none fires keeps its tokens
         self.restart_generator = make_generator(state.seed ^ RESTART_STREAM, dev) if self.restart_after else None
 
     def host_hint(self, state: LoopState):
@@ -288,11 +286,10 @@ class JacobiDrafter(Drafter):
 
     def _restart_stalled(self, state, n_accepted, npos):
         """Stall restart: a row whose last `restart_after` steps each committed one token gets its
-        whole window drafted afresh by `init`. Coupled re-drafts keep a draft wherever the new p
-        still gives it mass, so a window drafted under a wrong prefix can stay wrong step after
-        step (a fixed point of the coupled Jacobi iteration: docs/BENCHMARKS.md, stall restart,
-        shows it on the demo model's flat images). The decision reads only earlier steps' counts,
-        and the fresh drafts get their q recorded like any init: exactness is unchanged."""
+        window drafted afresh by `init`. Coupled re-drafts keep a draft wherever the new p still
+        gives it mass, so drafts made under a wrong prefix can stay wrong step after step (a fixed
+        point of the coupled iteration: docs/BENCHMARKS.md). Lossless: the decision reads only
+        earlier steps' counts, and the fresh drafts record their q like any init."""
         active = state.active
         self.stall = torch.where(active, torch.where(n_accepted == 0, self.stall + 1, 0), self.stall)
         restart = (self.stall >= self.restart_after) & active
