@@ -40,7 +40,7 @@ def tiny_model(vocab_size: int = 4, grid: Union[int, tuple] = (2, 2), seed: int 
             prm.copy_(torch.randn(prm.shape, generator=g) * std)
         dec.lm_head.weight.mul_(logit_scale)
     model = LlamaImageModel(dec.to(device), geometry, byte_text_encoder(text_offset), name=f"tiny-v{vocab_size}-{h}x{w}")
-    model.default_sampling = {"cfg_scale": 1.0, "top_k": None}
+    model.default_sampling = {"cfg_scale": 1.0, "top_k": 0}  # 0: no top-k
     model.random_drafter_seed = seed  # trained backends (hawk, adt_tree) run with random-weight drafters
     return model
 
@@ -62,7 +62,7 @@ def exact_distribution(model, prompt, cfg_scale: Optional[float] = None, tempera
     defaults = getattr(model, "default_sampling", {})
     sampling = SamplingParams(
         cfg_scale=defaults.get("cfg_scale", 1.0) if cfg_scale is None else cfg_scale, temperature=temperature,
-        top_k=defaults.get("top_k") if top_k is None else top_k, top_p=top_p).validated(V)
+        top_k=(defaults.get("top_k") or 0) if top_k is None else top_k, top_p=top_p).validated(V)
     encoded = model.encode_prompt(prompt, negative_prompt) if isinstance(prompt, str) else model.check_prompt(prompt)
     images = torch.tensor(list(itertools.product(range(V), repeat=n)), dtype=torch.long)  # [M, n]
     M = images.shape[0]

@@ -109,7 +109,7 @@ class ARImageModel(ABC):
     random_drafter_seed: Optional[int] = None  # tiny test models: drafters get random weights (no files)
     supports_compile: bool = False  # the adapter can run its forward through torch.compile (compile_step)
     # the family's recommended sampling settings, used when generate() is not told otherwise
-    default_sampling: dict = {"cfg_scale": 1.0, "top_k": None}
+    default_sampling: dict = {"cfg_scale": 1.0, "top_k": 0}  # top_k 0: no top-k
 
     @property
     @abstractmethod

@@ -24,7 +24,7 @@ class Sampling:
 
     def for_vocab(self, vocab_size: int) -> dict:
         """The `default_sampling` of a loaded model: top-k at most its image vocabulary."""
-        return {"cfg_scale": self.cfg_scale, "top_k": None if self.top_k is None else min(self.top_k, vocab_size)}
+        return {"cfg_scale": self.cfg_scale, "top_k": 0 if self.top_k is None else min(self.top_k, vocab_size)}
 
     def describe(self) -> str:
         return f"{self.variant}: cfg {self.cfg_scale:g}, top-k {self.top_k or 'off'}"

@@ -32,7 +32,7 @@ class SamplerSettings:
     backend: str
     params: dict  # the backend's parameters (drafter folder names not yet resolved to paths)
     cfg_scale: Optional[float]  # None: the model's recommended value
-    top_k: Optional[int]
+    top_k: Optional[int]  # None: the model's recommended value; 0: no top-k
 
 
 def nest_dotted(values: dict) -> dict:
@@ -88,7 +88,7 @@ def sampler_settings(values: dict) -> SamplerSettings:
         return SamplerSettings(backend, params, None, None)
     custom = values if custom is None else custom
     top_k = custom["top_k"]
-    return SamplerSettings(backend, params, float(custom["cfg_scale"]), None if top_k == 0 else top_k)  # 0: all
+    return SamplerSettings(backend, params, float(custom["cfg_scale"]), top_k)  # 0: no top-k (every token)
 
 
 def legacy_settings(values: dict) -> SamplerSettings:

@@ -36,7 +36,8 @@ def generate(model: ARImageModel, prompt, backend="sjd", seed: int = 0, cfg_scal
     """Generate image tokens (and the decoded image) with the chosen backend.
 
     Every lossless backend samples exactly the distribution of ``backend="ar"`` for the same
-    sampling settings. ``cfg_scale`` and ``top_k`` default to the model's recommended values.
+    sampling settings. ``cfg_scale`` and ``top_k`` default to the model's recommended values
+    (None); ``top_k=0`` is no top-k (every image token).
     ``progress(done_tokens, total_tokens)`` is called once per step; ``interrupt()`` returning
     True stops the generation with `GenerationInterrupted` (the model stays usable). ``preview``: a
     `specar.samplers.preview.PartialImage` (or any object with ``due()`` and ``__call__(seq, done,
@@ -60,7 +61,7 @@ def generate(model: ARImageModel, prompt, backend="sjd", seed: int = 0, cfg_scal
     sampling = SamplingParams(
         cfg_scale=defaults.get("cfg_scale", 1.0) if cfg_scale is None else cfg_scale,
         temperature=temperature,
-        top_k=defaults.get("top_k") if top_k is None else top_k,
+        top_k=(defaults.get("top_k") or 0) if top_k is None else top_k,  # None: the model's; 0: off
         top_p=top_p,
     ).validated(model.geometry.vocab_size)
     _check_seed(seed)

@@ -19,7 +19,7 @@ import torch
 class SamplingParams:
     cfg_scale: float = 1.0
     temperature: float = 1.0
-    top_k: Optional[int] = None  # None: no top-k
+    top_k: int = 0  # 0 (or the vocabulary size): no top-k; the one spelling of "off"
     top_p: float = 1.0
 
     def validated(self, vocab_size: int) -> "SamplingParams":
@@ -31,9 +31,9 @@ class SamplingParams:
         if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t < 0:
             raise ValueError(f"temperature must be a finite number >= 0 (0 = greedy), got {t!r}")
         k = self.top_k
-        if k is not None and (isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= vocab_size):
-            raise ValueError(f"top_k must be an int in [1, {vocab_size}] (the image vocabulary; {vocab_size} = no "
-                             f"top-k), got {k!r}")
+        if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k <= vocab_size:
+            raise ValueError(f"top_k must be an int in [0, {vocab_size}] (the image vocabulary; 0 = no top-k), "
+                             f"got {k!r}")
         p = self.top_p
         if isinstance(p, bool) or not isinstance(p, (int, float)) or not (0.0 < p <= 1.0):
             raise ValueError(f"top_p must be a number in (0, 1] (1.0 = no top-p), got {p!r}")

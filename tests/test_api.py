@@ -59,7 +59,8 @@ BAD = [
     (dict(backend="sjd_pac", window=2, tree_depth=3), "tree_depth"),
     (dict(backend="sjd_pac", continuation="yes"), "continuation"),
     (dict(backend="sjd_pac", coupling_strength=0.5), "coupling_strength"),
-    (dict(top_k=0), "top_k"),
+    (dict(top_k=-1), "top_k"),
+    (dict(top_k=2.0), "top_k"),
     (dict(top_k=7), "top_k"),
     (dict(temperature=-1.0), "temperature"),
     (dict(cfg_scale=float("nan")), "cfg_scale"),
@@ -179,3 +180,26 @@ def test_a_validated_backend_config_is_taken_as_is():
     assert torch.equal(a.sequence, b.sequence) and a.stats.params == {"window": 3, "init": "random", "restart_after": 5}
     with pytest.raises(ValueError, match="already validated 'sjd' configuration.*got window"):
         specar.generate(m, "hi", backend=config, window=4)
+
+
+def test_top_k_none_is_the_models_and_0_is_off(monkeypatch):
+    """One spelling: generate's top_k=None takes the model's recommended top-k, 0 means no top-k
+    (every image token), k keeps k; the engine receives exactly that."""
+    from specar.samplers import api as api_mod
+    mdl = tiny_model(16, (2, 2), seed=3)
+    monkeypatch.setattr(mdl, "default_sampling", {"cfg_scale": 1.0, "top_k": 5}, raising=False)
+    seen = []
+    real = api_mod.SpeculativeEngine
+
+    class Recording(real):
+        def __init__(self, model, backend, sampling, *a, **kw):
+            seen.append(sampling.top_k)
+            super().__init__(model, backend, sampling, *a, **kw)
+
+    monkeypatch.setattr(api_mod, "SpeculativeEngine", Recording)
+    for top_k in (None, 0, 3):
+        specar.generate(mdl, "hi", backend="ar", top_k=top_k)
+    assert seen == [5, 0, 3]
+    with pytest.raises(ValueError, match=r"top_k must be an int in \[0, 16\] \(the image vocabulary; 0 = no top-k\), got -1"):
+        specar.generate(mdl, "hi", backend="ar", top_k=-1)
+

@@ -324,7 +324,7 @@ def test_sampler_widgets_follow_backend_schemas(monkeypatch):
         got = layouts.sampler_settings(values)
         assert (got.backend, got.params, got.cfg_scale, got.top_k) == ("fake", {"window": 4, "lossy": True}, None, None)
     custom = layouts.sampler_settings({"backend": "sjd", "guidance": "custom", "cfg_scale": 0.0, "top_k": 0})
-    assert (custom.cfg_scale, custom.top_k) == (0.0, None)  # custom top_k 0 = all tokens (no top-k)
+    assert (custom.cfg_scale, custom.top_k) == (0.0, 0)  # custom top_k 0 = all tokens (no top-k), not None (the model's)
     # SpecAR 0.1 API prompts: shared names, window 0 / cfg_scale -1 / top_k 0 = the default
     legacy = layouts.sampler_settings({"backend": "sjd_pac", "window": 0, "tree_depth": 2, "init": "random",
                                     "cfg_scale": -1.0, "top_k": 0})
@@ -1247,11 +1247,15 @@ console.log(JSON.stringify({ first, afterHawk, impliedMode, titleAfterHawk, afte
     assert torch.equal(a[1]["tokens"], b[1]["tokens"])
 
 
-def test_custom_top_k_0_means_all_tokens(comfy):
-    """The tooltip's "0 = all tokens" holds: custom top_k 0 samples what no top-k (top_k=None) samples."""
+def test_custom_top_k_0_means_all_tokens(comfy, monkeypatch):
+    """The tooltip's "0 = all tokens" holds: custom top_k 0 reaches generate as 0 (no top-k), not as
+    None, which is the model's recommended top-k (256 on the demo model: what it silently was)."""
     model, = execute(v1.SpecARModelLoader, model="demo", device="auto", dtype="auto")[0]
+    seen, real_generate = [], core.generate
+    monkeypatch.setattr(core, "generate", lambda *a, **kw: seen.append(kw["top_k"]) or real_generate(*a, **kw))
     values = sampler_values(backend="ar", guidance="custom", cfg_scale=2.0, top_k=0, seed=3)
     _, tokens, stats, _ = execute(v1.SpecARSampler, model=model, **values)[0]
+    assert seen == [0]
     assert json.loads(stats)["sampling"]["top_k"] == "off"
-    direct = specar.generate(models.resolve(model), "x", backend="ar", seed=3, cfg_scale=2.0, top_k=None)
+    direct = specar.generate(models.resolve(model), "x", backend="ar", seed=3, cfg_scale=2.0, top_k=0)
     assert torch.equal(tokens["tokens"][0], direct.tokens)

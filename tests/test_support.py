@@ -81,12 +81,12 @@ def support_report(model, res, sampling, sample_rows=16):
     less than top_p of the mass. The count of zero-probability codes (for the power precondition)
     uses the full `target_probs` of the loose settings on a subsample of rows."""
     k, top_p = sampling.top_k, sampling.top_p
-    assert (k is None) != (top_p >= 1.0) and sampling.temperature == 1.0 and sampling.cfg_scale == 1.0
-    loose = SamplingParams(top_k=None if k is None else k + 2, top_p=1.0 if k is not None else min(1.0, top_p + 0.02))
+    assert (not k) != (top_p >= 1.0) and sampling.temperature == 1.0 and sampling.cfg_scale == 1.0
+    loose = SamplingParams(top_k=k + 2 if k else 0, top_p=1.0 if k else min(1.0, top_p + 0.02))
     outside, outside_strict, min_zero, seen = 0, 0, None, 0
     for seq, logits in teacher_forced_logits(model, res.sequence):
         chosen = logits.gather(-1, seq.unsqueeze(-1))
-        if k is not None:
+        if k:
             above = (logits > chosen).sum(-1)  # codes with a larger logit
             outside += int((above >= k + 2).sum())
             outside_strict += int((above >= k).sum())

@@ -99,7 +99,7 @@ def test_guided_kl_reads_each_image_as_its_conditional_row_and_its_own_unconditi
     assert torch.equal(rows[idx[:4]], toks) and torch.equal(rows[idx[4:]], toks)
     h = feats[idx][:, 100:140]
     # against the engine's own sampling distribution computed for both sides (no top-k: q is complete)
-    sp = SamplingParams(cfg_scale=3.0, top_k=None)
+    sp = SamplingParams(cfg_scale=3.0, top_k=0)
     g = h + 0.05 * torch.randn(h.shape, generator=torch.Generator().manual_seed(0))
     lg = lambda x: demo.image_logits(x).float()
     p, q = target_probs(lg(h[:4]), lg(h[4:]), sp), target_probs(lg(g[:4]), lg(g[4:]), sp)

@@ -75,7 +75,7 @@ def frozen_target_sampling(model):
     for prm in model.torch_module().parameters():
         prm.requires_grad_(False)
     ds = model.default_sampling
-    return SamplingParams(cfg_scale=ds.get("cfg_scale", 1.0), top_k=ds.get("top_k"))
+    return SamplingParams(cfg_scale=ds.get("cfg_scale", 1.0), top_k=ds.get("top_k") or 0)
 
 
 def learning_rate(lr: float, schedule: str, step: int, steps: int) -> float:
