@@ -50,7 +50,8 @@ def test_restart_is_exact(backend, params, model_name, setting, restarts):
 
 def test_planted_peeking_restart_is_caught(monkeypatch):
     """Planted bug: restart exactly the rows whose current draft at the next position is token 0
-    (caught at p ~ 1e-50 with sample_above drafts; random ones, whose q is flat, hide it better).
+    (`pytest -s tests/test_restart.py -k peeking` prints the p-value; drafts from `random` init, whose q
+    is flat, hide this bias better, so the case uses sample_above).
     The surviving drafts are then conditioned on not being 0, no longer distributed as their q."""
     def peeking(self, state, n_accepted, npos):
         peek = state.seq.gather(1, npos[:, :1]).squeeze(1) == 0
@@ -58,6 +59,7 @@ def test_planted_peeking_restart_is_caught(monkeypatch):
 
     monkeypatch.setattr(jacobi_mod.JacobiDrafter, "_restart_stalled", peeking)
     (p_value, stat, dof, tv), _ = check_exact("scd", "v3-2x2", "plain", window=3, init="sample_above", restart_after=1)
+    print(f"planted peeking restart: chi2={stat:.1f} dof={dof} p={p_value:.2e} TV={tv:.4f}")
     assert p_value < P_FAIL, f"the planted peeking restart went unnoticed: p={p_value:.2e} TV={tv:.4f}"
 
 
