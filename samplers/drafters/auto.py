@@ -84,6 +84,8 @@ class AutoDrafter(JacobiDrafter):
         self.forward_cost = {}  # window -> calibrated seconds of a forward (set_costs)
         self.slowdown = 1.0  # moving average of (step time / its forward's calibrated time)
         self.used = {w: 0 for w in self.shapes}  # steps per window
+        self.order = tuple(sorted(self.shapes))  # the candidate windows, ascending: the credits' order
+        self.order_t = torch.tensor(self.order, dtype=torch.long, device=model.device)
 
     # -- costs ---------------------------------------------------------------------------------
     def cost_shapes(self) -> dict:
@@ -106,8 +108,6 @@ class AutoDrafter(JacobiDrafter):
     def start(self, state: LoopState, first, p0) -> None:
         super().start(state, first, p0)
         # the last step's [tokens, rows, then per candidate window (self.order) the tokens it would have committed]
-        self.order = tuple(sorted(self.shapes))
-        self.order_t = torch.tensor(self.order, dtype=torch.long, device=state.device)
         self.committed = torch.zeros(2 + len(self.order), dtype=torch.long, device=state.device)
         self.tokens = {w: 0.0 for w in self.shapes}  # window -> tokens per step, summed over its counted steps
         self.counted = {w: 0 for w in self.shapes}

@@ -82,11 +82,6 @@ def declared_params(params_type: type) -> tuple:
 
 
 @dataclass(frozen=True)
-class NoParams:
-    """A backend without parameters (`ar`)."""
-
-
-@dataclass(frozen=True)
 class Method:
     """One backend: its name, label and one-line summary, its drafter class and its parameter
     dataclass (whose optional `check()` raises ValueError on values that do not fit together)."""
