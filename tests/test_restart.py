@@ -29,14 +29,14 @@ CASES = [
 def restarts(monkeypatch):
     """Counts the rows restarted over a generation (the cases must exercise the restart)."""
     seen = []
-    real = jacobi_mod.JacobiDrafter._restart_stalled
+    real = jacobi_mod.JacobiDrafter._stalled_rows
 
     def counting(self, state, n_accepted, npos):
-        stalled = torch.where(n_accepted == 0, self.stall + 1, 0)  # the steps in a row this one makes
-        seen.append(int(((stalled >= self.restart_after) & state.active).sum()))
-        real(self, state, n_accepted, npos)
+        restart = real(self, state, n_accepted, npos)
+        seen.append(int(restart.sum()))
+        return restart
 
-    monkeypatch.setattr(jacobi_mod.JacobiDrafter, "_restart_stalled", counting)
+    monkeypatch.setattr(jacobi_mod.JacobiDrafter, "_stalled_rows", counting)
     return seen
 
 
@@ -54,10 +54,9 @@ def test_planted_peeking_restart_is_caught(monkeypatch):
     is flat, hide this bias better, so the case uses sample_above).
     The surviving drafts are then conditioned on not being 0, no longer distributed as their q."""
     def peeking(self, state, n_accepted, npos):
-        peek = state.seq.gather(1, npos[:, :1]).squeeze(1) == 0
-        self._init(state, npos, (peek & state.active)[:, None].expand_as(npos))
+        return (state.seq.gather(1, npos[:, :1]).squeeze(1) == 0) & state.active
 
-    monkeypatch.setattr(jacobi_mod.JacobiDrafter, "_restart_stalled", peeking)
+    monkeypatch.setattr(jacobi_mod.JacobiDrafter, "_stalled_rows", peeking)
     (p_value, stat, dof, tv), _ = check_exact("scd", "v3-2x2", "plain", window=3, init="sample_above", restart_after=1)
     print(f"planted peeking restart: chi2={stat:.1f} dof={dof} p={p_value:.2e} TV={tv:.4f}")
     assert p_value < P_FAIL, f"the planted peeking restart went unnoticed: p={p_value:.2e} TV={tv:.4f}"
@@ -65,7 +64,7 @@ def test_planted_peeking_restart_is_caught(monkeypatch):
 
 def test_restart_after_zero_never_restarts(monkeypatch):
     called = []
-    monkeypatch.setattr(jacobi_mod.JacobiDrafter, "_restart_stalled", lambda *a: called.append(1))
+    monkeypatch.setattr(jacobi_mod.JacobiDrafter, "_stalled_rows", lambda *a: called.append(1))
     check_exact("scd", "v3-2x2", "plain", n=64, window=3, restart_after=0)
     assert not called
 

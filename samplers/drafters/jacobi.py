@@ -19,13 +19,12 @@ from typing import ClassVar
 import torch
 
 from ...model_loaders.contract import ForwardOutput
-from ..randomness import gumbel_key, make_generator, position_gumbel, sample_by_race
+from ..randomness import gumbel_key, position_gumbel, sample_by_race
 from ..verify import gumbel_coupling, one_hot, verify_candidates, verify_chain
 from .base import BEYOND_IMAGE, IMAGE_POSITION, DraftTree, Drafter, LoopState, Verdict
 from .params import COUPLINGS, INITS, MAX_TREE_WIDTH, MAX_WINDOW, Method, param
 
 GUMBEL_TABLE_BYTES = 1 << 28  # 256 MiB: a 48x48 image over 8192 codes needs 77 MB per image row
-RESTART_STREAM = 0x5EED_0F_2E57A27  # mixed into the seed: the stall restart's own random stream
 
 
 # -- parameters ---------------------------------------------------------------------------------
@@ -37,7 +36,7 @@ INIT_ABOVE_PAPER = "SJD paper: random (preset='paper'); sample_above is the fast
 
 
 def restart_param():
-    """Stall restart (`JacobiDrafter._restart_stalled`): ours, not the papers' (preset='paper': off)."""
+    """Stall restart (`JacobiDrafter._stalled_rows`): ours, not the papers' (preset='paper': off)."""
     return param(5, "re-draft the window by `init` after this many steps in a row that committed one token each "
                  "(a coupled Jacobi window stuck in a fixed point); 0: never", lo=0, hi=1024,
                  paper="not in the papers (preset='paper': 0); docs/BENCHMARKS.md, stall restart")
@@ -188,8 +187,6 @@ class JacobiDrafter(Drafter):
         self.drafted = self.drafted + T - 1
         self.in_tree = torch.zeros(B, dtype=torch.bool, device=dev)  # rows whose next draft is a tree
         self.stall = torch.zeros(B, dtype=torch.long, device=dev)  # steps in a row that committed one token
-        # the restart draws from its own stream: a generation in which none fires keeps its tokens
-        self.restart_generator = make_generator(state.seed ^ RESTART_STREAM, dev) if self.restart_after else None
 
     def host_hint(self, state: LoopState):
         """How many rows want the proactive tree in the next forward."""
@@ -275,30 +272,31 @@ class JacobiDrafter(Drafter):
         y, q_y = self._redraft(state, p, tpos, verdict.extras["mrs_out"], verdict.extras["noise"])
         self._write(state, tpos, refine, y, q_y)
         # drafts for positions entering the window, then the proactive tree after a rejection
+        # (and the whole window of a row the stall restart re-drafts: the same call, so no extra draws)
         npos = new_frontier[:, None] + slot[1:]
-        self._init(state, npos, (npos > self.drafted[:, None]) & active[:, None])
-        self.drafted = torch.where(active, torch.maximum(self.drafted, new_frontier + T - 1), self.drafted)
+        need = (npos > self.drafted[:, None]) & active[:, None]
         if self.restart_after:
-            self._restart_stalled(state, verdict.n_accepted, npos)
+            need = need | self._stalled_rows(state, verdict.n_accepted, npos)[:, None]
+        self._init(state, npos, need)
+        self.drafted = torch.where(active, torch.maximum(self.drafted, new_frontier + T - 1), self.drafted)
         if self.K > 1:
             self.in_tree = verdict.extras["rejected"] & active
             self._build_tree(state)
 
-    def _restart_stalled(self, state, n_accepted, npos):
-        """Stall restart: a row whose last `restart_after` steps each committed one token gets its
-        window drafted afresh by `init`. Coupled re-drafts keep a draft wherever the new p still
-        gives it mass, so drafts made under a wrong prefix can stay wrong step after step (a fixed
-        point of the coupled iteration: docs/BENCHMARKS.md). Lossless: the decision reads only
-        earlier steps' counts, and the fresh drafts record their q like any init."""
+    def _stalled_rows(self, state, n_accepted, npos):
+        """Stall restart: the rows whose last `restart_after` steps each committed one token; their
+        whole window is drafted afresh by `init`. Coupled re-drafts keep a draft wherever the new p
+        still gives it mass, so drafts made under a wrong prefix can stay wrong step after step (a
+        fixed point of the coupled iteration: docs/BENCHMARKS.md). Lossless: the decision reads only
+        the steps' counts (never a draft), and the fresh drafts record their q like any init. The
+        re-draft is the entering positions' `init` call with a wider mask: `init` draws the same
+        noise whichever positions it writes, so a generation in which no row restarts keeps its
+        tokens, and the restart costs no call of its own."""
         active = state.active
         self.stall = torch.where(active, torch.where(n_accepted == 0, self.stall + 1, 0), self.stall)
         restart = (self.stall >= self.restart_after) & active
-        main, state.generator = state.generator, self.restart_generator
-        try:
-            self._init(state, npos, restart[:, None].expand_as(npos))
-        finally:
-            state.generator = main
         self.stall = torch.where(restart, 0, self.stall)
+        return restart
 
     # -- drafting ------------------------------------------------------------------------------
     def _write(self, state, pos, mask, tokens=None, dists=None):
