@@ -101,6 +101,27 @@ class SpatialDrafter(DraftsFromHiddenStates, JacobiDrafter):
         super()._init(state, pos, need)  # the rest: the `init` rule
 
     @torch.no_grad()
+    def _heads_q(self, state, hp, depths):
+        """q [B, M, V] of positions hp [B, M] from the first head d = 1..depths whose source states
+        are computed, and the mask of the positions some head reached."""
+        B = hp.shape[0]
+        rows = state.rows[:, None, None]
+        hid, spare = self.hidden.states, self.hidden.spare
+        g, reached = None, torch.zeros(hp.shape, dtype=torch.bool, device=state.device)
+        for d in range(1, depths + 1):
+            src = hp[:, :, None] - d * self.stride + self.taps  # [B, M, taps] source positions
+            ok = (src[:, :, 0] >= -1) & (src[:, :, -1] <= self.hid_upto[:, None]) & ~reached
+            col = torch.where(ok[:, :, None], src + 1, spare)
+            taps = hid[rows, col]  # [B, M, taps, D]
+            if self.uses_cfg:
+                taps = torch.cat([taps, hid[rows + B, col]])
+            g_d = self.heads(taps, d)
+            okR = ok.repeat(2, 1) if self.uses_cfg else ok
+            g = g_d if g is None else torch.where(okR[..., None], g_d, g)
+            reached = reached | ok
+        return self._q(g, B), reached
+
+    @torch.no_grad()
     def _head_drafts(self, state, pos, need):
         """Draft the positions of `pos` [B, K] (consecutive per row, where `need`) that a head
         reaches; record their q. Returns the mask of positions drafted.
@@ -112,32 +133,18 @@ class SpatialDrafter(DraftsFromHiddenStates, JacobiDrafter):
         whole window."""
         B, K = pos.shape
         M = min(self.depths * self.stride - self.last_tap, K)
-        rows = state.rows[:, None, None]
-        hid, spare = self.hidden.states, self.hidden.spare
         first = torch.maximum(self.drafted + 1, pos[:, 0])  # the first entering position
         hp = first[:, None] + torch.arange(M, device=state.device)  # [B, M] positions the heads may reach
         at = hp - pos[:, :1]  # their index in `pos`
         inside = (at >= 0) & (at < K)
         need_hp = inside & need.gather(1, at.clamp(0, K - 1))
-        g, reached = None, torch.zeros_like(need_hp)
-        for d in range(1, self.depths + 1):
-            src = hp[:, :, None] - d * self.stride + self.taps  # [B, M, 3] source positions
-            ok = (src[:, :, 0] >= -1) & (src[:, :, -1] <= self.hid_upto[:, None]) & ~reached
-            col = torch.where(ok[:, :, None], src + 1, spare)
-            taps = hid[rows, col]  # [B, M, 3, D]
-            if self.uses_cfg:
-                taps = torch.cat([taps, hid[rows + B, col]])
-            g_d = self.heads(taps, d)
-            okR = ok.repeat(2, 1) if self.uses_cfg else ok
-            g = g_d if g is None else torch.where(okR[..., None], g_d, g)
-            reached = reached | ok
+        q, reached = self._heads_q(state, hp, self.depths)
         use = need_hp & reached
         if self.head_below < 1.0:  # a confident q above (flat regions) keeps the `init` rule
             above = hp - self.stride
             known = (above >= 0) & (above <= self.hid_upto[:, None])
             conf = self.dist[state.rows[:, None], torch.where(known, above % self.ring, self.ring)].amax(-1)
             use = use & ~(known & (conf >= self.head_below))
-        q = self._q(g, B)
         x = sample_by_race(q, state.noise(B, M, state.vocab_size))
         self._write(state, hp, use, x, q)
         # back to `pos`'s columns (a scatter, no host read); column K takes the positions not drafted
