@@ -673,7 +673,7 @@ def test_legacy_api_prompt_samples_what_the_new_layout_does(comfy):
                   tree_depth=2, tree_width=3, continuation=True, batch_size=1)
     old = core.run_sampler(model, legacy)
     new = core.run_sampler(model, sampler_values(seed=5, backend="sjd_pac", sjd_pac_tree_depth=2,
-                                                 sjd_pac_tree_width=3))
+                                                 sjd_pac_tree_width=3, sjd_pac_init="random"))
     assert torch.equal(old[1]["tokens"], new[1]["tokens"])
     assert json.loads(old[2])["params"] == json.loads(new[2])["params"]
 

@@ -39,31 +39,9 @@ def training_prompts(model: ARImageModel, n: int, seed: int) -> list:
 
 
 @torch.inference_mode()
-def teacher_force(model: ARImageModel, prompt: str, sequences: torch.Tensor, uses_cfg: bool,
-                  negative_prompt: str = ""):
-    """Hidden states of `sequences` [B, seq_len] (one prompt for all rows) in one chain forward."""
-    encoded = model.encode_prompt(prompt, negative_prompt)
-    B, n = sequences.shape
-    session = model.start(encoded, B, uses_cfg, draft_capacity=n)
-    out = model.forward(session, sequences[:, :-1].to(model.device), [-1] + list(range(n - 2)))
-    return session.first, out
-
-
-@torch.inference_mode()
-def distill_batch(model: ARImageModel, prompt: str, batch: int, seed: int, **sampling) -> DistillBatch:
-    """`batch` images the target samples for `prompt` (plain AR), with their hidden states."""
-    from ..samplers.api import generate
-    res = generate(model, prompt, backend="ar", seed=seed, batch_size=batch, **sampling)
-    uses_cfg = (sampling.get("cfg_scale") or getattr(model, "default_sampling", {}).get("cfg_scale", 1.0)) != 1.0
-    first, out = teacher_force(model, prompt, res.sequence, uses_cfg)
-    return DistillBatch(sequence=res.sequence, hidden=out.hidden, hidden_uncond=out.hidden_uncond,
-                        first_hidden=first.hidden[:, 0], prompts=[prompt] * batch,
-                        first_hidden_uncond=None if first.hidden_uncond is None else first.hidden_uncond[:, 0])
-
-
-@torch.inference_mode()
 def chunked_distill_batch(model, prompt: str, batch: int, seed: int, chunk: int = 128) -> DistillBatch:
-    """`distill_batch` whose teacher forcing runs in chunks of `chunk` positions (models whose
+    """`batch` images the target samples for `prompt` (plain AR, its recommended settings), with
+    their hidden states from teacher forcing in chunks of `chunk` positions (models whose
     position limit is below prompt + 2 * image, as the demo's 512, cannot take the whole image
     as one draft)."""
     from ..samplers.api import generate

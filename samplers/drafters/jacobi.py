@@ -31,7 +31,7 @@ GUMBEL_TABLE_BYTES = 1 << 28  # 256 MiB: a 48x48 image over 8192 codes needs 77 
 WINDOW_HELP = "draft tokens verified per forward (shrinks near the end of the image)"
 INIT_HELP = "how new window positions are drafted: " + ", ".join(INITS)
 # sample_above (from the distribution recorded one row above): the fastest lossless init on the demo model
-# for scd and auto (docs/BENCHMARKS.md, issue 26); sjd / sjd_pac keep random (their pinned tokens' init)
+# for sjd, scd, sjd_pac and auto (docs/BENCHMARKS.md, issue 26); the papers' random is preset='paper'
 INIT_ABOVE_PAPER = "SJD paper: random (preset='paper'); sample_above is the fastest on the demo model"
 
 
@@ -70,7 +70,7 @@ class ARParams(JacobiParams):
 class SJDParams(JacobiParams):
     window: int = param(16, WINDOW_HELP, lo=1, hi=MAX_WINDOW, paper="SJD paper: 16 (32 and 64 also studied)",
                         sizes=True)
-    init: str = param("random", INIT_HELP, choices=INITS, paper="SJD paper: random")
+    init: str = param("sample_above", INIT_HELP, choices=INITS, paper=INIT_ABOVE_PAPER)
     restart_after: int = restart_param()
 
 
@@ -115,7 +115,7 @@ class SJDPACParams(ProactiveParams):
                             paper="SJD-PAC paper: K = 4 (the authors' code uses 3)", sizes=True)
     continuation: bool = param(True, "adaptive continuation: keep verifying after the first rejection and keep "
                                "passing drafts", paper="SJD-PAC paper: on")
-    init: str = param("random", INIT_HELP, choices=INITS, paper="SJD paper: random")
+    init: str = param("sample_above", INIT_HELP, choices=INITS, paper=INIT_ABOVE_PAPER)
     coupling: str = param("maximal", "the coupling adaptive continuation uses: maximal (the paper's) or gumbel",
                           choices=COUPLINGS, paper="SJD-PAC paper: maximal")
     restart_after: int = restart_param()
@@ -388,11 +388,12 @@ class JacobiDrafter(Drafter):
 AR = Method("ar", "AR (baseline)", "plain autoregressive sampling, one token per forward (the baseline)", ARParams,
             JacobiDrafter)
 SJD = Method("sjd", "SJD", "Speculative Jacobi Decoding (Teng et al.)", SJDParams, JacobiDrafter,
-             paper_preset=(("restart_after", 0),))
+             paper_preset=(("init", "random"), ("restart_after", 0)))
 SCD = Method("scd", "SCD", "Speculative Jacobi Decoding with coupled re-drafts (So et al.)", SCDParams, JacobiDrafter,
              paper_preset=(("init", "random"), ("restart_after", 0)))
 SJD_PAC = Method("sjd_pac", "SJD-PAC", "SJD with proactive drafting and adaptive continuation (Kang et al.)",
                  SJDPACParams, JacobiDrafter,
-                 paper_preset=(("window", 64), ("tree_depth", 3), ("tree_width", 4), ("restart_after", 0)))
+                 paper_preset=(("window", 64), ("tree_depth", 3), ("tree_width", 4), ("init", "random"),
+                               ("restart_after", 0)))
 
 __all__ = ["JacobiDrafter", "slot_count", "IMAGE_POSITION", "AR", "SJD", "SCD", "SJD_PAC"]
