@@ -168,7 +168,7 @@ def test_gumbel_noise_table_equals_hashing_each_step(mdl, monkeypatch, batch):
 def test_a_tree_too_big_for_the_model_names_its_parameters():
     demo = specar.load_model("demo")
     with pytest.raises(ValueError, match=r"tree_width=64 needs \d+ draft slots .* allows at most \d+: lower window"):
-        specar.generate(demo, "a red circle", backend="sjd_pac", window=64, tree_width=64)
+        specar.generate(demo, "a red circle", backend="sjd_pac", window=64, tree_width=64, tree_depth=3)
 
 
 def test_a_validated_backend_config_is_taken_as_is():

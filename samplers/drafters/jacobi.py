@@ -108,8 +108,9 @@ class ProactiveParams(JacobiParams):
 class SJDPACParams(ProactiveParams):
     window: int = param(16, WINDOW_HELP, lo=1, hi=MAX_WINDOW, sizes=True,
                         paper="SJD-PAC paper: 64 (preset='paper'); 16 is the fastest on a CPU (docs/BENCHMARKS.md)")
-    tree_depth: int = param(3, "proactive drafting: depth D of the branches after a rejection (at most window)",
-                            lo=1, hi=MAX_WINDOW, paper="SJD-PAC paper: D = 3", sizes=True)
+    tree_depth: int = param(2, "proactive drafting: depth D of the branches after a rejection (at most window)",
+                            lo=1, hi=MAX_WINDOW, paper="SJD-PAC paper: D = 3 (preset='paper'); 2 is the fastest on "
+                            "the demo model (docs/BENCHMARKS.md)", sizes=True)
     tree_width: int = param(4, "proactive drafting: candidates K at the first open position (1 = off; at most the "
                             "image vocabulary)", lo=1, hi=MAX_TREE_WIDTH,
                             paper="SJD-PAC paper: K = 4 (the authors' code uses 3)", sizes=True)
