@@ -186,10 +186,11 @@ def test_same_seed_same_tokens():
 
 
 def test_without_heads_it_is_the_jacobi_window_with_its_init():
-    """head_depths=0 drafts every position with `init`: the same tokens as sjd_pac with that init."""
+    """head_depths=0 drafts every position with `init`: the same tokens as sjd_pac with that init (both
+    default to sample_above) and the same tree (spatial's depth 3)."""
     mdl = tiny_model(16, (4, 4), seed=3)
     a = specar.generate(mdl, "a cat", backend="spatial", seed=5, batch_size=4, window=8, head_depths=0).tokens
-    b = specar.generate(mdl, "a cat", backend="sjd_pac", seed=5, batch_size=4, window=8, init="sample_above").tokens
+    b = specar.generate(mdl, "a cat", backend="sjd_pac", seed=5, batch_size=4, window=8, tree_depth=3).tokens
     assert torch.equal(a, b)
 
 
