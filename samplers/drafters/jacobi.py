@@ -9,7 +9,7 @@ and positions entering the window are initialised by `init`. SJD-PAC adds proact
 after a rejection the next forward also carries K-1 branches of depth D under the pending token,
 drawn without replacement with the chain's draft at depth 1 (`_build_tree`, `_verify_siblings`).
 
-AR is this drafter with an empty window: one slot, the pending token, and no drafts.
+AR (ar.py) is this drafter with an empty window: one slot, the pending token, and no drafts.
 """
 from __future__ import annotations
 
@@ -59,11 +59,6 @@ class JacobiParams:
     def windows(self) -> tuple:
         """The windows the drafter may use: one for a fixed backend; `auto` offers several."""
         return (self.window,)
-
-
-@dataclass(frozen=True)
-class ARParams(JacobiParams):
-    """AR: one slot, the pending token, no drafts."""
 
 
 @dataclass(frozen=True)
@@ -386,8 +381,6 @@ class JacobiDrafter(Drafter):
         self.branch_tok, self.branch_valid = tok, valid
 
 
-AR = Method("ar", "AR (baseline)", "plain autoregressive sampling, one token per forward (the baseline)", ARParams,
-            JacobiDrafter)
 SJD = Method("sjd", "SJD", "Speculative Jacobi Decoding (Teng et al.)", SJDParams, JacobiDrafter,
              paper_preset=(("init", "random"), ("restart_after", 0)))
 SCD = Method("scd", "SCD", "Speculative Jacobi Decoding with coupled re-drafts (So et al.)", SCDParams, JacobiDrafter,
@@ -397,4 +390,4 @@ SJD_PAC = Method("sjd_pac", "SJD-PAC", "SJD with proactive drafting and adaptive
                  paper_preset=(("window", 64), ("tree_depth", 3), ("tree_width", 4), ("init", "random"),
                                ("restart_after", 0)))
 
-__all__ = ["JacobiDrafter", "slot_count", "IMAGE_POSITION", "AR", "SJD", "SCD", "SJD_PAC"]
+__all__ = ["JacobiDrafter", "slot_count", "IMAGE_POSITION", "SJD", "SCD", "SJD_PAC"]
