@@ -6,7 +6,7 @@ compiled once and reused for every step and every later generation with the same
 `ShapeCompiled` wraps one pure tensor function: ``fullgraph=True`` (a graph break is an error,
 which proves the step has no host read such as ``.item()`` and no data-dependent shape),
 ``dynamic=False`` (each shape gets its own static graph, as CUDA graphs need), mode
-``reduce-overhead`` on CUDA (CUDA graphs), inductor's C++ wrapper with frozen weights on the CPU
+``reduce-overhead`` on CUDA (CUDA graphs), inductor's C++ wrapper on the CPU
 (`compile_settings`).
 
 It counts what dynamo did while it ran: graphs compiled, graph breaks, and recompiles (a new
@@ -66,19 +66,18 @@ def _raise_recompile_limit(n: int = 64) -> None:
 
 
 # Inductor's settings for a CPU step, given to this compile only (never set for the user's process):
-# - cpp_wrapper: the graph's driver is generated C++, not Python. A decode step of a small model runs
-#   a hundred tiny kernels (one token x two CFG rows), where the Python wrapper's per-kernel cost
-#   (argument handling, buffer allocation, size asserts) is a large share of the step;
-# - freezing: the weights become constants of the graph instead of inputs (the step is inference
-#   only, and a loaded model's weights never change), so they are neither guarded nor passed on
-#   every call, and inductor may fold and lay them out once.
-# Measured on the demo model: docs/BENCHMARKS.md "The compiled step".
-CPU_INDUCTOR_OPTIONS = {"cpp_wrapper": True, "freezing": True}
+# cpp_wrapper, the graph's driver in generated C++ instead of Python: a decode step of a small model
+# runs a hundred tiny kernels (one token x two CFG rows), and the Python wrapper's per-kernel work
+# (argument handling, buffer allocation, size asserts) is then a visible share of the step.
+# Not used: freezing (weights as graph constants; no clear gain measured, and a graph that silently
+# keeps old weights if an adapter ever changed them) and max-autotune (no gain at these shapes,
+# longer compiles). Measured on the demo model: docs/BENCHMARKS.md "The compiled step".
+CPU_INDUCTOR_OPTIONS = {"cpp_wrapper": True}
 
 
 def compile_settings(device) -> dict:
     """torch.compile's mode or options for a step on `device`: CUDA graphs on CUDA (mode
-    ``reduce-overhead``), the C++ wrapper with frozen weights on the CPU."""
+    ``reduce-overhead``), inductor's C++ wrapper on the CPU."""
     kind = torch.device(device).type
     if kind == "cuda":
         return {"mode": "reduce-overhead"}
