@@ -6,7 +6,8 @@ compiled once and reused for every step and every later generation with the same
 `ShapeCompiled` wraps one pure tensor function: ``fullgraph=True`` (a graph break is an error,
 which proves the step has no host read such as ``.item()`` and no data-dependent shape),
 ``dynamic=False`` (each shape gets its own static graph, as CUDA graphs need), mode
-``reduce-overhead`` on CUDA (CUDA graphs) and the default elsewhere.
+``reduce-overhead`` on CUDA (CUDA graphs), inductor's C++ wrapper on the CPU
+(`compile_settings`).
 
 It counts what dynamo did while it ran: graphs compiled, graph breaks, and recompiles (a new
 graph for a shape that was already compiled: a guard that failed, the thing that must never
@@ -64,6 +65,27 @@ def _raise_recompile_limit(n: int = 64) -> None:
             setattr(cfg, name, n)
 
 
+# Inductor's settings for a CPU step, given to this compile only (never set for the user's process):
+# cpp_wrapper, the graph's driver in generated C++ instead of Python: a decode step of a small model
+# runs a hundred tiny kernels (one token x two CFG rows), and the Python wrapper's per-kernel work
+# (argument handling, buffer allocation, size asserts) is then a visible share of the step.
+# Not used: freezing (weights as graph constants; no clear gain measured, and a graph that silently
+# keeps old weights if an adapter ever changed them) and max-autotune (no gain at these shapes,
+# longer compiles). Measured on the demo model: docs/BENCHMARKS.md "The compiled step".
+CPU_INDUCTOR_OPTIONS = {"cpp_wrapper": True}
+
+
+def compile_settings(device) -> dict:
+    """torch.compile's mode or options for a step on `device`: CUDA graphs on CUDA (mode
+    ``reduce-overhead``), inductor's C++ wrapper on the CPU."""
+    kind = torch.device(device).type
+    if kind == "cuda":
+        return {"mode": "reduce-overhead"}
+    if kind == "cpu":
+        return {"options": dict(CPU_INDUCTOR_OPTIONS)}
+    return {}
+
+
 class ShapeCompiled:
     """``f(key, *args)``: ``fn(*args)`` through one compiled graph per ``key`` (the caller's name
     for the shape), eager after a failure to compile."""
@@ -73,8 +95,7 @@ class ShapeCompiled:
         self.seen: set = set()
         persistent_cache_dir()
         _raise_recompile_limit()
-        mode = "reduce-overhead" if torch.device(device).type == "cuda" else None
-        self.compiled = torch.compile(fn, fullgraph=True, dynamic=False, mode=mode)
+        self.compiled = torch.compile(fn, fullgraph=True, dynamic=False, **compile_settings(device))
 
     def __call__(self, key: Hashable, *args):
         st = self.stats

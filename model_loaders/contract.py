@@ -86,6 +86,7 @@ class ForwardOutput:
     uncond: Optional[torch.Tensor] = None  # [B, T, V] float, None without CFG
     hidden: Optional[torch.Tensor] = None  # [B, T, D] last hidden states of the conditional rows
     hidden_uncond: Optional[torch.Tensor] = None  # [B, T, D] of the unconditional rows (CFG only)
+    target: Optional[torch.Tensor] = None  # [B, T, V] the session's target head applied in the compiled step, or None
 
 
 @dataclass

@@ -7,7 +7,7 @@ path, hidden states of both CFG branches for drafters) is implemented here once.
 """
 from __future__ import annotations
 
-from typing import Optional, Sequence, Union
+from typing import Callable, Optional, Sequence, Union
 
 import torch
 
@@ -40,11 +40,12 @@ class SlotCacheModel(ARImageModel):
             memo = self.__dict__["_tree_memo"] = {}
         return memo
 
-    def _output(self, h: torch.Tensor, batch: int, cfg: bool, logits=None) -> ForwardOutput:
+    def _output(self, h: torch.Tensor, batch: int, cfg: bool, logits=None, target=None) -> ForwardOutput:
         logits = self.image_logits(h).float() if logits is None else logits
         if cfg:
-            return ForwardOutput(cond=logits[:batch], uncond=logits[batch:], hidden=h[:batch], hidden_uncond=h[batch:])
-        return ForwardOutput(cond=logits, hidden=h)
+            return ForwardOutput(cond=logits[:batch], uncond=logits[batch:], hidden=h[:batch], hidden_uncond=h[batch:],
+                                 target=target)
+        return ForwardOutput(cond=logits, hidden=h, target=target)
 
     # -- compiled step ---------------------------------------------------------------------------
     supports_compile = True
@@ -60,7 +61,11 @@ class SlotCacheModel(ARImageModel):
 
     @torch.inference_mode()
     def start(self, prompt: EncodedPrompt, batch: int, cfg: bool, draft_capacity: int,
-              compiled: bool = False) -> Session:
+              compiled: bool = False, target_head: Optional[Callable] = None) -> Session:
+        """``compiled``: forwards through the compiled step; ``target_head`` (compiled only): a pure
+        function (cond logits, uncond logits or None) -> tensor the step also returns as
+        ``ForwardOutput.target``, computed in the same graph (one object per setting: its identity
+        is part of the graph's key)."""
         prompt = self.check_prompt(prompt)
         if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
             raise ValueError(f"batch must be an int >= 1, got {batch!r}")
@@ -77,7 +82,7 @@ class SlotCacheModel(ARImageModel):
             prompt_multiple=COMPILED_PROMPT_MULTIPLE if compiled else 1)
         if compiled:
             self.compile_step()
-            state.compiled = True
+            state.compiled, state.target_head = True, target_head
         state.cache = self._new_cache(state.rows, state.S)
         h = self._run(self._embed_prompt(tokens), positions, allowed, state.cache, slots)
         return Session(batch=batch, cfg=cfg, committed=torch.zeros(batch, dtype=torch.long, device=dev),
@@ -97,24 +102,28 @@ class SlotCacheModel(ARImageModel):
             tree = tree_tensors(self._trees(), parents, self.device, T)
         args = (st.P, st.S, session.cfg, st.cache, st.valid, st.pos0, tokens.to(self.device), session.committed, *tree)
         if st.compiled:
-            key = (B, T, per_row, st.P, st.S, session.cfg)  # everything the graph is specialised to
-            logits, h = self._compiled_step(key, *args)
+            key = (B, T, per_row, st.P, st.S, session.cfg, st.target_head)  # everything the graph is specialised to
+            logits, h, target = self._compiled_step(key, st.target_head, *args)
         else:
-            logits, h = self._step_logits(*args)
-        return self._output(h, B, session.cfg, logits)
+            logits, h, target = self._step_logits(None, *args)
+        return self._output(h, B, session.cfg, logits, target)
 
-    def _step_logits(self, P: int, S: int, cfg: bool, cache, valid, pos0, tokens, committed, *tree):
+    def _step_logits(self, head: Optional[Callable], P: int, S: int, cfg: bool, cache, valid, pos0, tokens, committed,
+                     *tree):
         """The forward of one step as a pure tensor function (what torch.compile captures): the
         draft tree's mask and positions after each row's committed prefix, the decoder with its
-        cache writes, and the image logits (float32) with the last hidden states, CFG rows last.
+        cache writes, and the image logits (float32) with the last hidden states, CFG rows last;
+        and ``head(cond logits, uncond logits)`` when given (else None).
         ``tree``: (parents [B, T]) for per-row trees, or (depth [T], ancestry [T, T])."""
+        B = tokens.shape[0]
         depth, anc = batched_tree_tensors(tree[0]) if len(tree) == 1 else tree
         if depth.dim() == 2:
             depth, anc = cfg_rows(cfg, depth, anc)
         tokens, committed = cfg_rows(cfg, tokens, committed)
         slots, positions, allowed = draft_layout(P, S, valid, pos0, committed, depth, anc)
         h = self._run(self.embed_tokens(tokens), positions, allowed, cache, slots)
-        return self.image_logits(h).float(), h
+        logits = self.image_logits(h).float()
+        return logits, h, None if head is None else head(logits[:B], logits[B:] if cfg else None)
 
     @torch.inference_mode()
     def commit(self, session: Session, path: Optional[torch.Tensor], length: torch.Tensor) -> None:

@@ -145,10 +145,12 @@ def run_sampler(model, values: dict, progress: Optional[Callable] = None, interr
     sampling = dict(seed=values["seed"], cfg_scale=settings.cfg_scale, temperature=float(values.get("temperature", 1.0)),
                     top_k=settings.top_k, top_p=float(values.get("top_p", 1.0)),
                     negative_prompt=values.get("negative_prompt", ""), batch_size=batch, interrupt=interrupt)
-    res = generate(model, values["prompt"], backend=config, progress=progress, preview=preview, **sampling)
+    res = generate(model, values["prompt"], backend=config, progress=progress, preview=preview,
+                   compile=values.get("compile", False), **sampling)
     ar_stats = None
     if values.get("compare_with_ar") and settings.backend != "ar":
-        # after the backend's run, so any first-run cost counts against the backend, never for it
+        # after the backend's run, so any first-run cost counts against the backend, never for it; plain
+        # (eager) AR even when the backend is compiled: AR compiling its own shape would count for the backend
         ar_stats = generate(model, values["prompt"], backend="ar", **sampling).stats
     geo = model.geometry
     grid = res.tokens.reshape(batch, geo.height, geo.width)

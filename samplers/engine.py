@@ -29,7 +29,7 @@ from .backends import BackendConfig
 from .drafters.base import Drafter, DraftTree, LoopState, SequenceLayout, Verdict
 from .randomness import make_generator, sample_by_race
 from .stats import GenerationStats
-from .target import SamplingParams, invalid_rows, target_probs
+from .target import SamplingParams, invalid_rows, target_head, target_probs
 
 
 class GenerationInterrupted(Exception):
@@ -98,7 +98,8 @@ class SpeculativeEngine:
         """Prefill, the first token (a sample of position 0's target), and the drafter's start."""
         model, B, V, dev = self.model, self.batch, self.model.geometry.vocab_size, self.model.device
         self._check_positions(prompt)
-        extra = {"compiled": True} if self.compile_stats is not None else {}
+        # compiled: the target distribution is computed in the step's graph (the same target_probs)
+        extra = {"compiled": True, "target_head": target_head(self.sampling)} if self.compile_stats is not None else {}
         session = model.start(prompt, B, self.sampling.uses_cfg, draft_capacity=self.drafter.node_budget + 1, **extra)
         first = session.first
         p0 = target_probs(first.cond[:, 0], None if first.uncond is None else first.uncond[:, 0], self.sampling)
@@ -201,7 +202,8 @@ class SpeculativeEngine:
         if timed:
             sync()
             log.forward_s += time.perf_counter() - tf
-        return out, target_probs(out.cond, out.uncond, self.sampling)  # node i's output: target of its next position
+        # node i's output: the target of its next position (computed in the compiled step when compiled)
+        return out, out.target if out.target is not None else target_probs(out.cond, out.uncond, self.sampling)
 
     def _commit(self, session: Session, state: LoopState, verdict: Verdict, at_step, log: StepLog):
         """Write the accepted drafts and the new pending token, keep the accepted path's KV, move

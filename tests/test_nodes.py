@@ -226,7 +226,7 @@ def test_node_schemas_are_valid(flavour, comfy):
         inputs = cls.INPUT_TYPES()
         assert set(inputs) <= {"required", "optional", "hidden"}  # hidden: an output node's prompt, extra_pnginfo
         # optional: only the inputs added after 0.1 (API prompts saved before them stay valid)
-        added = {"SpecARModelLoader": ["resolution", "offload"], "SpecARSampler": ["compare_with_ar"]}
+        added = {"SpecARModelLoader": ["resolution", "offload"], "SpecARSampler": ["compare_with_ar", "compile"]}
         assert list(inputs.get("optional", {})) == added.get(name, [])
         for iname, (kind, opts) in {**inputs["required"], **inputs.get("optional", {})}.items():
             assert opts.get("tooltip"), f"{name}.{iname} has no tooltip"
@@ -1259,3 +1259,28 @@ def test_custom_top_k_0_means_all_tokens(comfy, monkeypatch):
     assert json.loads(stats)["sampling"]["top_k"] == "off"
     direct = specar.generate(models.resolve(model), "x", backend="ar", seed=3, cfg_scale=2.0, top_k=0)
     assert torch.equal(tokens["tokens"][0], direct.tokens)
+
+
+@pytest.mark.parametrize("flavour", flavours())
+def test_compile_input_reaches_generate_and_defaults_off(flavour, comfy, monkeypatch):
+    """The sampler's compile input is what `generate` gets as compile= (False when an API prompt saved
+    before the input existed leaves it out); compare_with_ar's AR run stays eager."""
+    classes = node_classes(flavour)
+    model, = execute(classes["SpecARModelLoader"], model="demo", device="auto", dtype="auto")[0]
+    seen, real_generate = [], core.generate
+
+    def recording_generate(model, prompt, backend="sjd", compile=False, **kw):
+        seen.append((getattr(backend, "name", backend), compile))
+        return real_generate(model, prompt, backend=backend, **kw)  # the compiled step itself: test_compile.py
+
+    monkeypatch.setattr(core, "generate", recording_generate)
+    run_sampler_node(classes["SpecARSampler"], model, sampler_values(backend="sjd", compile=True, compare_with_ar=True))
+    assert seen == [("sjd", True), ("ar", False)]
+    seen.clear()
+    cls = classes["SpecARSampler"]
+    old = {k: v for k, v in api_inputs(cls, sampler_values(backend="sjd")).items()
+           if k not in ("compile", "compare_with_ar")}
+    execute(cls, model=model, **as_comfy_passes(cls, old))
+    assert seen == [("sjd", False)]
+    with pytest.raises(Exception, match="compile must be true or false, got 'yes'"):
+        execute(v1.SpecARSampler, model=model, **sampler_values(compile="yes"))
