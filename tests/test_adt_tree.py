@@ -110,19 +110,21 @@ def test_default_setting_is_exact(case):
     assert res.stats.step_compression > 1.0
 
 
-class OneHotSampledDrafts(ADTTreeDrafter):
-    """Planted bug: sampled drafts verified as if they were deterministic picks (one-hot q:
-    accepted with p(x) instead of min(1, p(x) / q(x)))."""
+class NextLayersQ(ADTTreeDrafter):
+    """Planted bug: each sampled draft verified with the q of the next expanded node (in the default
+    chain: its child's q, computed from the draft itself) instead of the q it was drawn from."""
 
     def _assemble(self, *args, q_nodes=None, q_index=None, **kw):
-        return super()._assemble(*args, **kw)
+        if q_index is not None:
+            q_index = (q_index + 1).clamp(max=q_nodes.shape[1] - 1)
+        return super()._assemble(*args, q_nodes=q_nodes, q_index=q_index, **kw)
 
 
-def test_planted_one_hot_q_on_the_default_is_caught(monkeypatch):
-    use_drafter(monkeypatch, "adt_tree", OneHotSampledDrafts)
+def test_planted_wrong_q_on_the_default_is_caught(monkeypatch):
+    use_drafter(monkeypatch, "adt_tree", NextLayersQ)
     (p_value, stat, dof, tv), _ = check_exact("v3-2x2", "plain")
-    print(f"\nplanted one-hot q on the default chain: p={p_value:.3g} TV={tv:.4f}")
-    assert p_value < P_FAIL, f"planted one-hot q went unnoticed: p={p_value:.2e} TV={tv:.4f}"
+    print(f"\nplanted wrong q on the default chain: p={p_value:.3g} TV={tv:.4f}")
+    assert p_value < P_FAIL, f"planted wrong q went unnoticed: p={p_value:.2e} TV={tv:.4f}"
 
 
 class IndependentSiblings(ADTTreeDrafter):
