@@ -230,7 +230,7 @@ def test_relaxed_is_lossy_and_within_its_bound():
     n = mdl.geometry.num_image_tokens
     delta = 0.05
     res = specar.generate(mdl, "hi", backend="adt_tree", seed=5, batch_size=N_SAMPLES, relaxed=True,
-                          relaxed_delta=delta, relaxed_k=2, node_budget=6)
+                          relaxed_delta=delta, relaxed_k=2, node_budget=6, candidate_mode="topk")
     assert res.stats.lossy
     bound = 1 - (1 - delta) ** n
     tv = _tv(res, exact)
@@ -238,13 +238,19 @@ def test_relaxed_is_lossy_and_within_its_bound():
     assert tv <= bound + 0.05, f"TV {tv:.4f} > bound {bound:.4f} + noise"
     # a big delta really does change the distribution (the relaxation is active), delta = 0 is exact
     big = specar.generate(mdl, "hi", backend="adt_tree", seed=5, batch_size=N_SAMPLES, relaxed=True,
-                          relaxed_delta=0.5, relaxed_k=2, node_budget=6)
+                          relaxed_delta=0.5, relaxed_k=2, node_budget=6, candidate_mode="topk")
     tv_big = _tv(big, exact)
     print(f"relaxed delta=0.5: TV={tv_big:.4f}")
     assert tv_big > 0.06
     zero = specar.generate(mdl, "hi", backend="adt_tree", seed=5, batch_size=N_SAMPLES, relaxed=True,
-                           relaxed_delta=0.0, node_budget=6)
+                           relaxed_delta=0.0, node_budget=6, candidate_mode="topk")
     assert chi_square_test(zero.tokens, exact)[0] > P_FAIL
+
+
+def test_relaxed_needs_topk_candidates():
+    with pytest.raises(ValueError, match=r"relaxed=True \(LANTERN\) .* needs candidate_mode=topk \(got "
+                                         r"candidate_mode='sampled'\)"):
+        specar.generate(model("v3-2x2"), "hi", backend="adt_tree", relaxed=True)
 
 
 def test_runs_with_no_files_on_tiny_models_and_is_deterministic():

@@ -62,3 +62,6 @@ class ADTTreeParams:
         if self.tree_shape == "best_first" and self.candidate_mode != "sampled":
             raise ValueError("tree_shape=best_first is a static tree of sampled candidates: it needs "
                              f"candidate_mode=sampled (got candidate_mode={self.candidate_mode!r})")
+        if self.relaxed and self.candidate_mode != "topk":
+            raise ValueError("relaxed=True (LANTERN) relaxes the acceptance of top-k candidates: it needs "
+                             f"candidate_mode=topk (got candidate_mode={self.candidate_mode!r})")
