@@ -72,6 +72,14 @@ class Attention(nn.Module):
 
     def forward(self, x, cos, sin, kv, slots, mask):
         R, T, _ = x.shape
+        q, k, v = self.project(x, cos, sin, kv, slots)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask[:, None])
+        return self.o(out.transpose(1, 2).reshape(R, T, -1))
+
+    def project(self, x, cos, sin, kv=None, slots=None):
+        """q, k, v [R, H, T, hd] of x [R, T, D] after the rotary; with a static cache [R, H, S, hd]
+        the new keys / values are written at `slots` [R, T] and k, v are the whole cache."""
+        R, T, _ = x.shape
         q, k, v = self.qkv(x).view(R, T, 3, self.h, self.hd).permute(2, 0, 3, 1, 4)  # [R, H, T, hd] each
         q, k = self.pre_rope(q, k)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
@@ -81,8 +89,7 @@ class Attention(nn.Module):
             kc.permute(0, 2, 1, 3)[rows, slots] = k.transpose(1, 2).to(kc.dtype)
             vc.permute(0, 2, 1, 3)[rows, slots] = v.transpose(1, 2).to(vc.dtype)
             k, v = kc, vc
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask[:, None])
-        return self.o(out.transpose(1, 2).reshape(R, T, -1))
+        return q, k, v
 
     def pre_rope(self, q, k):
         """What a variant does to q and k [R, H, T, hd] before the rotary (Llama: nothing)."""

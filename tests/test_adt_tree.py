@@ -33,6 +33,7 @@ def check_exact(model_name, setting, **params):
     return sample_and_test("adt_tree", model_name, setting, **params)
 
 
+# top-k candidates (EAGLE-2's trees: preset="paper"; the default is sampled, below)
 CASES = [
     ("v3-2x2", "plain", dict(node_budget=8)),
     ("v3-2x2", "cfg", dict(node_budget=4, width=2, depth=2)),
@@ -40,12 +41,14 @@ CASES = [
     ("v3-2x3-rowend", "cfg", dict(tree_init="above", node_budget=8)),
     ("v4-2x2", "t07-topk", dict(tree_init="random", node_budget=5)),
     ("v3-2x3-rowend", "mixed", dict(adaptive=False, depth=4, width=2, node_budget=7)),
+    ("v3-2x2", "cfg", dict(preset="paper")),
 ]
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join([c[0], c[1]] + [f"{k}={v}" for k, v in c[2].items()]))
 def test_adt_tree_is_exact(case):
     m, s, params = case
+    params = {**params, "candidate_mode": "topk"}
     (p_value, stat, dof, tv), res = check_exact(m, s, **params)
     print(f"\n{m} {s} {params}: p={p_value:.3g} chi2={stat:.1f} dof={dof} TV={tv:.4f} "
           f"compression={res.stats.step_compression:.3f}")
@@ -58,11 +61,11 @@ def test_adt_tree_is_exact(case):
 # verified with q; tree slots allocated before drawing. Every case is one batch of N_SAMPLES rows
 # (each row its own tree and depth / width), so batching is covered too.
 SAMPLED_CASES = [
-    ("v3-2x2", "plain", dict(node_budget=8)),
+    ("v3-2x2", "plain", dict(node_budget=8, children=2)),
     ("v3-2x2", "cfg", dict(node_budget=6, children=3, width=3, depth=2)),
-    ("v3-2x3-rowend", "cfg", dict(tree_init="above", node_budget=8)),
+    ("v3-2x3-rowend", "cfg", dict(tree_init="above", node_budget=8, children=2)),
     ("v4-2x2", "t07-topk", dict(node_budget=7, children=3, tree_init="random")),
-    ("v3-2x3-rowend", "mixed", dict(adaptive=False, depth=4, width=4, node_budget=9)),
+    ("v3-2x3-rowend", "mixed", dict(adaptive=False, depth=4, width=4, node_budget=9, children=2)),
     ("v4-2x2", "plain", dict(adaptive=False, depth=3, width=2, children=1, node_budget=4)),
     # three chains under the root's three draws (root_children)
     ("v4-2x2", "cfg", dict(adaptive=False, depth=3, width=3, children=1, root_children=3, node_budget=10)),
@@ -90,6 +93,38 @@ def test_sampled_candidates_are_exact(case):
     assert p_value > P_FAIL, f"chi2={stat:.1f} dof={dof} p={p_value:.2e} TV={tv:.4f}"
     assert not res.stats.lossy
     assert res.stats.step_compression > 1.0
+
+
+# the default setting (an adaptive chain of sampled drafts, children=1, N=8) as shipped
+DEFAULT_CASES = [("v3-2x2", "plain"), ("v3-2x3-rowend", "cfg"), ("v4-2x2", "t07-topk"), ("v3-2x3-rowend", "mixed")]
+
+
+@pytest.mark.parametrize("case", DEFAULT_CASES, ids=lambda c: "-".join(c))
+def test_default_setting_is_exact(case):
+    m, s = case
+    (p_value, stat, dof, tv), res = check_exact(m, s)
+    print(f"\ndefault {m} {s}: p={p_value:.3g} chi2={stat:.1f} dof={dof} TV={tv:.4f} "
+          f"compression={res.stats.step_compression:.3f}")
+    assert p_value > P_FAIL, f"chi2={stat:.1f} dof={dof} p={p_value:.2e} TV={tv:.4f}"
+    assert not res.stats.lossy
+    assert res.stats.step_compression > 1.0
+
+
+class NextLayersQ(ADTTreeDrafter):
+    """Planted bug: each sampled draft verified with the q of the next expanded node (in the default
+    chain: its child's q, computed from the draft itself) instead of the q it was drawn from."""
+
+    def _assemble(self, *args, q_nodes=None, q_index=None, **kw):
+        if q_index is not None:
+            q_index = (q_index + 1).clamp(max=q_nodes.shape[1] - 1)
+        return super()._assemble(*args, q_nodes=q_nodes, q_index=q_index, **kw)
+
+
+def test_planted_wrong_q_on_the_default_is_caught(monkeypatch):
+    use_drafter(monkeypatch, "adt_tree", NextLayersQ)
+    (p_value, stat, dof, tv), _ = check_exact("v3-2x2", "plain")
+    print(f"\nplanted wrong q on the default chain: p={p_value:.3g} TV={tv:.4f}")
+    assert p_value < P_FAIL, f"planted wrong q went unnoticed: p={p_value:.2e} TV={tv:.4f}"
 
 
 class IndependentSiblings(ADTTreeDrafter):
@@ -155,21 +190,24 @@ def test_candidate_mode_is_validated():
         make_backend("adt_tree", candidate_mode="beam")
     with pytest.raises(ValueError, match=r"candidate_mode must be one of topk, sampled; got 'beam'"):
         specar.generate(model("v3-2x2"), "hi", backend="adt_tree", candidate_mode="beam")
-    assert make_backend("adt_tree").params()["candidate_mode"] == "topk"
+    assert make_backend("adt_tree").params()["candidate_mode"] == "sampled"
+    assert make_backend("adt_tree", preset="paper").params()["candidate_mode"] == "topk"
 
 
 def test_planted_sibling_bug_is_caught(monkeypatch):
     # planted bug: a rejected sibling does not update the target (p instead of the residual), so
     # the next sibling is verified against the un-updated p
     monkeypatch.setattr(verify_mod, "residual", lambda p, q: p)
-    (p_value, stat, dof, tv), _ = check_exact("v3-2x2", "plain", node_budget=6)
+    (p_value, stat, dof, tv), _ = check_exact("v3-2x2", "plain", node_budget=6, candidate_mode="topk")
     print(f"\nplanted sibling bug: p={p_value:.3g} TV={tv:.4f}")
     assert p_value < P_FAIL, f"planted sibling bug went unnoticed: p={p_value:.2e} TV={tv:.4f}"
 
 
 @pytest.mark.parametrize("model_name", list(MODELS))
-@pytest.mark.parametrize("params", [dict(), dict(adaptive=False), dict(tree_init="above"),
-                                    dict(candidate_mode="sampled"), dict(candidate_mode="sampled", adaptive=False),
+@pytest.mark.parametrize("params", [dict(), dict(candidate_mode="topk"), dict(candidate_mode="topk", adaptive=False),
+                                    dict(candidate_mode="topk", tree_init="above"),
+                                    dict(candidate_mode="sampled", children=2),
+                                    dict(candidate_mode="sampled", adaptive=False, children=2),
                                     dict(candidate_mode="sampled", adaptive=False, tree_shape="best_first"),
                                     dict(candidate_mode="sampled", tree_shape="best_first")])
 def test_greedy_gives_the_argmax_sequence(model_name, params):
@@ -192,7 +230,7 @@ def test_relaxed_is_lossy_and_within_its_bound():
     n = mdl.geometry.num_image_tokens
     delta = 0.05
     res = specar.generate(mdl, "hi", backend="adt_tree", seed=5, batch_size=N_SAMPLES, relaxed=True,
-                          relaxed_delta=delta, relaxed_k=2, node_budget=6)
+                          relaxed_delta=delta, relaxed_k=2, node_budget=6, candidate_mode="topk")
     assert res.stats.lossy
     bound = 1 - (1 - delta) ** n
     tv = _tv(res, exact)
@@ -200,13 +238,19 @@ def test_relaxed_is_lossy_and_within_its_bound():
     assert tv <= bound + 0.05, f"TV {tv:.4f} > bound {bound:.4f} + noise"
     # a big delta really does change the distribution (the relaxation is active), delta = 0 is exact
     big = specar.generate(mdl, "hi", backend="adt_tree", seed=5, batch_size=N_SAMPLES, relaxed=True,
-                          relaxed_delta=0.5, relaxed_k=2, node_budget=6)
+                          relaxed_delta=0.5, relaxed_k=2, node_budget=6, candidate_mode="topk")
     tv_big = _tv(big, exact)
     print(f"relaxed delta=0.5: TV={tv_big:.4f}")
     assert tv_big > 0.06
     zero = specar.generate(mdl, "hi", backend="adt_tree", seed=5, batch_size=N_SAMPLES, relaxed=True,
-                           relaxed_delta=0.0, node_budget=6)
+                           relaxed_delta=0.0, node_budget=6, candidate_mode="topk")
     assert chi_square_test(zero.tokens, exact)[0] > P_FAIL
+
+
+def test_relaxed_needs_topk_candidates():
+    with pytest.raises(ValueError, match=r"relaxed=True \(LANTERN\) .* needs candidate_mode=topk \(got "
+                                         r"candidate_mode='sampled'\)"):
+        specar.generate(model("v3-2x2"), "hi", backend="adt_tree", relaxed=True)
 
 
 def test_runs_with_no_files_on_tiny_models_and_is_deterministic():

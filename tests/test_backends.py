@@ -47,5 +47,7 @@ def test_checks_between_parameters_run_once_in_make_backend():
     with pytest.raises(ValueError, match=r"tree_depth must be an int in \[1, 2\], got 3"):
         make_backend("sjd_pac", window=2, tree_depth=3)
     with pytest.raises(ValueError, match="needs candidate_mode=sampled"):
-        make_backend("adt_tree", tree_shape="best_first")
+        make_backend("adt_tree", tree_shape="best_first", candidate_mode="topk")
+    with pytest.raises(ValueError, match="needs candidate_mode=topk"):
+        make_backend("adt_tree", relaxed=True)
     assert make_backend("spatial", window=3, tree_depth=3).typed_params.tree_depth == 3

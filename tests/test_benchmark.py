@@ -85,7 +85,7 @@ def test_lossy_rows_are_marked():
     from specar.testing import tiny_model
     model = tiny_model(16, (2, 3), seed=0, row_end=True)
     model.random_drafter_seed = 0
-    configs = [benchmark.parse_config("adt_tree:node_budget=4,depth=2,width=2,relaxed=true,relaxed_delta=0.3"),
+    configs = [benchmark.parse_config("adt_tree:node_budget=4,depth=2,width=2,candidate_mode=topk,relaxed=true,relaxed_delta=0.3"),
                benchmark.parse_config("adt_tree:node_budget=4,depth=2,width=2")]
     rows = benchmark.run(model, configs, ["x"], [0], warmup=False)
     assert rows[0]["lossy"] and rows[0]["label"].endswith("(LOSSY)")

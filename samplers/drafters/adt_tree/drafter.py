@@ -1,9 +1,11 @@
 """ADT-Tree (Lei et al.): an EAGLE drafter with adjacency-adaptive dynamic draft trees.
 
-Drafting (EAGLE-2 dynamic tree, `ADTTreeDrafter.propose`): the EAGLE layer (samplers/drafters/eagle/) first
-recomputes its band of the last `attn_band` committed positions from the stored target features
-(both CFG branches) -- no drafter KV cache survives a step, so nothing needs rolling back --
-and yields the root feature g_f, whose draft distribution q (target_probs of the drafter's
+Drafting (EAGLE-2 dynamic tree, `ADTTreeDrafter.propose`): the EAGLE layer (samplers/drafters/eagle/) attends
+to a band of the last `attn_band` committed positions (both CFG branches). Its keys / values of a
+committed position depend on that position's own input only (one layer; the target's stored
+feature, the committed token), so they are kept by position (`band_kv`, committed positions only:
+nothing needs rolling back) and each step runs just the newest `fresh` positions through the layer
+(`_window_pass`); this yields the root feature g_f, whose draft distribution q (target_probs of the drafter's
 cond/uncond logits, the target's CFG / temperature / top-k / top-p) gives the depth-1
 candidates. Each layer then expands the top-k nodes of the previous layer by cumulative draft
 probability: every expanded node gets its top-k tokens as children; of all children the top-k by
@@ -99,6 +101,9 @@ class ADTTreeDrafter(SampledTrees, DraftsFromHiddenStates, Drafter):
         dev = model.device
         self.net = load_eagle(model, params.drafter).to(dev).float().eval()
         self.attn_band = self.net.cfg.attn_band  # committed positions the EAGLE layer attends to
+        # band positions run through the layer per step (`_window_pass`): at least what one step
+        # commits (the deepest tree + 1; slack is that depth + 3)
+        self.fresh = min(self.attn_band, self.slack - 2)
         if self.relaxed:
             from ..lantern import neighbour_table
             self.neighbours = neighbour_table(model, params.relaxed_k).to(dev)
@@ -118,6 +123,13 @@ class ADTTreeDrafter(SampledTrees, DraftsFromHiddenStates, Drafter):
         self.k = torch.full((B,), self.k0, dtype=torch.long, device=dev)
         # (d, k) of the tree that covered each position (for tree_init="above")
         self.dk_at = torch.zeros(B, state.layout.ext + 2, 2, dtype=torch.long, device=dev)
+        # the EAGLE layer's keys / values of committed positions, by position (last column: spare).
+        # One layer: position j's K/V depend on its own input (f_{j-1}, t_j, j) only, all final once
+        # j is committed, so a band position computed in an earlier step is read back, never
+        # recomputed; each step runs only the newest `fresh` positions (at least what one step
+        # can commit: the deepest tree + 1) through the layer
+        R = 2 * B if self.uses_cfg else B
+        self.band_kv = self.net.new_cache(R, state.layout.ext + 3, dev, torch.float32)
 
     def host_hint(self, state: LoopState):
         act = state.active
@@ -126,26 +138,38 @@ class ADTTreeDrafter(SampledTrees, DraftsFromHiddenStates, Drafter):
 
     # -- propose -----------------------------------------------------------------------------
     def _window_pass(self, state: LoopState, S: int):
-        """Recompute the band of the last `attn_band` committed positions into a fresh cache of S
-        slots; returns (kv, root feature [R, 1, D], wvalid [R, W], fR [R])."""
+        """The band of the last `attn_band` committed positions in a fresh cache of S slots (slot i:
+        position f - attn_band + 1 + i): the K/V of positions computed in earlier steps read from
+        `band_kv`, the newest `fresh` positions run through the layer (and stored there). Returns
+        (kv, root feature [R, 1, D], wvalid [R, W], fR [R])."""
         B, dev = state.batch, state.device
-        R, W, rows = (2 * B if self.uses_cfg else B), self.attn_band, state.rows
-        rrows = torch.arange(R, device=dev)
+        R, W, A, rows = (2 * B if self.uses_cfg else B), self.attn_band, self.fresh, state.rows
+        rrows = torch.arange(R, device=dev)[:, None]
         f = state.frontier
         fR = f.repeat(2) if self.uses_cfg else f
         kv = self.net.new_cache(R, S, dev, torch.float32)
-        # 1. the window of committed positions f-W+1 .. f
         wpos = fR[:, None] - W + 1 + torch.arange(W, device=dev)
         wvalid = wpos >= 0
         wposc = wpos.clamp(min=0)
-        feats = self.hidden.states[rrows[:, None], wposc]
-        toks = state.seq[rows[:, None], wposc[:B]]
-        ar = torch.arange(W, device=dev)
-        mask = torch.zeros(R, W, S, dtype=torch.bool, device=dev)
-        mask[:, :, :W] = (ar[:, None] >= ar[None, :]) & wvalid[:, None, :]
-        mask[:, ar, ar] = True
-        g = self.net(feats, self._embed(toks), wposc, mask, kv, ar.expand(R, W))
-        return kv, g[:, -1:], wvalid, fR
+        old = W - A  # band slots read back
+        by_pos = [c.transpose(1, 2) for c in self.band_kv]  # [R, P, H, hd] views
+        if old:
+            for step_c, c in zip(kv, by_pos):
+                step_c[:, :, :old] = c[rrows, wposc[:, :old]].transpose(1, 2)
+        # the newest A positions: keys / values only, then the root (position f) through the whole layer
+        npos, na = wposc[:, old:], torch.arange(old, W, device=dev)
+        feats = self.hidden.states[rrows, npos]
+        embeds = self._embed(state.seq[rows[:, None], npos[:B]])
+        if A > 1:
+            self.net.write_keys_values(feats[:, :-1], embeds[:, :-1], npos[:, :-1], kv, na[:-1].expand(R, A - 1))
+        mask = torch.zeros(R, 1, S, dtype=torch.bool, device=dev)
+        mask[:, 0, :W] = wvalid
+        mask[:, 0, W - 1] = True
+        g = self.net(feats[:, -1:], embeds[:, -1:], npos[:, -1:], mask, kv, na[-1:].expand(R, 1))
+        dest = torch.where(wvalid[:, old:], wpos[:, old:], self.band_kv[0].shape[2] - 1)
+        for step_c, c in zip(kv, by_pos):
+            c[rrows, dest] = step_c[:, :, old:W].transpose(1, 2)
+        return kv, g, wvalid, fR
 
     def _forward_chosen(self, B: int, d: int, tok, order, children: int, g_e, anc_e, slots, band):
         """The chosen nodes `order` [B, E] of layer d (flat indices into tok [B, E_parent, children])
@@ -325,5 +349,8 @@ class ADTTreeDrafter(SampledTrees, DraftsFromHiddenStates, Drafter):
 
 
 
+# default: the fastest lossless setting measured on the demo model (an adaptive chain of sampled
+# drafts, 8 nodes: docs/BENCHMARKS.md, issue 26); preset="paper": EAGLE-2's top-k trees of 32 nodes
 ADT_TREE = Method("adt_tree", "ADT-Tree", "EAGLE drafter with adjacency-adaptive dynamic draft trees (Lei et al.)",
-                  ADTTreeParams, ADTTreeDrafter, drafter_kind="eagle", train=".eagle.training:train_eagle")
+                  ADTTreeParams, ADTTreeDrafter, drafter_kind="eagle", train=".eagle.training:train_eagle",
+                  paper_preset=(("candidate_mode", "topk"), ("node_budget", 32), ("depth", 5), ("children", 2)))

@@ -14,26 +14,28 @@ TREE_SHAPES = ("layers", "best_first")
 
 @dataclass(frozen=True)
 class ADTTreeParams:
-    node_budget: int = param(32, "nodes per forward (pending token included); the tree is padded to it", lo=2, hi=512,
-                             sizes=True)
+    node_budget: int = param(8, "nodes per forward (pending token included); the tree is padded to it", lo=2, hi=512,
+                             sizes=True, paper="EAGLE-2's trees (preset='paper': 32)")
     tree_init: str = param("left", "where a new tree's depth and width come from: the left neighbour's tree, the one "
                            "above, or random", choices=TREE_INITS, paper="ADT-Tree paper: left (horizontal)")
     adaptive: bool = param(True, "bisection adaptation of depth and width from the previous tree's acceptance (off: a "
                            "fixed EAGLE-2 tree)", paper="ADT-Tree paper: on")
     beta: float = param(1.0, "acceptance-rate threshold of the adaptation", lo=0.0, hi=1.0, paper="ADT-Tree paper: 1")
-    depth: int = param(5, "initial (or fixed) tree depth d (adaptive: kept in [1, max_depth] and below node_budget)",
-                       lo=1, hi=64, paper="ADT-Tree paper: d in (0, 10)")
+    depth: int = param(6, "initial (or fixed) tree depth d (adaptive: kept in [1, max_depth] and below node_budget)",
+                       lo=1, hi=64, paper="ADT-Tree paper: d in (0, 10) (preset='paper': 5)")
     width: int = param(8, "initial (or fixed) expansion width k: top-k children per node and nodes expanded per layer "
                        "(adaptive: kept in [4, 13]; at most the image vocabulary)", lo=1, hi=13,
                        paper="ADT-Tree paper: k in (3, 14)")
     max_depth: int = param(9, "adaptive: the deepest tree the bisection may grow (below node_budget)", lo=1, hi=64,
                            paper="ADT-Tree paper: 9 (d in (0, 10))")
-    candidate_mode: str = param("topk", "how a node's children are chosen: topk (EAGLE-2's deterministic top-k, "
+    candidate_mode: str = param("sampled", "how a node's children are chosen: topk (EAGLE-2's deterministic top-k, "
                                 "accepted with the target's mass on them) or sampled (drawn without replacement from "
                                 "the drafter's q, accepted with about 1 - TV(p, q); tree shape fixed before drawing)",
-                                choices=CANDIDATE_MODES, paper="ADT-Tree paper: topk (EAGLE-2)")
-    children: int = param(2, "sampled mode: siblings drawn per expanded node; each layer expands max(1, width // "
-                          "children) nodes (at most the image vocabulary)", lo=1, hi=16)
+                                choices=CANDIDATE_MODES, paper="ADT-Tree paper: topk (EAGLE-2; preset='paper')")
+    children: int = param(1, "sampled mode: siblings drawn per expanded node; each layer expands max(1, width // "
+                          "children) nodes (at most the image vocabulary); 1 (with root_children 0 or 1): the tree "
+                          "is one chain, its depth adapted, width unused", lo=1, hi=16,
+                          paper="preset='paper': 2 (unused by topk)")
     root_children: int = param(0, "sampled mode: siblings drawn at the root (depth 1), where a step's first draft is "
                                "rejected most often; 0: `children`. root_children=R, children=1, width=R: R chains",
                                lo=0, hi=16)
@@ -60,3 +62,6 @@ class ADTTreeParams:
         if self.tree_shape == "best_first" and self.candidate_mode != "sampled":
             raise ValueError("tree_shape=best_first is a static tree of sampled candidates: it needs "
                              f"candidate_mode=sampled (got candidate_mode={self.candidate_mode!r})")
+        if self.relaxed and self.candidate_mode != "topk":
+            raise ValueError("relaxed=True (LANTERN) relaxes the acceptance of top-k candidates: it needs "
+                             f"candidate_mode=topk (got candidate_mode={self.candidate_mode!r})")

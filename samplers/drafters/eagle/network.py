@@ -153,6 +153,14 @@ class EagleNet(nn.Module):
         cos, sin = self._rope(positions)
         return self.block(x, cos, sin, kv, slots, mask)
 
+    def write_keys_values(self, feats, embeds, positions, kv, slots) -> None:
+        """Only the keys / values of positions (written to kv at slots [R, T]), no output: for
+        context positions whose own output is not needed (the layer is the only one, so nothing
+        above reads it)."""
+        x = self.block.attn_norm(self.fc(torch.cat([feats, embeds], -1)))
+        cos, sin = self._rope(positions)
+        self.block.attn.project(x, cos, sin, kv, slots)
+
     def band_mask(self, T: int, device) -> torch.Tensor:
         """Teacher-forced training mask: causal, last `attn_band` positions only."""
         i = torch.arange(T, device=device)

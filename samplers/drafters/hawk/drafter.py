@@ -88,12 +88,12 @@ def tree_topology(budget: int, width: int, depth: int, prior: float = SLOT_ACCEP
 
 @dataclass(frozen=True)
 class HawkParams:
-    horizontal_heads: int = param(2, "horizontal heads: positions T+1..T+n after the pending token", lo=1, hi=16,
+    horizontal_heads: int = param(3, "horizontal heads: positions T+1..T+n after the pending token", lo=1, hi=16,
                                   paper="Hawk paper: Medusa-style heads (preset='paper': 4, our tree of docs/HAWK.md)")
     vertical_depth: int = param(1, "vertical heads: rows below (T + d * row) kept in the speculation cache", lo=0,
                                 hi=4, paper="Hawk paper: VSD")
     candidates: int = param(2, "candidates drawn from each head's distribution at a position", lo=1, hi=16)
-    node_budget: int = param(16, "nodes per forward (pending token included); the tree is padded to it", lo=2,
+    node_budget: int = param(8, "nodes per forward (pending token included); the tree is padded to it", lo=2,
                              hi=512, paper="preset='paper': 32", sizes=True)
     vertical_reach: int = param(0, "tree levels past the horizontal heads drafted from the vertical cache alone "
                                 "(0: the paper's tree; needs vertical_depth >= 1)", lo=0, hi=64, paper="Hawk paper: 0")
@@ -124,7 +124,7 @@ class HawkDrafter(DraftsFromHiddenStates, Drafter):
         self.n_real = len(parents)
         self.slot_of = torch.tensor(slots + [0] * (self.node_budget - len(parents)), device=dev)
         self.depth = torch.tensor(depths + [1] * (self.node_budget - len(parents)), device=dev)
-        self.parent_t = torch.tensor(self.parents, device=dev)
+        self.parent_of = torch.tensor([0] + self.parents[1:], device=dev)  # the root: itself
         self.max_depth = max(depths)
         self.max_children = max(sum(1 for q in parents if q == i) for i in range(len(parents)))
         self.slack = self.L + 3
@@ -155,10 +155,7 @@ class HawkDrafter(DraftsFromHiddenStates, Drafter):
         k = torch.arange(1, L + 1, device=dev)
         # horizontal: heads on h_{f-1} (index f) for levels 1..n; levels n+1..L have none
         hh = hid[rowsR, fR.clamp(max=top)]  # [R, D]
-        qh = self._q(self.heads.horizontal(hh), B)[:, :, None]  # [B, n, 1, V]
-        if L > n:
-            qh = torch.cat([qh, qh[:, :1].expand(B, L - n, 1, V)], 1)  # placeholders, never drawn
-        pool = [qh]
+        feats = [self.heads.horizontal(hh)]  # [R, n, D]
         avail = [(k <= n)[None, :, None].expand(B, L, 1)]
         if v:
             d = torch.arange(1, v + 1, device=dev)
@@ -167,8 +164,13 @@ class HawkDrafter(DraftsFromHiddenStates, Drafter):
             ok = (src >= -1) & (src <= f[:, None, None] - 1)
             srcR = (src.repeat(2, 1, 1) if self.uses_cfg else src).clamp(min=-1) + 1
             hv = hid[rowsR[:, None, None], srcR.clamp(max=top)]  # [R, L, v, D]
-            pool.append(self._q(self.heads.vertical(hv), B))  # [B, L, v, V]
+            feats.append(self.heads.vertical(hv).flatten(1, 2))  # [R, L * v, D]
             avail.append(ok)
+        q_all = self._q(torch.cat(feats, 1), B)  # one pass through the image head: [B, n + L * v, V]
+        qh = q_all[:, :n, None]  # [B, n, 1, V]
+        if L > n:
+            qh = torch.cat([qh, qh[:, :1].expand(B, L - n, 1, V)], 1)  # placeholders, never drawn
+        pool = [qh] + ([q_all[:, n:].view(B, L, v, V)] if v else [])
         pool_q = torch.cat(pool, 2)  # [B, L, S, V]
         avail = torch.cat(avail, 2)  # [B, L, S]
         # pairs (sample r, source s), r-major; the available ones first (stable)
@@ -194,10 +196,8 @@ class HawkDrafter(DraftsFromHiddenStates, Drafter):
         # a forced position: the structure token as the single child (slot 0)
         valid = (valid | (at_forced & (slot[None] == 0))) & (~at_forced | (slot[None] == 0))
         tokens[:, 0] = state.seq[state.rows, f.clamp(max=state.seq.shape[1] - 2)]
-        for i in range(1, self.n_real):  # a node under an invalid parent is invalid
-            par = self.parents[i]
-            if par > 0:
-                valid[:, i] &= valid[:, par]
+        for _ in range(self.max_depth - 1):  # a node under an invalid parent is invalid (one level per pass)
+            valid = valid & valid[:, self.parent_of]
         tokens = torch.where(valid, tokens, 0)
         self._source = torch.where(valid, source, -1)
         return DraftTree(tokens=tokens, parents=self.parents, q=node_q, valid=valid, depth=self.depth,
