@@ -31,8 +31,8 @@ def restarts(monkeypatch):
     seen = []
     real = jacobi_mod.JacobiDrafter._stalled_rows
 
-    def counting(self, state, n_accepted, npos):
-        restart = real(self, state, n_accepted, npos)
+    def counting(self, state, n_accepted):
+        restart = real(self, state, n_accepted)
         seen.append(int(restart.sum()))
         return restart
 
@@ -53,8 +53,9 @@ def test_planted_peeking_restart_is_caught(monkeypatch):
     (`pytest -s tests/test_restart.py -k peeking` prints the p-value; drafts from `random` init, whose q
     is flat, hide this bias better, so the case uses sample_above).
     The surviving drafts are then conditioned on not being 0, no longer distributed as their q."""
-    def peeking(self, state, n_accepted, npos):
-        return (state.seq.gather(1, npos[:, :1]).squeeze(1) == 0) & state.active
+    def peeking(self, state, n_accepted):
+        # the draft at the first position after the new frontier, the window's first
+        return (state.seq.gather(1, state.frontier[:, None] + 1).squeeze(1) == 0) & state.active
 
     monkeypatch.setattr(jacobi_mod.JacobiDrafter, "_stalled_rows", peeking)
     (p_value, stat, dof, tv), _ = check_exact("scd", "v3-2x2", "plain", window=3, init="sample_above", restart_after=1)

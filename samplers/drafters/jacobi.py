@@ -272,14 +272,14 @@ class JacobiDrafter(Drafter):
         npos = new_frontier[:, None] + slot[1:]
         need = (npos > self.drafted[:, None]) & active[:, None]
         if self.restart_after:
-            need = need | self._stalled_rows(state, verdict.n_accepted, npos)[:, None]
+            need = need | self._stalled_rows(state, verdict.n_accepted)[:, None]
         self._init(state, npos, need)
         self.drafted = torch.where(active, torch.maximum(self.drafted, new_frontier + T - 1), self.drafted)
         if self.K > 1:
             self.in_tree = verdict.extras["rejected"] & active
             self._build_tree(state)
 
-    def _stalled_rows(self, state, n_accepted, npos):
+    def _stalled_rows(self, state, n_accepted):
         """Stall restart: the rows whose last `restart_after` steps each committed one token; their
         whole window is drafted afresh by `init`. Coupled re-drafts keep a draft wherever the new p
         still gives it mass, so drafts made under a wrong prefix can stay wrong step after step (a

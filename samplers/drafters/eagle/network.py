@@ -147,19 +147,21 @@ class EagleNet(nn.Module):
         positions = positions.clamp(0, self.cfg.max_positions - 1)
         return self.rope_cos[positions][:, None], self.rope_sin[positions][:, None]
 
+    def _inputs(self, feats, embeds, positions):
+        """The layer's input x [R, T, D] and rotary tables of feats, embeds [R, T, D] at positions [R, T]."""
+        return (self.fc(torch.cat([feats, embeds], -1)), *self._rope(positions))
+
     def forward(self, feats, embeds, positions, mask, kv=None, slots=None):
         """feats, embeds [R, T, D]; positions [R, T]; mask [R, T, S] (S == T without cache)."""
-        x = self.fc(torch.cat([feats, embeds], -1))
-        cos, sin = self._rope(positions)
+        x, cos, sin = self._inputs(feats, embeds, positions)
         return self.block(x, cos, sin, kv, slots, mask)
 
     def write_keys_values(self, feats, embeds, positions, kv, slots) -> None:
         """Only the keys / values of positions (written to kv at slots [R, T]), no output: for
         context positions whose own output is not needed (the layer is the only one, so nothing
         above reads it)."""
-        x = self.block.attn_norm(self.fc(torch.cat([feats, embeds], -1)))
-        cos, sin = self._rope(positions)
-        self.block.attn.project(x, cos, sin, kv, slots)
+        x, cos, sin = self._inputs(feats, embeds, positions)
+        self.block.attn.project(self.block.attn_norm(x), cos, sin, kv, slots)
 
     def band_mask(self, T: int, device) -> torch.Tensor:
         """Teacher-forced training mask: causal, last `attn_band` positions only."""

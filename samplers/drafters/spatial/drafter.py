@@ -103,14 +103,14 @@ class SpatialDrafter(DraftsFromHiddenStates, JacobiDrafter):
         super()._init(state, pos, need)  # the rest: the `init` rule
 
     @torch.no_grad()
-    def _heads_q(self, state, hp, depths):
-        """q [B, M, V] of positions hp [B, M] from the first head d = 1..depths whose source states
-        are computed, and the mask of the positions some head reached."""
+    def _heads_q(self, state, hp):
+        """q [B, M, V] of positions hp [B, M] from the first head d = 1..head_depths whose source
+        states are computed, and the mask of the positions some head reached."""
         B = hp.shape[0]
         rows = state.rows[:, None, None]
         hid, spare = self.hidden.states, self.hidden.spare
         g, reached = None, torch.zeros(hp.shape, dtype=torch.bool, device=state.device)
-        for d in range(1, depths + 1):
+        for d in range(1, self.depths + 1):
             src = hp[:, :, None] - d * self.stride + self.taps  # [B, M, taps] source positions
             ok = (src[:, :, 0] >= -1) & (src[:, :, -1] <= self.hid_upto[:, None]) & ~reached
             col = torch.where(ok[:, :, None], src + 1, spare)
@@ -140,7 +140,7 @@ class SpatialDrafter(DraftsFromHiddenStates, JacobiDrafter):
         at = hp - pos[:, :1]  # their index in `pos`
         inside = (at >= 0) & (at < K)
         need_hp = inside & need.gather(1, at.clamp(0, K - 1))
-        q, reached = self._heads_q(state, hp, self.depths)
+        q, reached = self._heads_q(state, hp)
         use = need_hp & reached
         if self.head_below < 1.0:  # a confident q above (flat regions) keeps the `init` rule
             above = hp - self.stride
