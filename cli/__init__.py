@@ -3,6 +3,7 @@
 - demo.py: `demo` (make demo): the demo model, AR vs the fastest lossless backend
 - benchmark.py: `bench` (make bench): every backend side by side in one run
 - shape_bench.py: `shape-bench`: 7B-shape forward latency vs the sampling core's cost
+- compile_rows.py: `compile-rows`: the compiled CPU step's limit for products as a multiply-and-sum
 - roofline.py: `shape-bench --roofline`: the GPU latency projection (a roofline model, labelled a projection)
 - evaluate_demo.py: `evaluate-demo`: prompt following of the demo model (16 judged prompts)
 - train_drafter.py: `train-drafter`: Hawk heads / EAGLE drafter by self-distillation
@@ -26,6 +27,8 @@ COMMANDS = {
                      "speed-up measured in the same run (what `make demo` runs)"),
     "bench": ("benchmark", "every backend side by side on the same prompts and seeds, one run (`make bench`)"),
     "shape-bench": ("shape_bench", "forward latency of a 7B model's shape vs the sampling core's cost per step"),
+    "compile-rows": ("compile_rows", "the compiled CPU step: matrix products by BLAS vs as a multiply-and-sum, by "
+                                     "rows (sets few_rows_matmul.MAX_ROWS)"),
     "evaluate-demo": ("evaluate_demo", "prompt following of the demo model: 16 prompts judged automatically"),
     "train-drafter": ("train_drafter", "train Hawk heads or an EAGLE drafter on a frozen model by self-distillation"),
     "convert-checkpoint": ("convert_checkpoint", "a released .pt/.ckpt checkpoint -> safetensors"),

@@ -24,6 +24,8 @@ from typing import Callable, Hashable
 
 import torch
 
+from .few_rows_matmul import MAX_ROWS, few_rows_pass
+
 _CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"
 
 
@@ -69,20 +71,27 @@ def _raise_recompile_limit(n: int = 64) -> None:
 # cpp_wrapper, the graph's driver in generated C++ instead of Python: a decode step of a small model
 # runs a hundred tiny kernels (one token x two CFG rows), and the Python wrapper's per-kernel work
 # (argument handling, buffer allocation, size asserts) is then a visible share of the step.
+# post_grad_custom_pre_pass, products of a few rows as a multiply-and-sum instead of BLAS's GEMM
+# (few_rows_matmul.py: GEMM's set-up dominated the decode step). Absent on a torch without the API.
 # Not used: freezing (weights as graph constants; no clear gain measured, and a graph that silently
 # keeps old weights if an adapter ever changed them) and max-autotune (no gain at these shapes,
 # longer compiles). Measured on the demo model: docs/BENCHMARKS.md "The compiled step".
 CPU_INDUCTOR_OPTIONS = {"cpp_wrapper": True}
 
 
-def compile_settings(device) -> dict:
+def compile_settings(device, few_rows: int = MAX_ROWS) -> dict:
     """torch.compile's mode or options for a step on `device`: CUDA graphs on CUDA (mode
-    ``reduce-overhead``), inductor's C++ wrapper on the CPU."""
+    ``reduce-overhead``); on the CPU inductor's C++ wrapper, and products of at most `few_rows`
+    rows as a multiply-and-sum (few_rows_matmul.py; 0: none)."""
     kind = torch.device(device).type
     if kind == "cuda":
         return {"mode": "reduce-overhead"}
     if kind == "cpu":
-        return {"options": dict(CPU_INDUCTOR_OPTIONS)}
+        options = dict(CPU_INDUCTOR_OPTIONS)
+        rewrite = few_rows_pass(few_rows)
+        if rewrite is not None:
+            options["post_grad_custom_pre_pass"] = rewrite
+        return {"options": options}
     return {}
 
 
@@ -90,12 +99,14 @@ class ShapeCompiled:
     """``f(key, *args)``: ``fn(*args)`` through one compiled graph per ``key`` (the caller's name
     for the shape), eager after a failure to compile."""
 
-    def __init__(self, fn: Callable, device: torch.device, name: str, stats: CompileStats):
-        self.fn, self.name, self.stats = fn, name, stats
+    def __init__(self, fn: Callable, device: torch.device, name: str, stats: CompileStats,
+                 few_rows: int = MAX_ROWS):
+        self.fn, self.name, self.stats, self.few_rows = fn, name, stats, few_rows
         self.seen: set = set()
         persistent_cache_dir()
         _raise_recompile_limit()
-        self.compiled = torch.compile(fn, fullgraph=True, dynamic=False, **compile_settings(device))
+        self.compiled = torch.compile(fn, fullgraph=True, dynamic=False,
+                                      **compile_settings(device, few_rows))
 
     def __call__(self, key: Hashable, *args):
         st = self.stats

@@ -12,6 +12,7 @@ from typing import Callable, Optional, Sequence, Union
 import torch
 
 from .compiled import CompileStats, ShapeCompiled
+from .few_rows_matmul import MAX_ROWS
 from .contract import ARImageModel, EncodedPrompt, ForwardOutput, Session
 from .slots import SlotState, batched_tree_tensors, cfg_rows, draft_layout, path_moves, prefill_layout, tree_tensors
 
@@ -50,13 +51,17 @@ class SlotCacheModel(ARImageModel):
     # -- compiled step ---------------------------------------------------------------------------
     supports_compile = True
 
-    def compile_step(self) -> CompileStats:
+    def compile_step(self, few_rows: int = MAX_ROWS) -> CompileStats:
         """Prepare the compiled forward (one static graph per forward shape, compiled on first
         use) used by sessions started with ``compiled=True``; returns the counters (compiles,
-        recompiles, graph breaks, compile time) it keeps for this model."""
-        if self.__dict__.get("_compiled_step") is None:
+        recompiles, graph breaks, compile time) it keeps for this model. ``few_rows``: the CPU
+        graph's limit for products as a multiply-and-sum (few_rows_matmul.py); only the
+        measurement of that limit (`python -m specar compile-rows`) changes it."""
+        step = self.__dict__.get("_compiled_step")
+        if step is None or step.few_rows != few_rows:
             self.compile_stats = CompileStats()
-            self._compiled_step = ShapeCompiled(self._step_logits, self.device, "model forward", self.compile_stats)
+            self._compiled_step = ShapeCompiled(self._step_logits, self.device, "model forward", self.compile_stats,
+                                                few_rows)
         return self.compile_stats
 
     @torch.inference_mode()
@@ -81,7 +86,8 @@ class SlotCacheModel(ARImageModel):
             branches, batch, self.geometry.seq_len + draft_capacity + 1, self.pad_id, dev,
             prompt_multiple=COMPILED_PROMPT_MULTIPLE if compiled else 1)
         if compiled:
-            self.compile_step()
+            if self.__dict__.get("_compiled_step") is None:
+                self.compile_step()
             state.compiled, state.target_head = True, target_head
         state.cache = self._new_cache(state.rows, state.S)
         h = self._run(self._embed_prompt(tokens), positions, allowed, state.cache, slots)

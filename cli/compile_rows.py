@@ -1,0 +1,90 @@
+"""`python -m specar compile-rows`: where the compiled CPU step should stop writing matrix products
+as a multiply-and-sum (model_loaders/few_rows_matmul.py) and leave them to BLAS.
+
+Times the model's compiled forward of a chain of T tokens, with CFG as a batch of two (2T rows
+per matrix product), once with every product through BLAS's GEMM and once with every product as
+the multiply-and-sum, plus the eager forward. Each setting is compiled once per chain length (a few
+seconds each, cached on disk after the first run); the timings of the settings are taken round-robin
+and the fastest round is kept, so a load spike from another process does not favour one setting.
+The last row count at which the multiply-and-sum still wins is the limit to use
+(`few_rows_matmul.MAX_ROWS`).
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+
+import torch
+
+from .args import parse_command, positive_int
+from .benchmark import _model, cpu_name
+
+ALL_ROWS = 1 << 30  # a limit no forward reaches: every product as the multiply-and-sum
+SETTINGS = {"eager": None, "gemm": 0, "mul-sum": ALL_ROWS}
+
+
+def add_arguments(ap) -> None:
+    ap.add_argument("--model", default="demo", help="built-in name, model folder, or tiny:V,HxW[,row_end]")
+    ap.add_argument("--tokens", type=positive_int, nargs="+", default=[1, 2, 3, 4, 6, 8, 12, 17, 33],
+                    help="chain lengths timed (rows per product: 2x with CFG)")
+    ap.add_argument("--threads", type=positive_int, default=2, help="torch CPU threads")
+    ap.add_argument("--calls", type=positive_int, default=40, help="forwards per timing")
+    ap.add_argument("--rounds", type=positive_int, default=5, help="timings per setting (the fastest is kept)")
+    ap.add_argument("--json", help="write the results to this file")
+
+
+def _forward_timer(model, tokens: int, calls: int):
+    """A function timing `calls` forwards of a `tokens`-token chain on one CFG session."""
+    enc = model.encode_prompt("a red circle", "")
+    compiled = model.__dict__.get("_compiled_step") is not None
+    session = model.start(enc, 1, True, draft_capacity=tokens, compiled=compiled)
+    chain = torch.zeros(1, tokens, dtype=torch.long, device=model.device)
+    parents = list(range(-1, tokens - 1))
+    model.forward(session, chain, parents)  # compiles, when compiled
+
+    def timed() -> float:
+        t = time.perf_counter()
+        for _ in range(calls):
+            model.forward(session, chain, parents)
+        return (time.perf_counter() - t) / calls
+
+    return timed
+
+
+def run(args):
+    torch.set_num_threads(args.threads)
+    models = {}
+    for name, few_rows in SETTINGS.items():  # one model object per setting: each keeps its own graphs
+        models[name] = _model(args.model, None, None)
+        if few_rows is not None:
+            models[name].compile_step(few_rows=few_rows)
+    rows = []
+    for T in args.tokens:
+        timers = {name: _forward_timer(m, T, args.calls) for name, m in models.items()}
+        best = {name: float("inf") for name in timers}
+        for _ in range(args.rounds):
+            for name, timer in timers.items():
+                best[name] = min(best[name], timer())
+        rows.append({"tokens": T, "rows": 2 * T, **{f"{name}_ms": round(1e3 * s, 4) for name, s in best.items()}})
+    wins = [r["rows"] for r in rows if r["mul-sum_ms"] < r["gemm_ms"]]
+    print(f"compiled forward of a T-token chain, CFG (2T rows per product), {args.threads} threads, model {args.model}")
+    print(f"{'tokens':>6s} {'rows':>5s} {'eager ms':>9s} {'gemm ms':>8s} {'mul-sum ms':>10s} {'gemm/mul-sum':>12s}")
+    for r in rows:
+        print(f"{r['tokens']:6d} {r['rows']:5d} {r['eager_ms']:9.3f} {r['gemm_ms']:8.3f} {r['mul-sum_ms']:10.3f} "
+              f"{r['gemm_ms'] / r['mul-sum_ms']:12.2f}")
+    print(f"multiply-and-sum faster at rows: {wins or 'none'}")
+    if args.json:
+        command = (f"python -m specar compile-rows --model {args.model} --tokens {' '.join(map(str, args.tokens))} "
+                   f"--threads {args.threads} --calls {args.calls} --rounds {args.rounds} --json {args.json}")
+        meta = {"command": command, "model": args.model, "threads": args.threads,
+                "calls": args.calls, "rounds": args.rounds, "machine": platform.platform(), "processor": cpu_name(),
+                "cpu_count": os.cpu_count(), "torch": torch.__version__, "date": time.strftime("%Y-%m-%d")}
+        with open(args.json, "w") as f:
+            json.dump({"meta": meta, "rows": rows}, f, indent=1)
+    return rows
+
+
+def main(argv=None):
+    return run(parse_command("compile-rows", __doc__, add_arguments, argv))
