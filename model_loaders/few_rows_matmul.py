@@ -6,7 +6,8 @@ own set-up and threading, not to reading the weights (on the demo model at 2 CPU
 `aten::mm` was 56% of compiled AR's profile, 58 us a call). Written as
 ``out[m, n] = sum_k x[m, k] * W[n, k]`` the product is one inductor reduction kernel along the
 weight's contiguous rows, which reads each weight row once per input row. With this pass compiled
-AR on the demo model went from 1.37x to about 2x eager AR (docs/BENCHMARKS.md "The compiled step").
+AR on the demo model went from 1.37x to 2.92x eager AR (docs/BENCHMARKS.md, "The compiled step:
+products of a few rows").
 
 Only inside the compiled step on the CPU (`compiled.compile_settings`), only for float32 products
 of at most `MAX_ROWS` rows with static shapes: eager steps and wider forwards (Jacobi chains,
@@ -18,9 +19,10 @@ from __future__ import annotations
 
 import torch
 
-# Rows (tokens x CFG branches x images) up to which the multiply-and-sum replaces GEMM. Measured on
-# the demo model's compiled forward, 2 CPU threads (python -m specar shape-bench --compile-rows):
-# below it the reduction wins, above it BLAS's blocking pays.
+# Rows (tokens x CFG branches x images) up to which the multiply-and-sum replaces GEMM: the last
+# count where it won by more than 1.2x in `python -m specar compile-rows` (the demo model's compiled
+# forward, 2 CPU threads; docs/figures/compile_rows_1125.json): its cost grows with the rows, GEMM's
+# hardly does, and at 66 rows GEMM is faster.
 MAX_ROWS = 12
 
 try:

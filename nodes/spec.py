@@ -168,8 +168,9 @@ def sampler_spec(drafter_choices: Callable[[str], list] = lambda kind: []) -> No
                "in this execution, and show the wall-clock speed-up against it (costs one AR generation)",
                default=False, optional=True),
         Widget("compile", "BOOLEAN", "run the model's step through torch.compile (one static graph per forward shape, "
-               "kept for later runs with the same shapes): the same tokens, a faster step where per-step overhead "
-               "dominates (small models, CPU). The first run with a new backend, size, batch or guidance compiles "
+               "kept for later runs with the same shapes): the same sampler (the tokens are eager's unless float rounding "
+               "decides a sampling race, which is rare), a faster step where per-step overhead dominates (small models, "
+               "CPU). The first run with a new backend, size, batch or guidance compiles "
                "first (seconds to minutes, counted in that run's time; a cache on disk shortens it in later "
                "sessions); where compiling is not possible it says so once and runs eager. compare_with_ar's AR "
                "run stays eager", default=False, optional=True),
