@@ -70,6 +70,18 @@ def test_shape_bench_small_runs(tmp_path):
     assert core[("sjd", 16)]["forward_ms_at_window"] == data["rows"][1]["forward_ms"]
 
 
+def test_compile_rows_times_both_product_forms(tmp_path):
+    out = tmp_path / "rows.json"
+    cmd = [sys.executable, "-m", "specar", "compile-rows", "--model", "tiny:16,4x4", "--tokens", "1", "3",
+           "--calls", "2", "--rounds", "1", "--threads", "1", "--json", str(out)]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    data = json.loads(out.read_text())
+    assert [(r["tokens"], r["rows"]) for r in data["rows"]] == [(1, 2), (3, 6)]
+    assert all(r[k] > 0 for r in data["rows"] for k in ("eager_ms", "gemm_ms", "mul-sum_ms"))
+    assert "multiply-and-sum faster at rows:" in res.stdout
+
+
 def test_demo_command_saves_pictures(tmp_path):
     cmd = [sys.executable, "-m", "specar", "demo", "--model", "tiny:8,4x4,row_end", "--prompts", "a", "b",
            "--fast", "sjd:window=8", "--out", str(tmp_path)]

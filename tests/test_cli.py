@@ -40,7 +40,7 @@ def test_command_help_is_whole_and_shows_defaults(command, capsys):
     module = __import__(f"specar.cli.{COMMANDS[command][0]}", fromlist=["_"])
     first_paragraph = module.__doc__.strip().split("\n\n")[0]
     assert " ".join(first_paragraph.split()) in " ".join(out.split())  # the description is not cut
-    if command in ("demo", "train-drafter", "shape-bench", "evaluate-demo"):
+    if command in ("demo", "train-drafter", "shape-bench", "evaluate-demo", "compile-rows"):
         assert "(default: " in out
 
 
@@ -57,6 +57,7 @@ BAD = [
     (["train-drafter", "--kind", "warp", "--out", "OUT"], "invalid choice: 'warp'"),
     (["shape-bench", "--repeats", "0"], "--repeats: must be an integer >= 1"),
     (["shape-bench", "--windows", "16", "x"], "--windows: must be an integer >= 1, got 'x'"),
+    (["compile-rows", "--tokens", "0"], "--tokens: must be an integer >= 1, got '0'"),
     (["evaluate-demo", "--out", "grid.txt"], "--out must be an image file"),
     (["evaluate-demo", "--samples", "0"], "--samples: must be an integer >= 1"),
     (["convert-checkpoint", "missing.pt", "x.safetensors"], "checkpoint file missing.pt is missing"),
