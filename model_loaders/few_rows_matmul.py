@@ -12,8 +12,9 @@ products of a few rows").
 Only inside the compiled step on the CPU (`compiled.compile_settings`), only for float32 products
 of at most `MAX_ROWS` rows with static shapes: eager steps and wider forwards (Jacobi chains,
 trees) keep BLAS. The sum's order differs from BLAS's, so a logit can differ in its last bits;
-tokens agree with eager unless a sampling race is that close (tests/test_compile.py).
-None when this torch has no custom-pass API: the compiled step then runs without it.
+tokens agree with eager unless a sampling race is that close (tests/test_compile.py,
+tests/test_few_rows_matmul.py). `few_rows_pass` gives None when this torch has no custom-pass
+API: the compiled step then runs without it.
 """
 from __future__ import annotations
 
