@@ -66,3 +66,20 @@ def test_compiled_ar_through_the_rewrite_gives_eager_tokens():
             got = specar.generate(comp, "a cat", compile=True, **args)
             assert torch.equal(got.tokens, want.tokens), (backend, seed)
     assert comp.compile_stats.eager_fallback == "" and comp.compile_stats.recompiles == 0
+
+
+def test_a_transformers_family_compiles_through_the_rewrite_with_eager_tokens(tmp_path):
+    """The transformers adapters' step (Chameleon's decoder layers, nn.Linear on [R, T, D]) goes
+    through the same pass: AR at batch 1 with CFG is 2 rows per product."""
+    import os
+    import sys
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the tiny-model builders
+    from test_chameleon import build_tiny_chameleon
+    folder = str(tmp_path / "chameleon")
+    build_tiny_chameleon(folder)
+    eager, comp = specar.load_model(folder), specar.load_model(folder)
+    args = dict(backend="ar", seed=3, cfg_scale=2.0)
+    got = specar.generate(comp, "a cat", compile=True, **args)
+    assert torch.equal(got.tokens, specar.generate(eager, "a cat", **args).tokens)
+    st = got.stats.compile
+    assert st["eager_fallback"] == "" and st["graph_breaks"] == 0 and st["recompiles"] == 0
