@@ -76,11 +76,10 @@ if CustomGraphPass is not None:
                     _keep_inputs(mat1, mat2)
             return handler
 
-        def _few_rows(self, *mats) -> bool:
-            vals = [getattr(m, "meta", {}).get("val") for m in mats]
-            if any(v is None for v in vals):
+        def _few_rows(self, mat1, mat2) -> bool:
+            a, b = (getattr(m, "meta", {}).get("val") for m in (mat1, mat2))
+            if a is None or b is None:
                 return False
-            a, b = vals
             return (a.dim() == 2 and b.dim() == 2 and a.device.type == "cpu"
                     and a.dtype == b.dtype == torch.float32 and isinstance(a.shape[0], int)
                     and a.shape[0] <= self.max_rows)

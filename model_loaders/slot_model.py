@@ -12,8 +12,8 @@ from typing import Callable, Optional, Sequence, Union
 import torch
 
 from .compiled import CompileStats, ShapeCompiled
-from .few_rows_matmul import MAX_ROWS
 from .contract import ARImageModel, EncodedPrompt, ForwardOutput, Session
+from .few_rows_matmul import MAX_ROWS
 from .slots import SlotState, batched_tree_tensors, cfg_rows, draft_layout, path_moves, prefill_layout, tree_tensors
 
 COMPILED_PROMPT_MULTIPLE = 64  # compiled sessions round the prompt slots up: one graph per 64 prompt tokens

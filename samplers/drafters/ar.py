@@ -18,7 +18,6 @@ class ARParams(JacobiParams):
     """AR: one slot, the pending token, no drafts."""
 
 
-
 class ARDrafter(JacobiDrafter):
     """AR: the pending token's forward gives the next token, a sample of its p. The Jacobi step with
     an empty window reduced to that (nothing to verify, re-draft or record): the same draws in the
