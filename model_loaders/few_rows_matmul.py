@@ -2,8 +2,9 @@
 
 A decode step multiplies a few rows (one token per image, times two with CFG) by every weight
 matrix of the model. BLAS's GEMM is built for many rows: at two rows most of its time goes to its
-own set-up and threading, not to reading the weights (on the demo model at 2 CPU threads,
-`aten::mm` was 56% of compiled AR's profile, 58 us a call). Written as
+own set-up and threading, not to reading the weights (on the demo model at 2 CPU threads the
+compiled 1-token forward takes 1.769 ms with GEMM, 0.781 ms with this rewrite:
+docs/figures/compile_rows_1125.json). Written as
 ``out[m, n] = sum_k x[m, k] * W[n, k]`` the product is one inductor reduction kernel along the
 weight's contiguous rows, which reads each weight row once per input row. With this pass compiled
 AR on the demo model went from 1.37x to 2.92x eager AR (docs/BENCHMARKS.md, "The compiled step:
