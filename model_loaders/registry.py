@@ -13,7 +13,7 @@ from .family import ModelFamily, config_names, read_config
 from .hf_files import require_transformers
 
 # one line per family: its module (relative to model_loaders), which ends with `FAMILY = ModelFamily(...)`
-FAMILY_MODULES = (".demo", ".janus", ".emu3", ".chameleon", ".llamagen")
+FAMILY_MODULES = (".demo", ".janus", ".emu3", ".lumina2", ".chameleon", ".llamagen")  # lumina2 before .chameleon
 FAMILIES = {f.name: f for f in (importlib.import_module(m, __package__).FAMILY for m in FAMILY_MODULES)}
 BUILTIN_MODELS = {name: f for f in FAMILIES.values() for name in f.builtin}  # name -> family
 
