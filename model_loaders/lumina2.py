@@ -71,7 +71,8 @@ class Lumina2Config:
 
     def __init__(self, cfg: dict, path: str):
         def get(key, kind, default=None):
-            value = cfg.get(key, default)
+            value = cfg.get(key)
+            value = default if value is None else value  # absent or null: the authors' ChameleonConfig default
             ok = isinstance(value, bool) if kind is bool else \
                 isinstance(value, kind) and not isinstance(value, bool)
             if not ok:
@@ -91,7 +92,7 @@ class Lumina2Config:
         self.swin_norm = get("swin_norm", bool, False)
         self.attention_bias = get("attention_bias", bool, False)
         self.mlp_bias = get("mlp_bias", bool, False)
-        self.max_positions = get("max_position_embeddings", int, 4096)  # ChameleonConfig's default
+        self.tied = get("tie_word_embeddings", bool, False)
         if self.dim % self.n_head or self.n_head % self.n_kv_head:
             raise ValueError(f"{path}: hidden_size {self.dim} / num_attention_heads {self.n_head} / "
                              f"num_key_value_heads {self.n_kv_head} do not divide")
@@ -215,6 +216,8 @@ def load_weights(folder: str, c: Lumina2Config, dtype, device, head_rows: slice)
         except Exception as e:  # SafetensorError / OSError: a damaged or partly copied file
             raise ValueError(f"{path} is not a valid safetensors file ({e}); a damaged or partly downloaded "
                              f"file? copy it again") from e
+    if c.tied and "lm_head.weight" not in state and "model.embed_tokens.weight" in state:
+        state["lm_head.weight"] = state["model.embed_tokens.weight"][head_rows]  # the head is the embedding
     missing = sorted(set(expected) - set(state) - set(wrong))
     wrong = [wrong[k] for k in sorted(wrong)]
     problems = [f"{what} ({len(items)}): {', '.join(items[:4])}{' ...' if len(items) > 4 else ''}"
@@ -267,11 +270,10 @@ class Lumina2ImageModel(SlotCacheModel):
         if self.bos_id is None:
             raise ValueError(f"the tokenizer in {folder!r} defines neither a bos nor an eos token")
         H, W = self._grid(resolution, target_size, self.vq.downsample, vocab)
-        self.max_positions = c.max_positions
-        if H * (W + 1) + 8 > self.max_positions:
-            raise ValueError(f"a {W * self.vq.downsample}x{H * self.vq.downsample} image is {H * (W + 1)} tokens; this "
-                             f"model was trained for at most {self.max_positions} positions "
-                             f"(config.json max_position_embeddings)")
+        # config.json's max_position_embeddings is not a limit here: the rotary embedding has no table, the
+        # authors' generate runs past it (max_new_tokens 10240 overrides max_length), and every size offered is
+        # one of the training crop sizes
+        self.max_positions = None
         self.net = load_weights(folder, c, self._dtype, self._device,
                                 slice(IMAGE_TOKEN_OFFSET, IMAGE_TOKEN_OFFSET + V))
         self.geometry = ImageGeometry(height=H, width=W, vocab_size=V, row_end=True)

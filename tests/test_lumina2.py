@@ -248,6 +248,41 @@ def test_ar_reproduces_the_authors_computation(tiny, text, negative):
     assert (got.int() - expected.int()).abs().max() <= 1  # float rounding at .5 boundaries only
 
 
+@pytest.mark.parametrize("swin", [False, True])
+def test_decoder_equals_transformers_chameleon_with_one_norm_group_per_head(tmp_path, swin):
+    """transformers' Chameleon stores one q/k norm per head: the authors' format with model_parallel_size =
+    heads (and as many key/value heads); with it our decoder must give transformers' logits, in both norm
+    placements (swin_norm)."""
+    from transformers import ChameleonConfig, ChameleonForConditionalGeneration
+    hf_cfg = ChameleonConfig(vocab_size=VOCAB, hidden_size=DIM, intermediate_size=FFN, num_hidden_layers=LAYERS,
+                             num_attention_heads=HEADS, num_key_value_heads=HEADS, swin_norm=swin,
+                             vocabulary_map={"<image>": len(SPECIALS)},
+                             vq_config=dict(embed_dim=4, num_embeddings=4, latent_channels=4, resolution=32,
+                                            base_channels=32, channel_multiplier=[1, 1], num_res_blocks=1))
+    torch.manual_seed(0)
+    hf = ChameleonForConditionalGeneration(hf_cfg).eval()
+    g = torch.Generator().manual_seed(7)
+    with torch.no_grad():
+        for name, p in hf.named_parameters():
+            if "vqmodel" not in name:
+                p.copy_(torch.randn(p.shape, generator=g) * (1.0 if p.dim() < 2 or "embed" in name else
+                                                             p.shape[-1] ** -0.5))
+    sd = {k: v.clone() for k, v in hf.state_dict().items() if not k.startswith("model.vqmodel.")}
+    folder = str(tmp_path / "from-transformers")
+    build(folder, cfg=config(num_key_value_heads=HEADS, model_parallel_size=HEADS, swin_norm=swin), sd=sd)
+    m = specar.load_model(folder, **WIDE)
+    enc = m.encode_prompt(PROMPT)
+    tokens = torch.randint(CODES + 1, (1, 20), generator=g)  # image codes and the newline (engine id CODES)
+    s = m.start(enc, 1, False, draft_capacity=20)
+    out = m.forward(s, tokens, list(range(-1, 19)))
+    ids = torch.tensor([enc.cond + m.to_model_ids(tokens)[0, :-1].tolist()])
+    with torch.no_grad():
+        ref = hf.lm_head(hf.model(input_ids=ids).last_hidden_state[0])[:, IMAGE_TOKEN_OFFSET:IMAGE_TOKEN_OFFSET + CODES]
+    P = len(enc.cond)
+    assert torch.allclose(s.first.cond[0, 0], ref[P - 1], atol=1e-4)
+    assert torch.allclose(out.cond[0], ref[P:], atol=1e-4)
+
+
 def test_adapter_conformance(tiny):
     check_conformance(tiny[3])
 
@@ -320,6 +355,16 @@ def test_corrupt_and_mismatched_files(tiny, tmp_path):
     (dst / "config.json").write_text(json.dumps(config(vocab_size=IMAGE_TOKEN_OFFSET + 4)))
     with pytest.raises(ValueError, match=r"vocab_size 155004 has no room for the 8 image codes"):
         specar.load_model(str(dst), **WIDE)
+
+    dst = _copy(tiny, tmp_path, "tied")  # tie_word_embeddings: no lm_head tensor, the head is the embedding
+    (dst / "config.json").write_text(json.dumps(config(tie_word_embeddings=True)))
+    sd = decoder_state()
+    del sd["lm_head.weight"]
+    for f in dst.glob("model-*.safetensors"):
+        f.unlink()
+    write_weights(str(dst), sd)
+    tied = specar.load_model(str(dst), **WIDE)
+    assert torch.equal(tied.net.lm_head.weight, sd["model.embed_tokens.weight"][IMAGE_TOKEN_OFFSET:][:CODES])
 
     dst = _copy(tiny, tmp_path, "badvq")  # a plain VQGAN (no spatial norms) where MoVQGAN belongs
     state = torch.load(dst / "movqgan_270M.ckpt", weights_only=True)
