@@ -190,7 +190,7 @@ def load_weights(folder: str, c: Lumina2Config, dtype, device, head_rows: slice)
     """The net with the folder's safetensors weights: every tensor present with its config shape,
     nothing else but `IGNORED_WEIGHTS`; read one tensor at a time in `dtype` onto `device` (no
     second copy of a 7B model), and of ``lm_head`` only the rows in `head_rows` (the image codes)."""
-    from safetensors import safe_open
+    from safetensors import SafetensorError, safe_open
 
     with torch.device("meta"):
         net = Lumina2Net(c)
@@ -213,7 +213,7 @@ def load_weights(folder: str, c: Lumina2Config, dtype, device, head_rows: slice)
                         continue
                     t = part[head_rows] if key == "lm_head.weight" else part[:]
                     state[key] = t.to(device=device, dtype=dtype)
-        except Exception as e:  # SafetensorError / OSError: a damaged or partly copied file
+        except (SafetensorError, OSError) as e:  # a damaged or partly copied file
             raise ValueError(f"{path} is not a valid safetensors file ({e}); a damaged or partly downloaded "
                              f"file? copy it again") from e
     if c.tied and "lm_head.weight" not in state and "model.embed_tokens.weight" in state:

@@ -372,3 +372,16 @@ def test_corrupt_and_mismatched_files(tiny, tmp_path):
     torch.save(state, dst / "movqgan_270M.ckpt")
     with pytest.raises(ValueError, match=r"movqgan_270M\.ckpt is not a MoVQGAN image tokenizer checkpoint"):
         specar.load_model(str(dst), **WIDE)
+
+
+@pytest.mark.skipif(not os.environ.get("SPECAR_COMPILE_TESTS"),
+                    reason="opt-in (about a minute of torch.compile on a CPU): set SPECAR_COMPILE_TESTS=1")
+def test_compiled_step_matches_eager(tiny):
+    folder, _, _, eager = tiny
+    comp = specar.load_model(folder, **WIDE)
+    kw = dict(backend="sjd_pac", seed=21, batch_size=2, window=3, tree_depth=2, tree_width=2)
+    want = specar.generate(eager, PROMPT, **kw)
+    got = specar.generate(comp, PROMPT, compile=True, **kw)
+    assert torch.equal(got.tokens, want.tokens)
+    st = got.stats.compile
+    assert st["eager_fallback"] == "" and st["graph_breaks"] == 0 and st["recompiles"] == 0
