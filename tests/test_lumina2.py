@@ -12,7 +12,10 @@ literally (full recomputation without cache; the cond row from BOS, the uncond r
 image-start token, each at positions from 0; their q/k norm as layer norm plus the group's weight
 and bias repeated per head; rotate-half rotary; CFG ``s * (cond - uncond) + uncond`` on the logits,
 then only image ids allowed; the newline forced where their ``MultiModalLogitsProcessor`` forces
-it) and a literal MoVQGAN decoder written from the state dict.
+it) and a literal MoVQGAN decoder written from the state dict; transformers' own Chameleon class (one
+q/k norm group per head, its layout); and, opt-in, the authors' code when ``LUMINA2_REPO`` points at a
+checkout of github.com/Alpha-VLLM/Lumina-mGPT-2.0 (their decoder layers and their MoVQGAN decoder on the
+same weights).
 """
 import json
 import os
@@ -385,3 +388,100 @@ def test_compiled_step_matches_eager(tiny):
     assert torch.equal(got.tokens, want.tokens)
     st = got.stats.compile
     assert st["eager_fallback"] == "" and st["graph_breaks"] == 0 and st["recompiles"] == 0
+
+
+# -- opt-in: the authors' MoVQGAN decoder on the same weights ------------------------------------------
+REPO = os.environ.get("LUMINA2_REPO")
+
+
+@pytest.mark.skipif(not REPO, reason="set LUMINA2_REPO to a checkout of Alpha-VLLM/Lumina-mGPT-2.0")
+def test_movqgan_decoder_against_the_authors_code(tmp_path):
+    """Their MOVQDecoder (lumina_mgpt/movqgan/modules/vqvae/movq_modules.py, torch only) at the 270M model's
+    settings (their movqgan/__init__.py MODELS['270M']), random weights, saved as their checkpoint is (a plain
+    state dict), decoded by our loader: the same pixels. (Their transformer code needs transformers 4.4x.)"""
+    import importlib.util
+    from specar.model_loaders.lumina2_vq import load_movqgan
+    spec = importlib.util.spec_from_file_location(
+        "movq_modules", os.path.join(REPO, "lumina_mgpt", "movqgan", "modules", "vqvae", "movq_modules.py"))
+    movq = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(movq)
+    torch.manual_seed(0)
+    theirs = movq.MOVQDecoder(ch=256, out_ch=3, ch_mult=[1, 2, 2, 4], num_res_blocks=2, attn_resolutions=[32],
+                              dropout=0.0, in_channels=3, resolution=256, z_channels=4, zq_ch=4).eval()
+    embedding, post_quant_conv = torch.nn.Embedding(16384, 4), torch.nn.Conv2d(4, 4, 1)
+    with torch.no_grad():
+        for p in theirs.parameters():  # away from the identity init of the norms
+            p.add_(0.05 * torch.randn(p.shape))
+    state = {"quantize.embedding.weight": embedding.weight.detach(),
+             **{"post_quant_conv." + k: v for k, v in post_quant_conv.state_dict().items()},
+             **{"decoder." + k: v for k, v in theirs.state_dict().items()}}
+    torch.save(state, tmp_path / "movqgan_270M.ckpt")
+    ours = load_movqgan(str(tmp_path / "movqgan_270M.ckpt"))
+    assert ours.downsample == 8 and ours.quantize.embedding.weight.shape == (16384, 4)
+    codes = torch.randint(16384, (3, 5), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():  # their decode_code: embedding, view (1, h, w, 4), post_quant_conv, decoder(z, zq)
+        zq = embedding(codes.flatten()).view(1, 3, 5, 4).permute(0, 3, 1, 2).contiguous()
+        ref = theirs(post_quant_conv(zq), zq)
+        got = ours(codes[None])
+    assert got.shape == ref.shape == (1, 3, 24, 40)
+    assert torch.allclose(got, ref, atol=1e-4)
+
+
+def _authors_layers(repo):
+    """The authors' decoder-layer classes (eager attention), taken from their modeling_chameleon.py by name:
+    the file as a whole imports transformers 4.4x internals, these classes need torch and ACT2FN only."""
+    import ast
+    import math
+    from types import SimpleNamespace
+
+    from torch import nn
+    from transformers.activations import ACT2FN
+    path = os.path.join(repo, "lumina_mgpt", "model", "chameleon", "modeling_chameleon.py")
+    with open(path, encoding="utf-8") as f:
+        tree = ast.parse(f.read())
+    wanted = {"ChameleonRMSNorm", "ChameleonRotaryEmbedding", "rotate_half", "apply_rotary_pos_emb", "ChameleonMLP",
+              "ChameleonLayerNorm", "repeat_kv", "ChameleonAttention", "ChameleonDecoderLayer",
+              "ChameleonSwinDecoderLayer"}
+    body = [n for n in tree.body if getattr(n, "name", None) in wanted]
+    assert {n.name for n in body} == wanted
+    from typing import Optional, Tuple
+    ns = dict(torch=torch, nn=nn, F=F, math=math, ACT2FN=ACT2FN, Optional=Optional, Tuple=Tuple, Cache=object,
+              ChameleonConfig=object, logger=SimpleNamespace(warning_once=print))
+    exec(compile(ast.Module(body=body, type_ignores=[]), path, "exec"), ns)
+    ns["CHAMELEON_ATTENTION_CLASSES"] = {"eager": ns["ChameleonAttention"]}
+    return ns
+
+
+@pytest.mark.skipif(not REPO, reason="set LUMINA2_REPO to a checkout of Alpha-VLLM/Lumina-mGPT-2.0")
+@pytest.mark.parametrize("swin", [False, True])
+def test_decoder_against_the_authors_layers(tiny, tmp_path, swin):
+    """Their decoder layers (grouped q/k norms, GQA, rotary, both norm placements) loaded with the tiny
+    checkpoint's tensors, stacked as their ChameleonModel does: the same logits as our model."""
+    from types import SimpleNamespace
+    ns = _authors_layers(REPO)
+    folder = str(tmp_path / "swin" if swin else tmp_path / "plain")
+    sd, _ = build(folder, cfg=config(swin_norm=swin))
+    m = specar.load_model(folder, **WIDE)
+    c = SimpleNamespace(**config(swin_norm=swin), _attn_implementation="eager")
+    cls = ns["ChameleonSwinDecoderLayer"] if swin else ns["ChameleonDecoderLayer"]
+    layers = [cls(c, i).eval() for i in range(LAYERS)]
+    for i, layer in enumerate(layers):
+        p = f"model.layers.{i}."
+        layer.load_state_dict({k[len(p):]: v for k, v in sd.items() if k.startswith(p)})
+    enc = m.encode_prompt(PROMPT)
+    tokens = torch.randint(CODES + 1, (1, 20), generator=torch.Generator().manual_seed(2))
+    ids = torch.tensor([enc.cond + m.to_model_ids(tokens)[0, :-1].tolist()])
+    L = ids.shape[1]
+    mask = torch.full((L, L), float("-inf")).triu(1)[None, None]
+    with torch.no_grad():
+        h = sd["model.embed_tokens.weight"][ids]
+        for layer in layers:
+            h = layer(h, attention_mask=mask, position_ids=torch.arange(L)[None])[0]
+        h = ns["ChameleonRMSNorm"](DIM, 1e-5)(h)  # weight: ones, then theirs
+        h = h * sd["model.norm.weight"]
+        ref = (h @ sd["lm_head.weight"].T)[0, :, IMAGE_TOKEN_OFFSET:IMAGE_TOKEN_OFFSET + CODES]
+    s = m.start(enc, 1, False, draft_capacity=20)
+    out = m.forward(s, tokens, list(range(-1, 19)))
+    P = len(enc.cond)
+    assert torch.allclose(s.first.cond[0, 0], ref[P - 1], atol=1e-4)
+    assert torch.allclose(out.cond[0], ref[P:], atol=1e-4)
