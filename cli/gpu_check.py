@@ -384,7 +384,7 @@ def run_check(options: dict, in_process: bool = False, log=None) -> dict:
         for name in options["stages"]:
             left = deadline - time.time()
             budget = min(options["budgets"][name], left)
-            if budget < 5:
+            if left < 5:
                 stages[name] = {"status": "skipped", "reason": "total budget spent", "budget_s": 0}
                 continue
             if log:
