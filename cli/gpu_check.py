@@ -43,8 +43,8 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_BENCH_JSON = os.path.join(REPO_ROOT, "docs", "figures", "bench_defaults_1125.json")
 STAGE_NAMES = ["environment", "exactness", "backends", "forward_7b"]
 # seconds per stage on CUDA (sum 500: the whole check ends within 9 minutes with process starts)
-CUDA_BUDGETS = {"environment": 40, "exactness": 60, "backends": 180, "forward_7b": 220}
-CUDA_TOTAL = 525
+CUDA_BUDGETS = {"environment": 60, "exactness": 60, "backends": 160, "forward_7b": 220}
+CUDA_TOTAL = 520
 # on the CPU (--dry-run): generous, a loaded shared machine must not cut a tiny stage
 DRY_BUDGETS = {"environment": 120, "exactness": 240, "backends": 400, "forward_7b": 300}
 DRY_TOTAL = 1200
@@ -438,7 +438,10 @@ def markdown(report: dict) -> str:
              f" ({env.get('device_name', '?')}), torch {env.get('torch', '?')}", "",
              "| stage | status | seconds | budget s | peak device memory | peak host RSS | error |",
              "| --- | --- | --- | --- | --- | --- | --- |"]
-    for name, rec in st.items():
+    rows = [(name, rec) for name, rec in st.items()]
+    rows += [(f"{name} (rerun, CUDA_LAUNCH_BLOCKING=1)", rec["blocking_rerun"]) for name, rec in st.items()
+             if rec.get("blocking_rerun")]
+    for name, rec in rows:
         err = rec.get("result", {}).get("error") or {}
         err_text = f"{err.get('type', '')}: {err.get('message', '')}".strip(": ").splitlines()[0][:120] if err else ""
         if rec.get("reason"):
@@ -453,6 +456,13 @@ def markdown(report: dict) -> str:
                 lines += [""] + fn(st[name]["result"])
             except Exception as e:  # noqa: BLE001 -- a partial record must not lose the report
                 lines += ["", f"({name}: table not written: {type(e).__name__}: {e})"]
+    failed = [(n, rec["result"]["error"]) for n, rec in rows if (rec.get("result") or {}).get("error")]
+    if failed:
+        lines += ["", "## Errors (the last frames of each traceback)", ""]
+        for n, err in failed:
+            lines += [f"{n}: {err.get('type')}: {str(err.get('message', '')).strip()[:600]}", "```"]
+            lines += err.get("traceback") or ["(no traceback: the process ended without one)"]
+            lines += ["```", ""]
     logs = [(n, x) for n, rec in st.items() for x in rec.get("torch_log", [])]
     if logs:
         lines += ["", "## What torch logged (graph breaks, recompiles, CUDA graphs, perf hints)", ""]
@@ -468,10 +478,14 @@ def _md_environment(r: dict) -> list:
     smoke = r.get("compile_smoke", {})
     lines.append(f"| compile smoke test | {_fmt(smoke.get('ok'))} {smoke.get('error', '')}"
                  f"{' ' + str(smoke.get('seconds')) + ' s' if 'seconds' in smoke else ''} |")
+    for variant, v in (r.get("cudagraph_probe") or {}).items():
+        text = v.get("error") or (f"CUDA graphs skipped {v['cudagraph_skips']} time(s), results equal to eager: "
+                                  f"{_fmt(v['results_equal_eager'])}, {v['seconds']} s")
+        lines.append(f"| cache-writing step, reduce-overhead, {variant} | {text.replace('|', '/')} |")
     pk = r.get("peaks", {})
     if pk:
         lines.append(f"| measured copy bandwidth | {pk['copy_bytes_per_s'] / 1e9:,.0f} GB/s (read + write) |")
-        lines.append(f"| measured {pk['matmul_dtype']} matrix product | {pk['matmul_flops_per_s'] / 1e12:,.1f} TFLOP/s "
+        lines.append(f"| measured {pk['matmul_dtype']} matrix product | {pk['matmul_flops_per_s'] / 1e12:,.3g} TFLOP/s "
                      f"({pk['matmul_size']}^3) |")
     for k, v in (r.get("sdpa") or {}).items():
         lines.append(f"| SDPA {k} | {json.dumps(v)[:200].replace('|', '/')} |")
@@ -524,6 +538,10 @@ def _md_backends(r: dict) -> list:
     return lines
 
 
+def _undetermined(fit: dict, name: str) -> str:
+    return "" if fit.get(f"{name}_identified", True) else " (not determined by the fit: the assumed value kept)"
+
+
 def _md_forward(r: dict) -> list:
     shape = r.get("shape", {})
     lines = [f"## Forward latency: {shape.get('name')} (hidden {shape.get('hidden_size')}, {shape.get('num_layers')} "
@@ -548,8 +566,9 @@ def _md_forward(r: dict) -> list:
         return lines
     cf, ef = fit.get("compiled_fit", {}), fit.get("eager_fit", {})
     lines += ["", f"Roofline refit (cli/roofline.py's model) on {fit['card']} ({fit['card_source']}: "
-                  f"{fit['bandwidth'] / 1e9:,.0f} GB/s, {fit['bf16_flops'] / 1e12:,.0f} TFLOP/s): efficiencies "
-                  f"bandwidth {cf.get('bandwidth_eff')}, FLOPs {cf.get('flops_eff')} "
+                  f"{fit['bandwidth'] / 1e9:,.0f} GB/s, {fit['bf16_flops'] / 1e12:,.3g} TFLOP/s): efficiencies "
+                  f"bandwidth {cf.get('bandwidth_eff')}{_undetermined(cf, 'bandwidth_eff')}, "
+                  f"FLOPs {cf.get('flops_eff')}{_undetermined(cf, 'flops_eff')} "
                   f"({cf.get('note') or 'fitted on the compiled forwards, largest error ' + format(cf.get('max_abs_rel_error', 0), '.1%')}"
                   f"{', AT THE GRID EDGE' if cf.get('grid_edge') else ''}); launch cost "
                   f"{_fmt(ef.get('launch_s', 0) * 1e6, '.2f')} us per launch ({ef.get('launch_count_source', '-')}, "

@@ -156,12 +156,18 @@ def test_the_roofline_refit_recovers_known_constants():
     assert fit["card_source"] == "measured" and fit["card"] == "Test GPU"
     assert (fit["compiled_fit"]["bandwidth_eff"], fit["compiled_fit"]["flops_eff"]) == (0.75, 0.6)
     assert fit["compiled_fit"]["max_abs_rel_error"] < 1e-9
+    assert fit["compiled_fit"]["bandwidth_eff_identified"] and fit["compiled_fit"]["flops_eff_identified"]
     assert fit["eager_fit"]["launch_s"] == pytest.approx(12e-6, rel=1e-6)
     assert fit["eager_fit"]["max_abs_rel_error"] < 1e-9
     rows = {r["backend"]: r for r in fit["projection"]["rows"]}
     # graph-captured: no launch term, so faster than eager with the same efficiencies
     assert rows["ar"]["graph_captured_refit"]["seconds"] < rows["ar"]["eager_refit"]["seconds"]
     assert rows["scd"]["eager_refit"]["speedup_vs_ar"] > 1.0
+    # on a card whose FLOPs no measured forward reaches, the FLOPs efficiency is not determined: said so,
+    # and the assumed default kept
+    fast = dict(env, peaks={"copy_bytes_per_s": 1.0e12, "matmul_flops_per_s": 1.0e16})
+    memory_bound = gpu_stages.refit_roofline(measured, fast, gpu_check.DEFAULT_BENCH_JSON)["compiled_fit"]
+    assert not memory_bound["flops_eff_identified"] and memory_bound["flops_eff"] == rl.EFFICIENCY.flops_eff
     # a planted error in the measurements moves the fit
     measured["eager"] = {T: {"forward_ms": v["forward_ms"] * 2} for T, v in measured["eager"].items()}
     assert gpu_stages.refit_roofline(measured, env, gpu_check.DEFAULT_BENCH_JSON)["eager_fit"]["launch_s"] > 20e-6
@@ -177,3 +183,21 @@ def test_the_card_is_the_datasheet_one_or_the_measured_one(name, key):
         assert gpu is rl.GPUS[key] and source == "datasheet"
     else:
         assert source == "measured" and gpu.bandwidth == 4e12 and gpu.bf16_flops == 7e14
+
+
+def test_a_stage_failing_with_a_cuda_error_is_rerun_with_blocking_launches(monkeypatch):
+    calls = []
+
+    def fake_process(name, options, budget, previous, workdir, extra_env=None):
+        calls.append((name, extra_env))
+        err = {"type": "RuntimeError", "message": "CUDA error: device-side assert triggered", "cuda_error": True,
+               "traceback": []}
+        failed = name == "exactness"
+        return {"status": "failed" if failed else "ok", "result": {"error": err} if failed else {}, "seconds": 1.0}
+
+    monkeypatch.setattr(gpu_check, "run_stage_process", fake_process)
+    report = gpu_check.run_check(options("--no-compile", "--stages", "exactness", "backends"))
+    assert calls == [("exactness", None), ("exactness", {"CUDA_LAUNCH_BLOCKING": "1"}), ("backends", None)]
+    assert report["stages"]["exactness"]["blocking_rerun"]["status"] == "failed"
+    assert "blocking_rerun" not in report["stages"]["backends"]
+    assert "exactness (rerun, CUDA_LAUNCH_BLOCKING=1)" in gpu_check.markdown(report)
