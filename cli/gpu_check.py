@@ -116,7 +116,8 @@ def options_from_args(args) -> dict:
         "dry_run": dry, "device": device, "stages": list(args.stages), "compile": not args.no_compile,
         "budgets": budgets, "total_budget": total, "seed": args.seed, "bench_json": args.bench_json,
         "samples": args.samples or (1500 if dry else 16000),
-        "dtype": "float32" if dev.type == "cpu" else "bfloat16",
+        "dtype": "float32" if dev.type == "cpu" else "bfloat16",  # the backends stage's model (CUDA: the product's bf16)
+        "dtype_7b": "bfloat16",  # the 7B shape: bf16 on the CPU too, so that the dry run goes through the bf16 path
         # dry run: compile only where quick (AR's one shape, one 7B-shape token count)
         "compile_backends": ["ar"] if dry else list(BACKEND_ORDER),
         "tokens_7b": [1, 2, 3, 5, 9, 17, 33] if dry else list(range(1, 66)),
@@ -523,7 +524,9 @@ def _md_backends(r: dict) -> list:
         elif c:
             same = c.get("tokens_equal_eager")
             same_text = ("not compared (timing-dependent)" if not c.get("tokens_compared", True) else
-                         _fmt(same) + ("" if same or same is None else f" (first differs at token {c.get('first_difference_at')})"))
+                         _fmt(same) + ("" if same or same is None else
+                                       f" ({c.get('tokens_differing')} differ, the first at token "
+                                       f"{c.get('first_difference_at')})"))
             skips = c.get("counters", {}).get("inductor", {}).get("cudagraph_skips", 0)
             c_cells = [_fmt(c.get("latency_s")), _fmt(c.get("speedup_vs_ar"), ".2f"), _fmt(c.get("speedup_vs_eager"), ".2f"),
                        _fmt(c.get("compile_s")), _fmt(c.get("compiles")), _fmt(c.get("recompiles")),

@@ -55,7 +55,7 @@ def test_dry_run_end_to_end_writes_the_json_and_the_markdown(tmp_path):
         assert "compiled" not in row  # --no-compile
     fw = st["forward_7b"]["result"]
     timed = {int(T) for T, v in fw["eager"].items() if "forward_ms" in v}
-    assert timed == {1, 2, 3, 5, 9, 17, 33} and fw["kv_slots"] > 33
+    assert timed == {1, 2, 3, 5, 9, 17, 33} and fw["kv_slots"] > 33 and fw["dtype"] == "bfloat16"
     fit = fw["roofline_refit"]
     assert fit["eager_fit"]["launch_s"] is not None and fit["card_source"] == "measured"
     proj = fit["projection"]
@@ -130,6 +130,7 @@ def test_the_compiled_path_of_one_tiny_case():
     assert c["compiles"] >= 1 and c["recompiles"] == 0 and c["graph_breaks"] == 0
     assert c["tokens_equal_eager"] and c["replay_tokens_equal_first_run"] and c["tokens_compared"]
     assert c["counters"]["stats"]["unique_graphs"] >= 1 and c["compile_s"] > 0
+    assert c["tokens_differing"] == 0 and c["first_difference_at"] is None
     assert "compiled" not in rec["result"]["rows"]["scd"]  # dry run: AR only
 
 
