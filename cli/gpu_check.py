@@ -291,9 +291,11 @@ def child_main() -> None:
 # the runner
 
 
-def _package_path() -> str:
-    """The folder to put on the stage process's PYTHONPATH so that it imports this same `specar`."""
-    return os.path.dirname(REPO_ROOT)
+def _package_path() -> Optional[str]:
+    """The folder to put on the stage process's PYTHONPATH so that it imports this same `specar`: the
+    one holding this package when the package's folder is named `specar` (a link, a ComfyUI custom
+    node folder); None for an installed package, which the stage process imports as this one did."""
+    return os.path.dirname(REPO_ROOT) if os.path.basename(REPO_ROOT) == "specar" else None
 
 
 def _tail(path: str, chars: int = 4000) -> str:
