@@ -36,7 +36,7 @@ import time
 import traceback
 from typing import Optional
 
-from .args import positive_int
+from .args import non_negative_int, positive_int
 
 # the repository root (= the package folder): docs/ lies beside the code
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -68,7 +68,7 @@ def add_arguments(ap) -> None:
                     help="one stage's time budget (repeatable), e.g. backends=400")
     ap.add_argument("--samples", type=positive_int, default=None,
                     help="images per chi-square case (default 16000 on CUDA, as the CPU suite; 1500 with --dry-run)")
-    ap.add_argument("--seed", type=int, default=0, help="seed of the backends stage's generations")
+    ap.add_argument("--seed", type=non_negative_int, default=0, help="seed of the backends stage's generations")
     ap.add_argument("--bench-json", default=DEFAULT_BENCH_JSON,
                     help="the `bench --json` file whose step compressions the refitted projection uses")
     ap.add_argument("--in-process", action="store_true",
@@ -140,6 +140,7 @@ class StageContext:
         self.peak_memory_bytes: Optional[int] = None
         self.log = LogCapture()
         self.status = "running"
+        self.counters_start = _counters()  # dynamo's counters are per process: the stage's own are the difference
 
     def time_left(self) -> float:
         return self.deadline - time.time()
@@ -152,7 +153,8 @@ class StageContext:
 
     def record(self) -> dict:
         return {"status": self.status, "result": self.result, "peak_memory_bytes": self.peak_memory_bytes,
-                "peak_host_rss_bytes": _peak_rss(), "torch_log": self.log.summary(), "dynamo_counters": _counters()}
+                "peak_host_rss_bytes": _peak_rss(), "torch_log": self.log.summary(),
+                "dynamo_counters": counters_diff(self.counters_start, _counters())}
 
     def save(self) -> None:
         if self.path:  # atomic: a stage killed mid-write leaves the previous save
@@ -179,6 +181,11 @@ def _peak_rss() -> Optional[int]:
 def _counters() -> dict:
     from .gpu_stages import _counters as counters
     return counters()
+
+
+def counters_diff(before: dict, after: dict) -> dict:
+    from .gpu_stages import counters_diff as diff
+    return diff(before, after)
 
 
 class LogCapture(logging.Handler):
