@@ -17,8 +17,8 @@ still runs:
                projection (cli/roofline.py) re-fitted to them
 Every stage records its peak device memory (torch.cuda.max_memory_allocated, reset per stage),
 what torch logged about graph breaks, recompiles and CUDA graphs, and torch._dynamo's counters.
-A stage that fails with a CUDA error is run once more with CUDA_LAUNCH_BLOCKING=1 (while the
-total budget allows), so that its traceback names the kernel that failed.
+A stage that met a CUDA error is run once more with CUDA_LAUNCH_BLOCKING=1 after the other stages
+(with what is left of the total budget), so that its traceback names the kernel that failed.
 
 Writes gpu_check.json and gpu_check.md to --out. `--dry-run` runs the same stages on the CPU at
 tiny shapes (a tiny Llama in place of the 7B shape, few samples, compiled AR only).
@@ -385,37 +385,47 @@ def run_stage_inline(name: str, options: dict, budget: float, previous: dict) ->
     return record
 
 
-def run_check(options: dict, in_process: bool = False, log=None) -> dict:
-    """Every selected stage, in order, within the total budget; the report as a dict."""
+def had_cuda_error(record: dict) -> bool:
+    """A stage that failed with a CUDA error, or recorded one for an item it then went past."""
+    err = (record.get("result") or {}).get("error") or {}
+    if record.get("status") == "failed" and err.get("cuda_error"):
+        return True
+    text = json.dumps(record.get("result") or {}, default=_json_default)
+    return any(m in text for m in CUDA_ERROR_MARKERS)
+
+
+def run_check(options: dict, in_process: bool = False, log=None, command: str = "") -> dict:
+    """Every selected stage, in order, within the total budget; then, with what is left of it, each
+    stage that met a CUDA error once more with blocking launches (CUDA reports a kernel's error at a
+    later call: the rerun's traceback names the kernel). The report as a dict."""
     t_start = time.time()
     deadline = t_start + options["total_budget"]
     stages = {}
+    say = log or (lambda s: None)
     with tempfile.TemporaryDirectory(prefix="specar-gpu-check-") as workdir:
         for name in options["stages"]:
             left = deadline - time.time()
-            budget = min(options["budgets"][name], left)
             if left < 5:
                 stages[name] = {"status": "skipped", "reason": "total budget spent", "budget_s": 0}
                 continue
-            if log:
-                log(f"gpu-check: stage {name} (budget {budget:.0f} s)")
+            budget = min(options["budgets"][name], left)
+            say(f"gpu-check: stage {name} (budget {budget:.0f} s)")
             if in_process:
                 rec = run_stage_inline(name, options, budget, dict(stages))
             else:
                 rec = run_stage_process(name, options, budget, dict(stages), workdir)
-                err = rec.get("result", {}).get("error") or {}
-                left = deadline - time.time()
-                if rec["status"] == "failed" and err.get("cuda_error") and left > BLOCKING_RERUN_MIN_S:
-                    # CUDA reports a kernel's error at a later call; blocking launches make the traceback exact
-                    rec["blocking_rerun"] = run_stage_process(name, options, min(options["budgets"][name], left),
-                                                              dict(stages), workdir,
-                                                              {"CUDA_LAUNCH_BLOCKING": "1"})
             rec["budget_s"] = round(budget, 1)
             stages[name] = rec
-            if log:
-                log(f"gpu-check: stage {name}: {rec['status']} in {rec.get('seconds', 0):.1f} s")
-    return {"meta": {"command": "python -m specar gpu-check " + " ".join(sys.argv[2:] if sys.argv[1:2] == ["gpu-check"]
-                                                                         else []),
+            say(f"gpu-check: stage {name}: {rec['status']} in {rec.get('seconds', 0):.1f} s")
+        for name, rec in list(stages.items()):
+            left = deadline - time.time()
+            if in_process or not had_cuda_error(rec) or left < BLOCKING_RERUN_MIN_S:
+                continue
+            say(f"gpu-check: stage {name} again with CUDA_LAUNCH_BLOCKING=1 (budget {min(options['budgets'][name], left):.0f} s)")
+            previous = {n: r for n, r in stages.items() if n != name}
+            rec["blocking_rerun"] = run_stage_process(name, options, min(options["budgets"][name], left), previous,
+                                                      workdir, {"CUDA_LAUNCH_BLOCKING": "1"})
+    return {"meta": {"command": command or "python -m specar gpu-check",
                      "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "wall_s": round(time.time() - t_start, 1),
                      "in_process": in_process, **{k: options[k] for k in ("dry_run", "device", "compile",
                                                                           "total_budget", "budgets", "samples")}},
@@ -613,7 +623,9 @@ def _md_forward(r: dict) -> list:
 def run(args):
     options = options_from_args(args)
     os.makedirs(args.out, exist_ok=True)
-    report = run_check(options, in_process=args.in_process, log=lambda s: print(s, file=sys.stderr, flush=True))
+    argv = sys.argv[sys.argv.index("gpu-check") + 1:] if "gpu-check" in sys.argv else []
+    report = run_check(options, in_process=args.in_process, log=lambda s: print(s, file=sys.stderr, flush=True),
+                       command=" ".join(["python -m specar gpu-check", *argv]))
     json_path, md_path = os.path.join(args.out, "gpu_check.json"), os.path.join(args.out, "gpu_check.md")
     with open(json_path, "w") as f:
         json.dump(report, f, indent=1, default=_json_default)

@@ -198,7 +198,16 @@ def test_a_stage_failing_with_a_cuda_error_is_rerun_with_blocking_launches(monke
 
     monkeypatch.setattr(gpu_check, "run_stage_process", fake_process)
     report = gpu_check.run_check(options("--no-compile", "--stages", "exactness", "backends"))
-    assert calls == [("exactness", None), ("exactness", {"CUDA_LAUNCH_BLOCKING": "1"}), ("backends", None)]
+    # the rerun comes after every stage has had its turn: it cannot starve a later stage of its budget
+    assert calls == [("exactness", None), ("backends", None), ("exactness", {"CUDA_LAUNCH_BLOCKING": "1"})]
     assert report["stages"]["exactness"]["blocking_rerun"]["status"] == "failed"
     assert "blocking_rerun" not in report["stages"]["backends"]
     assert "exactness (rerun, CUDA_LAUNCH_BLOCKING=1)" in gpu_check.markdown(report)
+
+
+def test_a_cuda_error_recorded_for_one_item_also_counts():
+    ok_with_item_error = {"status": "ok", "result": {"rows": {"ar": {"compiled": {"error": "RuntimeError: CUDA error: "
+                                                                                            "an illegal memory access"}}}}}
+    assert gpu_check.had_cuda_error(ok_with_item_error)
+    assert not gpu_check.had_cuda_error({"status": "failed", "result": {"error": {"message": "ValueError: bad",
+                                                                                  "cuda_error": False}}})
