@@ -291,7 +291,9 @@ def child_main() -> None:
         spec = json.load(f)
     ctx = StageContext(spec["stage"], spec["options"], spec["deadline"], spec["previous"], spec["result_path"])
     run_stage_here(ctx)
-    sys.exit(0)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)  # the record is saved: no interpreter shutdown (compile worker pools, CUDA teardown) to hang on
 
 
 # ---------------------------------------------------------------------------------------------
@@ -339,8 +341,8 @@ def run_stage_process(name: str, options: dict, budget: float, previous: dict, w
             timed_out = False
         except subprocess.TimeoutExpired:
             timed_out = True
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)  # the stage process's own group (started above)
+            try:  # the stage process and what it started (compile workers): the process group made above,
+                os.killpg(proc.pid, signal.SIGKILL)  # its leader not yet reaped, so the group is still ours
             except (ProcessLookupError, PermissionError):
                 proc.kill()
             rc = proc.wait()
@@ -349,7 +351,9 @@ def run_stage_process(name: str, options: dict, budget: float, previous: dict, w
             record = json.load(f)
     except (OSError, ValueError):
         record = {"status": "running", "result": {}}
-    if timed_out:
+    if timed_out and record.get("status") in ("ok", "failed"):
+        record["note"] = "the stage had finished and saved its record; its process was killed while exiting"
+    elif timed_out:
         record["status"] = "timed out"
     elif record.get("status") not in ("ok", "failed", "timed out"):
         record["status"] = "failed"  # died without saying why: a crash, an abort, the OOM killer
