@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from specar.cli import gpu_check, gpu_stages
+from specar.cli import gpu_check, gpu_refit, gpu_stages
 from specar.cli import roofline as rl
 from specar.cli.args import parse_command
 from specar.samplers.backends import SCHEMAS
@@ -153,7 +153,7 @@ def _synthetic(bw_eff, fl_eff, launch_s, launches=900):
 
 def test_the_roofline_refit_recovers_known_constants():
     measured, env = _synthetic(0.75, 0.6, 12e-6)
-    fit = gpu_stages.refit_roofline(measured, env, gpu_check.DEFAULT_BENCH_JSON)
+    fit = gpu_refit.refit_roofline(measured, env, gpu_check.DEFAULT_BENCH_JSON)
     assert fit["card_source"] == "measured" and fit["card"] == "Test GPU"
     assert (fit["compiled_fit"]["bandwidth_eff"], fit["compiled_fit"]["flops_eff"]) == (0.75, 0.6)
     assert fit["compiled_fit"]["max_abs_rel_error"] < 1e-9
@@ -167,11 +167,11 @@ def test_the_roofline_refit_recovers_known_constants():
     # on a card whose FLOPs no measured forward reaches, the FLOPs efficiency is not determined: said so,
     # and the assumed default kept
     fast = dict(env, peaks={"copy_bytes_per_s": 1.0e12, "matmul_flops_per_s": 1.0e16})
-    memory_bound = gpu_stages.refit_roofline(measured, fast, gpu_check.DEFAULT_BENCH_JSON)["compiled_fit"]
+    memory_bound = gpu_refit.refit_roofline(measured, fast, gpu_check.DEFAULT_BENCH_JSON)["compiled_fit"]
     assert not memory_bound["flops_eff_identified"] and memory_bound["flops_eff"] == rl.EFFICIENCY.flops_eff
     # a planted error in the measurements moves the fit
     measured["eager"] = {T: {"forward_ms": v["forward_ms"] * 2} for T, v in measured["eager"].items()}
-    assert gpu_stages.refit_roofline(measured, env, gpu_check.DEFAULT_BENCH_JSON)["eager_fit"]["launch_s"] > 20e-6
+    assert gpu_refit.refit_roofline(measured, env, gpu_check.DEFAULT_BENCH_JSON)["eager_fit"]["launch_s"] > 20e-6
 
 
 @pytest.mark.parametrize("name,key", [("NVIDIA H100 80GB HBM3", "h100"), ("NVIDIA A100-SXM4-80GB", "a100"),
@@ -179,7 +179,7 @@ def test_the_roofline_refit_recovers_known_constants():
                                       ("NVIDIA H200", None)])
 def test_the_card_is_the_datasheet_one_or_the_measured_one(name, key):
     peaks = {"copy_bytes_per_s": 4e12, "matmul_flops_per_s": 7e14}
-    gpu, source = gpu_stages.card_of(name, peaks)
+    gpu, source = gpu_refit.card_of(name, peaks)
     if key:
         assert gpu is rl.GPUS[key] and source == "datasheet"
     else:
