@@ -248,11 +248,11 @@ def run_stage_here(ctx: StageContext) -> None:
     import torch
 
     from .gpu_stages import STAGES
-    if torch.device(ctx.options["device"]).type == "cuda":
-        torch.cuda.reset_peak_memory_stats(ctx.options["device"])
     ctx.log.start()
     ctx.save()
     try:
+        if torch.device(ctx.options["device"]).type == "cuda":  # also where a broken CUDA set-up shows first
+            torch.cuda.reset_peak_memory_stats(ctx.options["device"])
         STAGES[ctx.name](ctx)
         ctx.status = "ok"
     except BaseException as e:  # noqa: BLE001 -- a stage's failure is data (KeyboardInterrupt too: recorded, then raised)

@@ -59,7 +59,9 @@ def refit_roofline(measured: dict, env: dict, bench_json: str, dry_run: bool = F
     device_name = env.get("device_name") or measured["device"]
     gpu, gpu_source = card_of(device_name, env.get("peaks", {}))
     S = measured["kv_slots"]
-    ok = lambda d: {int(T): v["forward_ms"] / 1e3 for T, v in d.items() if isinstance(v, dict) and "forward_ms" in v}  # noqa: E731
+    # a compiled row that fell back to eager (the compiler failed) is not a compiled forward
+    ok = lambda d: {int(T): v["forward_ms"] / 1e3 for T, v in d.items()  # noqa: E731
+                    if isinstance(v, dict) and "forward_ms" in v and not v.get("eager_fallback")}
     eager, compiled = ok(measured["eager"]), ok(measured["compiled"])
     if not eager and not compiled:
         raise ValueError("no forward was measured: nothing to fit")
