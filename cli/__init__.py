@@ -29,6 +29,8 @@ COMMANDS = {
     "shape-bench": ("shape_bench", "forward latency of a 7B model's shape vs the sampling core's cost per step"),
     "compile-rows": ("compile_rows", "the compiled CPU step: matrix products by BLAS vs as a multiply-and-sum, by "
                                      "rows (sets few_rows_matmul.MAX_ROWS)"),
+    "gpu-check": ("gpu_check", "the CUDA path in one command, each stage isolated: exactness on the device, every "
+                               "backend eager vs compiled, 7B-shape forwards, the roofline refit (--dry-run: CPU)"),
     "evaluate-demo": ("evaluate_demo", "prompt following of the demo model: 16 prompts judged automatically"),
     "train-drafter": ("train_drafter", "train Hawk heads or an EAGLE drafter on a frozen model by self-distillation"),
     "convert-checkpoint": ("convert_checkpoint", "a released .pt/.ckpt checkpoint -> safetensors"),
