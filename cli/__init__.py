@@ -43,9 +43,13 @@ def version() -> str:
     return __version__
 
 
-def parser(command: str = None) -> CommandParser:
-    """The parser of `python -m specar`; only `command`'s module is imported (its options), the others
-    are listed by their summary: `--help` and `--version` must not wait for torch."""
+ALL = "*"
+
+
+def parser(command: str = ALL) -> CommandParser:
+    """The parser of `python -m specar`: every command's options (ALL), or only `command`'s (None: none),
+    the others listed by their summary, since their modules import torch: `--help` and `--version` must
+    not wait for it."""
     ap = CommandParser(prog="python -m specar", description=(
         "SpecAR: lossless speculative decoding for autoregressive image models.\n\n"
         "Run `python -m specar <command> --help` for a command's options. Errors are one `error:` line "
@@ -54,7 +58,7 @@ def parser(command: str = None) -> CommandParser:
     ap.add_argument("--debug", action="store_true", help="show the traceback of an error")
     sub = ap.add_subparsers(dest="command", metavar="<command>", parser_class=CommandParser)
     for name, (module, summary) in COMMANDS.items():
-        if name in PASS_THROUGH or name != command:
+        if name in PASS_THROUGH or command not in (ALL, name):
             sub.add_parser(name, help=summary, add_help=False)
             continue
         mod = importlib.import_module(f".{module}", __package__)

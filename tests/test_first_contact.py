@@ -313,3 +313,25 @@ def test_readme_first_screen_says_what_it_is_and_the_two_commands():
     assert "lossless" in text.lower() and "ComfyUI" in text
     assert "make test" in text and "make demo" in text
     assert "distribution" in text  # what to expect: other images than AR's, the same distribution
+
+
+def _default_text(p) -> str:
+    if isinstance(p.default, bool):
+        return "on" if p.default else "off"
+    return str(p.default)
+
+
+@pytest.mark.parametrize("doc", ["README.md", "docs/NODES.md"])
+def test_the_backends_tables_give_the_code_defaults(doc):
+    """Each backend's row of the parameters table names every parameter with the code's default (a drafter
+    folder: as a folder), in the row's own notation: `name` (default ...) or name (default ...)."""
+    with open(os.path.join(ROOT, doc)) as f:
+        rows = {m.group(1): m.group(2) for m in re.finditer(r"^\| `?(\w+)`?(?: \([^|]*\))? \| ([^|]+) \|", f.read(), re.M)}
+    for name, schema in specar.SCHEMAS.items():
+        assert name in rows, (doc, name)
+        for p in schema.params:
+            if p.folder_of:
+                assert re.search(rf"`?{p.name}`? \(", rows[name]), (doc, name, p.name)
+                continue
+            want = re.escape(_default_text(p))
+            assert re.search(rf"`?{p.name}`? \(`?{want}`?[;:,)]", rows[name]), (doc, name, p.name, p.default)
