@@ -20,6 +20,7 @@ from ..model_loaders.registry import load_model
 from .args import command_parser, non_negative_float, non_negative_int, positive_int
 from ..samplers.api import generate
 from ..samplers.backends import SCHEMAS, make_backend
+from ..samplers.stats import busy_machine_note
 
 # the default run: AR, the SJD-PAC ablation of the paper (SJD -> +PD -> +PD+AC -> L=64), SCD, Hawk and
 # ADT-Tree (the drafter-based backends need their drafter beside the model: the demo model ships both)
@@ -89,6 +90,13 @@ def with_windows(configs: List[dict], windows: Optional[List[int]]) -> List[dict
         else:
             out.append(cfg)
     return out
+
+
+def _load_average():
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except (AttributeError, OSError):  # Windows: none
+        return None
 
 
 def cpu_name() -> str:
@@ -333,11 +341,16 @@ def main(argv=None):
             "model": args.model, "prompts": prompts, "seeds": args.seeds, "repeats": args.repeats,
             "threads": args.threads, "device": str(model.device), "machine": platform.platform(),
             "processor": cpu_name(), "cpu_count": os.cpu_count(), "torch": torch.__version__,
-            "date": time.strftime("%Y-%m-%d"), "wall_s": round(time.time() - t0, 1)}
+            "date": time.strftime("%Y-%m-%d"), "wall_s": round(time.time() - t0, 1),
+            "load_average": _load_average()}  # other processes' load: a busy machine's latencies are longer
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"meta": meta, "rows": rows}, f, indent=1)
     print(format_table(rows))  # after the file: a closed stdout (| head) must not lose the run
+    busy = busy_machine_note()
+    if busy:
+        print("\n" + busy[2:].capitalize() + " (the speed-ups are ratios within this run and hold better than the "
+              "seconds)")
     return rows
 
 

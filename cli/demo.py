@@ -13,8 +13,9 @@ import time
 import torch
 
 from .args import parse_command, non_negative_int, positive_int
-from .benchmark import _model, cpu_name, parse_config
+from .benchmark import _load_average, _model, cpu_name, parse_config
 from ..samplers.api import generate
+from ..samplers.stats import busy_machine_note
 
 PROMPTS = [
     "a large red circle on a blue background",
@@ -108,6 +109,9 @@ def run(args, argv=None):
     verdict += f"{speedup:.2f}x " + ("faster" if speedup >= 1 else "slower: AR was faster")
     print(f"\n{configs[1]['backend']} vs AR over {len(args.prompts)} prompts, same run: {verdict} "
           f"(total latency {totals[0]:.2f} s -> {totals[1]:.2f} s). Images in {args.out}/ (grid.png: AR top row)")
+    busy = busy_machine_note()
+    if busy:
+        print(busy[2:].capitalize())
     if not lossy:
         print(f"The two rows differ image by image: {configs[1]['backend']} draws its own random samples, from the same "
               f"distribution as AR's (lossless), not AR's images.")
@@ -115,6 +119,7 @@ def run(args, argv=None):
         command = ["demo", *argv] if argv is not None else sys.argv[1:]  # argv None: the dispatcher's command line
         json.dump({"command": "python -m specar " + " ".join(command),
                    "date": time.strftime("%Y-%m-%d"), "processor": cpu_name(), "threads": args.threads,
+                   "load_average": _load_average(),
                    "speedup_vs_ar": speedup, "runs": report}, f, indent=1)
     return speedup
 
