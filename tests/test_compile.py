@@ -41,7 +41,8 @@ def test_compiled_tokens_match_eager_without_breaks_or_recompiles(models, backen
     st2 = again.stats.compile
     # the block is this generation's: nothing compiled, every graph it ran compiled by the first run
     assert st2["compiles"] == 0 and st2["compile_s"] == 0 and st2["recompiles"] == 0 and st2["graph_breaks"] == 0
-    assert st2["graphs_reused"] == st2["graphs_used"] >= 1 and st2["model_total"]["compiles"] == compiles
+    assert st2["graphs_reused"] == st2["graphs_used"] >= 1
+    assert st2["model_total"]["compiles"] == st["model_total"]["compiles"] >= compiles  # the model's, all configs
 
 
 def test_a_compiler_failure_says_so_once_and_runs_eager(monkeypatch, capsys):
