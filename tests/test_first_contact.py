@@ -245,6 +245,11 @@ def test_a_dropped_backend_value_says_which_input_to_fix():
     assert "The value to fix is backend's" in verdict and "lists this message under guidance" in verdict
     assert sampler.validate_inputs(backend={"backend": "sjd", "window": None},
                                    guidance={"guidance": "model default"}) is True
+    # where ComfyUI hands over the prompt (an output node's hidden PROMPT), the dropped value itself is named
+    sampler.hidden = SimpleNamespace(prompt={"10": {"class_type": "SpecARSampler", "inputs": {"backend": "turbo"}},
+                                             "11": {"class_type": "SpecARSampler", "inputs": {"backend": "sjd"}}})
+    named = sampler.validate_inputs(backend=None, guidance={"guidance": "model default"})
+    assert "; got 'turbo'. The value to fix is backend's" in named
     # the flat layout names backend itself: no such note
     assert "value to fix" not in _v3_sampler(dynamic=False).validate_inputs(backend="turbo")
 
