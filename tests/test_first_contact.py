@@ -12,7 +12,6 @@ import shutil
 import subprocess
 import sys
 import time
-import tomllib
 from types import SimpleNamespace
 
 import pytest
@@ -302,6 +301,7 @@ def test_a_copied_demo_folder_loads_by_path_and_a_corrupt_one_says_so(tmp_path):
 
 
 def test_package_data_covers_every_example_workflow():
+    tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
     with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
         patterns = tomllib.load(f)["tool"]["setuptools"]["package-data"]["specar"]
     for base, _, files in os.walk(os.path.join(ROOT, "example_workflows")):
