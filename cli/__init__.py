@@ -45,7 +45,13 @@ def version() -> str:
     return __version__
 
 
-def parser() -> CommandParser:
+ALL = "*"
+
+
+def parser(command: str = ALL) -> CommandParser:
+    """The parser of `python -m specar`: every command's options (ALL), or only `command`'s (None: none),
+    the others listed by their summary, since their modules import torch: `--help` and `--version` must
+    not wait for it."""
     ap = CommandParser(prog="python -m specar", description=(
         "SpecAR: lossless speculative decoding for autoregressive image models.\n\n"
         "Run `python -m specar <command> --help` for a command's options. Errors are one `error:` line "
@@ -54,7 +60,7 @@ def parser() -> CommandParser:
     ap.add_argument("--debug", action="store_true", help="show the traceback of an error")
     sub = ap.add_subparsers(dest="command", metavar="<command>", parser_class=CommandParser)
     for name, (module, summary) in COMMANDS.items():
-        if name in PASS_THROUGH:
+        if name in PASS_THROUGH or command not in (ALL, name):
             sub.add_parser(name, help=summary, add_help=False)
             continue
         mod = importlib.import_module(f".{module}", __package__)
@@ -71,7 +77,7 @@ def _dispatch(argv: list) -> int:
         module = importlib.import_module(f".{COMMANDS[command][0]}", __package__)
         module.main(argv[1:])
         return 0
-    ap = parser()
+    ap = parser(command)
     args = ap.parse_args(argv)
     if args.command is None:
         ap.print_help(sys.stderr)

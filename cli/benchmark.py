@@ -20,6 +20,7 @@ from ..model_loaders.registry import load_model
 from .args import command_parser, non_negative_float, non_negative_int, positive_int
 from ..samplers.api import generate
 from ..samplers.backends import SCHEMAS, make_backend
+from ..samplers.stats import busy_machine_note
 
 # the default run: AR, the SJD-PAC ablation of the paper (SJD -> +PD -> +PD+AC -> L=64), SCD, Hawk and
 # ADT-Tree (the drafter-based backends need their drafter beside the model: the demo model ships both)
@@ -49,7 +50,8 @@ def parse_config(text: str) -> dict:
     name = name.strip()
     if name not in SCHEMAS:
         raise ValueError(f"unknown backend {name!r} in {text!r}; backends: {', '.join(SCHEMAS)}")
-    kinds = {p.name: p.kind for p in SCHEMAS[name].params}
+    declared = {p.name: p for p in SCHEMAS[name].params}
+    kinds = {k: p.kind for k, p in declared.items()}
     params = {}
     for item in filter(None, (s.strip() for s in rest.split(","))):
         key, eq, value = item.partition("=")
@@ -64,8 +66,11 @@ def parse_config(text: str) -> dict:
             try:
                 params[key] = kind(value)
             except ValueError:
-                raise ValueError(f"{key} must be {'an int' if kind is int else 'a number'} in "
-                                 f"{text!r}, got {value!r}") from None
+                try:  # the parameter's own check refuses the text, naming its allowed range
+                    declared[key].check(value)
+                except ValueError as e:
+                    raise ValueError(f"{e} (in {text!r})") from None
+                raise  # unreachable: a string never passes a number's check
         else:
             params[key] = value
     make_backend(name, **{k: v for k, v in params.items() if k != "compile"})  # validate now, not halfway through
@@ -85,6 +90,13 @@ def with_windows(configs: List[dict], windows: Optional[List[int]]) -> List[dict
         else:
             out.append(cfg)
     return out
+
+
+def _load_average():
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except (AttributeError, OSError):  # Windows: none
+        return None
 
 
 def cpu_name() -> str:
@@ -137,12 +149,13 @@ def run(model, configs: List[dict], prompts: List[str], seeds: List[int], repeat
     sampling = sampling or {}
     variants = [(c, False) for c in configs] + ([(c, True) for c in configs] if preview else [])
     label = lambda c, p: _label(c) + (PREVIEW_SUFFIX if p else "")  # noqa: E731
-    warmup_s = {}
+    warmup_s, warmup_compile = {}, {}
     if warmup:  # also where a compiled configuration compiles and auto calibrates: timed apart
         for cfg, _ in variants[:len(configs)]:
             t = time.perf_counter()
-            generate(model, prompts[0], seed=seeds[0], **sampling, **cfg)
+            res = generate(model, prompts[0], seed=seeds[0], **sampling, **cfg)
             warmup_s[_label(cfg)] = time.perf_counter() - t
+            warmup_compile[_label(cfg)] = res.stats.compile
     total = repeats * len(prompts) * len(seeds) * len(variants)
     done, t_start = 0, time.perf_counter()
     runs = {label(c, p): [] for c, p in variants}
@@ -205,12 +218,28 @@ def run(model, configs: List[dict], prompts: List[str], seeds: List[int], repeat
             "latency_stdev_s": statistics.stdev(s.latency_s for s in stats) if len(stats) > 1 else 0.0,
             "speedup_vs_ar": None if ar_latency is None else ar_latency / latency,
             "warmup_s": warmup_s.get(_label(cfg)),
-            "compile": stats[-1].compile,  # the model's counters after this configuration's last run
+            "compile": compile_row(warmup_compile.get(_label(cfg)), stats),
             "auto": [s.backend_report for s in stats] if cfg["backend"] == "auto" else None,
             "overhead_share": (statistics.mean(overhead) / decode) if overhead and decode > 0 else None,
             "peak_memory_bytes": max(peak) if peak else None,
         })
     return rows
+
+
+def compile_row(warmup: Optional[dict], stats: list) -> Optional[dict]:
+    """A compiled configuration's own compile: what its warm-up run compiled (graphs, seconds) and what its
+    timed runs compiled (0 when the warm-up compiled every shape they use), never the model's totals,
+    which include the other configurations' graphs (each run's `model_total` has those)."""
+    runs = [s.compile for s in stats if s.compile]
+    if not runs:
+        return None
+    counters = ("compiles", "recompiles", "graph_breaks", "compile_s")
+    out = {k: (warmup or {}).get(k, 0) + sum(r[k] for r in runs) for k in counters}
+    out["warmup_compiles"] = (warmup or {}).get("compiles", 0)
+    out["warmup_compile_s"] = (warmup or {}).get("compile_s", 0.0)
+    out["timed_compiles"] = sum(r["compiles"] for r in runs)
+    out["eager_fallback"] = runs[-1]["eager_fallback"]
+    return out
 
 
 def format_table(rows: List[dict]) -> str:
@@ -219,7 +248,7 @@ def format_table(rows: List[dict]) -> str:
             f"{'decode':>8s} {'latency':>8s} {'speedup':>8s} {'overhead':>8s} {'peak mem':>9s}")
     lines = [head, "-" * len(head)]
     for r in rows:
-        sp = "-" if r["speedup_vs_ar"] is None else f"{r['speedup_vs_ar']:.2f}x"
+        sp = "-" if r["speedup_vs_ar"] is None else f"{r['speedup_vs_ar']:.2f}x"  # no `ar` row: no reference
         ov = "-" if r["overhead_share"] is None else f"{100 * r['overhead_share']:.0f}%"
         mem = "-" if r["peak_memory_bytes"] is None else f"{r['peak_memory_bytes'] / 2**20:.0f} MiB"
         lines.append(f"{r['label']:44s} {r['nfe']:7.1f} {r['step_compression']:6.2f}x "
@@ -227,16 +256,21 @@ def format_table(rows: List[dict]) -> str:
                      f"{r['prefill_s']:7.3f}s {r['decode_s']:7.3f}s {r['latency_s']:7.3f}s {sp:>8s} {ov:>8s} {mem:>9s}")
     lines += ["", "compr.: step compression, mean of per-image ratios; total: all image tokens / all forwards (prefill "
               "included); speedup: AR's latency / this latency, same run"]
+    if rows and all(r["speedup_vs_ar"] is None for r in rows):
+        lines.append("speedup '-': no plain `ar` row in this run to compare with; add `ar` to --backends (eager AR: "
+                     "`ar`, compiled AR: `ar:compile=true`)")
     compiled = [r for r in rows if r.get("compile")]
     if compiled:
-        lines += ["", "compiled (torch.compile of the model forward): compile time (the warm-up run, not in latency), "
-                  "graphs, recompiles, graph breaks (model totals after the configuration)"]
+        lines += ["", "compiled (torch.compile of the model forward), this configuration's own compile: graphs and "
+                  "seconds in its warm-up run (not in latency) and in its timed runs (0: the warm-up compiled every "
+                  "shape), recompiles, graph breaks"]
         for r in compiled:
             c = r["compile"]
             note = f", EAGER FALLBACK: {c['eager_fallback']}" if c["eager_fallback"] else ""
-            lines.append(f"{r['label']:44s} compile {c['compile_s']:.1f} s (warm-up run {r['warmup_s']:.1f} s), "
-                         f"{c['compiles']} graphs, {c['recompiles']} recompiles, {c['graph_breaks']} graph "
-                         f"breaks{note}")
+            warm = "-" if r["warmup_s"] is None else f"{r['warmup_s']:.1f} s"
+            lines.append(f"{r['label']:44s} warm-up compiled {c['warmup_compiles']} graphs in {c['warmup_compile_s']:.1f} s "
+                         f"(warm-up run {warm}), timed runs compiled {c['timed_compiles']}, {c['recompiles']} "
+                         f"recompiles, {c['graph_breaks']} graph breaks{note}")
     autos = [r for r in rows if r.get("auto")]
     if autos:
         lines += ["", "auto: steps per window, summed over the configuration's runs"]
@@ -265,22 +299,29 @@ def main(argv=None):
     ap = command_parser("bench", __doc__)
     ap.add_argument("--model", default="demo", help="built-in name, model folder, or tiny:V,HxW[,row_end]")
     ap.add_argument("--backends", nargs="+", default=DEFAULT_CONFIGS,
-                    help="configurations like ar  sjd:window=32  sjd_pac:window=64,tree_width=4")
+                    help="configurations like ar  sjd:window=32  sjd_pac:window=64,tree_width=4  ar:compile=true "
+                    "(a parameter left out takes the backend's default; include `ar` for the speed-up column)")
     ap.add_argument("--windows", type=positive_int, nargs="+",
                     help="run each configuration without an explicit window once per window (e.g. 16 32 64)")
     ap.add_argument("--prompts", help="file with one prompt per line (default: 4 built-in prompts)")
-    ap.add_argument("--seeds", type=non_negative_int, nargs="+", default=[0, 1])
-    ap.add_argument("--repeats", type=positive_int, default=1)
-    ap.add_argument("--device", default=None)
-    ap.add_argument("--dtype", default=None, choices=[None, "float32", "bfloat16", "float16"])
-    ap.add_argument("--threads", type=positive_int, default=1,
-                    help="torch CPU threads (1: steadier timings on a shared machine)")
-    ap.add_argument("--cfg-scale", type=non_negative_float, default=None)
-    ap.add_argument("--top-k", type=positive_int, default=None)
+    ap.add_argument("--seeds", type=non_negative_int, nargs="+", default=[0, 1],
+                    help="seeds; every configuration runs every prompt with every seed")
+    ap.add_argument("--repeats", type=positive_int, default=1,
+                    help="times the whole interleaved round runs (more samples per configuration)")
+    ap.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: the model's own choice)")
+    ap.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"],
+                    help="weights precision (default: the model's own)")
+    ap.add_argument("--threads", type=positive_int, default=2,
+                    help="torch CPU threads (1: steadier timings on a machine shared with other jobs)")
+    ap.add_argument("--cfg-scale", type=non_negative_float, default=None,
+                    help="classifier-free guidance scale (default: the model's recommended one; 1: no guidance)")
+    ap.add_argument("--top-k", type=non_negative_int, default=None,
+                    help="keep the k most likely image tokens (default: the model's recommended one; 0: off, "
+                    "every token)")
     ap.add_argument("--json", help="write the rows (and the run's settings) to this file")
     ap.add_argument("--preview", action="store_true", help="also run each configuration with the node's live "
                     "preview (interleaved) and report its overhead")
-    ap.add_argument("--quiet", action="store_true")
+    ap.add_argument("--quiet", action="store_true", help="no progress line per generation on stderr")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     try:
@@ -300,11 +341,16 @@ def main(argv=None):
             "model": args.model, "prompts": prompts, "seeds": args.seeds, "repeats": args.repeats,
             "threads": args.threads, "device": str(model.device), "machine": platform.platform(),
             "processor": cpu_name(), "cpu_count": os.cpu_count(), "torch": torch.__version__,
-            "date": time.strftime("%Y-%m-%d"), "wall_s": round(time.time() - t0, 1)}
+            "date": time.strftime("%Y-%m-%d"), "wall_s": round(time.time() - t0, 1),
+            "load_average": _load_average()}  # other processes' load: a busy machine's latencies are longer
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"meta": meta, "rows": rows}, f, indent=1)
     print(format_table(rows))  # after the file: a closed stdout (| head) must not lose the run
+    busy = busy_machine_note()
+    if busy:
+        print("\n" + busy[2:].capitalize() + " (the speed-ups are ratios within this run and hold better than the "
+              "seconds)")
     return rows
 
 

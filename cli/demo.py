@@ -13,8 +13,9 @@ import time
 import torch
 
 from .args import parse_command, non_negative_int, positive_int
-from .benchmark import _model, cpu_name, parse_config
+from .benchmark import _load_average, _model, cpu_name, parse_config
 from ..samplers.api import generate
+from ..samplers.stats import busy_machine_note
 
 PROMPTS = [
     "a large red circle on a blue background",
@@ -22,10 +23,10 @@ PROMPTS = [
     "a white striped square on a black background",
     "a purple triangle on a noisy orange background",
 ]
-# the fastest lossless configuration in wall-clock on our 2-core CPUs (docs/BENCHMARKS.md, window
-# sweep): SCD with maximal coupling at window 32. On a CPU a forward's cost grows with its tokens,
-# so the longest windows (L=64: most compression) are slower here; they pay off on GPUs, where a
-# 64-token forward of a 7B model costs about what a 1-token one does
+# the fastest lossless configuration in wall-clock on our 2-core CPU (docs/BENCHMARKS.md): SCD at its
+# defaults. On a CPU a forward's cost grows with its tokens, so the longest windows (most compression)
+# are slower here; they pay off on GPUs, where a 64-token forward of a 7B model costs about what a
+# 1-token one does
 FAST = "scd"  # window 16, init sample_above: the fastest lossless default on a CPU (docs/BENCHMARKS.md)
 
 
@@ -39,16 +40,28 @@ def token_picture(tokens: torch.Tensor, vocab_size: int, scale: int = 8):
     return img.resize((img.width * scale, img.height * scale), Image.NEAREST)
 
 
-def side_by_side(rows, labels, pad: int = 4):
+def side_by_side(rows, labels, prompts=None, pad: int = 4, scale: int = 2):
+    """A grid: one row per configuration (labelled on the left), one column per prompt (its text
+    under the column, wrapped), each image enlarged `scale` times (nearest neighbour)."""
+    import textwrap
+
     from PIL import Image, ImageDraw
+    rows = [[im.resize((im.width * scale, im.height * scale), Image.NEAREST) for im in images] for images in rows]
     w, h = rows[0][0].size
     cols = len(rows[0])
-    grid = Image.new("RGB", (cols * (w + pad) + pad + 60, len(rows) * (h + pad) + pad), "white")
+    chars = max(8, w // 6)  # PIL's default bitmap font is about 6 px per character
+    captions = [textwrap.wrap(p, chars) for p in (prompts or [])]
+    caption_h = 12 * max((len(c) for c in captions), default=0) + (pad if captions else 0)
+    grid = Image.new("RGB", (cols * (w + pad) + pad + 60, len(rows) * (h + pad) + pad + caption_h), "white")
     draw = ImageDraw.Draw(grid)
     for r, images in enumerate(rows):
         draw.text((4, pad + r * (h + pad) + h // 2 - 6), labels[r], fill="black")
         for c, im in enumerate(images):
             grid.paste(im, (60 + pad + c * (w + pad), pad + r * (h + pad)))
+    top = len(rows) * (h + pad) + pad
+    for c, lines in enumerate(captions):
+        for k, line in enumerate(lines):
+            draw.text((60 + pad + c * (w + pad), top + 12 * k), line, fill="black")
     return grid
 
 
@@ -90,16 +103,23 @@ def run(args, argv=None):
                            "step_compression": st.step_compression, "latency_s": st.latency_s})
             print(f"{prompt[:48]:48s} {cfg['backend']:8s} forwards {st.nfe:4d}  compression {st.step_compression:5.2f}x  "
                   f"latency {st.latency_s:6.2f} s")
-    side_by_side([pictures[0], pictures[1]], ["AR", configs[1]["backend"]]).save(os.path.join(args.out, "grid.png"))
+    side_by_side([pictures[0], pictures[1]], ["AR", configs[1]["backend"]], args.prompts).save(os.path.join(args.out, "grid.png"))
     speedup = totals[0] / totals[1]
     verdict = "LOSSY (relaxed acceptance: not AR's distribution), " if lossy else ""
     verdict += f"{speedup:.2f}x " + ("faster" if speedup >= 1 else "slower: AR was faster")
     print(f"\n{configs[1]['backend']} vs AR over {len(args.prompts)} prompts, same run: {verdict} "
           f"(total latency {totals[0]:.2f} s -> {totals[1]:.2f} s). Images in {args.out}/ (grid.png: AR top row)")
+    busy = busy_machine_note()
+    if busy:
+        print(busy[2:].capitalize())
+    if not lossy:
+        print(f"The two rows differ image by image: {configs[1]['backend']} draws its own random samples, from the same "
+              f"distribution as AR's (lossless), not AR's images.")
     with open(os.path.join(args.out, "demo.json"), "w") as f:
         command = ["demo", *argv] if argv is not None else sys.argv[1:]  # argv None: the dispatcher's command line
         json.dump({"command": "python -m specar " + " ".join(command),
                    "date": time.strftime("%Y-%m-%d"), "processor": cpu_name(), "threads": args.threads,
+                   "load_average": _load_average(),
                    "speedup_vs_ar": speedup, "runs": report}, f, indent=1)
     return speedup
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Hashable
 
 import torch
@@ -48,9 +48,31 @@ class CompileStats:
     graph_breaks: int = 0  # must stay 0 (fullgraph=True turns one into an error, then eager)
     compile_s: float = 0.0  # wall time of the calls that compiled
     eager_fallback: str = ""  # why compiling was given up ("" while it works)
+    shapes: set = field(default_factory=set)  # the shape keys compiled so far (one graph each)
+    used: set = field(default_factory=set)  # the shape keys run since `start_run`
+
+    COUNTERS = ("compiles", "recompiles", "graph_breaks", "compile_s")
 
     def to_dict(self) -> dict:
-        return dict(self.__dict__)
+        """The model's totals since its compiled step was made (every generation of this process)."""
+        out = {k: getattr(self, k) for k in self.COUNTERS}
+        return {**out, "graphs": len(self.shapes), "eager_fallback": self.eager_fallback}
+
+    def start_run(self) -> dict:
+        """Mark the start of one generation; returns what `run_report` subtracts."""
+        self.used = set()
+        return {**{k: getattr(self, k) for k in self.COUNTERS}, "shapes": frozenset(self.shapes)}
+
+    def run_report(self, before: dict) -> dict:
+        """One generation's compile block: the graphs it compiled and their seconds (not the process's
+        totals), how many of the graphs it ran were compiled by an earlier generation (reused), and the
+        model's totals under `model_total`."""
+        out = {k: getattr(self, k) - before[k] for k in self.COUNTERS}
+        out["graphs_used"] = len(self.used)
+        out["graphs_reused"] = len(self.used & before["shapes"])
+        out["eager_fallback"] = self.eager_fallback
+        out["model_total"] = self.to_dict()
+        return out
 
 
 def _dynamo_counts() -> tuple:
@@ -132,5 +154,7 @@ class ShapeCompiled:
                 st.recompiles += new
         st.graph_breaks += breaks_after - breaks
         self.seen.add(key)
+        st.shapes.add(key)
+        st.used.add(key)
         return out
 

@@ -131,6 +131,10 @@ def sampler_error(values: dict) -> Optional[str]:
     return None
 
 
+SPEEDUP_HISTORY = 20  # compare_with_ar ratios kept per setting (this process): the verdict's samples
+_speedups: dict = {}
+
+
 def run_sampler(model, values: dict, progress: Optional[Callable] = None, interrupt: Optional[Callable] = None):
     """Generate from the sampler's widget values.
 
@@ -145,13 +149,13 @@ def run_sampler(model, values: dict, progress: Optional[Callable] = None, interr
     sampling = dict(seed=values["seed"], cfg_scale=settings.cfg_scale, temperature=float(values.get("temperature", 1.0)),
                     top_k=settings.top_k, top_p=float(values.get("top_p", 1.0)),
                     negative_prompt=values.get("negative_prompt", ""), batch_size=batch, interrupt=interrupt)
-    res = generate(model, values["prompt"], backend=config, progress=progress, preview=preview,
-                   compile=values.get("compile", False), **sampling)
-    ar_stats = None
-    if values.get("compare_with_ar") and settings.backend != "ar":
-        # after the backend's run, so any first-run cost counts against the backend, never for it; plain
-        # (eager) AR even when the backend is compiled: AR compiling its own shape would count for the backend
-        ar_stats = generate(model, values["prompt"], backend="ar", **sampling).stats
+    compare = bool(values.get("compare_with_ar")) and settings.backend != "ar"
+    # compare_with_ar: one progress bar over both generations (the backend's run fills its first half, AR's
+    # the second), so the bar does not sit at 100% while AR runs
+    first_run = not model.__dict__.get("_specar_generated", False)  # one-time costs fall on this run
+    res = generate(model, values["prompt"], backend=config, preview=preview, compile=values.get("compile", False),
+                   progress=(lambda d, t: progress(d, 2 * t)) if compare and progress else progress, **sampling)
+    model.__dict__["_specar_generated"] = True
     geo = model.geometry
     grid = res.tokens.reshape(batch, geo.height, geo.width)
     if res.images:
@@ -159,13 +163,29 @@ def run_sampler(model, values: dict, progress: Optional[Callable] = None, interr
     else:  # no decoder: show the codes as grey levels
         codes = grid.float() / max(geo.vocab_size - 1, 1)
         image = codes[..., None].expand(-1, -1, -1, 3).contiguous()
-    if preview is not None:  # the finished image, not the last partial one, stays on the node
+    if preview is not None:  # the finished image replaces the last partial one now, before AR's run
         from PIL import Image
         progress.show([Image.fromarray((image[0].clamp(0, 1) * 255).round().to(torch.uint8).cpu().numpy())],
                       progress.last[1], progress.last[1])
+    ar_stats = None
+    if compare:
+        # after the backend's run, so any first-run cost counts against the backend, never for it; plain
+        # (eager) AR even when the backend is compiled: AR compiling its own shape would count for the backend
+        ar_stats = generate(model, values["prompt"], backend="ar", **sampling,
+                            progress=(lambda d, t: progress(t + d, 2 * t)) if progress else None).stats
     heat = torch.stack([heatmap(a, size=tuple(image.shape[1:3])) for a in res.stats.accepted_at_step])
     label = progress.label(image.shape[2], image.shape[1]) if preview is not None else None
-    text, stats = report(res.stats, ar_stats, settings, values, model, tuple(image.shape[1:3]), label)
+    ratios = None
+    one_time = first_run or bool(res.stats.compile and res.stats.compile.get("compiles"))
+    if ar_stats is not None and not one_time:  # the same settings' earlier ratios in this process, and this one
+        key = (id(model), settings.backend, repr(sorted(settings.params.items())), settings.cfg_scale,
+               settings.top_k, sampling["temperature"], sampling["top_p"], batch, bool(values.get("compile")),
+               values["prompt"], sampling["negative_prompt"])
+        ratios = _speedups.setdefault(key, [])
+        ratios.append(ar_stats.latency_s / max(res.stats.latency_s, 1e-9))
+        del ratios[:-SPEEDUP_HISTORY]
+    text, stats = report(res.stats, ar_stats, settings, values, model, tuple(image.shape[1:3]), label,
+                         ratios=ratios, first_run=first_run)
     tokens = {"tokens": grid, "model": model}
     return image, tokens, stats, heat, text
 

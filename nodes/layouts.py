@@ -150,6 +150,27 @@ def to_flat(prompt: dict) -> dict:
     return out
 
 
+def flat_prompt_on_dynamic(prompt) -> Optional[str]:
+    """The error for an API prompt in the flat layout (example_workflows/api/flat/: "sjd_pac_window" keys)
+    sent to a ComfyUI with DynamicCombo, or None. There ComfyUI fails every sampler whose backend has
+    parameters ("Required input is missing: backend.window") and still runs the others (AR), silently;
+    the sampler that runs sees the whole prompt (an output node's hidden PROMPT) and refuses it."""
+    if not isinstance(prompt, dict):
+        return None
+    flat_names = {f"{b}_{p.name}" for b, schema in _backends.SCHEMAS.items() for p in schema.params}
+    for node in prompt.values():
+        inputs = node.get("inputs", {}) if isinstance(node, dict) else {}
+        if node.get("class_type") != "SpecARSampler" or any(k.startswith("backend.") for k in inputs):
+            continue
+        flat = sorted(k for k in inputs if k in flat_names)
+        if flat:
+            return (f"this prompt is in the flat layout of a ComfyUI without DynamicCombo ({flat[0]}, ...: "
+                    "example_workflows/api/flat/), but this ComfyUI has DynamicCombo: its samplers other than AR "
+                    "fail validation and would not run. Post the DynamicCombo twin instead: example_workflows/api/"
+                    "<the same name>.json (backend.window keys)")
+    return None
+
+
 def named_values(inputs: dict) -> dict:
     """A sampler's values by flat name (`properties.specar_inputs` of the UI format): the common inputs,
     each switch's choice and its chosen option's inputs ("sjd_pac_window", "cfg_scale"), and the seed's
@@ -163,5 +184,5 @@ def named_values(inputs: dict) -> dict:
     return named
 
 
-__all__ = ["SamplerSettings", "chosen_inputs", "dynamic_inputs", "legacy_settings", "named_values", "nest_dotted",
+__all__ = ["SamplerSettings", "chosen_inputs", "flat_prompt_on_dynamic", "dynamic_inputs", "legacy_settings", "named_values", "nest_dotted",
            "sampler_settings", "to_flat"]

@@ -124,7 +124,7 @@ def resolve_drafter(name: str, kind: str) -> str:
         if d == name:
             return path
     if os.path.isabs(name) and os.path.isdir(name):
-        return name  # API prompts may give a path
+        return name  # the library's callers (run_sampler) may give a path; ComfyUI accepts only listed names
     raise ValueError(f"drafter folder {name!r} not found under models/{spec.DRAFTER_FOLDER}; choose one of "
                      f"{', '.join([spec.BESIDE_MODEL] + drafter_folders(kind))}")
 

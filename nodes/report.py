@@ -8,6 +8,7 @@ from typing import Optional
 import torch
 
 from ..samplers import backends as _backends
+from ..samplers.stats import busy_machine_note
 
 
 def heatmap(accepted_at_step: list, size: Optional[tuple] = None) -> torch.Tensor:
@@ -37,45 +38,91 @@ def token_totals(stats) -> tuple:
     return tokens, forwards
 
 
-def summary(stats, ar_stats=None) -> str:
+MIN_SAMPLES = 3  # compare_with_ar runs of the same settings before a verdict from their range
+CLEAR_RATIO = 1.5  # one timing each: a verdict only beyond this factor (one CPU timing varies by 10-30%)
+
+
+def compile_note(stats) -> str:
+    """What compiling cost this run (not the process), or that it reused graphs compiled earlier."""
+    c = stats.compile
+    if not c:
+        return ""
+    if c.get("eager_fallback"):
+        return "; compile failed, ran eager"
+    if c.get("compiles"):
+        return f"; compiled {c['compiles']} graphs in {c['compile_s']:.1f} s (counted in this latency; later runs reuse them)"
+    return f"; compiled step: reused {c.get('graphs_reused', 0)} graphs, no compile this run"
+
+
+def verdict(ratio: float, ratios: Optional[list]) -> str:
+    """Faster / slower only from enough samples: the range of this setting's compare_with_ar ratios once
+    there are MIN_SAMPLES of them, else one timing each, decided only beyond CLEAR_RATIO."""
+    runs = list(ratios or [ratio])
+    if len(runs) >= MIN_SAMPLES:
+        lo, hi = min(runs), max(runs)
+        spread = f"{lo:.2f}-{hi:.2f}x over the last {len(runs)} runs with these settings"
+        if lo > 1:
+            return f"faster: {spread}"
+        if hi < 1:
+            return f"slower: {spread}; the extra drafting costs more than it saves on this device"
+        return f"no clear difference: {spread}"
+    if ratio >= CLEAR_RATIO:
+        return "faster"
+    if ratio <= 1 / CLEAR_RATIO:
+        return "slower: the extra drafting costs more than it saves on this device"
+    return (f"one timing each, within their noise: no verdict before {MIN_SAMPLES} runs with these settings "
+            f"({len(runs)} so far)")
+
+
+def summary(stats, ar_stats=None, ratios: Optional[list] = None, first_run: bool = False) -> str:
     """One line for the node: backend (LOSSY when it is), tokens and forward passes summed over the batch
     against AR's, measured latency, and the wall-clock ratio to an AR run of the same model, prompt,
     seed, batch and guidance measured in the same execution (`ar_stats`; never a run from another
-    time or load: step counts are not a speed-up, and old timings are not comparable)."""
+    time or load: step counts are not a speed-up, and old timings are not comparable). `ratios`: this
+    setting's compare_with_ar ratios so far, this run's last (the verdict's samples); `first_run`: the
+    model's first generation since it was loaded, whose one-time costs are in its latency."""
     label = _backends.SCHEMAS[stats.backend].label
     if stats.lossy:
         label += " LOSSY (relaxed acceptance: not AR's distribution)"
     tokens, forwards = token_totals(stats)
     images = f"{stats.batch} images, " if stats.batch > 1 else ""
     summed = " summed over the images" if stats.batch > 1 else ""
+    notes = compile_note(stats) + busy_machine_note()
+    one_time = first_run or bool(stats.compile and stats.compile.get("compiles"))
+    if first_run:
+        notes += "; the model's first run since loading: one-time start-up costs are in this latency"
     if stats.backend == "ar":
-        return f"{label}: {images}{tokens} tokens in {forwards} forward passes{summed}, {stats.latency_s:.2f} s"
+        return f"{label}: {images}{tokens} tokens in {forwards} forward passes{summed}, {stats.latency_s:.2f} s{notes}"
     text = (f"{label}: {images}{tokens} tokens in {forwards} forward passes{summed} ({tokens / forwards:.1f}x "
             f"fewer than AR), {stats.latency_s:.2f} s")
     if ar_stats is None:
-        return text + "; wall-clock speed-up: turn on compare_with_ar to measure AR in the same run"
+        return text + "; wall-clock speed-up: turn on compare_with_ar to measure AR in the same run" + notes
     ratio = ar_stats.latency_s / max(stats.latency_s, 1e-9)
     if stats.lossy:
-        verdict = "not comparable as a speed-up: a lossy run samples another distribution"
-    elif ratio >= 1:
-        verdict = "faster"
+        what = "not comparable as a speed-up: a lossy run samples another distribution"
+    elif one_time:
+        what = "no verdict: this run's one-time costs count against it; run again"
     else:
-        verdict = "slower: the extra drafting costs more than it saves on this device"
-    return text + f"; {ratio:.2f}x AR's {ar_stats.latency_s:.2f} s measured in this run ({verdict})"
+        what = verdict(ratio, ratios)
+    return text + f"; {ratio:.2f}x AR's {ar_stats.latency_s:.2f} s measured in this run ({what})" + notes
 
 
-def report(stats, ar_stats, settings, values: dict, model, size: tuple, preview_label: Optional[str]) -> tuple:
+def report(stats, ar_stats, settings, values: dict, model, size: tuple, preview_label: Optional[str],
+           ratios: Optional[list] = None, first_run: bool = False) -> tuple:
     """(summary line, statistics JSON) of a run: `GenerationStats` plus the summary, the batch's totals,
     AR's latency measured in the same execution (`ar_stats`, or None), the readable backend name, the
     model, the sampling values used (the model's recommended ones where guidance is its default), the
     image's own size (H, W) and what the live preview showed (`preview_label`, or None without one)."""
-    text = summary(stats, ar_stats)
+    text = summary(stats, ar_stats, ratios, first_run)
     out = stats.to_dict()
     out["summary"] = text
     out["tokens_total"], out["forwards_total"] = token_totals(stats)
     if ar_stats is not None:
         out["ar_latency_s"] = ar_stats.latency_s
         out["speedup_vs_ar"] = ar_stats.latency_s / max(stats.latency_s, 1e-9)
+        if ratios:
+            out["speedup_vs_ar_runs"] = list(ratios)  # this setting's compare_with_ar ratios so far, this run's last
+    out["first_run"] = first_run
     out["backend_label"] = _backends.SCHEMAS[settings.backend].label
     out["model"] = getattr(model, "name", type(model).__name__)
     out["image_size"] = f"{size[1]}x{size[0]}"

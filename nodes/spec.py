@@ -12,6 +12,7 @@ values everywhere), and the limits between parameters and the model's are checke
 """
 from __future__ import annotations
 
+import re
 from typing import Callable
 
 from ..model_loaders.registry import FAMILIES
@@ -51,13 +52,25 @@ def is_advanced(backend: str, param: str) -> bool:
     return backend in ESSENTIAL_PARAMS and param not in ESSENTIAL_PARAMS[backend]
 
 
+def node_text(text: str) -> str:
+    """A backend's help as a node tooltip: the library's help names the API's `preset='paper'` (no node
+    input), documents in the repository and issue numbers, none of which a ComfyUI user has."""
+    text = re.sub(r"\s*\(preset='paper'\)", "", text)  # "SJD paper: random (preset='paper')"
+    text = re.sub(r";\s*preset='paper'(?=\))", "", text)  # "topk (EAGLE-2; preset='paper')"
+    text = text.replace("preset='paper': ", "paper setting: ")
+    text = re.sub(r"\s*\(docs/\w+\.md\)", "", text)  # "... on a CPU (docs/BENCHMARKS.md)"
+    text = re.sub(r"(;\s*| of )docs/\w+\.md(, [^;.)]*)?", "", text)  # "(lossless; docs/X.md)", "; docs/X.md, why"
+    return re.sub(r"\bissues? \d+(: |, )?", "", text)
+
+
 def param_widget(p, label: str, drafter_choices: Callable[[str], list]) -> Widget:
     """The widget of one backend parameter (samplers/backends.py Param), default and range from its schema."""
     tooltip = f"{label}: {p.help}. Default {p.default}"
     if p.paper:
         tooltip += f"; {p.paper}"
-    tooltip += "."
+    tooltip = node_text(tooltip) + "."
     if p.folder_of:
+        tooltip = tooltip.replace("; empty: ", f"; {BESIDE_MODEL}: ")  # the choice's own text, not the API's ""
         return Widget(p.name, "COMBO", tooltip.replace(f"Default {p.default}", f"Default {BESIDE_MODEL}") +
                       f" Folders with {p.folder_of} drafters under ComfyUI/models/{DRAFTER_FOLDER} are listed.",
                       default=BESIDE_MODEL, options=lambda kind=p.folder_of: [BESIDE_MODEL] + drafter_choices(kind))
@@ -77,7 +90,7 @@ def param_widget(p, label: str, drafter_choices: Callable[[str], list]) -> Widge
 def backend_switch(drafter_choices: Callable[[str], list] = lambda kind: []) -> Switch:
     schemas = _backends.SCHEMAS  # read each time: a backend registered later appears too
     names = tuple(schemas)
-    help_text = "; ".join(f"{s.label}: {s.summary}" for s in schemas.values())
+    help_text = "; ".join(f"{s.label}: {node_text(s.summary)}" for s in schemas.values())
     return Switch(
         "backend", f"how tokens are drafted and verified. {help_text}. Every lossless backend samples exactly what AR "
         "samples; only the chosen backend's parameters are shown.", default="auto" if "auto" in names

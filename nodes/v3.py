@@ -7,7 +7,8 @@ generated from spec.py (as the V1 classes in v1.py are); the work is done by cor
 from __future__ import annotations
 
 from . import core, models, spec
-from .widgets import NodeSpec, Switch, Widget
+from .layouts import flat_prompt_on_dynamic
+from .widgets import NOT_AN_OPTION, NodeSpec, Switch, Widget
 
 
 def _widget_input(io, types: dict, w: Widget):
@@ -71,12 +72,25 @@ def schema(io, types: dict, node: NodeSpec, dynamic: bool = False):
     )
 
 
-def _check_switches(**values):
-    """validate_inputs' verdict on the sampler's switches, flat values or DynamicCombo dicts."""
-    for sw in (spec.backend_switch(), spec.guidance_switch()):
+def _check_switches(dynamic: bool = False, prompt=None, **values):
+    """validate_inputs' verdict on the sampler's switches, flat values or DynamicCombo dicts. `prompt`: the
+    whole API prompt where ComfyUI hands it over (an output node's hidden PROMPT), for the value ComfyUI
+    dropped."""
+    switches = (spec.backend_switch(), spec.guidance_switch())
+    for sw in switches:
         value = values[sw.name]
         err = sw.choice_error(value.get(sw.name) if isinstance(value, dict) else value)
         if err:
+            if dynamic and value is None:  # dropped by ComfyUI, which files this under the switch it still has
+                nodes = prompt.values() if isinstance(prompt, dict) else ()
+                bad = sorted({repr(n["inputs"][sw.name]) for n in nodes if isinstance(n, dict) and
+                              n.get("class_type") == "SpecARSampler" and isinstance(n.get("inputs"), dict) and
+                              n["inputs"].get(sw.name, sw.default) not in sw.options})
+                if bad:  # the prompt's own value instead of ComfyUI's none
+                    err = err.replace(f"got {NOT_AN_OPTION}", "got " + " / ".join(bad))
+                other = next(o.name for o in switches if o is not sw)
+                err += (f". The value to fix is {sw.name}'s: ComfyUI drops a DynamicCombo value that is none of its "
+                        f"options and lists this message under {other}")
             return err
     return True
 
@@ -122,7 +136,8 @@ def build_nodes(io) -> list:
         if dynamic:
             @classmethod
             def validate_inputs(cls, backend=None, guidance=None):
-                return _check_switches(backend=backend, guidance=guidance)
+                return _check_switches(dynamic=True, backend=backend, guidance=guidance,
+                                       prompt=getattr(getattr(cls, "hidden", None), "prompt", None))
         else:
             @classmethod
             def validate_inputs(cls, backend=None):
@@ -130,6 +145,11 @@ def build_nodes(io) -> list:
 
         @classmethod
         def execute(cls, model, **values):
+            # an api/flat prompt on this DynamicCombo ComfyUI: only the samplers without parameters (AR) get
+            # here, the others failed validation; say so instead of running the rest silently
+            err = flat_prompt_on_dynamic(getattr(getattr(cls, "hidden", None), "prompt", None)) if dynamic else None
+            if err:
+                raise ValueError(err)
             outputs, ui = core.run_sampler_in_comfy(model, values)
             return io.NodeOutput(*outputs, ui=ui)
 

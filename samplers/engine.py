@@ -67,6 +67,7 @@ class SpeculativeEngine:
         timed = self.profile or dev.type != "cuda"
         if dev.type == "cuda":  # peak memory of this generation, not of the process so far
             torch.cuda.reset_peak_memory_stats(dev)
+        compile_before = None if self.compile_stats is None else self.compile_stats.start_run()
         t0 = time.perf_counter()
         session, state, bad = self._prefill(prompt)
         self._calibrate(session, sync)
@@ -91,6 +92,8 @@ class SpeculativeEngine:
         sync()
         t2 = time.perf_counter()
         stats = self._stats(log, at_step, state.step, t1 - t0, t2 - t1, log.forward_s if timed else None)
+        if compile_before is not None:  # this generation's compiles, not the process's (model_total has those)
+            stats.compile = self.compile_stats.run_report(compile_before)
         return state.seq[:, : self.model.geometry.seq_len], stats
 
     # -- phases --------------------------------------------------------------------------------

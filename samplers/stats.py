@@ -26,7 +26,7 @@ class GenerationStats:
     accepted_at_step: list = field(default_factory=list)  # per image: [H][W] decode step of each token
     lossy: bool = False  # True only for an explicitly lossy option (relaxed acceptance)
     backend_report: Optional[dict] = None  # what an adaptive backend chose and why (auto)
-    compile: Optional[dict] = None  # compiled step: compiles, recompiles, graph breaks, compile_s (model total)
+    compile: Optional[dict] = None  # compiled step, this generation: compiles, compile_s, graphs reused; model_total
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -37,3 +37,19 @@ class GenerationStats:
         name = self.backend.upper()
         return (f"{name}: {self.image_tokens} tokens in {self.nfe} forwards "
                 f"({self.step_compression:.2f}x step compression), {self.latency_s:.2f} s")
+
+
+def busy_machine_note() -> str:
+    """"; machine busy (...)" when other processes keep every CPU core busy (the 1-minute load average at
+    least the core count: os.getloadavg, Unix), else "": timings are then slower than on an idle machine
+    and vary between runs, which a reader of one latency must know."""
+    import os
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):  # Windows: no load average
+        return ""
+    cores = os.cpu_count() or 1
+    if load < cores:
+        return ""
+    return (f"; machine busy (load average {load:.1f} on {cores} cores): latencies are longer than on an idle "
+            f"machine and vary between runs")

@@ -39,6 +39,11 @@ export function formatStats(json) {
   ];
   // the frontend labels the preview with the size it was sent at: the image's own size is said here
   if (s.image_size) lines.push(s.preview_label ? `image ${s.image_size} px; ${s.preview_label}` : `image ${s.image_size} px`);
+  if (s.compile) { // this run's compile, not the process's (model_total has those)
+    lines.push(s.compile.eager_fallback ? `compile failed, ran eager: ${s.compile.eager_fallback}`
+      : `compiled this run: ${s.compile.compiles} graphs in ${num(s.compile.compile_s, 1)} s; ` +
+        `${s.compile.graphs_reused} of ${s.compile.graphs_used} graphs reused from earlier runs`);
+  }
   if (s.lossy) lines.push("LOSSY: relaxed acceptance was on (not the AR distribution)");
   if (s.speedup_vs_ar !== undefined && s.speedup_vs_ar !== null) {
     lines.push(`AR in the same run: ${num(s.ar_latency_s)} s, ${num(s.speedup_vs_ar)}x${s.lossy ? " (LOSSY run: not a like-for-like speed-up)" : ""}`);

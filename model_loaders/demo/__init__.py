@@ -17,11 +17,20 @@ def recommended_sampling(path: str = WEIGHTS) -> tuple:
 
 
 def load(name: str, device=None, dtype=None, **options):
-    return load_demo_model(device=device, dtype=dtype, **options)
+    """"demo" (the shipped weights) or a folder in the demo's format (a copy, or a retrained model)."""
+    path = WEIGHTS if name == "demo" else name
+    return load_demo_model(device=device, dtype=dtype, path=path, **options)
+
+
+def detect(folder: str, config) -> bool:
+    """A folder in the demo's format: its config.json has the decoder's `llama` block and the prompt
+    vocabulary (`text_vocab`), which no transformers config has."""
+    return isinstance(config, dict) and isinstance(config.get("llama"), dict) and "text_vocab" in config
 
 
 FAMILY = ModelFamily(
-    name="demo", label="the built-in demo model", files="shipped with SpecAR", load=load, builtin=("demo",),
+    name="demo", label="the built-in demo model", files="shipped with SpecAR, or a copy of its folder",
+    load=load, builtin=("demo",), detect=detect,
     sizes="demo its own size", size_options=own_size_only("the built-in model 'demo'"),
     sampling=recommended_sampling())
 

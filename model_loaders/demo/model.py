@@ -24,7 +24,8 @@ def _load(path: str) -> dict:
     try:
         return load_file(path)
     except (SafetensorError, OSError, ValueError) as e:
-        raise ValueError(f"demo model file {path} is corrupt ({e})") from e
+        raise ValueError(f"cannot read the weights in {path}: {e} (a damaged or partly copied file? copy it "
+                         f"again)") from e
 
 
 def load_demo_model(device=None, dtype=None, path: str = WEIGHTS) -> LlamaImageModel:
