@@ -22,7 +22,7 @@ from ...model_loaders.contract import ForwardOutput
 from ..randomness import gumbel_key, position_gumbel, sample_by_race
 from ..verify import gumbel_coupling, one_hot, verify_candidates, verify_chain
 from .base import BEYOND_IMAGE, IMAGE_POSITION, DraftTree, Drafter, LoopState, Verdict
-from .params import COUPLINGS, INITS, MAX_TREE_WIDTH, MAX_WINDOW, Method, param
+from .params import COUPLINGS, INITS, MAX_TREE_WIDTH, MAX_WINDOW, Method, StepCost, chain_tokens, param
 
 GUMBEL_TABLE_BYTES = 1 << 28  # 256 MiB: a 48x48 image over 8192 codes needs 77 MB per image row
 
@@ -63,7 +63,7 @@ class JacobiParams:
 
 @dataclass(frozen=True)
 class SJDParams(JacobiParams):
-    window: int = param(16, WINDOW_HELP, lo=1, hi=MAX_WINDOW, paper="SJD paper: 16 (32 and 64 also studied)",
+    window: int = param(16, WINDOW_HELP, essential=True, lo=1, hi=MAX_WINDOW, paper="SJD paper: 16 (32 and 64 also studied)",
                         sizes=True)
     init: str = param("sample_above", INIT_HELP, choices=INITS, paper=INIT_ABOVE_PAPER)
     restart_after: int = restart_param()
@@ -71,9 +71,9 @@ class SJDParams(JacobiParams):
 
 @dataclass(frozen=True)
 class SCDParams(JacobiParams):
-    window: int = param(16, WINDOW_HELP, lo=1, hi=MAX_WINDOW, paper="SCD paper: 16-64", sizes=True)
+    window: int = param(16, WINDOW_HELP, essential=True, lo=1, hi=MAX_WINDOW, paper="SCD paper: 16-64", sizes=True)
     init: str = param("sample_above", INIT_HELP, choices=INITS, paper=INIT_ABOVE_PAPER)
-    coupling: str = param("maximal", "how re-drafts are coupled to the previous draft: maximal or gumbel",
+    coupling: str = param("maximal", "how re-drafts are coupled to the previous draft: maximal or gumbel", essential=True,
                           choices=COUPLINGS, paper="SCD paper: maximal")
     coupling_strength: float = param(1.0, "alpha: probability of a coupled (vs independent) re-draft", lo=0.0, hi=1.0,
                                      paper="SCD paper: 1.0 (0 = plain SJD re-drafting)")
@@ -101,12 +101,12 @@ class ProactiveParams(JacobiParams):
 
 @dataclass(frozen=True)
 class SJDPACParams(ProactiveParams):
-    window: int = param(16, WINDOW_HELP, lo=1, hi=MAX_WINDOW, sizes=True,
+    window: int = param(16, WINDOW_HELP, essential=True, lo=1, hi=MAX_WINDOW, sizes=True,
                         paper="SJD-PAC paper: 64 (preset='paper'); 16 is the fastest on a CPU (docs/BENCHMARKS.md)")
-    tree_depth: int = param(2, "proactive drafting: depth D of the branches after a rejection (at most window)",
+    tree_depth: int = param(2, essential=True, help="proactive drafting: depth D of the branches after a rejection (at most window)",
                             lo=1, hi=MAX_WINDOW, paper="SJD-PAC paper: D = 3 (preset='paper'); 2 is the fastest on "
                             "the demo model (docs/BENCHMARKS.md)", sizes=True)
-    tree_width: int = param(4, "proactive drafting: candidates K at the first open position (1 = off; at most the "
+    tree_width: int = param(4, essential=True, help="proactive drafting: candidates K at the first open position (1 = off; at most the "
                             "image vocabulary)", lo=1, hi=MAX_TREE_WIDTH,
                             paper="SJD-PAC paper: K = 4 (the authors' code uses 3)", sizes=True)
     continuation: bool = param(True, "adaptive continuation: keep verifying after the first rejection and keep "
@@ -381,13 +381,24 @@ class JacobiDrafter(Drafter):
         self.branch_tok, self.branch_valid = tok, valid
 
 
+def jacobi_step_cost(p: dict, row_codes: int, reports: list) -> StepCost:
+    """A chain of `window` drafts, plus the proactive branches ((K - 1) x D nodes) where the method has them
+    (they follow a rejection only: counted on every step, an upper bound)."""
+    tree = (p.get("tree_width", 1) - 1) * p.get("tree_depth", 0)
+    return StepCost(((chain_tokens(p["window"], row_codes) + tree, 1.0),))
+
+
 SJD = Method("sjd", "SJD", "Speculative Jacobi Decoding (Teng et al.)", SJDParams, JacobiDrafter,
-             paper_preset=(("init", "random"), ("restart_after", 0)))
+             paper_preset=(("init", "random"), ("restart_after", 0)), step_cost=jacobi_step_cost,
+             bench_variants=("window=32",))
 SCD = Method("scd", "SCD", "Speculative Jacobi Decoding with coupled re-drafts (So et al.)", SCDParams, JacobiDrafter,
-             paper_preset=(("init", "random"), ("restart_after", 0)))
+             paper_preset=(("init", "random"), ("restart_after", 0)), step_cost=jacobi_step_cost,
+             bench_variants=("window=32,coupling=maximal", "window=64,coupling=maximal", "window=32,coupling=gumbel"))
 SJD_PAC = Method("sjd_pac", "SJD-PAC", "SJD with proactive drafting and adaptive continuation (Kang et al.)",
                  SJDPACParams, JacobiDrafter,
                  paper_preset=(("window", 64), ("tree_depth", 3), ("tree_width", 4), ("init", "random"),
-                               ("restart_after", 0)))
+                               ("restart_after", 0)), step_cost=jacobi_step_cost,
+                 # the paper's ablation: SJD -> + proactive drafting -> + adaptive continuation -> L=64
+                 bench_variants=("window=32,continuation=false", "window=32", "window=64"))
 
 __all__ = ["JacobiDrafter", "slot_count", "IMAGE_POSITION", "SJD", "SCD", "SJD_PAC"]

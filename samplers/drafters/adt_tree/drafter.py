@@ -45,7 +45,7 @@ from ...verify import one_hot
 from ..base import BEYOND_IMAGE, SIBLINGS_INDEPENDENT, SIBLINGS_WITHOUT_REPLACEMENT, DraftTree, Drafter, LoopState, Verdict
 from ..eagle import load_eagle
 from ..hidden_states import DraftsFromHiddenStates
-from ..params import Method
+from ..params import DraftNetworkCost, Method, StepCost
 from ..static_tree import best_first_shape
 from .params import D_RANGE, K_RANGE, ADTTreeParams
 from .sampled import NEG, SampledTrees
@@ -349,8 +349,15 @@ class ADTTreeDrafter(SampledTrees, DraftsFromHiddenStates, Drafter):
 
 
 
+def adt_tree_step_cost(p: dict, row_codes: int, reports: list) -> StepCost:
+    """A padded tree of node_budget nodes; the EAGLE layer runs once per tree layer (depth) on `width` nodes,
+    attending to its default band of two image rows (EagleConfig.for_model)."""
+    layer = DraftNetworkCost(p["depth"], p["width"], layers=1, band=2 * (row_codes + 1))
+    return StepCost(((p["node_budget"], 1.0),), layer)
+
+
 # default: the fastest lossless setting measured on the demo model (an adaptive chain of sampled
 # drafts, 8 nodes: docs/BENCHMARKS.md, issue 26); preset="paper": EAGLE-2's top-k trees of 32 nodes
 ADT_TREE = Method("adt_tree", "ADT-Tree", "EAGLE drafter with adjacency-adaptive dynamic draft trees (Lei et al.)",
-                  ADTTreeParams, ADTTreeDrafter, drafter_kind="eagle", train=".eagle.training:train_eagle",
+                  ADTTreeParams, ADTTreeDrafter, drafter_kind="eagle", train=".eagle.training:train_eagle", step_cost=adt_tree_step_cost,
                   paper_preset=(("candidate_mode", "topk"), ("node_budget", 32), ("depth", 5), ("children", 2)))

@@ -14,7 +14,7 @@ TREE_SHAPES = ("layers", "best_first")
 
 @dataclass(frozen=True)
 class ADTTreeParams:
-    node_budget: int = param(8, "nodes per forward (pending token included); the tree is padded to it", lo=2, hi=512,
+    node_budget: int = param(8, essential=True, help="nodes per forward (pending token included); the tree is padded to it", lo=2, hi=512,
                              sizes=True, paper="EAGLE-2's trees (preset='paper': 32)")
     tree_init: str = param("left", "where a new tree's depth and width come from: the left neighbour's tree, the one "
                            "above, or random", choices=TREE_INITS, paper="ADT-Tree paper: left (horizontal)")
@@ -28,7 +28,7 @@ class ADTTreeParams:
                        paper="ADT-Tree paper: k in (3, 14)")
     max_depth: int = param(9, "adaptive: the deepest tree the bisection may grow (below node_budget)", lo=1, hi=64,
                            paper="ADT-Tree paper: 9 (d in (0, 10))")
-    candidate_mode: str = param("sampled", "how a node's children are chosen: topk (EAGLE-2's deterministic top-k, "
+    candidate_mode: str = param("sampled", essential=True, implies={"topk": {"tree_shape": "layers"}}, help="how a node's children are chosen: topk (EAGLE-2's deterministic top-k, "
                                 "accepted with the target's mass on them) or sampled (drawn without replacement from "
                                 "the drafter's q, accepted with about 1 - TV(p, q); tree shape fixed before drawing)",
                                 choices=CANDIDATE_MODES, paper="ADT-Tree paper: topk (EAGLE-2; preset='paper')")
@@ -39,7 +39,7 @@ class ADTTreeParams:
     root_children: int = param(0, "sampled mode: siblings drawn at the root (depth 1), where a step's first draft is "
                                "rejected most often; 0: `children`. root_children=R, children=1, width=R: R chains",
                                lo=0, hi=16)
-    tree_shape: str = param("layers", "sampled trees: layers (`depth` layers of `width` nodes, `children` siblings "
+    tree_shape: str = param("layers", essential=True, implies={"best_first": {"candidate_mode": "sampled"}}, help="sampled trees: layers (`depth` layers of `width` nodes, `children` siblings "
                             "each) or best_first (the best static tree of node_budget - 1 drafts under the acceptance "
                             "guesses below, grown greedily as Sequoia's; ignores depth, width, children; adaptive: "
                             "each step picks from a family of such shapes, deeper after a tree accepted to beta of "
@@ -50,13 +50,13 @@ class ADTTreeParams:
                                      "after a rejection, where drafts fail more)", lo=0.01, hi=0.99)
     sibling_accept_guess: float = param(0.25, "best_first: assumed acceptance of a later sibling once the earlier "
                                         "ones failed", lo=0.01, hi=0.99)
-    relaxed: bool = param(False, "LOSSY: LANTERN relaxed acceptance (latent-proximity neighbourhoods); off = lossless",
+    relaxed: bool = param(False, essential=True, help="LOSSY: LANTERN relaxed acceptance (latent-proximity neighbourhoods); off = lossless",
                           paper="LANTERN: lossy, off by default")
     relaxed_k: int = param(10, "LANTERN: neighbourhood size k (nearest codes by VQ codebook latent; models without a "
                            "codebook: by image-token embedding)", lo=1, hi=1000, paper="LANTERN: k = 1000 (Anole)")
     relaxed_delta: float = param(0.1, "LANTERN: total-variation budget delta of the relaxation", lo=0.0, hi=1.0)
     drafter: str = param("", "EAGLE drafter folder; empty: eagle_drafter/ beside the model's weights",
-                         folder_of="eagle")
+                         folder_of="eagle", essential=True)
 
     def check(self) -> None:
         if self.tree_shape == "best_first" and self.candidate_mode != "sampled":

@@ -33,6 +33,9 @@ import torch.nn.functional as F
 
 from ....model_loaders.llama import Attention, Block, LlamaConfig, rope_tables
 
+KIND = "eagle"  # drafter.json's kind
+FOLDER = "eagle_drafter"  # beside the model's weights
+
 FORMAT_NAME = "specar-eagle-1"
 
 
@@ -190,4 +193,4 @@ def random_eagle(model, seed: int) -> EagleNet:
     return net
 
 
-__all__ = ["EagleConfig", "EagleNet", "QKNormAttention", "random_eagle", "rope_grid_tables", "FORMAT_NAME"]
+__all__ = ["KIND", "FOLDER", "EagleConfig", "EagleNet", "QKNormAttention", "random_eagle", "rope_grid_tables", "FORMAT_NAME"]
