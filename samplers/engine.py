@@ -18,6 +18,7 @@ the host (rows still running, tokens done, the drafter's hint, a bad-logits flag
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 import weakref
 from dataclasses import dataclass, field
@@ -265,4 +266,5 @@ class SpeculativeEngine:
             peak_memory_bytes=peak, accepted_at_step=maps, lossy=not self.drafter.lossless,
             backend_report=self.drafter.report(),
             compile=None if self.compile_stats is None else self.compile_stats.to_dict(),
+            sampling=dataclasses.asdict(self.sampling),
         )

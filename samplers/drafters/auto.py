@@ -131,7 +131,7 @@ class AutoDrafter(JacobiDrafter):
         best = max(self.shapes, key=lambda w: (rate[w], w))
         return best if rate[best] > SWITCH_MARGIN * rate[self.window] else self.window
 
-    def propose(self, state: LoopState, hint=None):
+    def propose(self, state: LoopState, hint: list):
         now = time.perf_counter()
         tokens, rows, credits = hint[0], hint[1], hint[2:]
         if self.prev_step is not None and rows:  # the previous step: its tokens and its wall time

@@ -127,6 +127,16 @@ def slot_count(forced: torch.Tensor, window: int) -> int:
     return int((last - torch.arange(n)).max()) + 1
 
 
+@dataclass
+class ChainVerdict(Verdict):
+    """A Jacobi step's verdict, with what its re-drafts (`observe`) need of the verification."""
+
+    mrs_out: torch.Tensor  # [B, T - 1] verify_chain's output per position (the draft, or a residual sample)
+    noise: torch.Tensor  # [B, T, V] the step's exponential noise (noise[:, i-1] served position frontier + i)
+    n_enabled: torch.Tensor  # [B] positions the window verified
+    rejected: torch.Tensor  # [B] bool: a draft was rejected (the proactive tree follows)
+
+
 class JacobiDrafter(Drafter):
     def __init__(self, params: JacobiParams, model, sampling):
         geo = model.geometry
@@ -223,8 +233,8 @@ class JacobiDrafter(Drafter):
         rejected = n_acc < n_en
         correction = torch.cat([mrs_out, fresh_next[:, None]], 1)[rows, n_acc]
         pending = torch.where(rejected, correction, fresh_next)
-        return Verdict(n_accepted=n_acc, path=line if self.tree_step else None, pending=pending, tokens=x_line,
-                       p_path=p, extras=dict(mrs_out=mrs_out, noise=noise, n_enabled=n_en, rejected=rejected))
+        return ChainVerdict(n_accepted=n_acc, path=line if self.tree_step else None, pending=pending, tokens=x_line,
+                            p_path=p, mrs_out=mrs_out, noise=noise, n_enabled=n_en, rejected=rejected)
 
     def _verify_siblings(self, state, tokens, p_all, q1, noise1, forced1):
         """Depth 1 of a tree step: the chain's draft and the branches' first tokens are siblings
@@ -262,10 +272,10 @@ class JacobiDrafter(Drafter):
         newly = (slot[None] <= n_acc[:, None]) & active[:, None]
         self._write(state, tpos, newly, dists=p)
         # re-draft the positions verification did not reach (we have their stale-context p)
-        n_en = verdict.extras["n_enabled"]
+        n_en = verdict.n_enabled
         refine = (tpos > new_frontier[:, None]) & (tpos <= (frontier + n_en + 1)[:, None]) & active[:, None] \
             & state.layout.is_img[tpos]
-        y, q_y = self._redraft(state, p, tpos, verdict.extras["mrs_out"], verdict.extras["noise"])
+        y, q_y = self._redraft(state, p, tpos, verdict.mrs_out, verdict.noise)
         self._write(state, tpos, refine, y, q_y)
         # drafts for positions entering the window, then the proactive tree after a rejection
         # (and the whole window of a row the stall restart re-drafts: the same call, so no extra draws)
@@ -276,7 +286,7 @@ class JacobiDrafter(Drafter):
         self._init(state, npos, need)
         self.drafted = torch.where(active, torch.maximum(self.drafted, new_frontier + T - 1), self.drafted)
         if self.K > 1:
-            self.in_tree = verdict.extras["rejected"] & active
+            self.in_tree = verdict.rejected & active
             self._build_tree(state)
 
     def _stalled_rows(self, state, n_accepted):
