@@ -132,7 +132,8 @@ class Method:
     paper_preset: tuple = ()  # ((param, value), ...): the paper's setting where our default differs
     lossless: bool = True
     # a trained drafter: its kind in drafter files ("hawk", "eagle", "spatial") and its training
-    # function ("module:function" under samplers.drafters), which `train-drafter --kind` runs
+    # function ("module:function" under training/, which owns training: samplers/ never imports it),
+    # which `train-drafter --kind` runs
     drafter_kind: str = ""
     train: str = ""
     # its step's shape for a projection (cli/roofline.py): (parameter values by name as a `bench --json` row

@@ -359,6 +359,6 @@ def adt_tree_step_cost(p: dict, row_codes: int, reports: list) -> StepCost:
 # default: the fastest lossless setting measured on the demo model (an adaptive chain of sampled
 # drafts, 8 nodes: docs/BENCHMARKS.md, issue 26); preset="paper": EAGLE-2's top-k trees of 32 nodes
 ADT_TREE = Method("adt_tree", "ADT-Tree", "EAGLE drafter with adjacency-adaptive dynamic draft trees (Lei et al.)",
-                  ADTTreeParams, ADTTreeDrafter, drafter_kind="eagle", train=".eagle.training:train_eagle",
+                  ADTTreeParams, ADTTreeDrafter, drafter_kind="eagle", train="eagle:train_eagle",
                   step_cost=adt_tree_step_cost,
                   paper_preset=(("candidate_mode", "topk"), ("node_budget", 32), ("depth", 5), ("children", 2)))

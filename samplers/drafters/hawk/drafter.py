@@ -232,6 +232,6 @@ def hawk_step_cost(p: dict, row_codes: int, reports: list) -> StepCost:
 
 HAWK = Method("hawk", "Hawk", "spatial (horizontal + vertical) draft heads with a speculation cache (Chen et al.)",
               HawkParams, HawkDrafter, paper_preset=(("horizontal_heads", 4), ("node_budget", 32)),
-              drafter_kind="hawk", train=".hawk.training:train_hawk", step_cost=hawk_step_cost)
+              drafter_kind="hawk", train="hawk:train_hawk", step_cost=hawk_step_cost)
 
 __all__ = ["HAWK", "HawkDrafter", "HawkParams", "tree_topology"]

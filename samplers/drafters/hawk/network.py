@@ -1,5 +1,5 @@
 """Hawk's draft heads: horizontal heads (positions T+1..T+n) and vertical heads (rows below), and
-their files (samplers/drafters/hawk/drafter.py drafts with them; training.py trains them)."""
+their files (samplers/drafters/hawk/drafter.py drafts with them; training/hawk.py trains them)."""
 from __future__ import annotations
 
 import os

@@ -169,5 +169,5 @@ def spatial_step_cost(p: dict, row_codes: int, reports: list) -> StepCost:
 
 SPATIAL = Method("spatial", "Spatial", "a Jacobi window over the rows ahead, drafted by trained spatial heads from the "
                  "rows above and refined by the target, with proactive branches (issue 27: Hawk + SJD-PAC + SCD)",
-                 SpatialParams, SpatialDrafter, drafter_kind="spatial", train=".spatial.training:train_spatial",
+                 SpatialParams, SpatialDrafter, drafter_kind="spatial", train="spatial:train_spatial",
                  step_cost=spatial_step_cost)
