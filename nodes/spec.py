@@ -40,8 +40,7 @@ BESIDE_MODEL = "(beside the model)"  # drafter folder choice: the drafter shippe
 def is_advanced(backend: str, param: str) -> bool:
     """An input shown only on request: a parameter not declared `essential` (samplers/drafters/params.py) of a
     backend that declares some (a backend that declares none shows everything)."""
-    params = _backends.SCHEMAS[backend].params
-    return any(p.essential for p in params) and not next(p for p in params if p.name == param).essential
+    return param not in _backends.SCHEMAS[backend].essential_params
 
 
 def param_widget(p, label: str, drafter_choices: Callable[[str], list]) -> Widget:

@@ -122,6 +122,16 @@ def test_every_backend_has_a_few_essential_inputs():
             assert len(essential) < len(names), (name, essential)
 
 
+def test_implied_choices_name_real_parameters_and_values_their_backend_accepts():
+    for name, method in backends.SCHEMAS.items():
+        for p in method.params:
+            for value, forced in p.implies:
+                assert p.check(value) == value, (name, p.name)
+                for other, forced_value in forced:
+                    assert method.param(other).check(forced_value) == forced_value, (name, p.name, other)
+                    backends.make_backend(name, **{p.name: value, other: forced_value})  # a combination it accepts
+
+
 def test_every_backend_has_a_projection_and_is_in_the_bench_default_run():
     for name, method in backends.SCHEMAS.items():
         assert name in benchmark.DEFAULT_CONFIGS
