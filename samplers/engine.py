@@ -126,8 +126,9 @@ class SpeculativeEngine:
     def _calibrate(self, session, sync) -> None:
         """Seconds per forward at each shape an adaptive drafter may choose (`cost_shapes`), timed
         on this session once per model, batch, guidance, compile setting and thread count (kept by
-        the engine per model, `_FORWARD_COSTS`). The forwards write only cache slots past the committed prefix, which every
-        later forward overwrites before reading: the generation is unchanged."""
+        the engine per model, `_FORWARD_COSTS`). The forwards write only cache slots past the
+        committed prefix, which every later forward overwrites before reading: the generation is
+        unchanged."""
         shapes = self.drafter.cost_shapes()
         if not shapes:
             return

@@ -62,8 +62,8 @@ def candidate_windows(max_window: int) -> tuple:
 
 @dataclass(frozen=True)
 class AutoParams(JacobiParams):
-    max_window: int = param(32, essential=True, help="the largest window auto may choose (it picks among AR's single slot and windows up "
-                            "to this)", lo=1, hi=MAX_WINDOW, sizes=True)
+    max_window: int = param(32, "the largest window auto may choose (it picks among AR's single slot and windows up "
+                            "to this)", lo=1, hi=MAX_WINDOW, sizes=True, essential=True)
     cost_model: str = param("measured", "measured: maximise tokens per second on this device (the forward timed once "
                             "per model, then every step); forwards: minimise forward passes (deterministic; what a "
                             "GPU wants)", choices=("measured", "forwards"))

@@ -63,18 +63,18 @@ class JacobiParams:
 
 @dataclass(frozen=True)
 class SJDParams(JacobiParams):
-    window: int = param(16, WINDOW_HELP, essential=True, lo=1, hi=MAX_WINDOW, paper="SJD paper: 16 (32 and 64 also studied)",
-                        sizes=True)
+    window: int = param(16, WINDOW_HELP, lo=1, hi=MAX_WINDOW, paper="SJD paper: 16 (32 and 64 also studied)",
+                        sizes=True, essential=True)
     init: str = param("sample_above", INIT_HELP, choices=INITS, paper=INIT_ABOVE_PAPER)
     restart_after: int = restart_param()
 
 
 @dataclass(frozen=True)
 class SCDParams(JacobiParams):
-    window: int = param(16, WINDOW_HELP, essential=True, lo=1, hi=MAX_WINDOW, paper="SCD paper: 16-64", sizes=True)
+    window: int = param(16, WINDOW_HELP, lo=1, hi=MAX_WINDOW, paper="SCD paper: 16-64", sizes=True, essential=True)
     init: str = param("sample_above", INIT_HELP, choices=INITS, paper=INIT_ABOVE_PAPER)
-    coupling: str = param("maximal", "how re-drafts are coupled to the previous draft: maximal or gumbel", essential=True,
-                          choices=COUPLINGS, paper="SCD paper: maximal")
+    coupling: str = param("maximal", "how re-drafts are coupled to the previous draft: maximal or gumbel",
+                          choices=COUPLINGS, paper="SCD paper: maximal", essential=True)
     coupling_strength: float = param(1.0, "alpha: probability of a coupled (vs independent) re-draft", lo=0.0, hi=1.0,
                                      paper="SCD paper: 1.0 (0 = plain SJD re-drafting)")
     restart_after: int = restart_param()
@@ -101,14 +101,14 @@ class ProactiveParams(JacobiParams):
 
 @dataclass(frozen=True)
 class SJDPACParams(ProactiveParams):
-    window: int = param(16, WINDOW_HELP, essential=True, lo=1, hi=MAX_WINDOW, sizes=True,
+    window: int = param(16, WINDOW_HELP, lo=1, hi=MAX_WINDOW, sizes=True, essential=True,
                         paper="SJD-PAC paper: 64 (preset='paper'); 16 is the fastest on a CPU (docs/BENCHMARKS.md)")
-    tree_depth: int = param(2, essential=True, help="proactive drafting: depth D of the branches after a rejection (at most window)",
+    tree_depth: int = param(2, "proactive drafting: depth D of the branches after a rejection (at most window)",
                             lo=1, hi=MAX_WINDOW, paper="SJD-PAC paper: D = 3 (preset='paper'); 2 is the fastest on "
-                            "the demo model (docs/BENCHMARKS.md)", sizes=True)
-    tree_width: int = param(4, essential=True, help="proactive drafting: candidates K at the first open position (1 = off; at most the "
+                            "the demo model (docs/BENCHMARKS.md)", sizes=True, essential=True)
+    tree_width: int = param(4, "proactive drafting: candidates K at the first open position (1 = off; at most the "
                             "image vocabulary)", lo=1, hi=MAX_TREE_WIDTH,
-                            paper="SJD-PAC paper: K = 4 (the authors' code uses 3)", sizes=True)
+                            paper="SJD-PAC paper: K = 4 (the authors' code uses 3)", sizes=True, essential=True)
     continuation: bool = param(True, "adaptive continuation: keep verifying after the first rejection and keep "
                                "passing drafts", paper="SJD-PAC paper: on")
     init: str = param("sample_above", INIT_HELP, choices=INITS, paper=INIT_ABOVE_PAPER)

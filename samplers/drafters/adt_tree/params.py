@@ -14,8 +14,8 @@ TREE_SHAPES = ("layers", "best_first")
 
 @dataclass(frozen=True)
 class ADTTreeParams:
-    node_budget: int = param(8, essential=True, help="nodes per forward (pending token included); the tree is padded to it", lo=2, hi=512,
-                             sizes=True, paper="EAGLE-2's trees (preset='paper': 32)")
+    node_budget: int = param(8, "nodes per forward (pending token included); the tree is padded to it", lo=2, hi=512,
+                             sizes=True, paper="EAGLE-2's trees (preset='paper': 32)", essential=True)
     tree_init: str = param("left", "where a new tree's depth and width come from: the left neighbour's tree, the one "
                            "above, or random", choices=TREE_INITS, paper="ADT-Tree paper: left (horizontal)")
     adaptive: bool = param(True, "bisection adaptation of depth and width from the previous tree's acceptance (off: a "
@@ -28,10 +28,11 @@ class ADTTreeParams:
                        paper="ADT-Tree paper: k in (3, 14)")
     max_depth: int = param(9, "adaptive: the deepest tree the bisection may grow (below node_budget)", lo=1, hi=64,
                            paper="ADT-Tree paper: 9 (d in (0, 10))")
-    candidate_mode: str = param("sampled", essential=True, implies={"topk": {"tree_shape": "layers"}}, help="how a node's children are chosen: topk (EAGLE-2's deterministic top-k, "
+    candidate_mode: str = param("sampled", "how a node's children are chosen: topk (EAGLE-2's deterministic top-k, "
                                 "accepted with the target's mass on them) or sampled (drawn without replacement from "
                                 "the drafter's q, accepted with about 1 - TV(p, q); tree shape fixed before drawing)",
-                                choices=CANDIDATE_MODES, paper="ADT-Tree paper: topk (EAGLE-2; preset='paper')")
+                                choices=CANDIDATE_MODES, paper="ADT-Tree paper: topk (EAGLE-2; preset='paper')",
+                                essential=True, implies={"topk": {"tree_shape": "layers"}})
     children: int = param(1, "sampled mode: siblings drawn per expanded node; each layer expands max(1, width // "
                           "children) nodes (at most the image vocabulary); 1 (with root_children 0 or 1): the tree "
                           "is one chain, its depth adapted, width unused", lo=1, hi=16,
@@ -39,19 +40,20 @@ class ADTTreeParams:
     root_children: int = param(0, "sampled mode: siblings drawn at the root (depth 1), where a step's first draft is "
                                "rejected most often; 0: `children`. root_children=R, children=1, width=R: R chains",
                                lo=0, hi=16)
-    tree_shape: str = param("layers", essential=True, implies={"best_first": {"candidate_mode": "sampled"}}, help="sampled trees: layers (`depth` layers of `width` nodes, `children` siblings "
+    tree_shape: str = param("layers", "sampled trees: layers (`depth` layers of `width` nodes, `children` siblings "
                             "each) or best_first (the best static tree of node_budget - 1 drafts under the acceptance "
                             "guesses below, grown greedily as Sequoia's; ignores depth, width, children; adaptive: "
                             "each step picks from a family of such shapes, deeper after a tree accepted to beta of "
-                            "its depth)", choices=TREE_SHAPES)
+                            "its depth)", choices=TREE_SHAPES,
+                            essential=True, implies={"best_first": {"candidate_mode": "sampled"}})
     accept_guess: float = param(0.88, "best_first: assumed acceptance of a node's first draw (depth >= 2; adaptive: "
                                 "the family's starting shape)", lo=0.01, hi=0.99)
     root_accept_guess: float = param(0.72, "best_first: assumed acceptance of the root's first draw (a step starts "
                                      "after a rejection, where drafts fail more)", lo=0.01, hi=0.99)
     sibling_accept_guess: float = param(0.25, "best_first: assumed acceptance of a later sibling once the earlier "
                                         "ones failed", lo=0.01, hi=0.99)
-    relaxed: bool = param(False, essential=True, help="LOSSY: LANTERN relaxed acceptance (latent-proximity neighbourhoods); off = lossless",
-                          paper="LANTERN: lossy, off by default")
+    relaxed: bool = param(False, "LOSSY: LANTERN relaxed acceptance (latent-proximity neighbourhoods); off = lossless",
+                          paper="LANTERN: lossy, off by default", essential=True)
     relaxed_k: int = param(10, "LANTERN: neighbourhood size k (nearest codes by VQ codebook latent; models without a "
                            "codebook: by image-token embedding)", lo=1, hi=1000, paper="LANTERN: k = 1000 (Anole)")
     relaxed_delta: float = param(0.1, "LANTERN: total-variation budget delta of the relaxation", lo=0.0, hi=1.0)

@@ -199,4 +199,5 @@ def random_eagle(model, seed: int) -> EagleNet:
     return net
 
 
-__all__ = ["KIND", "FOLDER", "EagleConfig", "EagleNet", "QKNormAttention", "random_eagle", "rope_grid_tables", "FORMAT_NAME"]
+__all__ = ["KIND", "FOLDER", "EagleConfig", "EagleNet", "QKNormAttention", "random_eagle", "rope_grid_tables",
+           "FORMAT_NAME"]

@@ -94,8 +94,8 @@ class HawkParams:
                                 hi=4, paper="Hawk paper: VSD")
     candidates: int = param(2, "candidates drawn from each head's distribution at a position", lo=1, hi=16,
                             essential=True)
-    node_budget: int = param(8, essential=True, help="nodes per forward (pending token included); the tree is padded to it", lo=2,
-                             hi=512, paper="preset='paper': 32", sizes=True)
+    node_budget: int = param(8, "nodes per forward (pending token included); the tree is padded to it", lo=2,
+                             hi=512, paper="preset='paper': 32", sizes=True, essential=True)
     vertical_reach: int = param(0, "tree levels past the horizontal heads drafted from the vertical cache alone "
                                 "(0: the paper's tree; needs vertical_depth >= 1)", lo=0, hi=64, paper="Hawk paper: 0")
     chain_prior: float = param(0.6, "tree shape: assumed acceptance of a node's first child (higher: deeper, "

@@ -42,10 +42,10 @@ from .network import load_heads
 
 @dataclass(frozen=True)
 class SpatialParams(ProactiveParams):
-    window: int = param(64, WINDOW_HELP, essential=True, lo=1, hi=MAX_WINDOW, paper="SJD-PAC paper: 64", sizes=True)
-    head_depths: int = param(2, essential=True, help="spatial heads used: a position entering the window is drafted from the target's "
+    window: int = param(64, WINDOW_HELP, lo=1, hi=MAX_WINDOW, paper="SJD-PAC paper: 64", sizes=True, essential=True)
+    head_depths: int = param(2, "spatial heads used: a position entering the window is drafted from the target's "
                              "states 1..head_depths rows above it (0: no heads, `init` alone)", lo=0, hi=4,
-                             paper="Hawk paper: vertical heads")
+                             paper="Hawk paper: vertical heads", essential=True)
     head_below: float = param(0.2, "a head drafts an entering position only where the draft distribution recorded "
                               "one row above has its largest probability below this (flat regions keep `init`; 1: "
                               "heads wherever they reach)", lo=0.0, hi=1.0)
