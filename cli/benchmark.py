@@ -22,20 +22,10 @@ from ..samplers.api import generate
 from ..samplers.backends import SCHEMAS, make_backend
 from ..samplers.stats import busy_machine_note
 
-# the default run: AR, the SJD-PAC ablation of the paper (SJD -> +PD -> +PD+AC -> L=64), SCD, Hawk and
-# ADT-Tree (the drafter-based backends need their drafter beside the model: the demo model ships both)
-DEFAULT_CONFIGS = [
-    "ar",
-    "sjd:window=32",
-    "sjd_pac:window=32,continuation=false",  # + proactive drafting
-    "sjd_pac:window=32",  # + adaptive continuation
-    "sjd_pac:window=64",
-    "scd:window=32,coupling=maximal",
-    "scd:window=64,coupling=maximal",
-    "scd:window=32,coupling=gumbel",
-    "hawk",  # trained draft heads (the model's hawk_heads/)
-    "adt_tree",  # EAGLE drafter with adaptive trees (the model's eagle_drafter/), lossless (relaxed off)
-]
+# the default run: every registered backend at its defaults, then the settings each method adds to the bench
+# (`Method.bench_variants`: e.g. the SJD-PAC ablation of the paper, SJD -> +PD -> +PD+AC -> L=64); the
+# drafter-based backends need their drafter beside the model (the demo model ships them)
+DEFAULT_CONFIGS = [config for method in SCHEMAS.values() for config in method.bench_configs()]
 DEFAULT_PROMPTS = [
     "a large red circle on a blue background",
     "a small yellow striped star on a noisy green background",

@@ -38,8 +38,8 @@ def add_arguments(ap) -> None:
 def _forward_timer(model, tokens: int, calls: int):
     """A function timing `calls` forwards of a `tokens`-token chain on one CFG session."""
     enc = model.encode_prompt("a red circle", "")
-    compiled = model.__dict__.get("_compiled_step") is not None
-    session = model.start(enc, 1, True, draft_capacity=tokens, compiled=compiled)
+    compile = model.__dict__.get("_compiled_step") is not None
+    session = model.start(enc, 1, True, draft_capacity=tokens, compile=compile)
     chain = torch.zeros(1, tokens, dtype=torch.long, device=model.device)
     parents = list(range(-1, tokens - 1))
     model.forward(session, chain, parents)  # compiles, when compiled

@@ -566,7 +566,7 @@ def stage_forward_7b(ctx) -> None:
             if not tokens_list:
                 continue
             try:
-                session = model.start(enc, 1, True, draft_capacity=capacity, compiled=mode == "compiled")
+                session = model.start(enc, 1, True, draft_capacity=capacity, compile=mode == "compiled")
                 model.commit(session, None, torch.tensor([committed], device=dev))
                 # attention runs over every slot of the static cache (masked): the KV length each forward reads
                 r["kv_slots"] = session.state.S

@@ -298,19 +298,13 @@ def reproduce(rows: Sequence[PublishedRow] = PUBLISHED, launch_s: Optional[float
 
 # ---- our backends, projected from their measured step compression on the demo model ----
 ROW_CODES = 48  # codes per image row of the 768x768 geometry (a forced row end follows each)
-EAGLE_BAND = 2 * (ROW_CODES + 1)  # EagleConfig.for_model's default attention band: two rows
-
-
-def window_tokens(window: int) -> int:
-    """Tokens per row of a Jacobi-family forward: the pending token, `window` image drafts and the
-    row ends among them (the engine's slot_count)."""
-    return 1 + window + window // ROW_CODES
+IMAGE_CODE_ROWS = 8192  # LM-head rows a drafter projects onto: Lumina-mGPT's image codes
 
 
 def backend_plan(row: dict, image_codes: int = IMAGE_CODES_768) -> StepPlan:
     """The 7B plan of one `bench --json` row: forwards = image codes / the row's total step
-    compression; tokens per forward from its window / tree / node budget; its drafter network.
-    Trees are counted on every step (proactive trees only follow a rejection: an upper bound)."""
+    compression; tokens per forward and the drafter network from the backend's `Method.step_cost`
+    (samplers/drafters/params.py, declared beside each method)."""
     try:
         return _backend_plan(row, image_codes)
     except KeyError as e:
@@ -319,38 +313,20 @@ def backend_plan(row: dict, image_codes: int = IMAGE_CODES_768) -> StepPlan:
 
 
 def _backend_plan(row: dict, image_codes: int) -> StepPlan:
+    from ..samplers.backends import SCHEMAS  # the registry (torch): only when projecting backends
     name, p = row["backend"], row.get("params") or {}
     compression = row.get("step_compression_total") or row.get("step_compression")
     if not compression or compression <= 0:
         raise ValueError(f"bench row {row.get('label', name)!r} has no positive step compression")
-    forwards = image_codes / compression
-    drafter = None
-    if name == "ar":
-        tokens = [(1, 1.0)]
-    elif name == "auto":
-        counts: dict = {}
-        for report in row.get("auto") or []:
-            for w, n in report.get("steps_per_window", {}).items():
-                counts[int(w)] = counts.get(int(w), 0) + n
-        if not counts:
-            raise ValueError(f"bench row {row.get('label', name)!r}: no auto report with steps_per_window")
-        total = sum(counts.values())
-        tokens = [(window_tokens(w) if w else 1, n / total) for w, n in sorted(counts.items())]
-    elif name in ("sjd", "scd", "sjd_pac", "spatial"):
-        tree = (p.get("tree_width", 1) - 1) * p.get("tree_depth", 0)
-        tokens = [(window_tokens(p["window"]) + tree, 1.0)]
-        if name == "spatial" and p.get("head_depths"):
-            drafter = Drafter("spatial heads", 1, 1, 0, p["head_depths"], 8192)
-    elif name == "hawk":
-        tokens = [(p["node_budget"], 1.0)]
-        drafter = Drafter("hawk heads", 1, 1, 0, p["horizontal_heads"] + p["vertical_depth"], 8192)
-    elif name == "adt_tree":
-        tokens = [(p["node_budget"], 1.0)]
-        drafter = Drafter("EAGLE layer", p["depth"], p["width"], 1, 0, 8192, band=EAGLE_BAND)
-    else:
-        raise ValueError(f"no projection for backend {name!r}; known: ar, auto, sjd, scd, sjd_pac, spatial, hawk, "
-                         "adt_tree")
-    return StepPlan(forwards, tokens, drafter=drafter)
+    method = SCHEMAS.get(name)
+    if method is None or method.step_cost is None:
+        known = ", ".join(n for n, m in SCHEMAS.items() if m.step_cost is not None)
+        raise ValueError(f"no projection for backend {name!r} (its Method declares no step_cost); known: {known}")
+    cost = method.step_cost(p, ROW_CODES, row.get(name) or [])  # a backend's reports: the row's key of its name
+    net = cost.network
+    drafter = None if net is None else Drafter(f"{name} drafter", net.calls, net.tokens, net.layers, net.head_blocks,
+                                               IMAGE_CODE_ROWS, band=net.band)
+    return StepPlan(image_codes / compression, list(cost.tokens), drafter=drafter)
 
 
 def mean_tokens(plan: StepPlan) -> float:

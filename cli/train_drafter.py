@@ -1,6 +1,6 @@
 """`python -m specar train-drafter --kind {hawk,eagle,spatial} --model <demo|folder> --out <dir>`: train a
 drafter on the frozen target by self-distillation (training/). The kinds and their training functions
-(in samplers/drafters/<method>/training.py, taking (model, args)) are the registered methods' (`Method.train`)."""
+(training/<module>.py, taking (model, args)) are the registered methods' (`Method.train`)."""
 from __future__ import annotations
 
 import importlib
@@ -10,7 +10,7 @@ import torch
 from ..samplers.backends import METHODS
 from .args import parse_command, non_negative_int, positive_float, positive_int
 
-KINDS = {m.drafter_kind: m.train for m in METHODS if m.train}  # kind -> "module:function" under samplers.drafters
+KINDS = {m.drafter_kind: m.train for m in METHODS if m.train}  # kind -> "module:function" under training/
 
 
 def add_arguments(ap) -> None:
@@ -50,8 +50,8 @@ def run(args) -> None:
     from ..model_loaders.registry import load_model
     model = load_model(args.model, device=args.device)
     module, fn = KINDS[args.kind].split(":")
-    drafters = __package__.rpartition(".")[0] + ".samplers.drafters"  # the pack's own name, whatever its folder
-    train = getattr(importlib.import_module(module, drafters), fn)
+    training = __package__.rpartition(".")[0] + ".training"  # the pack's own name, whatever its folder
+    train = getattr(importlib.import_module(f".{module}", training), fn)
     train(model, args)
 
 

@@ -16,6 +16,7 @@ op), it says so once and runs eager: the tokens do not depend on it.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
@@ -27,18 +28,57 @@ import torch
 from .few_rows_matmul import MAX_ROWS, few_rows_pass
 
 _CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"
+# dynamo's cache entries per function for our compiles: every shape is one entry of `_step_logits`
+# (a generation uses 1-7, a process that changes settings a few more); dynamo's default limit (8)
+# would silently fall back to eager
+RECOMPILE_LIMIT = 64
 
 
 def persistent_cache_dir() -> str:
     """Inductor's on-disk cache (compiled kernels, FX graphs): kept across processes so a second
-    process does not compile again. ``$TORCHINDUCTOR_CACHE_DIR`` if set, else a folder in the
-    user's cache (``$XDG_CACHE_HOME`` or ``~/.cache``)."""
+    process does not compile again. ``$TORCHINDUCTOR_CACHE_DIR`` if the user set it, else a folder
+    in the user's cache (``$XDG_CACHE_HOME`` or ``~/.cache``)."""
     if os.environ.get(_CACHE_ENV):
         return os.environ[_CACHE_ENV]
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    path = os.path.join(base, "specar", "torchinductor")
-    os.environ[_CACHE_ENV] = path  # read by inductor when it first compiles
-    return path
+    return os.path.join(base, "specar", "torchinductor")
+
+
+@contextlib.contextmanager
+def compile_scope(cache_dir: str, recompile_limit: int = RECOMPILE_LIMIT):
+    """What our compiles need, around the calls that may compile and restored after, never set for
+    the process (SpecAR runs inside ComfyUI's): dynamo's recompile limit (a `config.patch`) and
+    inductor's cache folder. Inductor reads its folder only from ``$TORCHINDUCTOR_CACHE_DIR`` (no
+    config option or compile argument in torch 2.13), so that variable is set for the call and
+    restored after (torch's own `temporary_cache_dir` where it exists): a scoped change of the
+    environment, the one left (docs/ARCHITECTURE.md)."""
+    from torch._dynamo import config as dynamo_config
+    name = "recompile_limit" if hasattr(dynamo_config, "recompile_limit") else "cache_size_limit"  # older torch
+    with dynamo_config.patch(**{name: max(getattr(dynamo_config, name), recompile_limit)}), \
+            _inductor_cache_dir(cache_dir):
+        yield
+
+
+@contextlib.contextmanager
+def _inductor_cache_dir(path: str):
+    if os.environ.get(_CACHE_ENV) == path:  # the user's own setting
+        yield
+        return
+    try:
+        from torch._inductor.runtime.cache_dir_utils import temporary_cache_dir
+    except ImportError:  # an older torch: set and restore the variable ourselves
+        old = os.environ.get(_CACHE_ENV)
+        os.environ[_CACHE_ENV] = path
+        try:
+            yield
+        finally:
+            if old is None:
+                os.environ.pop(_CACHE_ENV, None)
+            else:
+                os.environ[_CACHE_ENV] = old
+        return
+    with temporary_cache_dir(path):
+        yield
 
 
 @dataclass
@@ -80,15 +120,6 @@ def _dynamo_counts() -> tuple:
     return counters["stats"]["unique_graphs"], sum(counters["graph_break"].values())
 
 
-def _raise_recompile_limit(n: int = 64) -> None:
-    """Every shape is one entry in dynamo's per-function cache (a generation uses 1-6, a process
-    that changes settings a few more); the default limit of 8 would silently fall back to eager."""
-    cfg = torch._dynamo.config
-    for name in ("recompile_limit", "cache_size_limit"):
-        if hasattr(cfg, name) and getattr(cfg, name) < n:
-            setattr(cfg, name, n)
-
-
 # Inductor's settings for a CPU step, given to this compile only (never set for the user's process):
 # cpp_wrapper, the graph's driver in generated C++ instead of Python: a decode step of a small model
 # runs a hundred tiny kernels (one token x two CFG rows), and the Python wrapper's per-kernel work
@@ -125,8 +156,7 @@ class ShapeCompiled:
                  few_rows: int = MAX_ROWS):
         self.fn, self.name, self.stats, self.few_rows = fn, name, stats, few_rows
         self.seen: set = set()
-        persistent_cache_dir()
-        _raise_recompile_limit()
+        self.cache_dir = persistent_cache_dir()
         self.compiled = torch.compile(fn, fullgraph=True, dynamic=False,
                                       **compile_settings(device, few_rows))
 
@@ -137,7 +167,11 @@ class ShapeCompiled:
         graphs, breaks = _dynamo_counts()
         t0 = time.perf_counter()
         try:
-            out = self.compiled(*args)
+            if key in self.seen:  # compiled before: no compile, no settings to scope (a step's overhead)
+                out = self.compiled(*args)
+            else:
+                with compile_scope(self.cache_dir):
+                    out = self.compiled(*args)
         except Exception as e:  # noqa: BLE001 -- any compiler failure: say why once, then eager
             if key in self.seen:
                 raise  # a step that compiled and ran before: a real error, not the compiler's

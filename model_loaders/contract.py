@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import torch
 
@@ -108,7 +108,7 @@ class ARImageModel(ABC):
     name: str = "model"
     folder: Optional[str] = None  # where the weights live; trained drafters are looked up beside them
     random_drafter_seed: Optional[int] = None  # tiny test models: drafters get random weights (no files)
-    supports_compile: bool = False  # the adapter can run its forward through torch.compile (compile_step)
+    supports_compile: bool = False  # the adapter has a compiled step: `compile_step`, and `start(compile=True)`
     # the family's recommended sampling settings, used when generate() is not told otherwise
     default_sampling: dict = {"cfg_scale": 1.0, "top_k": 0}  # top_k 0: no top-k
 
@@ -121,9 +121,21 @@ class ARImageModel(ABC):
         """Token ids of both CFG branches, in the format the family was trained with."""
 
     @abstractmethod
-    def start(self, prompt: EncodedPrompt, batch: int, cfg: bool, draft_capacity: int) -> Session:
+    def start(self, prompt: EncodedPrompt, batch: int, cfg: bool, draft_capacity: int, compile: bool = False,
+              target_head: Optional[Callable] = None) -> Session:
         """Prefill (cond and uncond as one batch when `cfg`), reserve room for `draft_capacity`
-        draft tokens beyond the full sequence, and return the session with position 0's logits."""
+        draft tokens beyond the full sequence, and return the session with position 0's logits.
+        ``compile`` (only where `supports_compile`): the session's forwards run through the
+        compiled step (`compile_step`); ``target_head`` (with ``compile``): a pure function
+        (cond logits, uncond logits or None) -> tensor that each forward also returns as
+        ``ForwardOutput.target``, computed in the same graph. An adapter without a compiled step
+        refuses ``compile=True`` and ignores ``target_head`` (None)."""
+
+    def compile_step(self):
+        """Prepare the compiled step the sessions started with ``compile=True`` use (where
+        `supports_compile`); returns its counters (compiled.CompileStats: compiles, recompiles,
+        graph breaks, compile time, eager fallback; `to_dict()` for the statistics)."""
+        raise ValueError(f"compile=True: the {type(self).__name__} adapter has no compiled step; use compile=False")
 
     @abstractmethod
     def forward(self, session: Session, tokens: torch.Tensor, parents) -> ForwardOutput:

@@ -7,7 +7,9 @@
 The target section names the model the drafter was trained on and a fingerprint of its
 weights (fingerprint.py); loading a drafter for another model is refused with a clear error
 (a mismatched drafter would still be lossless, only slow, so refusing is about not wasting the
-user's time). A model finds its drafters beside its weights: ``<model folder>/<DRAFTER_FOLDERS[kind]>``.
+user's time). A model finds its drafters beside its weights: ``<model folder>/<folder name>``, the name
+declared by the method's package (hawk_heads, eagle_drafter, spatial_heads): this module holds no
+table of methods (it is below samplers/, docs/ARCHITECTURE.md).
 """
 from __future__ import annotations
 
@@ -23,14 +25,14 @@ from .fingerprint import fingerprint_mismatch, weights_fingerprint
 FORMAT = 1
 WEIGHTS_FILE = "drafter.safetensors"
 CONFIG_FILE = "drafter.json"
-DRAFTER_FOLDERS = {"hawk": "hawk_heads", "eagle": "eagle_drafter", "spatial": "spatial_heads"}
 TRAIN_COMMAND = "python -m specar train-drafter --kind {kind} --model {model} --out {out}"
 
 
-def drafter_folder(model, kind: str) -> Optional[str]:
-    """Where `model`'s drafter of this kind lives (None when the model has no folder)."""
+def drafter_folder(model, name: str) -> Optional[str]:
+    """Where `model`'s drafter stored in the folder `name` beside its weights lives (None when the model
+    has no folder)."""
     base = getattr(model, "folder", None)
-    return None if base is None else os.path.join(base, DRAFTER_FOLDERS[kind])
+    return None if base is None else os.path.join(base, name)
 
 
 def target_section(model) -> dict:
@@ -51,18 +53,20 @@ def save_drafter(folder: str, kind: str, model, tensors: dict, config: dict, tra
         json.dump(meta, f, indent=1)
 
 
-def missing_drafter_error(model, kind: str, folder: Optional[str]) -> ValueError:
-    where = folder or f"<model folder>/{DRAFTER_FOLDERS[kind]}"
+def missing_drafter_error(model, kind: str, folder: Optional[str], beside: str = "") -> ValueError:
+    """`beside`: the folder name the drafter would have beside the model's weights (for the message)."""
+    where = folder or f"<model folder>/{beside or kind + '_drafter'}"
     name = getattr(model, "folder", None) or model.name
     return ValueError(f"no {kind} drafter for model {model.name!r}: {where} has no {CONFIG_FILE} / {WEIGHTS_FILE}. "
                       f"Train one with: " + TRAIN_COMMAND.format(kind=kind, model=name, out=where))
 
 
-def load_drafter(folder: Optional[str], kind: str, model, device=None):
+def load_drafter(folder: Optional[str], kind: str, model, device=None, beside: str = ""):
     """(tensors, meta) of a drafter folder, checked: files present and readable, the kind, and
-    the target's fingerprint. Every failure is a ValueError naming the file and the fix."""
+    the target's fingerprint. Every failure is a ValueError naming the file and the fix (`beside`:
+    the drafter's folder name beside the model's weights, named when there is no folder)."""
     if folder is None or not os.path.isfile(os.path.join(folder, CONFIG_FILE)):
-        raise missing_drafter_error(model, kind, folder)
+        raise missing_drafter_error(model, kind, folder, beside)
     cfg_path, w_path = os.path.join(folder, CONFIG_FILE), os.path.join(folder, WEIGHTS_FILE)
     meta = read_json_object(cfg_path, "; retrain the drafter")
     if meta.get("kind") != kind:
@@ -94,11 +98,11 @@ def use_random_drafter(model, folder: str, path: Optional[str]) -> bool:
     return not has_file and not folder and getattr(model, "random_drafter_seed", None) is not None
 
 
-def load_heads_config(path: Optional[str], kind: str, model, config_cls, label: str):
+def load_heads_config(path: Optional[str], kind: str, model, config_cls, label: str, beside: str = ""):
     """(tensors, config) of a folder of draft heads on the target's hidden states: `load_drafter`'s
     checks, the config parsed as `config_cls` (named `label` in errors) and its width matched to
     the model's hidden size."""
-    tensors, meta = load_drafter(path, kind, model)
+    tensors, meta = load_drafter(path, kind, model, beside=beside)
     try:
         cfg = config_cls(**meta["config"])
     except TypeError as e:
@@ -117,5 +121,5 @@ def check_shapes(path: str, tensors: dict, expected: dict) -> None:
         raise ValueError(f"{path} does not match its {CONFIG_FILE} (first mismatches: {bad[:3]})")
 
 
-__all__ = ["DRAFTER_FOLDERS", "drafter_folder", "save_drafter", "load_drafter", "load_heads_config", "check_shapes",
+__all__ = ["drafter_folder", "save_drafter", "load_drafter", "load_heads_config", "check_shapes",
            "use_random_drafter", "torch"]

@@ -53,7 +53,7 @@ class SlotCacheModel(ARImageModel):
 
     def compile_step(self, few_rows: int = MAX_ROWS) -> CompileStats:
         """Prepare the compiled forward (one static graph per forward shape, compiled on first
-        use) used by sessions started with ``compiled=True``; returns the counters (compiles,
+        use) used by sessions started with ``compile=True``; returns the counters (compiles,
         recompiles, graph breaks, compile time) it keeps for this model. ``few_rows``: the CPU
         graph's limit for products as a multiply-and-sum (few_rows_matmul.py); only the
         measurement of that limit (`python -m specar compile-rows`) changes it."""
@@ -66,8 +66,8 @@ class SlotCacheModel(ARImageModel):
 
     @torch.inference_mode()
     def start(self, prompt: EncodedPrompt, batch: int, cfg: bool, draft_capacity: int,
-              compiled: bool = False, target_head: Optional[Callable] = None) -> Session:
-        """``compiled``: forwards through the compiled step; ``target_head`` (compiled only): a pure
+              compile: bool = False, target_head: Optional[Callable] = None) -> Session:
+        """``compile``: forwards through the compiled step; ``target_head`` (compiled only): a pure
         function (cond logits, uncond logits or None) -> tensor the step also returns as
         ``ForwardOutput.target``, computed in the same graph (one object per setting: its identity
         is part of the graph's key)."""
@@ -84,8 +84,8 @@ class SlotCacheModel(ARImageModel):
                              f"{self.max_positions}")
         tokens, positions, allowed, slots, state = prefill_layout(
             branches, batch, self.geometry.seq_len + draft_capacity + 1, self.pad_id, dev,
-            prompt_multiple=COMPILED_PROMPT_MULTIPLE if compiled else 1)
-        if compiled:
+            prompt_multiple=COMPILED_PROMPT_MULTIPLE if compile else 1)
+        if compile:
             if self.__dict__.get("_compiled_step") is None:
                 self.compile_step()
             state.compiled, state.target_head = True, target_head

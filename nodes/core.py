@@ -216,5 +216,4 @@ def decode_tokens(tokens) -> torch.Tensor:
     return pil_to_tensor(images)
 
 
-__all__ = ["backend_config", "decode_tokens", "heatmap", "run_sampler", "run_sampler_in_comfy", "sampler_error",
-           "summary"]
+__all__ = ["backend_config", "decode_tokens", "heatmap", "run_sampler", "run_sampler_in_comfy", "sampler_error"]

@@ -128,11 +128,9 @@ def report(stats, ar_stats, settings, values: dict, model, size: tuple, preview_
     out["image_size"] = f"{size[1]}x{size[0]}"
     if preview_label is not None:
         out["preview_label"] = preview_label
-    defaults = getattr(model, "default_sampling", {})
-    cfg = settings.cfg_scale if settings.cfg_scale is not None else defaults.get("cfg_scale", 1.0)
-    top_k = settings.top_k if settings.top_k is not None else defaults.get("top_k")
-    out["sampling"] = {"cfg_scale": cfg, "top_k": top_k or "off", "temperature": values.get("temperature", 1.0),
-                       "top_p": values.get("top_p", 1.0),
+    used = stats.sampling  # resolved once, by generate
+    out["sampling"] = {"cfg_scale": used["cfg_scale"], "top_k": used["top_k"] or "off",
+                       "temperature": used["temperature"], "top_p": used["top_p"],
                        "guidance": "model default" if settings.cfg_scale is None else "custom"}
     return text, json.dumps(out)
 

@@ -36,20 +36,12 @@ PREVIEW_MODES = ("image", "image + acceptance", "off")
 # backend parameters -> widgets (each backend's own, with its real default)
 
 BESIDE_MODEL = "(beside the model)"  # drafter folder choice: the drafter shipped next to the model's weights
-# the inputs each backend shows first; the others are advanced (the web extension shows them on request).
-# A backend not listed here (or a parameter added later) shows everything.
-ESSENTIAL_PARAMS = {
-    "sjd": ("window",),
-    "scd": ("window", "coupling"),
-    "sjd_pac": ("window", "tree_depth", "tree_width"),
-    "auto": ("max_window",),
-    "hawk": ("heads", "node_budget", "candidates"),
-    "adt_tree": ("drafter", "node_budget", "tree_shape", "candidate_mode", "relaxed"),
-}
 
 
 def is_advanced(backend: str, param: str) -> bool:
-    return backend in ESSENTIAL_PARAMS and param not in ESSENTIAL_PARAMS[backend]
+    """An input shown only on request: a parameter not declared `essential` (samplers/drafters/params.py) of a
+    backend that declares some (a backend that declares none shows everything)."""
+    return param not in _backends.SCHEMAS[backend].essential_params
 
 
 def node_text(text: str) -> str:
@@ -83,14 +75,16 @@ def param_widget(p, label: str, drafter_choices: Callable[[str], list]) -> Widge
         step = 0.01 if p.hi is not None and p.hi <= 1 else 0.05
         return Widget(p.name, "FLOAT", tooltip, default=p.default, min=p.lo, max=p.hi, step=step)
     if p.choices:
-        return Widget(p.name, "COMBO", tooltip, default=p.default, options=tuple(p.choices))
+        # choices that set another parameter (`Param.implies`): the web extension applies them
+        extra = {"specar_implies": {v: dict(forced) for v, forced in p.implies}} if p.implies else {}
+        return Widget(p.name, "COMBO", tooltip, default=p.default, options=tuple(p.choices), extra=extra)
     return Widget(p.name, "STRING", tooltip, default=p.default)
 
 
 def backend_switch(drafter_choices: Callable[[str], list] = lambda kind: []) -> Switch:
     schemas = _backends.SCHEMAS  # read each time: a backend registered later appears too
     names = tuple(schemas)
-    help_text = "; ".join(f"{s.label}: {node_text(s.summary)}" for s in schemas.values())
+    help_text = "; ".join(f"{s.label}: {node_text(s.description)}" for s in schemas.values())
     return Switch(
         "backend", f"how tokens are drafted and verified. {help_text}. Every lossless backend samples exactly what AR "
         "samples; only the chosen backend's parameters are shown.", default="auto" if "auto" in names

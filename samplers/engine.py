@@ -18,7 +18,9 @@ the host (rows still running, tokens done, the drafter's hint, a bad-logits flag
 """
 from __future__ import annotations
 
+import dataclasses
 import time
+import weakref
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
@@ -30,6 +32,11 @@ from .drafters.base import Drafter, DraftTree, LoopState, SequenceLayout, Verdic
 from .randomness import make_generator, sample_by_race
 from .stats import GenerationStats
 from .target import SamplingParams, invalid_rows, target_head, target_probs
+
+
+# the engine's calibration of forward costs (`_calibrate`), per model: kept while the model lives, never
+# written into the model (it is the engine's state, not the adapter's)
+_FORWARD_COSTS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 class GenerationInterrupted(Exception):
@@ -49,7 +56,7 @@ class SpeculativeEngine:
     def __init__(self, model: ARImageModel, backend: BackendConfig, sampling: SamplingParams, seed: int, batch: int,
                  profile: bool = False, compile: bool = False):
         self.model, self.backend, self.sampling, self.seed, self.batch = model, backend, sampling, seed, batch
-        self.profile = profile
+        self.profile, self.compile = profile, compile
         self.compile_stats = None
         if compile:  # the model's forward through torch.compile, one static graph per shape (compiled.py)
             if not model.supports_compile:
@@ -102,8 +109,8 @@ class SpeculativeEngine:
         model, B, V, dev = self.model, self.batch, self.model.geometry.vocab_size, self.model.device
         self._check_positions(prompt)
         # compiled: the target distribution is computed in the step's graph (the same target_probs)
-        extra = {"compiled": True, "target_head": target_head(self.sampling)} if self.compile_stats is not None else {}
-        session = model.start(prompt, B, self.sampling.uses_cfg, draft_capacity=self.drafter.node_budget + 1, **extra)
+        session = model.start(prompt, B, self.sampling.uses_cfg, draft_capacity=self.drafter.node_budget + 1,
+                              compile=self.compile, target_head=target_head(self.sampling) if self.compile else None)
         first = session.first
         p0 = target_probs(first.cond[:, 0], None if first.uncond is None else first.uncond[:, 0], self.sampling)
         layout = self.layout
@@ -121,14 +128,15 @@ class SpeculativeEngine:
 
     def _calibrate(self, session, sync) -> None:
         """Seconds per forward at each shape an adaptive drafter may choose (`cost_shapes`), timed
-        on this session once per model, batch, guidance, compile setting and thread count (cached
-        on the model). The forwards write only cache slots past the committed prefix, which every
-        later forward overwrites before reading: the generation is unchanged."""
+        on this session once per model, batch, guidance, compile setting and thread count (kept by
+        the engine per model, `_FORWARD_COSTS`). The forwards write only cache slots past the
+        committed prefix, which every later forward overwrites before reading: the generation is
+        unchanged."""
         shapes = self.drafter.cost_shapes()
         if not shapes:
             return
-        cache = self.model.__dict__.setdefault("_forward_costs", {})
-        key = (self.batch, session.cfg, self.compile_stats is not None, torch.get_num_threads(),
+        cache = _FORWARD_COSTS.setdefault(self.model, {})
+        key = (self.batch, session.cfg, self.compile, torch.get_num_threads(),
                tuple(len(parents) for parents in shapes.values()))
         if key not in cache:
             cache[key] = self._time_forwards(session, shapes, sync)
@@ -262,4 +270,5 @@ class SpeculativeEngine:
             peak_memory_bytes=peak, accepted_at_step=maps, lossy=not self.drafter.lossless,
             backend_report=self.drafter.report(),
             compile=None if self.compile_stats is None else self.compile_stats.to_dict(),
+            sampling=dataclasses.asdict(self.sampling),
         )

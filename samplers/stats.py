@@ -27,16 +27,14 @@ class GenerationStats:
     lossy: bool = False  # True only for an explicitly lossy option (relaxed acceptance)
     backend_report: Optional[dict] = None  # what an adaptive backend chose and why (auto)
     compile: Optional[dict] = None  # compiled step, this generation: compiles, compile_s, graphs reused; model_total
+    # the sampling settings used, resolved once (the model's recommended values filled in by generate):
+    # cfg_scale, temperature, top_k (0: off), top_p
+    sampling: Optional[dict] = None
 
     def to_dict(self) -> dict:
         d = asdict(self)
         d["accepted_length_histogram"] = {str(k): v for k, v in sorted(self.accepted_length_histogram.items())}
         return d
-
-    def summary(self) -> str:
-        name = self.backend.upper()
-        return (f"{name}: {self.image_tokens} tokens in {self.nfe} forwards "
-                f"({self.step_compression:.2f}x step compression), {self.latency_s:.2f} s")
 
 
 def busy_machine_note() -> str:

@@ -1,4 +1,4 @@
-"""ADT-Tree's band cache (adt_tree/drafter.py `_window_pass`): the EAGLE layer's keys / values of
+"""ADT-Tree's band cache (adt_tree/drafter.py `_band_pass`): the EAGLE layer's keys / values of
 committed positions are kept by position and only the newest `fresh` positions of the band run
 through the layer each step.
 
@@ -42,8 +42,8 @@ class CheckedBand(ADTTreeDrafter):
     recomputation, and how many band positions were read back from the cache."""
     worst = []
 
-    def _window_pass(self, state, S):
-        kv, g, wvalid, fR = super()._window_pass(state, S)
+    def _band_pass(self, state, S):
+        kv, g, wvalid, fR = super()._band_pass(state, S)
         type(self).worst.append((float((g - full_band_root(self, state)).abs().max()),
                                   int(((state.frontier - self.fresh) >= 0).sum())))
         return kv, g, wvalid, fR

@@ -79,7 +79,7 @@ def test_the_compiled_step_computes_the_target_distribution_in_its_graph(models)
     for params in (SamplingParams(cfg_scale=2.0, top_k=5), SamplingParams(cfg_scale=2.0, temperature=0.5)):
         head = target_head(params)
         assert target_head(params) is head  # one object per setting: the graph's key
-        session = comp.start(enc, 2, True, draft_capacity=1, compiled=True, target_head=head)
+        session = comp.start(enc, 2, True, draft_capacity=1, compile=True, target_head=head)
         out = comp.forward(session, tokens, [-1])
         assert out.target is not None and out.target.shape == out.cond.shape
         assert torch.allclose(out.target, target_probs(out.cond, out.uncond, params), atol=1e-6)

@@ -1,16 +1,19 @@
-"""The product modules' imports: no upward import between layers and no import cycle.
+"""The product modules' imports: no upward import between layers and no import cycle, between
+modules and between folders.
 
-Layers, top to bottom: nodes/ > samplers/, training/, cli/ > model_loaders/. A module imports
-only its own layer or those below it. Every import counts, also one inside a function (a lazy
-import hides a cycle from Python, not from the reader)."""
+Layers, top to bottom: nodes/, cli/ > training/, testing.py > samplers/ > model_loaders/. A module
+imports only its own layer or those below it. Every import counts, also one inside a function (a lazy
+import hides a cycle from Python, not from the reader). The folders' graph (one node per top folder,
+testing.py its own) has no cycle either: two folders of one layer may not import each other, even
+through modules that do not form a cycle."""
 import ast
 import os
 
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-LAYERS = {"nodes": 2, "samplers": 1, "training": 1, "cli": 1, "model_loaders": 0}
-PRODUCT = tuple(LAYERS)
+LAYERS = {"nodes": 3, "cli": 3, "training": 2, "testing": 2, "samplers": 1, "model_loaders": 0}
+PRODUCT = tuple(LAYERS)  # folders, and testing.py (the test-side helpers the bench's tiny models use)
 
 
 def module_name(path: str) -> str:
@@ -22,6 +25,9 @@ def product_modules() -> dict:
     """module name -> file, for every .py under the product folders."""
     out = {}
     for top in PRODUCT:
+        if os.path.isfile(os.path.join(ROOT, top + ".py")):
+            out[top] = os.path.join(ROOT, top + ".py")
+            continue
         for folder, _, files in os.walk(os.path.join(ROOT, top)):
             for f in files:
                 if f.endswith(".py"):
@@ -52,6 +58,19 @@ def imports_of(name: str, path: str, modules: dict) -> set:
 def import_graph() -> dict:
     modules = product_modules()
     return {name: imports_of(name, path, modules) for name, path in modules.items()}
+
+
+def folder_graph(graph: dict) -> dict:
+    """The imports between top folders (testing.py as its own): folder -> the other folders it imports."""
+    top = lambda m: m.split(".")[0]  # noqa: E731
+    out = {f: set() for f in PRODUCT}
+    for a, deps in graph.items():
+        out[top(a)] |= {top(b) for b in deps if top(b) != top(a)}
+    return out
+
+
+def folder_cycles(graph: dict) -> list:
+    return cycles(folder_graph(graph))
 
 
 def upward_imports(graph: dict) -> list:
@@ -95,6 +114,10 @@ def test_the_graph_is_read():
     assert "samplers.drafters.jacobi" in graph["samplers.backends"]
     assert "model_loaders.drafter_files" in graph["samplers.drafters.eagle.files"]
     assert "samplers.drafters.eagle.lantern_conversion" in graph["cli.convert_drafter"]
+    assert "testing" in graph["cli.benchmark"] and "samplers.api" in graph["testing"]
+    assert "samplers.drafters.hawk.network" in graph["training.hawk"]
+    folders = folder_graph(graph)
+    assert folders["cli"] >= {"testing", "samplers", "model_loaders"} and "samplers" in folders["training"]
 
 
 def test_no_upward_import():
@@ -105,14 +128,33 @@ def test_no_import_cycle():
     assert cycles(import_graph()) == []
 
 
+def test_no_folder_cycle():
+    """training/ owns training: samplers/ never imports it (the method-specific training modules live in
+    training/ and import the methods' networks)."""
+    assert folder_cycles(import_graph()) == []
+    assert "training" not in folder_graph(import_graph())["samplers"]
+
+
 @pytest.mark.parametrize("planted,check", [
     ({"model_loaders.registry": {"samplers.api"}}, upward_imports),  # model_loaders importing samplers
     ({"samplers.engine": {"nodes.core"}}, upward_imports),  # samplers importing the ComfyUI layer
     ({"model_loaders.drafter_files": {"model_loaders.registry"},
       "model_loaders.registry": {"model_loaders.drafter_files"}}, cycles),
+    ({"testing": {"cli.args"}}, upward_imports),  # testing.py importing the commands
+    # two folders of one layer importing each other through modules that form no cycle: the folders do
+    ({"training.hawk": {"testing"}, "testing": {"training.loop"}}, folder_cycles),
 ])
 def test_a_planted_edge_is_caught(planted, check):
     graph = import_graph()
     for a, deps in planted.items():
         graph[a] = graph[a] | deps
     assert check(graph), f"planted {planted} went unnoticed"
+
+
+def test_the_planted_folder_cycle_is_not_a_module_cycle():
+    """The folder check sees what the module checks cannot: the planted folder cycle above has no module
+    cycle and no upward import."""
+    graph = import_graph()
+    graph["training.hawk"] = graph["training.hawk"] | {"testing"}
+    graph["testing"] = graph["testing"] | {"training.loop"}
+    assert cycles(graph) == [] and upward_imports(graph) == [] and folder_cycles(graph)

@@ -9,7 +9,7 @@ import torch
 import specar
 from specar.cli import train_drafter
 from specar.model_loaders.registry import load_model
-from specar.samplers.drafters.eagle import training as eagle_training
+from specar.training import eagle as eagle_training
 
 
 @pytest.fixture(scope="module")

@@ -92,7 +92,8 @@ def learning_rate(lr: float, schedule: str, step: int, steps: int) -> float:
 def train(module: torch.nn.Module, loss_fn: Callable[[int], torch.Tensor], steps: int, out: str, lr: float,
           weight_decay: float = 0.1, betas=(0.9, 0.95), resume: bool = False, checkpoint_every: int = 50,
           schedule: str = "constant", log=sys.stderr) -> dict:
-    """AdamW on `module`'s parameters for `steps` steps of `loss_fn(step)`; returns a summary."""
+    """AdamW on `module`'s parameters for `steps` steps of `loss_fn(step)`; returns the run's record
+    (seconds, final_loss, schedule, resumed_from)."""
     learning_rate(lr, schedule, 0, steps)  # a bad schedule name fails before any work
     opt = torch.optim.AdamW([p for p in module.parameters() if p.requires_grad], lr=lr, betas=betas,
                             weight_decay=weight_decay)

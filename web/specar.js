@@ -73,23 +73,26 @@ export function advancedInputs(nodeData) {
 }
 
 // Choices that need another parameter's value: picking the first sets the second (a combination the
-// backend refuses at run time cannot be picked). backend -> parameter -> value -> {parameter: value}
-export const IMPLIED = {
-  adt_tree: {
-    tree_shape: { best_first: { candidate_mode: "sampled" } },
-    candidate_mode: { topk: { tree_shape: "layers" } },
-  },
-};
+// backend refuses at run time cannot be picked). Read from the node definition (each backend parameter's
+// `specar_implies`, from its declaration in the backend's package): flat name -> value -> {parameter: value}.
+export function impliedChoices(nodeData) {
+  const out = {};
+  eachInput(nodeData, (name, kind, opts) => {
+    if (opts?.specar_implies) out[name] = opts.specar_implies;
+  });
+  return out;
+}
 
 // The widget of one backend parameter, flat ("adt_tree_tree_shape") or DynamicCombo ("backend.tree_shape").
 function paramWidget(node, backend, param) {
   return node.widgets?.find((w) => w.name === `${backend}_${param}` || w.name === `backend.${param}`);
 }
 
-export function hookImplied(node) {
+export function hookImplied(node, implied, backends) {
   const backend = node.widgets?.find((w) => w.name === "backend")?.value;
-  for (const [param, byValue] of Object.entries(IMPLIED[backend] || {})) {
-    const w = paramWidget(node, backend, param);
+  for (const [flat, byValue] of Object.entries(implied)) {
+    if (switchOf(flat, backends)?.[1] !== backend) continue; // another backend's parameter
+    const w = paramWidget(node, backend, flat.slice(backend.length + 1));
     if (!w || w.specarImplied) continue;
     const callback = w.callback;
     w.callback = function (value, ...rest) {
@@ -225,10 +228,11 @@ app.registerExtension({
     const defaults = inputDefaults(nodeData);
     const labels = backendLabels(nodeData);
     const advanced = advancedInputs(nodeData);
+    const implied = impliedChoices(nodeData);
     const refresh = (node) => {
       updateVisibility(node, keys, advanced);
       updateTitle(node, labels);
-      hookImplied(node);
+      hookImplied(node, implied, keys);
     };
 
     const onNodeCreated = nodeType.prototype.onNodeCreated;

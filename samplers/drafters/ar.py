@@ -10,7 +10,7 @@ from ...model_loaders.contract import ForwardOutput
 from ..randomness import sample_by_race
 from .base import DraftTree, LoopState, Verdict
 from .jacobi import JacobiDrafter, JacobiParams
-from .params import Method
+from .params import Method, StepCost
 
 
 @dataclass(frozen=True)
@@ -39,6 +39,6 @@ class ARDrafter(JacobiDrafter):
 
 
 AR = Method("ar", "AR (baseline)", "plain autoregressive sampling, one token per forward (the baseline)", ARParams,
-            ARDrafter)
+            ARDrafter, step_cost=lambda p, row_codes, reports: StepCost(((1, 1.0),)))
 
 __all__ = ["ARParams", "ARDrafter", "AR"]

@@ -40,7 +40,7 @@ import torch
 
 from .base import LoopState
 from .jacobi import INIT_ABOVE_PAPER, INIT_HELP, JacobiDrafter, JacobiParams, restart_param
-from .params import INITS, MAX_WINDOW, Method, param
+from .params import INITS, MAX_WINDOW, Method, StepCost, chain_tokens, param
 
 PRIOR_STEPS = 8.0  # weight of the prior, in steps
 COST_EMA = 0.25  # weight of the newest step in the moving average of step time / forward time
@@ -63,7 +63,7 @@ def candidate_windows(max_window: int) -> tuple:
 @dataclass(frozen=True)
 class AutoParams(JacobiParams):
     max_window: int = param(32, "the largest window auto may choose (it picks among AR's single slot and windows up "
-                            "to this)", lo=1, hi=MAX_WINDOW, sizes=True)
+                            "to this)", lo=1, hi=MAX_WINDOW, sizes=True, essential=True)
     cost_model: str = param("measured", "measured: maximise tokens per second on this device (the forward timed once "
                             "per model, then every step); forwards: minimise forward passes (deterministic; what a "
                             "GPU wants)", choices=("measured", "forwards"))
@@ -131,7 +131,7 @@ class AutoDrafter(JacobiDrafter):
         best = max(self.shapes, key=lambda w: (rate[w], w))
         return best if rate[best] > SWITCH_MARGIN * rate[self.window] else self.window
 
-    def propose(self, state: LoopState, hint=None):
+    def propose(self, state: LoopState, hint: list):
         now = time.perf_counter()
         tokens, rows, credits = hint[0], hint[1], hint[2:]
         if self.prev_step is not None and rows:  # the previous step: its tokens and its wall time
@@ -182,8 +182,21 @@ class AutoDrafter(JacobiDrafter):
         }
 
 
+def auto_step_cost(p: dict, row_codes: int, reports: list) -> StepCost:
+    """The windows auto chose, each with its share of the steps (`steps_per_window` of the backend reports)."""
+    counts: dict = {}
+    for report in reports:
+        for w, n in report.get("steps_per_window", {}).items():
+            counts[int(w)] = counts.get(int(w), 0) + n
+    if not counts:
+        raise KeyError("steps_per_window")
+    total = sum(counts.values())
+    return StepCost(tuple((chain_tokens(w, row_codes) if w else 1, n / total) for w, n in sorted(counts.items())))
+
+
 AUTO = Method("auto", "Auto", "SCD whose window is chosen every step from this device's measured step cost and the "
-              "acceptance seen so far (lossless; docs/BENCHMARKS.md)", AutoParams, AutoDrafter)
+              "acceptance seen so far (lossless; docs/BENCHMARKS.md)", AutoParams, AutoDrafter,
+              step_cost=auto_step_cost)
 
 __all__ = ["AutoDrafter", "AutoParams", "AUTO", "candidate_windows"]
 

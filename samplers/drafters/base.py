@@ -17,8 +17,8 @@ whole generation even when the tree changes shape every step (graph-friendly on 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Optional, Sequence, Union
+from dataclasses import dataclass
+from typing import List, Optional, Sequence, Union
 
 import torch
 
@@ -117,6 +117,10 @@ class DraftTree:
     max_depth: int = 0  # deepest node
 
 
+# what `propose` receives of `host_hint`: an int (0-dim hint; 0 without one) or a list of ints (1-D)
+HostHint = Union[int, List[int]]
+
+
 @dataclass
 class Verdict:
     """What verification decided for every row."""
@@ -126,7 +130,6 @@ class Verdict:
     pending: torch.Tensor  # [B] the token after the accepted drafts (residual or fresh sample)
     tokens: torch.Tensor  # [B, Dmax + 1] tokens along the path (index 0: the old pending token)
     p_path: torch.Tensor  # [B, Dmax + 1, V] target of the position after each path node
-    extras: dict = field(default_factory=dict)  # drafter-private results (e.g. MRS outputs)
 
 
 class Drafter:
@@ -143,11 +146,12 @@ class Drafter:
         seq[:, 0])."""
 
     def host_hint(self, state: LoopState) -> Optional[torch.Tensor]:
-        """A 0-dim integer tensor read back with the engine's one host read per step and passed to
-        `propose` as `hint` (e.g. how many rows want a bigger tree), or None."""
+        """An integer tensor read back with the engine's one host read per step and passed to
+        `propose` as `hint` (e.g. how many rows want a bigger tree), or None: 0-dim -> an int,
+        1-D -> a list of ints (`HostHint`)."""
         return None
 
-    def propose(self, state: LoopState, hint: int = 0) -> DraftTree:
+    def propose(self, state: LoopState, hint: HostHint = 0) -> DraftTree:
         raise NotImplementedError
 
     def cost_shapes(self) -> dict:

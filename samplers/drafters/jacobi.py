@@ -22,7 +22,7 @@ from ...model_loaders.contract import ForwardOutput
 from ..randomness import gumbel_key, position_gumbel, sample_by_race
 from ..verify import gumbel_coupling, one_hot, verify_candidates, verify_chain
 from .base import BEYOND_IMAGE, IMAGE_POSITION, DraftTree, Drafter, LoopState, Verdict
-from .params import COUPLINGS, INITS, MAX_TREE_WIDTH, MAX_WINDOW, Method, param
+from .params import COUPLINGS, INITS, MAX_TREE_WIDTH, MAX_WINDOW, Method, StepCost, chain_tokens, param
 
 GUMBEL_TABLE_BYTES = 1 << 28  # 256 MiB: a 48x48 image over 8192 codes needs 77 MB per image row
 
@@ -64,17 +64,17 @@ class JacobiParams:
 @dataclass(frozen=True)
 class SJDParams(JacobiParams):
     window: int = param(16, WINDOW_HELP, lo=1, hi=MAX_WINDOW, paper="SJD paper: 16 (32 and 64 also studied)",
-                        sizes=True)
+                        sizes=True, essential=True)
     init: str = param("sample_above", INIT_HELP, choices=INITS, paper=INIT_ABOVE_PAPER)
     restart_after: int = restart_param()
 
 
 @dataclass(frozen=True)
 class SCDParams(JacobiParams):
-    window: int = param(16, WINDOW_HELP, lo=1, hi=MAX_WINDOW, paper="SCD paper: 16-64", sizes=True)
+    window: int = param(16, WINDOW_HELP, lo=1, hi=MAX_WINDOW, paper="SCD paper: 16-64", sizes=True, essential=True)
     init: str = param("sample_above", INIT_HELP, choices=INITS, paper=INIT_ABOVE_PAPER)
     coupling: str = param("maximal", "how re-drafts are coupled to the previous draft: maximal or gumbel",
-                          choices=COUPLINGS, paper="SCD paper: maximal")
+                          choices=COUPLINGS, paper="SCD paper: maximal", essential=True)
     coupling_strength: float = param(1.0, "alpha: probability of a coupled (vs independent) re-draft", lo=0.0, hi=1.0,
                                      paper="SCD paper: 1.0 (0 = plain SJD re-drafting)")
     restart_after: int = restart_param()
@@ -101,14 +101,14 @@ class ProactiveParams(JacobiParams):
 
 @dataclass(frozen=True)
 class SJDPACParams(ProactiveParams):
-    window: int = param(16, WINDOW_HELP, lo=1, hi=MAX_WINDOW, sizes=True,
+    window: int = param(16, WINDOW_HELP, lo=1, hi=MAX_WINDOW, sizes=True, essential=True,
                         paper="SJD-PAC paper: 64 (preset='paper'); 16 is the fastest on a CPU (docs/BENCHMARKS.md)")
     tree_depth: int = param(2, "proactive drafting: depth D of the branches after a rejection (at most window)",
                             lo=1, hi=MAX_WINDOW, paper="SJD-PAC paper: D = 3 (preset='paper'); 2 is the fastest on "
-                            "the demo model (docs/BENCHMARKS.md)", sizes=True)
+                            "the demo model (docs/BENCHMARKS.md)", sizes=True, essential=True)
     tree_width: int = param(4, "proactive drafting: candidates K at the first open position (1 = off; at most the "
                             "image vocabulary)", lo=1, hi=MAX_TREE_WIDTH,
-                            paper="SJD-PAC paper: K = 4 (the authors' code uses 3)", sizes=True)
+                            paper="SJD-PAC paper: K = 4 (the authors' code uses 3)", sizes=True, essential=True)
     continuation: bool = param(True, "adaptive continuation: keep verifying after the first rejection and keep "
                                "passing drafts", paper="SJD-PAC paper: on")
     init: str = param("sample_above", INIT_HELP, choices=INITS, paper=INIT_ABOVE_PAPER)
@@ -125,6 +125,16 @@ def slot_count(forced: torch.Tensor, window: int) -> int:
     last = torch.searchsorted(count, count + window, right=True) - 1  # last j with count <= count[c] + window
     last = last.clamp(max=n - 1)
     return int((last - torch.arange(n)).max()) + 1
+
+
+@dataclass
+class ChainVerdict(Verdict):
+    """A Jacobi step's verdict, with what its re-drafts (`observe`) need of the verification."""
+
+    mrs_out: torch.Tensor  # [B, T - 1] verify_chain's output per position (the draft, or a residual sample)
+    noise: torch.Tensor  # [B, T, V] the step's exponential noise (noise[:, i-1] served position frontier + i)
+    n_enabled: torch.Tensor  # [B] positions the window verified
+    rejected: torch.Tensor  # [B] bool: a draft was rejected (the proactive tree follows)
 
 
 class JacobiDrafter(Drafter):
@@ -223,8 +233,8 @@ class JacobiDrafter(Drafter):
         rejected = n_acc < n_en
         correction = torch.cat([mrs_out, fresh_next[:, None]], 1)[rows, n_acc]
         pending = torch.where(rejected, correction, fresh_next)
-        return Verdict(n_accepted=n_acc, path=line if self.tree_step else None, pending=pending, tokens=x_line,
-                       p_path=p, extras=dict(mrs_out=mrs_out, noise=noise, n_enabled=n_en, rejected=rejected))
+        return ChainVerdict(n_accepted=n_acc, path=line if self.tree_step else None, pending=pending, tokens=x_line,
+                            p_path=p, mrs_out=mrs_out, noise=noise, n_enabled=n_en, rejected=rejected)
 
     def _verify_siblings(self, state, tokens, p_all, q1, noise1, forced1):
         """Depth 1 of a tree step: the chain's draft and the branches' first tokens are siblings
@@ -262,10 +272,10 @@ class JacobiDrafter(Drafter):
         newly = (slot[None] <= n_acc[:, None]) & active[:, None]
         self._write(state, tpos, newly, dists=p)
         # re-draft the positions verification did not reach (we have their stale-context p)
-        n_en = verdict.extras["n_enabled"]
+        n_en = verdict.n_enabled
         refine = (tpos > new_frontier[:, None]) & (tpos <= (frontier + n_en + 1)[:, None]) & active[:, None] \
             & state.layout.is_img[tpos]
-        y, q_y = self._redraft(state, p, tpos, verdict.extras["mrs_out"], verdict.extras["noise"])
+        y, q_y = self._redraft(state, p, tpos, verdict.mrs_out, verdict.noise)
         self._write(state, tpos, refine, y, q_y)
         # drafts for positions entering the window, then the proactive tree after a rejection
         # (and the whole window of a row the stall restart re-drafts: the same call, so no extra draws)
@@ -276,7 +286,7 @@ class JacobiDrafter(Drafter):
         self._init(state, npos, need)
         self.drafted = torch.where(active, torch.maximum(self.drafted, new_frontier + T - 1), self.drafted)
         if self.K > 1:
-            self.in_tree = verdict.extras["rejected"] & active
+            self.in_tree = verdict.rejected & active
             self._build_tree(state)
 
     def _stalled_rows(self, state, n_accepted):
@@ -381,13 +391,24 @@ class JacobiDrafter(Drafter):
         self.branch_tok, self.branch_valid = tok, valid
 
 
+def jacobi_step_cost(p: dict, row_codes: int, reports: list) -> StepCost:
+    """A chain of `window` drafts, plus the proactive branches ((K - 1) x D nodes) where the method has them
+    (they follow a rejection only: counted on every step, an upper bound)."""
+    tree = (p.get("tree_width", 1) - 1) * p.get("tree_depth", 0)
+    return StepCost(((chain_tokens(p["window"], row_codes) + tree, 1.0),))
+
+
 SJD = Method("sjd", "SJD", "Speculative Jacobi Decoding (Teng et al.)", SJDParams, JacobiDrafter,
-             paper_preset=(("init", "random"), ("restart_after", 0)))
+             paper_preset=(("init", "random"), ("restart_after", 0)), step_cost=jacobi_step_cost,
+             bench_variants=("window=32",))
 SCD = Method("scd", "SCD", "Speculative Jacobi Decoding with coupled re-drafts (So et al.)", SCDParams, JacobiDrafter,
-             paper_preset=(("init", "random"), ("restart_after", 0)))
+             paper_preset=(("init", "random"), ("restart_after", 0)), step_cost=jacobi_step_cost,
+             bench_variants=("window=32,coupling=maximal", "window=64,coupling=maximal", "window=32,coupling=gumbel"))
 SJD_PAC = Method("sjd_pac", "SJD-PAC", "SJD with proactive drafting and adaptive continuation (Kang et al.)",
                  SJDPACParams, JacobiDrafter,
                  paper_preset=(("window", 64), ("tree_depth", 3), ("tree_width", 4), ("init", "random"),
-                               ("restart_after", 0)))
+                               ("restart_after", 0)), step_cost=jacobi_step_cost,
+                 # the paper's ablation: SJD -> + proactive drafting -> + adaptive continuation -> L=64
+                 bench_variants=("window=32,continuation=false", "window=32", "window=64"))
 
 __all__ = ["JacobiDrafter", "slot_count", "IMAGE_POSITION", "SJD", "SCD", "SJD_PAC"]

@@ -5,7 +5,7 @@ to a band of the last `attn_band` committed positions (both CFG branches). Its k
 committed position depend on that position's own input only (one layer; the target's stored
 feature, the committed token), so they are kept by position (`band_kv`, committed positions only:
 nothing needs rolling back) and each step runs just the newest `fresh` positions through the layer
-(`_window_pass`); this yields the root feature g_f, whose draft distribution q (target_probs of the drafter's
+(`_band_pass`); this yields the root feature g_f, whose draft distribution q (target_probs of the drafter's
 cond/uncond logits, the target's CFG / temperature / top-k / top-p) gives the depth-1
 candidates. Each layer then expands the top-k nodes of the previous layer by cumulative draft
 probability: every expanded node gets its top-k tokens as children; of all children the top-k by
@@ -45,7 +45,7 @@ from ...verify import one_hot
 from ..base import BEYOND_IMAGE, SIBLINGS_INDEPENDENT, SIBLINGS_WITHOUT_REPLACEMENT, DraftTree, Drafter, LoopState, Verdict
 from ..eagle import load_eagle
 from ..hidden_states import DraftsFromHiddenStates
-from ..params import Method
+from ..params import DraftNetworkCost, Method, StepCost
 from ..static_tree import best_first_shape
 from .params import D_RANGE, K_RANGE, ADTTreeParams
 from .sampled import NEG, SampledTrees
@@ -101,7 +101,7 @@ class ADTTreeDrafter(SampledTrees, DraftsFromHiddenStates, Drafter):
         dev = model.device
         self.net = load_eagle(model, params.drafter).to(dev).float().eval()
         self.attn_band = self.net.cfg.attn_band  # committed positions the EAGLE layer attends to
-        # band positions run through the layer per step (`_window_pass`): at least what one step
+        # band positions run through the layer per step (`_band_pass`): at least what one step
         # commits (the deepest tree + 1; slack is that depth + 3)
         self.fresh = min(self.attn_band, self.slack - 2)
         if self.relaxed:
@@ -137,11 +137,11 @@ class ADTTreeDrafter(SampledTrees, DraftsFromHiddenStates, Drafter):
         return torch.stack([torch.where(act, self.d, 0).max(), torch.where(act, self.k, 0).max()])
 
     # -- propose -----------------------------------------------------------------------------
-    def _window_pass(self, state: LoopState, S: int):
+    def _band_pass(self, state: LoopState, S: int):
         """The band of the last `attn_band` committed positions in a fresh cache of S slots (slot i:
         position f - attn_band + 1 + i): the K/V of positions computed in earlier steps read from
         `band_kv`, the newest `fresh` positions run through the layer (and stored there). Returns
-        (kv, root feature [R, 1, D], wvalid [R, W], fR [R])."""
+        (kv, root feature [R, 1, D], band_valid [R, W], fR [R])."""
         B, dev = state.batch, state.device
         R, W, A, rows = (2 * B if self.uses_cfg else B), self.attn_band, self.fresh, state.rows
         rrows = torch.arange(R, device=dev)[:, None]
@@ -149,7 +149,7 @@ class ADTTreeDrafter(SampledTrees, DraftsFromHiddenStates, Drafter):
         fR = f.repeat(2) if self.uses_cfg else f
         kv = self.net.new_cache(R, S, dev, torch.float32)
         wpos = fR[:, None] - W + 1 + torch.arange(W, device=dev)
-        wvalid = wpos >= 0
+        band_valid = wpos >= 0
         wposc = wpos.clamp(min=0)
         old = W - A  # band slots read back
         by_pos = [c.transpose(1, 2) for c in self.band_kv]  # [R, P, H, hd] views
@@ -163,20 +163,20 @@ class ADTTreeDrafter(SampledTrees, DraftsFromHiddenStates, Drafter):
         if A > 1:
             self.net.write_keys_values(feats[:, :-1], embeds[:, :-1], npos[:, :-1], kv, na[:-1].expand(R, A - 1))
         mask = torch.zeros(R, 1, S, dtype=torch.bool, device=dev)
-        mask[:, 0, :W] = wvalid
+        mask[:, 0, :W] = band_valid
         mask[:, 0, W - 1] = True
         g = self.net(feats[:, -1:], embeds[:, -1:], npos[:, -1:], mask, kv, na[-1:].expand(R, 1))
-        dest = torch.where(wvalid[:, old:], wpos[:, old:], self.band_kv[0].shape[2] - 1)
+        dest = torch.where(band_valid[:, old:], wpos[:, old:], self.band_kv[0].shape[2] - 1)
         for step_c, c in zip(kv, by_pos):
             c[rrows, dest] = step_c[:, :, old:W].transpose(1, 2)
-        return kv, g, wvalid, fR
+        return kv, g, band_valid, fR
 
     def _forward_chosen(self, B: int, d: int, tok, order, children: int, g_e, anc_e, slots, band):
         """The chosen nodes `order` [B, E] of layer d (flat indices into tok [B, E_parent, children])
         through the EAGLE layer at cache slots `slots` [E], each attending to the band (kv,
-        wvalid, fR) and to its ancestors. Returns (features [R, E, D], q [B, E, V], ancestry [R, E, S])."""
-        kv, wvalid, fR = band
-        R, E, S, W = fR.shape[0], order.shape[1], anc_e.shape[-1], wvalid.shape[1]
+        band_valid, fR) and to its ancestors. Returns (features [R, E, D], q [B, E, V], ancestry [R, E, S])."""
+        kv, band_valid, fR = band
+        R, E, S, W = fR.shape[0], order.shape[1], anc_e.shape[-1], band_valid.shape[1]
         rrows = torch.arange(R, device=order.device)
         parent_slot = order // children  # index into the expanded set
         ctok = tok.flatten(1).gather(1, order)
@@ -185,7 +185,7 @@ class ADTTreeDrafter(SampledTrees, DraftsFromHiddenStates, Drafter):
         anc = anc_e[rrows[:, None], pR]  # [R, E, S]
         anc[:, torch.arange(E, device=order.device), slots] = True
         m = torch.zeros(R, E, S, dtype=torch.bool, device=order.device)
-        m[:, :, :W] = wvalid[:, None, :]
+        m[:, :, :W] = band_valid[:, None, :]
         m = m | anc
         npos = (fR + d)[:, None].expand(R, E)
         g = self.net(pfeat, self._embed(ctok), npos, m, kv, slots.expand(R, E))
@@ -201,7 +201,7 @@ class ADTTreeDrafter(SampledTrees, DraftsFromHiddenStates, Drafter):
         f = state.frontier
         M = (dmax - 1) * kmax  # tree slots forwarded through the layer
         S = W + M
-        kv, g_e, wvalid, fR = self._window_pass(state, S)  # g_e [R, 1, D]: the expanded node (the root)
+        kv, g_e, band_valid, fR = self._band_pass(state, S)  # g_e [R, 1, D]: the expanded node (the root)
         q_e = self._q(g_e, B)  # [B, 1, V]
         score_e = torch.zeros(B, 1, device=dev)
         valid_e = torch.ones(B, 1, dtype=torch.bool, device=dev)
@@ -244,7 +244,7 @@ class ADTTreeDrafter(SampledTrees, DraftsFromHiddenStates, Drafter):
             order = torch.sort(sflat, dim=1, descending=True, stable=True).indices[:, :kmax]  # [B, kmax]
             okflat = ok.flatten(1).gather(1, order) & (jk[None] < self.k[:, None])
             g_e, q_e, anc = self._forward_chosen(B, d, tok, order, kmax, g_e, anc_e, W + (d - 1) * kmax + jk,
-                                                 (kv, wvalid, fR))
+                                                 (kv, band_valid, fR))
             score_e = sflat.gather(1, order)
             valid_e = okflat
             gidx_e = glob[order]
@@ -349,8 +349,16 @@ class ADTTreeDrafter(SampledTrees, DraftsFromHiddenStates, Drafter):
 
 
 
+def adt_tree_step_cost(p: dict, row_codes: int, reports: list) -> StepCost:
+    """A padded tree of node_budget nodes; the EAGLE layer runs once per tree layer (depth) on `width` nodes,
+    attending to its default band of two image rows (EagleConfig.for_model)."""
+    layer = DraftNetworkCost(p["depth"], p["width"], layers=1, band=2 * (row_codes + 1))
+    return StepCost(((p["node_budget"], 1.0),), layer)
+
+
 # default: the fastest lossless setting measured on the demo model (an adaptive chain of sampled
 # drafts, 8 nodes: docs/BENCHMARKS.md, issue 26); preset="paper": EAGLE-2's top-k trees of 32 nodes
 ADT_TREE = Method("adt_tree", "ADT-Tree", "EAGLE drafter with adjacency-adaptive dynamic draft trees (Lei et al.)",
-                  ADTTreeParams, ADTTreeDrafter, drafter_kind="eagle", train=".eagle.training:train_eagle",
+                  ADTTreeParams, ADTTreeDrafter, drafter_kind="eagle", train="eagle:train_eagle",
+                  step_cost=adt_tree_step_cost,
                   paper_preset=(("candidate_mode", "topk"), ("node_budget", 32), ("depth", 5), ("children", 2)))

@@ -15,7 +15,7 @@ TREE_SHAPES = ("layers", "best_first")
 @dataclass(frozen=True)
 class ADTTreeParams:
     node_budget: int = param(8, "nodes per forward (pending token included); the tree is padded to it", lo=2, hi=512,
-                             sizes=True, paper="EAGLE-2's trees (preset='paper': 32)")
+                             sizes=True, paper="EAGLE-2's trees (preset='paper': 32)", essential=True)
     tree_init: str = param("left", "where a new tree's depth and width come from: the left neighbour's tree, the one "
                            "above, or random", choices=TREE_INITS, paper="ADT-Tree paper: left (horizontal)")
     adaptive: bool = param(True, "bisection adaptation of depth and width from the previous tree's acceptance (off: a "
@@ -31,7 +31,8 @@ class ADTTreeParams:
     candidate_mode: str = param("sampled", "how a node's children are chosen: topk (EAGLE-2's deterministic top-k, "
                                 "accepted with the target's mass on them) or sampled (drawn without replacement from "
                                 "the drafter's q, accepted with about 1 - TV(p, q); tree shape fixed before drawing)",
-                                choices=CANDIDATE_MODES, paper="ADT-Tree paper: topk (EAGLE-2; preset='paper')")
+                                choices=CANDIDATE_MODES, paper="ADT-Tree paper: topk (EAGLE-2; preset='paper')",
+                                essential=True, implies={"topk": {"tree_shape": "layers"}})
     children: int = param(1, "sampled mode: siblings drawn per expanded node; each layer expands max(1, width // "
                           "children) nodes (at most the image vocabulary); 1 (with root_children 0 or 1): the tree "
                           "is one chain, its depth adapted, width unused", lo=1, hi=16,
@@ -43,7 +44,8 @@ class ADTTreeParams:
                             "each) or best_first (the best static tree of node_budget - 1 drafts under the acceptance "
                             "guesses below, grown greedily as Sequoia's; ignores depth, width, children; adaptive: "
                             "each step picks from a family of such shapes, deeper after a tree accepted to beta of "
-                            "its depth)", choices=TREE_SHAPES)
+                            "its depth)", choices=TREE_SHAPES,
+                            essential=True, implies={"best_first": {"candidate_mode": "sampled"}})
     accept_guess: float = param(0.88, "best_first: assumed acceptance of a node's first draw (depth >= 2; adaptive: "
                                 "the family's starting shape)", lo=0.01, hi=0.99)
     root_accept_guess: float = param(0.72, "best_first: assumed acceptance of the root's first draw (a step starts "
@@ -51,12 +53,12 @@ class ADTTreeParams:
     sibling_accept_guess: float = param(0.25, "best_first: assumed acceptance of a later sibling once the earlier "
                                         "ones failed", lo=0.01, hi=0.99)
     relaxed: bool = param(False, "LOSSY: LANTERN relaxed acceptance (latent-proximity neighbourhoods); off = lossless",
-                          paper="LANTERN: lossy, off by default")
+                          paper="LANTERN: lossy, off by default", essential=True)
     relaxed_k: int = param(10, "LANTERN: neighbourhood size k (nearest codes by VQ codebook latent; models without a "
                            "codebook: by image-token embedding)", lo=1, hi=1000, paper="LANTERN: k = 1000 (Anole)")
     relaxed_delta: float = param(0.1, "LANTERN: total-variation budget delta of the relaxation", lo=0.0, hi=1.0)
     drafter: str = param("", "EAGLE drafter folder; empty: eagle_drafter/ beside the model's weights",
-                         folder_of="eagle")
+                         folder_of="eagle", essential=True)
 
     def check(self) -> None:
         if self.tree_shape == "best_first" and self.candidate_mode != "sampled":

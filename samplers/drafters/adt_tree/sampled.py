@@ -49,7 +49,7 @@ class SampledTrees:
             for d in range(1, dmax):
                 sizes.append(min(emax, sizes[-1] * min(C1 if d == 1 else C, V)))
         S = W + sum(sizes[1:])
-        kv, g_e, wvalid, fR = self._window_pass(state, S)
+        kv, g_e, band_valid, fR = self._band_pass(state, S)
         q_e = self._q(g_e, B)  # [B, 1, V]
         qs = [q_e]  # q of the expanded nodes, layer by layer (each node's children were drawn from it)
         q_off = 0
@@ -123,7 +123,7 @@ class SampledTrees:
             else:
                 order = layer.order.expand(B, En)
                 valid_e = ok.flatten(1).gather(1, order)
-            g_e, q_e, anc = self._forward_chosen(B, d, tok, order, Cd, g_e, anc_e, slot0 + je, (kv, wvalid, fR))
+            g_e, q_e, anc = self._forward_chosen(B, d, tok, order, Cd, g_e, anc_e, slot0 + je, (kv, band_valid, fR))
             slot0 += En
             qs.append(q_e)
             score_e = sflat.gather(1, order)

@@ -38,8 +38,8 @@ from typing import Optional
 import torch
 
 from ....model_loaders.checkpoints import read_json_object
-from ....model_loaders.drafter_files import CONFIG_FILE, DRAFTER_FOLDERS, WEIGHTS_FILE, check_shapes, save_drafter
-from .network import EagleConfig, EagleNet
+from ....model_loaders.drafter_files import CONFIG_FILE, WEIGHTS_FILE, check_shapes, save_drafter
+from .network import FOLDER, KIND, EagleConfig, EagleNet
 
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 GRIDS = {"t2i": 16, "t2i2": 32, "c2i": 24}  # LANTERN's cnets_llamagen: block_size by input_type
@@ -55,7 +55,7 @@ def is_lantern_folder(folder: Optional[str]) -> bool:
 def unconverted_lantern_error(model, folder: str) -> ValueError:
     """The error for a released LANTERN drafter passed where our drafter files are expected."""
     name = getattr(model, "folder", None) or model.name
-    out = os.path.join(getattr(model, "folder", None) or "<model folder>", DRAFTER_FOLDERS["eagle"])
+    out = os.path.join(getattr(model, "folder", None) or "<model folder>", FOLDER)
     return ValueError(f"{folder} holds a LANTERN drafter (config.json + weights), not SpecAR's {CONFIG_FILE} / "
                       f"{WEIGHTS_FILE}; convert it once with: " + COMMAND.format(src=folder, model=name, out=out))
 
@@ -272,11 +272,11 @@ def convert_lantern_drafter(folder: str, model, out: Optional[str] = None, attn_
         base = getattr(model, "folder", None)
         if base is None:
             raise ValueError("the model has no folder; pass --out")
-        out = os.path.join(base, DRAFTER_FOLDERS["eagle"])
+        out = os.path.join(base, FOLDER)
     if os.path.abspath(out) == os.path.abspath(folder):
         raise ValueError(f"--out {out} is the LANTERN folder itself; write the converted drafter elsewhere")
     config, tensors, info = convert_lantern(folder, model, attn_band)
-    save_drafter(out, "eagle", model, tensors, config, training=info)
+    save_drafter(out, KIND, model, tensors, config, training=info)
     return out
 
 

@@ -9,9 +9,9 @@ unconditional ones, same tokens) and the draft distribution is `target_probs` of
 branches' logits, exactly as the target's.
 
 Context: the layer attends to a band of the last ``attn_band`` positions (training uses the same
-band mask), so a drafting step recomputes the window from the stored target features instead of
-keeping a KV cache that would need rollback; the tree's nodes then attend to the window and to
-their own ancestors (`EagleNet.draft_layer`). Window K/V live in a small static cache per step.
+band mask), so a drafting step recomputes the band from the stored target features instead of
+keeping a KV cache that would need rollback; the tree's nodes then attend to the band and to
+their own ancestors (`EagleNet.draft_layer`). Band K/V live in a small static cache per step.
 
 Layer variants (EagleConfig fields; the defaults are our own layer, as the demo drafter) exist for
 LANTERN's released drafters (converted by lantern_conversion.py): ``qk_norm`` (Anole:
@@ -33,6 +33,9 @@ import torch.nn.functional as F
 
 from ....model_loaders.llama import Attention, Block, LlamaConfig, rope_tables
 
+KIND = "eagle"  # drafter.json's kind
+FOLDER = "eagle_drafter"  # beside the model's weights
+
 FORMAT_NAME = "specar-eagle-1"
 
 
@@ -41,7 +44,7 @@ class EagleConfig:
     hidden_size: int
     num_heads: int
     intermediate_size: int = 0
-    attn_band: int = 32  # committed positions the layer attends to (drafter.json format 1 calls it "window")
+    attn_band: int = 32  # committed positions the layer attends to (older drafter.json files call it "window")
     max_positions: int = 1024
     # variants (LANTERN's released drafters); the defaults are our own layer
     qk_norm: bool = False  # per-head LayerNorm (weight, bias [heads, head_dim]) on q and k (Chameleon)
@@ -58,12 +61,18 @@ class EagleConfig:
                            rope_theta=self.rope_theta, norm_eps=self.norm_eps)
 
     def to_dict(self) -> dict:
-        """The drafter.json config (format 1: the band is stored as "window")."""
-        return {("window" if k == "attn_band" else k): v for k, v in asdict(self).items()}
+        """The drafter.json config."""
+        return asdict(self)
 
     @classmethod
     def from_dict(cls, config: dict) -> "EagleConfig":
-        return cls(**{("attn_band" if k == "window" else k): v for k, v in config.items()})
+        """A drafter.json config; older files (the same format 1) name the band "window"."""
+        config = dict(config)
+        if "window" in config:
+            if "attn_band" in config:
+                raise ValueError("drafter.json config has both attn_band and its older name window; keep one")
+            config["attn_band"] = config.pop("window")
+        return cls(**config)
 
     @classmethod
     def for_model(cls, model, attn_band: Optional[int] = None, intermediate_size: int = 0) -> "EagleConfig":
@@ -190,4 +199,5 @@ def random_eagle(model, seed: int) -> EagleNet:
     return net
 
 
-__all__ = ["EagleConfig", "EagleNet", "QKNormAttention", "random_eagle", "rope_grid_tables", "FORMAT_NAME"]
+__all__ = ["KIND", "FOLDER", "EagleConfig", "EagleNet", "QKNormAttention", "random_eagle", "rope_grid_tables",
+           "FORMAT_NAME"]

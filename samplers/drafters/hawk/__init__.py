@@ -2,7 +2,7 @@
 
 - network.py: the heads and their files (`HawkConfig`, `HawkHeads`, `load_heads`, `random_heads`)
 - drafter.py: the typed parameters, the tree topology and the drafter
-- training.py: self-distillation training (`python -m specar train-drafter --kind hawk`)
+(its training: training/hawk.py, `python -m specar train-drafter --kind hawk`)
 """
 from .drafter import HAWK, HawkDrafter, HawkParams, tree_topology
 from .network import HawkConfig, HawkHeads, load_heads, random_heads

@@ -54,7 +54,7 @@ from ....model_loaders.contract import ForwardOutput
 from ...randomness import sample_by_race
 from ..base import DraftTree, Drafter, LoopState, Verdict
 from ..hidden_states import DraftsFromHiddenStates
-from ..params import Method, param
+from ..params import DraftNetworkCost, Method, StepCost, param
 from .network import load_heads
 
 SLOT_ACCEPT = 0.6  # prior acceptance of child slot 0; slot m: SLOT_ACCEPT * SLOT_DECAY ** m
@@ -92,14 +92,16 @@ class HawkParams:
                                   paper="Hawk paper: Medusa-style heads (preset='paper': 4, our tree of docs/HAWK.md)")
     vertical_depth: int = param(1, "vertical heads: rows below (T + d * row) kept in the speculation cache", lo=0,
                                 hi=4, paper="Hawk paper: VSD")
-    candidates: int = param(2, "candidates drawn from each head's distribution at a position", lo=1, hi=16)
+    candidates: int = param(2, "candidates drawn from each head's distribution at a position", lo=1, hi=16,
+                            essential=True)
     node_budget: int = param(8, "nodes per forward (pending token included); the tree is padded to it", lo=2,
-                             hi=512, paper="preset='paper': 32", sizes=True)
+                             hi=512, paper="preset='paper': 32", sizes=True, essential=True)
     vertical_reach: int = param(0, "tree levels past the horizontal heads drafted from the vertical cache alone "
                                 "(0: the paper's tree; needs vertical_depth >= 1)", lo=0, hi=64, paper="Hawk paper: 0")
     chain_prior: float = param(0.6, "tree shape: assumed acceptance of a node's first child (higher: deeper, "
                                "narrower trees within node_budget)", lo=0.05, hi=0.95)
-    heads: str = param("", "heads folder; empty: hawk_heads/ beside the model's weights", folder_of="hawk")
+    heads: str = param("", "heads folder; empty: hawk_heads/ beside the model's weights", folder_of="hawk",
+                       essential=True)
 
 
 class HawkDrafter(DraftsFromHiddenStates, Drafter):
@@ -222,8 +224,14 @@ class HawkDrafter(DraftsFromHiddenStates, Drafter):
             self.stats_acc.append(torch.where(drafted, src, -1).cpu())
 
 
+def hawk_step_cost(p: dict, row_codes: int, reports: list) -> StepCost:
+    """A padded tree of node_budget nodes; the heads run once per step on the last accepted position."""
+    heads = DraftNetworkCost(1, 1, head_blocks=p["horizontal_heads"] + p["vertical_depth"])
+    return StepCost(((p["node_budget"], 1.0),), heads)
+
+
 HAWK = Method("hawk", "Hawk", "spatial (horizontal + vertical) draft heads with a speculation cache (Chen et al.)",
               HawkParams, HawkDrafter, paper_preset=(("horizontal_heads", 4), ("node_budget", 32)),
-              drafter_kind="hawk", train=".hawk.training:train_hawk")
+              drafter_kind="hawk", train="hawk:train_hawk", step_cost=hawk_step_cost)
 
 __all__ = ["HAWK", "HawkDrafter", "HawkParams", "tree_topology"]

@@ -1,5 +1,5 @@
 """Hawk's draft heads: horizontal heads (positions T+1..T+n) and vertical heads (rows below), and
-their files (samplers/drafters/hawk/drafter.py drafts with them; training.py trains them)."""
+their files (samplers/drafters/hawk/drafter.py drafts with them; training/hawk.py trains them)."""
 from __future__ import annotations
 
 import os
@@ -10,6 +10,9 @@ from torch import nn
 
 from ....model_loaders.drafter_files import (WEIGHTS_FILE, check_shapes, drafter_folder, load_heads_config,
                                              use_random_drafter)
+
+KIND = "hawk"  # drafter.json's kind
+FOLDER = "hawk_heads"  # beside the model's weights
 
 
 @dataclass
@@ -71,10 +74,10 @@ def load_heads(model, horizontal: int, vertical: int, folder: str = "") -> HawkH
     """The model's Hawk heads (the first `horizontal` / `vertical` of the file): `folder` (or
     <model folder>/hawk_heads); random-weight heads for tiny test models (random_drafter_seed);
     else the ValueError naming the training command."""
-    path = folder or drafter_folder(model, "hawk")
+    path = folder or drafter_folder(model, FOLDER)
     if use_random_drafter(model, folder, path):
         return random_heads(HawkConfig(model.hidden_size, horizontal, vertical), model.random_drafter_seed)
-    tensors, cfg = load_heads_config(path, "hawk", model, HawkConfig, "Hawk")
+    tensors, cfg = load_heads_config(path, KIND, model, HawkConfig, "Hawk", beside=FOLDER)
     full = HawkHeads(cfg)
     check_shapes(os.path.join(path, WEIGHTS_FILE), tensors, full.expected_shapes())
     if horizontal > cfg.horizontal_heads or vertical > cfg.vertical_depth:
@@ -87,4 +90,4 @@ def load_heads(model, horizontal: int, vertical: int, folder: str = "") -> HawkH
     return heads
 
 
-__all__ = ["HawkConfig", "HawkHeads", "load_heads", "random_heads"]
+__all__ = ["HawkConfig", "HawkHeads", "load_heads", "random_heads", "KIND", "FOLDER"]

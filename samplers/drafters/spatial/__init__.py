@@ -3,5 +3,5 @@ drafted by trained spatial heads and refined by the target (docs/SPATIAL.md).
 
 network.py  SpatialHeads, their files (load_heads, random_heads)
 drafter.py  SpatialDrafter (the `spatial` backend)
-training.py train_spatial (`python -m specar train-drafter --kind spatial`)
+(its training: training/spatial.py, `python -m specar train-drafter --kind spatial`)
 """

@@ -35,17 +35,17 @@ import torch
 from ...randomness import sample_by_race
 from ..base import LoopState
 from ..hidden_states import DraftsFromHiddenStates
-from ..jacobi import WINDOW_HELP, JacobiDrafter, ProactiveParams, SJDPACParams
-from ..params import INITS, MAX_WINDOW, Method, param, same_param
+from ..jacobi import WINDOW_HELP, JacobiDrafter, ProactiveParams, SJDPACParams, jacobi_step_cost
+from ..params import INITS, MAX_WINDOW, DraftNetworkCost, Method, StepCost, param, same_param
 from .network import load_heads
 
 
 @dataclass(frozen=True)
 class SpatialParams(ProactiveParams):
-    window: int = param(64, WINDOW_HELP, lo=1, hi=MAX_WINDOW, paper="SJD-PAC paper: 64", sizes=True)
+    window: int = param(64, WINDOW_HELP, lo=1, hi=MAX_WINDOW, paper="SJD-PAC paper: 64", sizes=True, essential=True)
     head_depths: int = param(2, "spatial heads used: a position entering the window is drafted from the target's "
                              "states 1..head_depths rows above it (0: no heads, `init` alone)", lo=0, hi=4,
-                             paper="Hawk paper: vertical heads")
+                             paper="Hawk paper: vertical heads", essential=True)
     head_below: float = param(0.2, "a head drafts an entering position only where the draft distribution recorded "
                               "one row above has its largest probability below this (flat regions keep `init`; 1: "
                               "heads wherever they reach)", lo=0.0, hi=1.0)
@@ -60,7 +60,7 @@ class SpatialParams(ProactiveParams):
     coupling: str = same_param(SJDPACParams, "coupling")
     restart_after: int = same_param(SJDPACParams, "restart_after")
     heads: str = param("", "spatial heads folder; empty: spatial_heads/ beside the model's weights",
-                       folder_of="spatial")
+                       folder_of="spatial", essential=True)
 
 
 class SpatialDrafter(DraftsFromHiddenStates, JacobiDrafter):
@@ -160,6 +160,14 @@ class SpatialDrafter(DraftsFromHiddenStates, JacobiDrafter):
 __all__ = ["SpatialDrafter"]
 
 
+def spatial_step_cost(p: dict, row_codes: int, reports: list) -> StepCost:
+    """SJD-PAC's chain and branches; the spatial heads (head_depths of them) run once per step."""
+    chain = jacobi_step_cost(p, row_codes, reports)
+    heads = DraftNetworkCost(1, 1, head_blocks=p["head_depths"]) if p.get("head_depths") else None
+    return StepCost(chain.tokens, heads)
+
+
 SPATIAL = Method("spatial", "Spatial", "a Jacobi window over the rows ahead, drafted by trained spatial heads from the "
                  "rows above and refined by the target, with proactive branches (issue 27: Hawk + SJD-PAC + SCD)",
-                 SpatialParams, SpatialDrafter, drafter_kind="spatial", train=".spatial.training:train_spatial")
+                 SpatialParams, SpatialDrafter, drafter_kind="spatial", train="spatial:train_spatial",
+                 step_cost=spatial_step_cost)

@@ -28,11 +28,11 @@ from dataclasses import asdict, dataclass
 import torch
 from torch import nn
 
-from ....model_loaders.drafter_files import (DRAFTER_FOLDERS, WEIGHTS_FILE, check_shapes, drafter_folder,
-                                             load_heads_config, use_random_drafter)
+from ....model_loaders.drafter_files import (WEIGHTS_FILE, check_shapes, drafter_folder, load_heads_config,
+                                             use_random_drafter)
 
 KIND = "spatial"
-FOLDER = DRAFTER_FOLDERS[KIND]  # beside the model's weights
+FOLDER = "spatial_heads"  # beside the model's weights
 TAPS = (-1, 0, 1)  # default offsets from A = P - d * row_stride of the hidden states a head reads
 
 
@@ -82,11 +82,11 @@ def random_heads(cfg: SpatialConfig, seed: int) -> SpatialHeads:
 def load_heads(model, depths: int, folder: str = "") -> SpatialHeads:
     """The model's spatial heads (the first `depths` of the file); random-weight heads for tiny test
     models (random_drafter_seed, no file); else a ValueError naming the training command."""
-    path = folder or drafter_folder(model, KIND)
+    path = folder or drafter_folder(model, FOLDER)
     if use_random_drafter(model, folder, path):
         return random_heads(SpatialConfig(model.hidden_size, depths), model.random_drafter_seed)
     # no folder: load_drafter's error names the training command
-    tensors, cfg = load_heads_config(path, KIND, model, SpatialConfig, "spatial-heads")
+    tensors, cfg = load_heads_config(path, KIND, model, SpatialConfig, "spatial-heads", beside=FOLDER)
     check_shapes(os.path.join(path, WEIGHTS_FILE), tensors, SpatialHeads(cfg).expected_shapes())
     if depths > cfg.depths:
         raise ValueError(f"{path} holds heads for {cfg.depths} rows above; asked for head_depths={depths}: lower "

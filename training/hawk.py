@@ -26,11 +26,11 @@ import time
 
 import torch
 
-from ....model_loaders.drafter_files import save_drafter
-from ....training.loop import train
-from ....training.selfdistill import start_head_training
-from ...target import SamplingParams, guided_logits, target_probs
-from .network import HawkConfig, HawkHeads
+from ..model_loaders.drafter_files import save_drafter
+from ..samplers.drafters.hawk.network import HawkConfig, HawkHeads
+from ..samplers.target import SamplingParams, guided_logits, target_probs
+from .loop import train
+from .selfdistill import start_head_training
 
 DEFAULTS = {"per_prompt": 8, "horizontal_heads": 6, "vertical_depth": 2, "positions": 16}
 
@@ -94,7 +94,7 @@ def train_hawk(model, args):
         return loss
 
     os.makedirs(args.out, exist_ok=True)
-    summary = train(heads, loss_fn, args.steps, args.out, args.lr, weight_decay=0.1, betas=(0.9, 0.95),
+    record = train(heads, loss_fn, args.steps, args.out, args.lr, weight_decay=0.1, betas=(0.9, 0.95),
                     resume=args.resume, schedule=getattr(args, "lr_schedule", "constant"))
     # evaluation on a fixed slice of the data: per-head cross-entropy and top-1 agreement
     with torch.no_grad():
@@ -105,11 +105,11 @@ def train_hawk(model, args):
         _, per0 = hawk_loss(zero, model, fc[idx], None if fu is None else fu[idx], starts, sampling, forced, stride)
     names = [f"h{k}" for k in range(1, cfg.horizontal_heads + 1)] + [f"v{d}" for d in range(1, cfg.vertical_depth + 1)]
     training = {"time_s": round(time.perf_counter() - t_start, 1), "data_s": round(t_data, 1),
-                "train_s": round(summary["seconds"], 1), "steps": args.steps, "loss": summary["final_loss"],
+                "train_s": round(record["seconds"], 1), "steps": args.steps, "loss": record["final_loss"],
                 "eval_ce": {k: round(float(v), 4) for k, v in zip(names, per)},
                 "eval_ce_untrained": {k: round(float(v), 4) for k, v in zip(names, per0)},
                 "images": int(fc.shape[0]), "batch": args.batch, "positions": args.positions, "lr": args.lr,
-                "lr_schedule": summary["schedule"], "resumed_from": summary["resumed_from"], "seed": args.seed,
+                "lr_schedule": record["schedule"], "resumed_from": record["resumed_from"], "seed": args.seed,
                 "threads": torch.get_num_threads()}
     save_drafter(args.out, "hawk", model, heads.state_dict(), cfg.to_dict(), training=training)
     print(f"saved {args.out}: {training}")

@@ -20,9 +20,9 @@ import time
 
 import torch
 
-from ....model_loaders.drafter_files import save_drafter
-from ...target import SamplingParams, guided_logits, target_probs
-from .network import KIND, TAPS, SpatialConfig, SpatialHeads
+from ..model_loaders.drafter_files import save_drafter
+from ..samplers.drafters.spatial.network import KIND, TAPS, SpatialConfig, SpatialHeads
+from ..samplers.target import SamplingParams, guided_logits, target_probs
 
 DEFAULTS = {"per_prompt": 8, "head_depths": 2, "positions": 16, "taps": TAPS}
 
@@ -67,8 +67,8 @@ def spatial_loss(heads: SpatialHeads, model, fc, fu, target, sampling: SamplingP
 
 
 def train_spatial(model, args):
-    from ....training.loop import train
-    from ....training.selfdistill import start_head_training
+    from .loop import train
+    from .selfdistill import start_head_training
     fc, fu, t_data, t_start, sampling = start_head_training(model, args, DEFAULTS)
     dev = model.device
     cfg = SpatialConfig(model.hidden_size, args.head_depths, args.taps)
@@ -88,7 +88,7 @@ def train_spatial(model, args):
                             stride)[0]
 
     os.makedirs(args.out, exist_ok=True)
-    summary = train(heads, loss_fn, args.steps, args.out, args.lr, weight_decay=0.1, betas=(0.9, 0.95),
+    record = train(heads, loss_fn, args.steps, args.out, args.lr, weight_decay=0.1, betas=(0.9, 0.95),
                     resume=args.resume, schedule=getattr(args, "lr_schedule", "constant"))
     # evaluation on the first 16 sequences, every reachable position: per-depth cross-entropy
     with torch.no_grad():
@@ -99,13 +99,13 @@ def train_spatial(model, args):
         _, tv0, ce0 = spatial_loss(SpatialHeads(cfg).to(dev), *args_eval)
     names = [f"d{d}" for d in range(1, cfg.depths + 1)]
     training = {"time_s": round(time.perf_counter() - t_start, 1), "data_s": round(t_data, 1),
-                "train_s": round(summary["seconds"], 1), "steps": args.steps, "loss": summary["final_loss"],
+                "train_s": round(record["seconds"], 1), "steps": args.steps, "loss": record["final_loss"],
                 "eval_tv": {k: round(float(v), 4) for k, v in zip(names, tv)},
                 "eval_tv_untrained": {k: round(float(v), 4) for k, v in zip(names, tv0)},
                 "eval_ce": {k: round(float(v), 4) for k, v in zip(names, ce)},
                 "eval_ce_untrained": {k: round(float(v), 4) for k, v in zip(names, ce0)},
                 "images": int(R), "batch": args.batch, "positions": args.positions, "lr": args.lr,
-                "lr_schedule": summary["schedule"], "resumed_from": summary["resumed_from"], "seed": args.seed,
+                "lr_schedule": record["schedule"], "resumed_from": record["resumed_from"], "seed": args.seed,
                 "threads": torch.get_num_threads()}
     save_drafter(args.out, KIND, model, heads.state_dict(), cfg.to_dict(), training=training)
     print(f"saved {args.out}: {training}")

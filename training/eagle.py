@@ -28,12 +28,12 @@ import time
 import torch
 import torch.nn.functional as F
 
-from ....model_loaders.drafter_files import save_drafter
-from ....training.loop import fill_defaults, frozen_target_sampling, train
-from ....training.selfdistill import distill_features
-from ...target import guided_logits, target_probs
-from .files import load_eagle
-from .network import EagleConfig, EagleNet
+from ..model_loaders.drafter_files import save_drafter
+from ..samplers.drafters.eagle.files import load_eagle
+from ..samplers.drafters.eagle.network import EagleConfig, EagleNet
+from ..samplers.target import guided_logits, target_probs
+from .loop import fill_defaults, frozen_target_sampling, train
+from .selfdistill import distill_features
 
 CE_WEIGHT = 0.1
 NOISE = 0.1
@@ -144,7 +144,7 @@ def train_eagle(model, args):
                           sampling=sampling if weight else None)[0]
 
     os.makedirs(args.out, exist_ok=True)
-    summary = train(net, loss_fn, args.steps, args.out, args.lr, resume=args.resume,
+    record = train(net, loss_fn, args.steps, args.out, args.lr, resume=args.resume,
                     schedule=getattr(args, "lr_schedule", "constant"))
     # held-out style check on the training data: the losses without input noise on 8 images
     with torch.no_grad():
@@ -152,11 +152,11 @@ def train_eagle(model, args):
         loss, reg, ce, kl = eagle_loss(net, model, feats[idx], toks[idx], forced, noise=0.0, guided_weight=weight,
                                        sampling=sampling)
     training = {"time_s": round(time.perf_counter() - t_start, 1), "data_s": round(t_data, 1),
-                "train_s": round(summary["seconds"], 1), "steps": args.steps, "loss": summary["final_loss"],
+                "train_s": round(record["seconds"], 1), "steps": args.steps, "loss": record["final_loss"],
                 "eval_loss": float(loss), "eval_reg": float(reg), "eval_ce": float(ce), "eval_guided_kl": float(kl),
                 "images": int(toks.shape[0] // rows_per_image),
-                "batch": args.batch, "lr": args.lr, "lr_schedule": summary["schedule"],
-                "resumed_from": summary["resumed_from"], "seed": args.seed, "guided_weight": weight,
+                "batch": args.batch, "lr": args.lr, "lr_schedule": record["schedule"],
+                "resumed_from": record["resumed_from"], "seed": args.seed, "guided_weight": weight,
                 "init": os.path.abspath(args.init) if args.init else None}
     save_drafter(args.out, "eagle", model, net.state_dict(), cfg.to_dict(), training=training)
     print(f"saved {args.out}: {training}")

@@ -1,0 +1,141 @@
+"""Every per-backend table is derived from the registry (`samplers/backends.py` METHODS / SCHEMAS and each
+method's declarations): a throwaway 9th backend registered in a temporary registry appears in the sampler
+node's inputs and essentials, the web extension's data, the bench's default run and the roofline projection,
+with no other file changed."""
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+
+import pytest
+
+from specar.cli import benchmark, roofline
+from specar.nodes import spec, v1
+from specar.samplers import backends
+from specar.samplers.drafters.base import Drafter
+from specar.samplers.drafters.params import DraftNetworkCost, Method, StepCost, chain_tokens, param
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@dataclass(frozen=True)
+class ThrowawayParams:
+    window: int = param(4, "drafts per forward", lo=1, hi=8, sizes=True, essential=True)
+    mode: str = param("plain", "how candidates are chosen", choices=("plain", "tree"), essential=True,
+                      implies={"tree": {"shape": "wide"}})
+    shape: str = param("narrow", "the tree's shape", choices=("narrow", "wide"))
+    strength: float = param(0.5, "a knob nobody needs first", lo=0.0, hi=1.0)
+
+
+def throwaway_cost(p: dict, row_codes: int, reports: list) -> StepCost:
+    return StepCost(((chain_tokens(p["window"], row_codes), 1.0),), DraftNetworkCost(1, 1, head_blocks=2))
+
+
+THROWAWAY = Method("throwaway", "Throwaway", "a 9th backend that exists only in this test", ThrowawayParams, Drafter,
+                   step_cost=throwaway_cost, bench_variants=("window=8,mode=tree,shape=wide",))
+
+
+@pytest.fixture
+def ninth_backend():
+    """The registry with THROWAWAY added (the registry's own objects, patched and restored), and the modules
+    that read it at import time reloaded inside and after."""
+    assert len(backends.METHODS) == 8
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(backends, "METHODS", backends.METHODS + (THROWAWAY,))
+        mp.setitem(backends.SCHEMAS, THROWAWAY.name, THROWAWAY)
+        mp.setattr(backends, "BACKENDS", tuple(backends.SCHEMAS))
+        importlib.reload(benchmark)
+        yield
+    importlib.reload(benchmark)
+    assert "throwaway" not in backends.SCHEMAS and not any("throwaway" in c for c in benchmark.DEFAULT_CONFIGS)
+
+
+def test_a_ninth_backend_reaches_nodes_web_bench_and_roofline(ninth_backend):
+    # nodes: its inputs, its essentials first, the implied choice for the web extension
+    req = v1.input_types(spec.sampler_spec())["required"]
+    assert "throwaway" in req["backend"][0] and req["backend"][1]["specar_labels"]["throwaway"] == "Throwaway"
+    assert [spec.is_advanced("throwaway", p) for p in ("window", "mode", "shape", "strength")] == [
+        False, False, True, True]
+    assert req["throwaway_shape"][1].get("specar_advanced") and not req["throwaway_window"][1].get("specar_advanced")
+    assert req["throwaway_mode"][1]["specar_implies"] == {"tree": {"shape": "wide"}}
+    assert req["throwaway_window"][1]["default"] == 4
+    # the bench's default run carries its defaults and the variant it declares, and parses them
+    assert benchmark.DEFAULT_CONFIGS[-2:] == ["throwaway", "throwaway:window=8,mode=tree,shape=wide"]
+    assert benchmark.parse_config(benchmark.DEFAULT_CONFIGS[-1]) == {
+        "backend": "throwaway", "window": 8, "mode": "tree", "shape": "wide"}
+    # the roofline projects it from its declared step cost
+    plan = roofline.backend_plan({"backend": "throwaway", "params": {"window": 8}, "step_compression_total": 2.0})
+    assert list(plan.tokens) == [(9, 1.0)] and plan.drafter.head_blocks == 2
+    assert plan.forwards == roofline.IMAGE_CODES_768 / 2.0
+    # validation and the typed parameters
+    assert backends.make_backend("throwaway", window=3).typed_params == ThrowawayParams(window=3)
+
+
+@pytest.mark.skipif(not shutil.which("node"), reason="needs node to run the web extension")
+def test_the_web_extension_reads_implied_choices_from_the_node_definition(ninth_backend, tmp_path):
+    """specar.js holds no table of backends: the implied choice of the 9th backend comes from the node's
+    definition, and choosing it sets the other input (flat layout)."""
+    (tmp_path / "package.json").write_text('{"type": "module"}')
+    (tmp_path / "scripts").mkdir()
+    (tmp_path / "scripts" / "app.js").write_text("export const app = { registerExtension(e) {} };\n")
+    ext = tmp_path / "extensions" / "specar"
+    ext.mkdir(parents=True)
+    for name in os.listdir(os.path.join(ROOT, "web")):
+        shutil.copy(os.path.join(ROOT, "web", name), ext / name)
+    inputs = v1.input_types(spec.sampler_spec())
+    (tmp_path / "def.json").write_text(json.dumps({"name": "SpecARSampler", "input": inputs}))
+    (tmp_path / "run.js").write_text("""
+import { readFileSync } from "node:fs";
+const m = await import("./extensions/specar/specar.js");
+const def = JSON.parse(readFileSync("def.json", "utf8"));
+const implied = m.impliedChoices(def);
+const keys = def.input.required.backend[0];
+const widgets = ["backend", "throwaway_mode", "throwaway_shape", "adt_tree_tree_shape", "adt_tree_candidate_mode"]
+  .map((name) => ({ name, value: def.input.required[name]?.[1]?.default, callback: null }));
+const node = { widgets };
+const w = (n) => widgets.find((x) => x.name === n);
+w("backend").value = "throwaway";
+m.hookImplied(node, implied, keys);
+w("throwaway_mode").value = "tree"; w("throwaway_mode").callback("tree");
+console.log(JSON.stringify({ implied, shape: w("throwaway_shape").value,
+  adtHooked: !!w("adt_tree_tree_shape").specarImplied }));
+""")
+    out = subprocess.run(["node", "run.js"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    res = json.loads(out.stdout)
+    assert res["implied"]["throwaway_mode"] == {"tree": {"shape": "wide"}}
+    assert res["implied"]["adt_tree_tree_shape"] == {"best_first": {"candidate_mode": "sampled"}}
+    assert res["shape"] == "wide" and res["adtHooked"] is False  # only the chosen backend's inputs are hooked
+
+
+def test_every_backend_has_a_few_essential_inputs():
+    for name, method in backends.SCHEMAS.items():
+        names = [p.name for p in method.params]
+        essential = [n for n in names if not spec.is_advanced(name, n)]
+        assert essential == list(method.essential_params)
+        assert essential or not names, name  # AR has no inputs
+        if len(names) > 1:
+            assert len(essential) < len(names), (name, essential)
+
+
+def test_implied_choices_name_real_parameters_and_values_their_backend_accepts():
+    for name, method in backends.SCHEMAS.items():
+        for p in method.params:
+            for value, forced in p.implies:
+                assert p.check(value) == value, (name, p.name)
+                for other, forced_value in forced:
+                    assert method.param(other).check(forced_value) == forced_value, (name, p.name, other)
+                    backends.make_backend(name, **{p.name: value, other: forced_value})  # a combination it accepts
+
+
+def test_every_backend_has_a_projection_and_is_in_the_bench_default_run():
+    for name, method in backends.SCHEMAS.items():
+        assert name in benchmark.DEFAULT_CONFIGS
+        params = dict(backends.make_backend(name).params())
+        reports = [{"steps_per_window": {"16": 3, "0": 1}}]
+        plan = roofline.backend_plan({"backend": name, "params": params, "step_compression_total": 2.0, name: reports})
+        assert plan.forwards > 0 and all(t >= 1 for t, _ in plan.tokens), name
