@@ -32,7 +32,7 @@ def generate(model: ARImageModel, prompt, backend="sjd", seed: int = 0, cfg_scal
              temperature: float = 1.0, top_k: Optional[int] = None, top_p: float = 1.0, negative_prompt: str = "",
              batch_size: int = 1, progress: Optional[Callable[[int, int], None]] = None,
              interrupt: Optional[Callable[[], bool]] = None, profile: bool = False, preview=None,
-             compile: bool = False, **backend_params) -> GenerationResult:
+             compile: bool = False, reproducible: bool = False, **backend_params) -> GenerationResult:
     """Generate image tokens (and the decoded image) with the chosen backend.
 
     Every lossless backend samples exactly the distribution of ``backend="ar"`` for the same
@@ -47,6 +47,9 @@ def generate(model: ARImageModel, prompt, backend="sjd", seed: int = 0, cfg_scal
     ``stats.compile``); where compiling fails it says so once and runs eager.
     ``backend``: a backend name (its parameters as keyword arguments), or a `BackendConfig` that
     `make_backend` already validated (the nodes: a choice is validated once).
+    ``reproducible=True`` ("same image as AR", docs/REPRODUCIBLE.md): every lossless backend gives
+    exactly ``backend="ar"``'s tokens for the same seed and settings (row b of a batch: AR's row b),
+    whatever it drafts; only the number of forwards differs.
     """
     if not isinstance(model, ARImageModel):
         raise ValueError(f"model must be an ARImageModel (e.g. from specar.load_model), got {type(model).__name__}")
@@ -75,7 +78,10 @@ def generate(model: ARImageModel, prompt, backend="sjd", seed: int = 0, cfg_scal
         encoded = model.check_prompt(prompt)
     if not isinstance(compile, bool):
         raise ValueError(f"compile must be True or False, got {compile!r}")
-    engine = SpeculativeEngine(model, spec, sampling, seed, batch_size, profile=profile, compile=compile)
+    if not isinstance(reproducible, bool):
+        raise ValueError(f"reproducible must be True or False, got {reproducible!r}")
+    engine = SpeculativeEngine(model, spec, sampling, seed, batch_size, profile=profile, compile=compile,
+                               reproducible=reproducible)
     with torch.inference_mode():
         seq, stats = engine.run(encoded, progress=progress, interrupt=interrupt, preview=preview)
     geo = model.geometry

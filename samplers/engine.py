@@ -27,7 +27,7 @@ import torch
 from ..model_loaders.contract import ARImageModel, EncodedPrompt, Session
 from .backends import BackendConfig
 from .drafters.base import Drafter, DraftTree, LoopState, SequenceLayout, Verdict
-from .randomness import make_generator, sample_by_race
+from .randomness import make_generator
 from .stats import GenerationStats
 from .target import SamplingParams, invalid_rows, target_head, target_probs
 
@@ -47,9 +47,10 @@ class StepLog:
 
 class SpeculativeEngine:
     def __init__(self, model: ARImageModel, backend: BackendConfig, sampling: SamplingParams, seed: int, batch: int,
-                 profile: bool = False, compile: bool = False):
+                 profile: bool = False, compile: bool = False, reproducible: bool = False):
         self.model, self.backend, self.sampling, self.seed, self.batch = model, backend, sampling, seed, batch
         self.profile = profile
+        self.reproducible = reproducible  # "same image as AR": verification by agreement (docs/REPRODUCIBLE.md)
         self.compile_stats = None
         if compile:  # the model's forward through torch.compile, one static graph per shape (compiled.py)
             if not model.supports_compile:
@@ -57,6 +58,10 @@ class SpeculativeEngine:
                                  f"use compile=False")
             self.compile_stats = model.compile_step()
         self.drafter: Drafter = backend.make_drafter(model, sampling)
+        if reproducible and not self.drafter.lossless:
+            raise ValueError(f"reproducible=True (same image as AR) needs a lossless backend: this {backend.name} "
+                             f"configuration is lossy (relaxed acceptance keeps drafts AR would not sample); turn "
+                             f"relaxed off or reproducible off")
         self.layout = SequenceLayout.build(model.geometry, self.drafter.slack, model.device)
 
     # -- the loop ------------------------------------------------------------------------------
@@ -110,8 +115,8 @@ class SpeculativeEngine:
             generator=make_generator(self.seed, dev), seed=self.seed, rows=torch.arange(B, device=dev),
             frontier=torch.zeros(B, dtype=torch.long, device=dev), active=torch.ones(B, dtype=torch.bool, device=dev),
             # one spare column past the end: masked-out writes land there (a single index_put)
-            seq=torch.cat([known, known.new_zeros(1)]).expand(B, layout.ext + 1).clone())
-        x0 = sample_by_race(p0, state.noise(B, V))
+            seq=torch.cat([known, known.new_zeros(1)]).expand(B, layout.ext + 1).clone(), reproducible=self.reproducible)
+        x0 = state.sample_at(p0, state.frontier)
         state.write_tokens(state.frontier[:, None], state.active[:, None], x0[:, None])
         self.drafter.start(state, first, p0)
         return session, state, invalid_rows(p0).any()
