@@ -37,3 +37,16 @@ class GenerationStats:
         name = self.backend.upper()
         return (f"{name}: {self.image_tokens} tokens in {self.nfe} forwards "
                 f"({self.step_compression:.2f}x step compression), {self.latency_s:.2f} s")
+
+
+def acceptance_by_depth(histogram: dict, depths: int = 8) -> dict:
+    """{d: share of the steps that reached draft depth d (accepted d - 1 drafts) which also accepted
+    their d-th draft} from a histogram {tokens committed in a step: steps} (a step commits its
+    accepted drafts plus one token). Per-position agreement in the reproducible mode; a step whose
+    tree had no d-th draft counts as not accepting it."""
+    counts = {int(k): v for k, v in histogram.items()}
+    out = {}
+    for d in range(1, depths + 1):
+        reached = sum(v for k, v in counts.items() if k >= d)
+        out[str(d)] = round(sum(v for k, v in counts.items() if k >= d + 1) / reached, 4) if reached else 0.0
+    return out
