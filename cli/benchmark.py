@@ -57,12 +57,12 @@ def in_both_modes(configs: List[dict]) -> List[dict]:
     return out
 
 
-def same_tokens_as_ar(tokens: dict, cfg: dict, ar_label: Optional[str]):
+def same_tokens_as_ar(tokens: dict, label: str, ar_label: Optional[str]):
     """For a reproducible configuration: how many of its images are token-identical to the
     reproducible AR configuration's image of the same prompt and seed (None when there is none)."""
-    if not cfg.get("reproducible") or ar_label is None:
+    if ar_label is None:
         return None
-    mine, ar = tokens[_label(cfg)], tokens[ar_label]
+    mine, ar = tokens[label], tokens[ar_label]
     return sum(torch.equal(t, ar[key]) for key, t in mine.items() if key in ar)
 
 
@@ -188,8 +188,9 @@ def run(model, configs: List[dict], prompts: List[str], seeds: List[int], repeat
                         eta = (time.perf_counter() - t_start) / done * (total - done)
                         log(f"[{done}/{total}, ETA {eta:.0f} s] {label(cfg, with_preview):45s} seed={seed} "
                             f"nfe={res.stats.nfe} {res.stats.latency_s:.3f}s")
-    ar_repro = next((_label(c) for c in configs if c == {"backend": "ar", "reproducible": True}), None)
-    ar = runs.get("ar") or runs.get(_label({"backend": "ar", "reproducible": False}))
+    plain_ar = [_label(c) for c in configs if c["backend"] == "ar" and set(c) <= {"backend", "reproducible"}]
+    ar_repro = next((a for a in plain_ar if runs[a][0].reproducible), None)
+    ar = runs[plain_ar[0]] if plain_ar else None  # the speed-up baseline: the first plain AR configuration
     ar_latency = statistics.mean(s.latency_s for s in ar) if ar else None
     ar_nfe = statistics.mean(s.nfe + 1 for s in ar) if ar else None
     rows = []
@@ -224,9 +225,10 @@ def run(model, configs: List[dict], prompts: List[str], seeds: List[int], repeat
             sum(n + 1 for s in stats for n in s.steps),
             "forward_ratio_vs_ar": None if ar_nfe is None else ar_nfe / statistics.mean(s.nfe + 1 for s in stats),
             "mean_accepted_length": statistics.mean(s.mean_accepted_length for s in stats),
-            "reproducible": bool(cfg.get("reproducible", False)),
+            "reproducible": stats[0].reproducible,
             # reproducible configurations: images token-identical to reproducible AR's (same prompt and seed)
-            "same_tokens_as_ar": None if with_preview else same_tokens_as_ar(tokens, cfg, ar_repro),
+            "same_tokens_as_ar": same_tokens_as_ar(tokens, _label(cfg), ar_repro)
+            if stats[0].reproducible and not with_preview else None,
             "acceptance_by_depth": acceptance_by_depth(hist),
             "accepted_length_histogram": {str(k): v for k, v in sorted(hist.items())},
             "prefill_s": statistics.mean(s.prefill_s for s in stats),

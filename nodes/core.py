@@ -11,7 +11,7 @@ from typing import Callable, Optional
 import torch
 
 from ..samplers import backends as _backends
-from ..samplers.api import generate
+from ..samplers.api import REPRODUCIBLE_DEFAULT, generate
 from ..samplers.engine import GenerationInterrupted
 from ..samplers.preview import PREVIEW_THROTTLE, PartialImage
 from .layouts import nest_dotted, sampler_settings
@@ -144,7 +144,8 @@ def run_sampler(model, values: dict, progress: Optional[Callable] = None, interr
         preview = PartialImage(model, progress.show, overlay=mode == "image + acceptance", **PREVIEW_THROTTLE)
     sampling = dict(seed=values["seed"], cfg_scale=settings.cfg_scale, temperature=float(values.get("temperature", 1.0)),
                     top_k=settings.top_k, top_p=float(values.get("top_p", 1.0)),
-                    negative_prompt=values.get("negative_prompt", ""), batch_size=batch, interrupt=interrupt)
+                    negative_prompt=values.get("negative_prompt", ""), batch_size=batch, interrupt=interrupt,
+                    reproducible=values.get("same_image_as_ar", REPRODUCIBLE_DEFAULT))
     res = generate(model, values["prompt"], backend=config, progress=progress, preview=preview,
                    compile=values.get("compile", False), **sampling)
     ar_stats = None

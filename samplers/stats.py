@@ -25,6 +25,7 @@ class GenerationStats:
     peak_memory_bytes: Optional[int] = None  # CUDA only
     accepted_at_step: list = field(default_factory=list)  # per image: [H][W] decode step of each token
     lossy: bool = False  # True only for an explicitly lossy option (relaxed acceptance)
+    reproducible: bool = False  # "same image as AR": verified by agreement with AR's own draws
     backend_report: Optional[dict] = None  # what an adaptive backend chose and why (auto)
     compile: Optional[dict] = None  # compiled step: compiles, recompiles, graph breaks, compile_s (model total)
 

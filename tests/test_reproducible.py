@@ -166,15 +166,20 @@ class NoisyClock:
         return self.real() + self.offset
 
 
-@pytest.mark.parametrize("reproducible,cost_model", [(True, "measured"), (False, "forwards")])
-def test_auto_repeats_under_step_cost_noise(monkeypatch, reproducible, cost_model):
+@pytest.mark.parametrize("reproducible,cost_model,recalibrate", [(True, "measured", True), (False, "forwards", True),
+                                                                 (False, "measured", False)])
+def test_auto_repeats_under_step_cost_noise(monkeypatch, reproducible, cost_model, recalibrate):
     """reproducible: auto's windows follow the noisy timings, its tokens do not (AR's); off: the
-    forwards cost model ignores the clock. Each run recalibrates (the model's cost cache cleared)."""
+    forwards cost model ignores the clock, and the measured one repeats while the model keeps its
+    calibration (the seed tooltip's promise: the per-step timings only scale every window's cost
+    alike). recalibrate: each run times the forwards again (the model's cost cache cleared)."""
     mdl = model("v16-4x5-rowend")
+    mdl.__dict__.pop("_forward_costs", None)
     runs = []
     for clock_seed in (1, 2, 3):
         monkeypatch.setattr(time, "perf_counter", NoisyClock(clock_seed))
-        mdl.__dict__.pop("_forward_costs", None)
+        if recalibrate:
+            mdl.__dict__.pop("_forward_costs", None)
         res = specar.generate(mdl, "hi", backend="auto", seed=9, batch_size=8, reproducible=reproducible,
                               cost_model=cost_model)
         runs.append(res)
