@@ -289,7 +289,8 @@ def format_table(rows: List[dict]) -> str:
                          f"{100 * r['preview_overhead']:+.1f}%, {r['previews']:.1f} previews per image")
     repro = [r for r in rows if r.get("same_tokens_as_ar") is not None]
     if repro:
-        lines += ["", "reproducible (same image as AR): images token-identical to reproducible AR's, same prompt and seed"]
+        lines += ["", "reproducible (same image as AR): images token-identical to reproducible AR's, same prompt and "
+                  "seed"]
         for r in repro:
             lines.append(f"{r['label']:44s} {r['same_tokens_as_ar']}/{r['samples']}")
     lines += ["", "acceptance by depth d: steps that accepted a d-th draft / steps that accepted d - 1 (1..6)"]
