@@ -287,6 +287,10 @@ def format_table(rows: List[dict]) -> str:
         for r in with_preview:
             lines.append(f"{r['label']:44s} preview time {100 * r['preview_time_share']:.1f}%, latency "
                          f"{100 * r['preview_overhead']:+.1f}%, {r['previews']:.1f} previews per image")
+    lines += ["", "tokens committed per step: how many steps (summed over all runs of a configuration)"]
+    for r in rows:
+        hist = " ".join(f"{k}:{v}" for k, v in r["accepted_length_histogram"].items())
+        lines.append(f"{r['label']:44s} {hist}")
     repro = [r for r in rows if r.get("same_tokens_as_ar") is not None]
     if repro:
         lines += ["", "reproducible (same image as AR): images token-identical to reproducible AR's, same prompt and "
@@ -296,10 +300,6 @@ def format_table(rows: List[dict]) -> str:
     lines += ["", "acceptance by depth d: steps that accepted a d-th draft / steps that accepted d - 1 (1..6)"]
     for r in rows:
         lines.append(f"{r['label']:44s} " + " ".join(f"{v:.2f}" for v in list(r["acceptance_by_depth"].values())[:6]))
-    lines += ["", "tokens committed per step: how many steps (summed over all runs of a configuration)"]
-    for r in rows:
-        hist = " ".join(f"{k}:{v}" for k, v in r["accepted_length_histogram"].items())
-        lines.append(f"{r['label']:44s} {hist}")
     return "\n".join(lines)
 
 

@@ -14,7 +14,7 @@ from .target import SamplingParams
 
 
 # reproducible ("same image as AR") unless the caller says otherwise (a lossy backend: off), for every
-# backend: it costs at most 6% more forwards on the demo model (docs/REPRODUCIBLE.md, docs/BENCHMARKS.md)
+# backend: it costs 1-11% of step compression on the demo model (docs/REPRODUCIBLE.md, docs/BENCHMARKS.md)
 REPRODUCIBLE_DEFAULT = True
 
 

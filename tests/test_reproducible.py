@@ -188,3 +188,18 @@ def test_auto_repeats_under_step_cost_noise(monkeypatch, reproducible, cost_mode
     assert all(torch.equal(r.sequence, runs[0].sequence) for r in runs)
     if reproducible:
         assert torch.equal(runs[0].sequence, _ar("v16-4x5-rowend", 9, 8).sequence)
+
+
+def test_bench_runs_both_modes_and_counts_images_equal_to_ars():
+    from specar.cli import benchmark
+    mdl = model("v16-4x5-rowend")
+    configs = benchmark.in_both_modes([benchmark.parse_config(c) for c in ("ar", "sjd_pac:window=4", "hawk")])
+    configs.append(benchmark.parse_config("sjd:window=3,reproducible=true"))
+    rows = benchmark.run(mdl, configs, ["x", "y"], [0, 1], warmup=False)
+    assert [(r["backend"], r["reproducible"]) for r in rows] == [
+        ("ar", False), ("ar", True), ("sjd_pac", False), ("sjd_pac", True), ("hawk", False), ("hawk", True),
+        ("sjd", True)]
+    for r in rows:
+        assert r["same_tokens_as_ar"] == (r["samples"] if r["reproducible"] else None), r["label"]
+        assert set(r["acceptance_by_depth"]) == {str(d) for d in range(1, 9)}
+    assert "images token-identical to reproducible AR's" in benchmark.format_table(rows)
