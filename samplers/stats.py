@@ -32,6 +32,8 @@ class GenerationStats:
     def to_dict(self) -> dict:
         d = asdict(self)
         d["accepted_length_histogram"] = {str(k): v for k, v in sorted(self.accepted_length_histogram.items())}
+        # per-position agreement (the reproducible mode) / acceptance: {depth: accepted / reached}
+        d["acceptance_by_depth"] = acceptance_by_depth(self.accepted_length_histogram)
         return d
 
     def summary(self) -> str:
