@@ -25,6 +25,7 @@ import torch
 from ...model_loaders.contract import ARImageModel, ForwardOutput, ImageGeometry
 from ...model_loaders.slots import batched_tree_tensors
 from ..randomness import PositionNoise, exponential_noise, sample_by_race
+from ..verify import agree_tree, gumbel_coupling
 from ..target import SamplingParams
 
 # sentinels of `SequenceLayout.forced` (engine ids >= 0 are forced structure tokens)
@@ -108,7 +109,6 @@ class LoopState:
         sample when q is the target's p (a draft made so agrees with it as often as q allows);
         otherwise a race with fresh Exp(1) noise of q's shape from the generator."""
         if self.reproducible:
-            from ..verify import gumbel_coupling
             return gumbel_coupling(q, self.position_noise(pos))
         return sample_by_race(q, self.noise(*q.shape))
 
@@ -206,12 +206,13 @@ def verify_tree_step(state: LoopState, tree: DraftTree, p: torch.Tensor, verify_
     if depth is None:
         depth = batched_tree_tensors(parents)[0]
     pos = state.frontier[:, None] + depth
-    forced = state.layout.forced[pos.clamp(max=state.layout.ext - 1)] >= 0
+    kind = state.layout.forced[pos.clamp(max=state.layout.ext - 1)]  # forced id, IMAGE_POSITION or BEYOND_IMAGE
+    forced = kind >= 0
     valid = tree.valid if tree.valid is not None else torch.ones(B, N, dtype=torch.bool, device=state.device)
-    valid = valid & (state.layout.forced[pos.clamp(max=state.layout.ext - 1)] != BEYOND_IMAGE)
+    valid = valid & (kind != BEYOND_IMAGE)
     if state.reproducible:
-        from ..verify import agree_tree
-        n_acc, path, pending = agree_tree(p, tree.tokens, parents, valid, forced, state.position_noise(pos + 1), D, K)
+        n_acc, path, pending = agree_tree(p, tree.tokens, parents, valid, forced, state.position_noise(pos + 1),
+                                          D, K)
         return Verdict(n_accepted=n_acc, path=path, pending=pending, tokens=tree.tokens.gather(1, path),
                        p_path=p[state.rows[:, None], path])
     u = state.uniform(B, D, K)
