@@ -157,13 +157,16 @@ def exactness_model(name: str):
 
 
 def check_exact(backend: str, model_name: str, setting: str, seed: int = 1234, n: int = EXACTNESS_SAMPLES,
-                **params):
+                reproducible: bool = False, **params):
     """Sample `n` images with `backend` on an EXACTNESS_MODELS model at an EXACTNESS_SETTINGS
-    setting; returns (chi_square_test against the exact distribution, the GenerationResult)."""
+    setting; returns (chi_square_test against the exact distribution, the GenerationResult).
+    reproducible=False by default: the statistical suites check each backend's own verification
+    (rejection sampling, whose planted bugs they catch); in the reproducible mode the tokens are
+    AR's by construction (tests/test_reproducible.py)."""
     from .samplers.api import generate
     mdl = exactness_model(model_name)
     kw = EXACTNESS_SETTINGS[setting]
-    res = generate(mdl, "hi", backend=backend, seed=seed, batch_size=n, **kw, **params)
+    res = generate(mdl, "hi", backend=backend, seed=seed, batch_size=n, reproducible=reproducible, **kw, **params)
     return chi_square_test(res.tokens, exact_distribution(mdl, "hi", **kw)), res
 
 

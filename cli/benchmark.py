@@ -21,6 +21,7 @@ from .args import command_parser, non_negative_float, non_negative_int, positive
 from ..samplers.api import generate
 from ..samplers.backends import SCHEMAS, make_backend
 from ..samplers.stats import busy_machine_note
+from ..samplers.stats import acceptance_by_depth
 
 # the default run: every registered backend at its defaults, then the settings each method adds to the bench
 # (`Method.bench_variants`: e.g. the SJD-PAC ablation of the paper, SJD -> +PD -> +PD+AC -> L=64); the
@@ -32,6 +33,28 @@ DEFAULT_PROMPTS = [
     "a white square on a black background",
     "a purple triangle on a noisy orange background",
 ]
+
+
+# generate() options a configuration may set beside the backend's parameters (booleans)
+RUN_KEYS = ("compile", "reproducible")
+
+
+def in_both_modes(configs: List[dict]) -> List[dict]:
+    """--both-modes: each configuration that does not set `reproducible` runs once in each mode
+    (reproducible=false, then true: the same image as AR), so a backend's two modes sit side by side."""
+    out = []
+    for cfg in configs:
+        out += [cfg] if "reproducible" in cfg else [{**cfg, "reproducible": False}, {**cfg, "reproducible": True}]
+    return out
+
+
+def same_tokens_as_ar(tokens: dict, label: str, ar_label: Optional[str]):
+    """For a reproducible configuration: how many of its images are token-identical to the
+    reproducible AR configuration's image of the same prompt and seed (None when there is none)."""
+    if ar_label is None:
+        return None
+    mine, ar = tokens[label], tokens[ar_label]
+    return sum(torch.equal(t, ar[key]) for key, t in mine.items() if key in ar)
 
 
 def parse_config(text: str) -> dict:
@@ -47,7 +70,7 @@ def parse_config(text: str) -> dict:
         key, eq, value = item.partition("=")
         if not eq:
             raise ValueError(f"expected key=value in {text!r}, got {item!r}")
-        kind = bool if key == "compile" else kinds.get(key, str)  # an unknown key: make_backend names it
+        kind = bool if key in RUN_KEYS else kinds.get(key, str)  # an unknown key: make_backend names it
         if kind is bool:
             if value.lower() not in ("true", "false", "1", "0"):
                 raise ValueError(f"{key} must be true or false in {text!r}, got {value!r}")
@@ -63,7 +86,7 @@ def parse_config(text: str) -> dict:
                 raise  # unreachable: a string never passes a number's check
         else:
             params[key] = value
-    make_backend(name, **{k: v for k, v in params.items() if k != "compile"})  # validate now, not halfway through
+    make_backend(name, **{k: v for k, v in params.items() if k not in RUN_KEYS})  # validate now, not halfway through
     return {"backend": name, **params}
 
 
@@ -149,15 +172,18 @@ def run(model, configs: List[dict], prompts: List[str], seeds: List[int], repeat
     total = repeats * len(prompts) * len(seeds) * len(variants)
     done, t_start = 0, time.perf_counter()
     runs = {label(c, p): [] for c, p in variants}
+    tokens = {_label(c): {} for c in configs}  # label -> {(prompt, seed, repeat): tokens} (runs without preview)
     shown = {label(c, p): 0 for c, p in variants}
     spent = {label(c, p): 0.0 for c, p in variants}  # seconds inside the preview (decode + JPEG) per variant
-    for _ in range(repeats):
+    for rep in range(repeats):
         for prompt in prompts:
             for seed in seeds:
                 for cfg, with_preview in variants:
                     pv = _jpeg_preview(model) if with_preview else None
                     res = generate(model, prompt, seed=seed, preview=pv, **sampling, **cfg)
                     runs[label(cfg, with_preview)].append(res.stats)
+                    if not with_preview:
+                        tokens[_label(cfg)][(prompt, seed, rep)] = res.sequence
                     shown[label(cfg, with_preview)] += pv.shown if pv else 0
                     spent[label(cfg, with_preview)] += pv.spent_s if pv else 0.0
                     done += 1
@@ -165,7 +191,9 @@ def run(model, configs: List[dict], prompts: List[str], seeds: List[int], repeat
                         eta = (time.perf_counter() - t_start) / done * (total - done)
                         log(f"[{done}/{total}, ETA {eta:.0f} s] {label(cfg, with_preview):45s} seed={seed} "
                             f"nfe={res.stats.nfe} {res.stats.latency_s:.3f}s")
-    ar = runs.get("ar")
+    plain_ar = [_label(c) for c in configs if c["backend"] == "ar" and set(c) <= {"backend", "reproducible"}]
+    ar_repro = next((a for a in plain_ar if runs[a][0].reproducible), None)
+    ar = runs[plain_ar[0]] if plain_ar else None  # the speed-up baseline: the first plain AR configuration
     ar_latency = statistics.mean(s.latency_s for s in ar) if ar else None
     ar_nfe = statistics.mean(s.nfe + 1 for s in ar) if ar else None
     rows = []
@@ -200,6 +228,11 @@ def run(model, configs: List[dict], prompts: List[str], seeds: List[int], repeat
             sum(n + 1 for s in stats for n in s.steps),
             "forward_ratio_vs_ar": None if ar_nfe is None else ar_nfe / statistics.mean(s.nfe + 1 for s in stats),
             "mean_accepted_length": statistics.mean(s.mean_accepted_length for s in stats),
+            "reproducible": stats[0].reproducible,
+            # reproducible configurations: images token-identical to reproducible AR's (same prompt and seed)
+            "same_tokens_as_ar": same_tokens_as_ar(tokens, _label(cfg), ar_repro)
+            if stats[0].reproducible and not with_preview else None,
+            "acceptance_by_depth": acceptance_by_depth(hist),
             "accepted_length_histogram": {str(k): v for k, v in sorted(hist.items())},
             "prefill_s": statistics.mean(s.prefill_s for s in stats),
             "decode_s": decode,
@@ -282,6 +315,15 @@ def format_table(rows: List[dict]) -> str:
     for r in rows:
         hist = " ".join(f"{k}:{v}" for k, v in r["accepted_length_histogram"].items())
         lines.append(f"{r['label']:44s} {hist}")
+    repro = [r for r in rows if r.get("same_tokens_as_ar") is not None]
+    if repro:
+        lines += ["", "reproducible (same image as AR): images token-identical to reproducible AR's, same prompt and "
+                  "seed"]
+        for r in repro:
+            lines.append(f"{r['label']:44s} {r['same_tokens_as_ar']}/{r['samples']}")
+    lines += ["", "acceptance by depth d: steps that accepted a d-th draft / steps that accepted d - 1 (1..6)"]
+    for r in rows:
+        lines.append(f"{r['label']:44s} " + " ".join(f"{v:.2f}" for v in list(r["acceptance_by_depth"].values())[:6]))
     return "\n".join(lines)
 
 
@@ -309,6 +351,8 @@ def main(argv=None):
                     help="keep the k most likely image tokens (default: the model's recommended one; 0: off, "
                     "every token)")
     ap.add_argument("--json", help="write the rows (and the run's settings) to this file")
+    ap.add_argument("--both-modes", action="store_true", help="run each configuration that does not set "
+                    "reproducible twice: reproducible=false and reproducible=true (same image as AR), side by side")
     ap.add_argument("--preview", action="store_true", help="also run each configuration with the node's live "
                     "preview (interleaved) and report its overhead")
     ap.add_argument("--quiet", action="store_true", help="no progress line per generation on stderr")
@@ -316,6 +360,8 @@ def main(argv=None):
     torch.set_num_threads(args.threads)
     try:
         configs = with_windows([parse_config(c) for c in args.backends], args.windows)
+        if args.both_modes:
+            configs = in_both_modes(configs)
     except ValueError as e:
         ap.error(str(e))
     prompts = DEFAULT_PROMPTS

@@ -11,7 +11,7 @@ from typing import Callable, Optional
 import torch
 
 from ..samplers import backends as _backends
-from ..samplers.api import generate
+from ..samplers.api import REPRODUCIBLE_DEFAULT, generate
 from ..samplers.engine import GenerationInterrupted
 from ..samplers.preview import PREVIEW_THROTTLE, PartialImage
 from .layouts import nest_dotted, sampler_settings
@@ -148,7 +148,8 @@ def run_sampler(model, values: dict, progress: Optional[Callable] = None, interr
         preview = PartialImage(model, progress.show, overlay=mode == "image + acceptance", **PREVIEW_THROTTLE)
     sampling = dict(seed=values["seed"], cfg_scale=settings.cfg_scale, temperature=float(values.get("temperature", 1.0)),
                     top_k=settings.top_k, top_p=float(values.get("top_p", 1.0)),
-                    negative_prompt=values.get("negative_prompt", ""), batch_size=batch, interrupt=interrupt)
+                    negative_prompt=values.get("negative_prompt", ""), batch_size=batch, interrupt=interrupt,
+                    reproducible=values.get("same_image_as_ar", REPRODUCIBLE_DEFAULT))
     compare = bool(values.get("compare_with_ar")) and settings.backend != "ar"
     # compare_with_ar: one progress bar over both generations (the backend's run fills its first half, AR's
     # the second), so the bar does not sit at 100% while AR runs
@@ -180,7 +181,7 @@ def run_sampler(model, values: dict, progress: Optional[Callable] = None, interr
     if ar_stats is not None and not one_time:  # the same settings' earlier ratios in this process, and this one
         key = (id(model), settings.backend, repr(sorted(settings.params.items())), settings.cfg_scale,
                settings.top_k, sampling["temperature"], sampling["top_p"], batch, bool(values.get("compile")),
-               values["prompt"], sampling["negative_prompt"])
+               values["prompt"], sampling["negative_prompt"], sampling["reproducible"])
         ratios = _speedups.setdefault(key, [])
         ratios.append(ar_stats.latency_s / max(res.stats.latency_s, 1e-9))
         del ratios[:-SPEEDUP_HISTORY]

@@ -19,6 +19,7 @@ from ..model_loaders.registry import FAMILIES
 from ..model_loaders.resolutions import MODEL_DEFAULT as MODEL_DEFAULT_SIZE
 from ..model_loaders.resolutions import OFFLOADS, RESOLUTIONS, sizes_help
 from ..samplers import backends as _backends
+from ..samplers.api import REPRODUCIBLE_DEFAULT
 from .widgets import NodeSpec, Output, Switch, Widget
 
 CATEGORY = "SpecAR"
@@ -156,8 +157,13 @@ def sampler_spec(drafter_choices: Callable[[str], list] = lambda kind: []) -> No
                multiline=True),
         Widget("negative_prompt", "STRING", "the unconditional branch of classifier-free guidance "
                "(empty: the model's default)", default="", multiline=True),
-        Widget("seed", "INT", "random seed: the same seed, sampling settings and backend give the same image; "
-               "lossless backends sample the same distribution as AR", default=0, min=0, max=SEED_MAX,
+        Widget("seed", "INT", "random seed. With same_image_as_ar on, the seed and sampling settings (prompt, size, "
+               "guidance, temperature, top-p) give the same image with every lossless backend, any backend "
+               "parameters, compile on or off, on any machine: plain AR's image (image b of a batch is the same at any "
+               "batch size; only float rounding deciding a near-tie could change a token). With it off, the same "
+               "seed, settings, backend and backend parameters give the same image on this machine, except auto with "
+               "cost_model=measured, whose choices (and so its image) follow the step costs it times once per loaded "
+               "model; every lossless backend samples the same distribution as AR", default=0, min=0, max=SEED_MAX,
                control_after_generate=True),
         backend_switch(drafter_choices),
         guidance_switch(),
@@ -181,6 +187,12 @@ def sampler_spec(drafter_choices: Callable[[str], list] = lambda kind: []) -> No
                "first (seconds to minutes, counted in that run's time; a cache on disk shortens it in later "
                "sessions); where compiling is not possible it says so once and runs eager. compare_with_ar's AR "
                "run stays eager", default=False, optional=True),
+        Widget("same_image_as_ar", "BOOLEAN", "on: every lossless backend gives exactly plain AR's image for the seed "
+               "(a draft is kept only where it is the token AR samples there, with the seed's noise for that image "
+               "and position), so a seed found with one backend renders the same with any other, on any machine; "
+               "backends differ only in speed. off: each backend samples AR's distribution with its own random "
+               "draws (the same seed gives different images on different backends). Lossy settings (relaxed) "
+               "need it off", default=REPRODUCIBLE_DEFAULT, optional=True),
     ]
     return NodeSpec(
         node_id="SpecARSampler",

@@ -13,6 +13,11 @@ from .stats import GenerationStats
 from .target import SamplingParams
 
 
+# reproducible ("same image as AR") unless the caller says otherwise (a lossy backend: off), for every
+# backend: it costs 1-11% of step compression on the demo model (docs/REPRODUCIBLE.md, docs/BENCHMARKS.md)
+REPRODUCIBLE_DEFAULT = True
+
+
 @dataclass
 class GenerationResult:
     tokens: torch.Tensor  # [H, W] image codes ([B, H, W] when batch_size > 1), structure tokens removed
@@ -32,7 +37,7 @@ def generate(model: ARImageModel, prompt, backend="sjd", seed: int = 0, cfg_scal
              temperature: float = 1.0, top_k: Optional[int] = None, top_p: float = 1.0, negative_prompt: str = "",
              batch_size: int = 1, progress: Optional[Callable[[int, int], None]] = None,
              interrupt: Optional[Callable[[], bool]] = None, profile: bool = False, preview=None,
-             compile: bool = False, **backend_params) -> GenerationResult:
+             compile: bool = False, reproducible: Optional[bool] = None, **backend_params) -> GenerationResult:
     """Generate image tokens (and the decoded image) with the chosen backend.
 
     Every lossless backend samples exactly the distribution of ``backend="ar"`` for the same
@@ -47,6 +52,11 @@ def generate(model: ARImageModel, prompt, backend="sjd", seed: int = 0, cfg_scal
     ``stats.compile``); where compiling fails it says so once and runs eager.
     ``backend``: a backend name (its parameters as keyword arguments), or a `BackendConfig` that
     `make_backend` already validated (the nodes: a choice is validated once).
+    ``reproducible`` ("same image as AR", docs/REPRODUCIBLE.md): True (the default, None, for every
+    lossless backend): every lossless backend gives exactly ``backend="ar"``'s tokens for the same
+    seed and settings (row b of a batch: AR's row b), whatever it drafts; only the number of forwards
+    differs. False: each backend verifies by rejection sampling with its own random draws (the same
+    distribution, other images). A lossy backend (relaxed acceptance) needs False (None: False).
     """
     if not isinstance(model, ARImageModel):
         raise ValueError(f"model must be an ARImageModel (e.g. from specar.load_model), got {type(model).__name__}")
@@ -75,7 +85,11 @@ def generate(model: ARImageModel, prompt, backend="sjd", seed: int = 0, cfg_scal
         encoded = model.check_prompt(prompt)
     if not isinstance(compile, bool):
         raise ValueError(f"compile must be True or False, got {compile!r}")
-    engine = SpeculativeEngine(model, spec, sampling, seed, batch_size, profile=profile, compile=compile)
+    if reproducible is not None and not isinstance(reproducible, bool):
+        raise ValueError(f"reproducible must be True, False or None (the default: True for a lossless backend), "
+                         f"got {reproducible!r}")
+    engine = SpeculativeEngine(model, spec, sampling, seed, batch_size, profile=profile, compile=compile,
+                               reproducible=reproducible)
     with torch.inference_mode():
         seq, stats = engine.run(encoded, progress=progress, interrupt=interrupt, preview=preview)
     geo = model.geometry
@@ -90,4 +104,4 @@ def generate(model: ARImageModel, prompt, backend="sjd", seed: int = 0, cfg_scal
     )
 
 
-__all__ = ["BACKENDS", "GenerationResult", "generate"]
+__all__ = ["BACKENDS", "GenerationResult", "REPRODUCIBLE_DEFAULT", "generate"]

@@ -29,7 +29,7 @@ import torch
 from ..model_loaders.contract import ARImageModel, EncodedPrompt, Session
 from .backends import BackendConfig
 from .drafters.base import Drafter, DraftTree, LoopState, SequenceLayout, Verdict
-from .randomness import make_generator, sample_by_race
+from .randomness import make_generator
 from .stats import GenerationStats
 from .target import SamplingParams, invalid_rows, target_head, target_probs
 
@@ -54,7 +54,7 @@ class StepLog:
 
 class SpeculativeEngine:
     def __init__(self, model: ARImageModel, backend: BackendConfig, sampling: SamplingParams, seed: int, batch: int,
-                 profile: bool = False, compile: bool = False):
+                 profile: bool = False, compile: bool = False, reproducible: Optional[bool] = None):
         self.model, self.backend, self.sampling, self.seed, self.batch = model, backend, sampling, seed, batch
         self.profile, self.compile = profile, compile
         self.compile_stats = None
@@ -64,6 +64,12 @@ class SpeculativeEngine:
                                  f"use compile=False")
             self.compile_stats = model.compile_step()
         self.drafter: Drafter = backend.make_drafter(model, sampling)
+        if reproducible and not self.drafter.lossless:
+            raise ValueError(f"reproducible=True (same_image_as_ar) needs a lossless backend: this {backend.name} "
+                             f"configuration is lossy (relaxed acceptance keeps drafts AR would not sample); turn "
+                             f"relaxed off, or same_image_as_ar (reproducible) off")
+        # "same image as AR": verification by agreement (docs/REPRODUCIBLE.md); None: on for a lossless backend
+        self.reproducible = self.drafter.lossless if reproducible is None else reproducible
         self.layout = SequenceLayout.build(model.geometry, self.drafter.slack, model.device)
 
     # -- the loop ------------------------------------------------------------------------------
@@ -120,8 +126,9 @@ class SpeculativeEngine:
             generator=make_generator(self.seed, dev), seed=self.seed, rows=torch.arange(B, device=dev),
             frontier=torch.zeros(B, dtype=torch.long, device=dev), active=torch.ones(B, dtype=torch.bool, device=dev),
             # one spare column past the end: masked-out writes land there (a single index_put)
-            seq=torch.cat([known, known.new_zeros(1)]).expand(B, layout.ext + 1).clone())
-        x0 = sample_by_race(p0, state.noise(B, V))
+            seq=torch.cat([known, known.new_zeros(1)]).expand(B, layout.ext + 1).clone(),
+            reproducible=self.reproducible)
+        x0 = state.sample_at(p0, state.frontier)
         state.write_tokens(state.frontier[:, None], state.active[:, None], x0[:, None])
         self.drafter.start(state, first, p0)
         return session, state, invalid_rows(p0).any()
@@ -268,7 +275,7 @@ class SpeculativeEngine:
             latency_s=prefill_s + decode_s, forward_s=forward_s,
             overhead_s=None if forward_s is None else max(decode_s - forward_s, 0.0),
             peak_memory_bytes=peak, accepted_at_step=maps, lossy=not self.drafter.lossless,
-            backend_report=self.drafter.report(),
+            backend_report=self.drafter.report(), reproducible=self.reproducible,
             compile=None if self.compile_stats is None else self.compile_stats.to_dict(),
             sampling=dataclasses.asdict(self.sampling),
         )

@@ -25,6 +25,7 @@ class GenerationStats:
     peak_memory_bytes: Optional[int] = None  # CUDA only
     accepted_at_step: list = field(default_factory=list)  # per image: [H][W] decode step of each token
     lossy: bool = False  # True only for an explicitly lossy option (relaxed acceptance)
+    reproducible: bool = False  # "same image as AR": verified by agreement with AR's own draws
     backend_report: Optional[dict] = None  # what an adaptive backend chose and why (auto)
     compile: Optional[dict] = None  # compiled step, this generation: compiles, compile_s, graphs reused; model_total
     # the sampling settings used, resolved once (the model's recommended values filled in by generate):
@@ -34,6 +35,8 @@ class GenerationStats:
     def to_dict(self) -> dict:
         d = asdict(self)
         d["accepted_length_histogram"] = {str(k): v for k, v in sorted(self.accepted_length_histogram.items())}
+        # per-position agreement (the reproducible mode) / acceptance: {depth: accepted / reached}
+        d["acceptance_by_depth"] = acceptance_by_depth(self.accepted_length_histogram)
         return d
 
 
@@ -51,3 +54,16 @@ def busy_machine_note() -> str:
         return ""
     return (f"; machine busy (load average {load:.1f} on {cores} cores): latencies are longer than on an idle "
             f"machine and vary between runs")
+
+
+def acceptance_by_depth(histogram: dict, depths: int = 8) -> dict:
+    """{d: share of the steps that reached draft depth d (accepted d - 1 drafts) which also accepted
+    their d-th draft} from a histogram {tokens committed in a step: steps} (a step commits its
+    accepted drafts plus one token). Per-position agreement in the reproducible mode; a step whose
+    tree had no d-th draft counts as not accepting it."""
+    counts = {int(k): v for k, v in histogram.items()}
+    out = {}
+    for d in range(1, depths + 1):
+        reached = sum(v for k, v in counts.items() if k >= d)
+        out[str(d)] = round(sum(v for k, v in counts.items() if k >= d + 1) / reached, 4) if reached else 0.0
+    return out

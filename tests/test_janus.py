@@ -196,7 +196,8 @@ def test_every_backend_end_to_end(mdl, backend, monkeypatch):
 
 
 def _exact_case(mdl, backend, params, settings, seed=1234, n=N_SAMPLES):
-    res = specar.generate(mdl, PROMPT, backend=backend, seed=seed, batch_size=n, **settings, **params)
+    res = specar.generate(mdl, PROMPT, backend=backend, seed=seed, batch_size=n, reproducible=False, **settings,
+                          **params)  # rejection sampling (the reproducible mode: tests/test_reproducible.py)
     exact = exact_distribution(mdl, PROMPT, **settings)
     return chi_square_test(res.tokens, exact), res
 

@@ -145,7 +145,9 @@ FILTERS = {"topk": dict(top_k=TOP_K), "topp": dict(top_p=TOP_P)}
 def check_support(backend, vocab, filt, batch, seed=2024):
     model = big_model(vocab)
     kw = FILTERS[filt]
-    res = specar.generate(model, "hi", backend=backend, seed=seed, batch_size=batch, **kw, **BACKENDS[backend])
+    # reproducible=False: the exponential races of rejection sampling (the planted E = 0 hole lives there)
+    res = specar.generate(model, "hi", backend=backend, seed=seed, batch_size=batch, reproducible=False, **kw,
+                          **BACKENDS[backend])
     outside, outside_strict, min_zero = support_report(model, res, SamplingParams(**kw))
     races = race_count(res)
     expected_hits = races * min_zero * U_ZERO

@@ -7,7 +7,6 @@ from dataclasses import dataclass
 import torch
 
 from ...model_loaders.contract import ForwardOutput
-from ..randomness import sample_by_race
 from .base import DraftTree, LoopState, Verdict
 from .jacobi import JacobiDrafter, JacobiParams
 from .params import Method, StepCost
@@ -29,7 +28,7 @@ class ARDrafter(JacobiDrafter):
     def verify(self, state: LoopState, tree: DraftTree, p_all: torch.Tensor, out: ForwardOutput) -> Verdict:
         if self.T > 1:
             return super().verify(state, tree, p_all, out)
-        pending = sample_by_race(p_all[:, 0], state.noise(state.batch, state.vocab_size))
+        pending = state.sample_at(p_all[:, 0], state.frontier + 1)
         n_acc = torch.zeros(state.batch, dtype=torch.long, device=state.device)
         return Verdict(n_accepted=n_acc, path=None, pending=pending, tokens=tree.tokens, p_path=p_all)
 

@@ -65,8 +65,9 @@ class AutoParams(JacobiParams):
     max_window: int = param(32, "the largest window auto may choose (it picks among AR's single slot and windows up "
                             "to this)", lo=1, hi=MAX_WINDOW, sizes=True, essential=True)
     cost_model: str = param("measured", "measured: maximise tokens per second on this device (the forward timed once "
-                            "per model, then every step); forwards: minimise forward passes (deterministic; what a "
-                            "GPU wants)", choices=("measured", "forwards"))
+                            "per loaded model, then every step; with same_image_as_ar off the image follows that "
+                            "calibration); forwards: minimise forward passes (deterministic; what a GPU wants)",
+                            choices=("measured", "forwards"))
     init: str = param("sample_above", INIT_HELP, choices=INITS, paper=INIT_ABOVE_PAPER)
     restart_after: int = restart_param()
     redraft: ClassVar[str] = "maximal"  # SCD / adaptive continuation

@@ -24,7 +24,8 @@ import torch
 
 from ...model_loaders.contract import ARImageModel, ForwardOutput, ImageGeometry
 from ...model_loaders.slots import batched_tree_tensors
-from ..randomness import exponential_noise
+from ..randomness import PositionNoise, exponential_noise, sample_by_race
+from ..verify import agree_tree, gumbel_coupling
 from ..target import SamplingParams
 
 # sentinels of `SequenceLayout.forced` (engine ids >= 0 are forced structure tokens)
@@ -79,6 +80,10 @@ class LoopState:
     active: torch.Tensor  # [B] rows still generating
     seq: torch.Tensor  # [B, ext + 1] committed tokens up to the frontier; one spare column at the end
     step: int = 0  # decode forwards so far
+    # "same image as AR" (docs/REPRODUCIBLE.md): every position is sampled by the race with its own
+    # noise G[row, position] (`position_noise`), and verification accepts by agreement with it
+    reproducible: bool = False
+    _position_noise: Optional[PositionNoise] = None
 
     @property
     def spare(self) -> int:
@@ -90,6 +95,22 @@ class LoopState:
 
     def uniform(self, *shape) -> torch.Tensor:
         return torch.rand(shape, generator=self.generator, device=self.device)
+
+    def position_noise(self, pos: torch.Tensor) -> torch.Tensor:
+        """G [B, ..., V] of the absolute positions pos [B, ...] of each row: a function of the seed,
+        the image row and the position only (made on first use, for the whole generation)."""
+        if self._position_noise is None:
+            self._position_noise = PositionNoise(self.seed, self.batch, self.layout.ext, self.vocab_size, self.device)
+        return self._position_noise(pos)
+
+    def sample_at(self, q: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        """A token of q [B, ..., V] for positions pos [B, ...]: the ONE rule by which the target and
+        every drafter draw a position. Reproducible: argmax(log q + G[b, pos]), the target's own
+        sample when q is the target's p (a draft made so agrees with it as often as q allows);
+        otherwise a race with fresh Exp(1) noise of q's shape from the generator."""
+        if self.reproducible:
+            return gumbel_coupling(q, self.position_noise(pos))
+        return sample_by_race(q, self.noise(*q.shape))
 
     def write_tokens(self, pos: torch.Tensor, mask: torch.Tensor, tokens: torch.Tensor) -> None:
         """seq[b, pos[b, i]] = tokens[b, i] where mask (positions distinct per row)."""
@@ -178,7 +199,8 @@ class Drafter:
 
 
 def verify_tree_step(state: LoopState, tree: DraftTree, p: torch.Tensor, verify_fn) -> Verdict:
-    """Draw the step's randomness and run the general tree verification (see verify.verify_tree)."""
+    """Draw the step's randomness and run the general tree verification (see verify.verify_tree);
+    reproducible: verification by agreement (verify.agree_tree), no draws."""
     B, N = tree.tokens.shape
     D, K, V = tree.max_depth, max(tree.max_children, 1), state.vocab_size
     parents = tree.parents
@@ -188,12 +210,18 @@ def verify_tree_step(state: LoopState, tree: DraftTree, p: torch.Tensor, verify_
     if depth is None:
         depth = batched_tree_tensors(parents)[0]
     pos = state.frontier[:, None] + depth
-    forced = state.layout.forced[pos.clamp(max=state.layout.ext - 1)] >= 0
+    kind = state.layout.forced[pos.clamp(max=state.layout.ext - 1)]  # forced id, IMAGE_POSITION or BEYOND_IMAGE
+    forced = kind >= 0
     valid = tree.valid if tree.valid is not None else torch.ones(B, N, dtype=torch.bool, device=state.device)
+    valid = valid & (kind != BEYOND_IMAGE)
+    if state.reproducible:
+        n_acc, path, pending = agree_tree(p, tree.tokens, parents, valid, forced, state.position_noise(pos + 1),
+                                          D, K)
+        return Verdict(n_accepted=n_acc, path=path, pending=pending, tokens=tree.tokens.gather(1, path),
+                       p_path=p[state.rows[:, None], path])
     u = state.uniform(B, D, K)
     noise = state.noise(B, D + 1, V)
-    n_acc, path, pending = verify_fn(p, tree.tokens, parents, tree.q, valid & (state.layout.forced[
-        pos.clamp(max=state.layout.ext - 1)] != BEYOND_IMAGE), forced, u, noise, D, K,
+    n_acc, path, pending = verify_fn(p, tree.tokens, parents, tree.q, valid, forced, u, noise, D, K,
         without_replacement=tree.siblings == SIBLINGS_WITHOUT_REPLACEMENT)
     tokens = tree.tokens.gather(1, path)
     p_path = p[state.rows[:, None], path]

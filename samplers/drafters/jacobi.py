@@ -14,17 +14,16 @@ AR (ar.py) is this drafter with an empty window: one slot, the pending token, an
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, Optional
 
 import torch
 
 from ...model_loaders.contract import ForwardOutput
-from ..randomness import gumbel_key, position_gumbel, sample_by_race
-from ..verify import gumbel_coupling, one_hot, verify_candidates, verify_chain
+from ..randomness import sample_by_race
+from ..verify import (agree_candidates, agree_chain, gumbel_coupling, one_hot, race_keys,
+                      verify_candidates, verify_chain)
 from .base import BEYOND_IMAGE, IMAGE_POSITION, DraftTree, Drafter, LoopState, Verdict
 from .params import COUPLINGS, INITS, MAX_TREE_WIDTH, MAX_WINDOW, Method, StepCost, chain_tokens, param
-
-GUMBEL_TABLE_BYTES = 1 << 28  # 256 MiB: a 48x48 image over 8192 codes needs 77 MB per image row
 
 
 # -- parameters ---------------------------------------------------------------------------------
@@ -131,8 +130,10 @@ def slot_count(forced: torch.Tensor, window: int) -> int:
 class ChainVerdict(Verdict):
     """A Jacobi step's verdict, with what its re-drafts (`observe`) need of the verification."""
 
-    mrs_out: torch.Tensor  # [B, T - 1] verify_chain's output per position (the draft, or a residual sample)
-    noise: torch.Tensor  # [B, T, V] the step's exponential noise (noise[:, i-1] served position frontier + i)
+    mrs_out: torch.Tensor  # [B, T - 1] verify_chain's output per position (the draft, or a residual sample);
+    # by agreement: [B, T] the target's own sample after every line node
+    noise: Optional[torch.Tensor]  # [B, T, V] the step's exponential noise (noise[:, i-1] served position
+    # frontier + i); None when verified by agreement (re-drafts then read the position noise)
     n_enabled: torch.Tensor  # [B] positions the window verified
     rejected: torch.Tensor  # [B] bool: a draft was rejected (the proactive tree follows)
 
@@ -178,14 +179,6 @@ class JacobiDrafter(Drafter):
         B, V, dev = state.batch, state.vocab_size, state.device
         self.dist = torch.zeros(B, self.ring + 1, V, device=dev)
         self._write(state, state.frontier[:, None], state.active[:, None], dists=p0[:, None])
-        self.gkey = gumbel_key(state.seed)
-        # Gumbel coupling: the noise of every (row, position) computed once per generation when it
-        # fits in GUMBEL_TABLE_BYTES (a step would otherwise hash [B, T, V] again; over a whole
-        # image steps * T >= positions, so the table is also less work). Same values either way.
-        self.gumbel_table = None
-        ext = state.layout.ext
-        if self.redraft == "gumbel" and B * ext * V * 4 <= GUMBEL_TABLE_BYTES:
-            self.gumbel_table = position_gumbel(self.gkey, state.rows[:, None], torch.arange(ext, device=dev)[None], V)
         T = self.T
         self.drafted = state.frontier.clone()  # last position that holds a draft
         self._init(state, state.frontier[:, None] + torch.arange(1, T, device=dev),
@@ -215,6 +208,8 @@ class JacobiDrafter(Drafter):
         q = self.dist[rows[:, None], dpos % self.ring]
         forced = layout.forced[dpos] >= 0
         enabled = (layout.is_img[dpos].long().cumsum(-1) <= self.window) & (layout.forced[dpos] != BEYOND_IMAGE)
+        if state.reproducible:
+            return self._verify_by_agreement(state, tokens, p_all, forced, enabled)
         noise = state.noise(B, T, V)  # noise[:, i-1] serves position frontier+i
         u = state.uniform(B, T - 1)
         line, first, k_star = torch.arange(T, device=dev).expand(B, T), None, None
@@ -236,21 +231,55 @@ class JacobiDrafter(Drafter):
         return ChainVerdict(n_accepted=n_acc, path=line if self.tree_step else None, pending=pending, tokens=x_line,
                             p_path=p, mrs_out=mrs_out, noise=noise, n_enabled=n_en, rejected=rejected)
 
+    def _verify_by_agreement(self, state, tokens, p_all, forced, enabled) -> Verdict:
+        """The same step by agreement (verify.agree_chain; docs/REPRODUCIBLE.md): a draft is accepted
+        where it is the target's own sample of its position, the pending token is the target's sample
+        after the last accepted draft. `mrs_out` then holds the target's sample after every line node:
+        the Gumbel-coupled re-draft of each position (`_coupled_draft`)."""
+        rows = state.rows
+        gumbel = state.position_noise(self.pos + 1)  # [B, T, V]: the position after each chain slot
+        line, first, k_star = self.pos - state.frontier[:, None], None, None
+        if self.tree_step:  # depth 1: the chain's draft and the branches' first tokens are siblings
+            cands, valid = self._sibling_candidates(state, tokens)
+            k_star = agree_candidates(race_keys(p_all[:, 0], gumbel[:, 0]), cands, valid)
+            k_star = torch.where(forced[:, 0], 0, k_star)  # a structure token: every branch holds it
+            line = self._branch_line(k_star)
+            first = k_star >= 0
+        x_line, p = tokens.gather(1, line), p_all[rows[:, None], line]
+        n_acc, samples = agree_chain(p, x_line[:, 1:], gumbel, enabled, forced, first=first)
+        if self.tree_step:
+            n_acc = self._cap_branch_acceptance(n_acc, k_star)
+        n_acc = torch.where(state.active, n_acc, 0)
+        n_en = enabled.sum(-1)
+        return ChainVerdict(n_accepted=n_acc, path=line if self.tree_step else None, pending=samples[rows, n_acc],
+                            tokens=x_line, p_path=p, mrs_out=samples, noise=None, n_enabled=n_en,
+                            rejected=n_acc < n_en)
+
+    def _sibling_candidates(self, state, tokens):
+        """[B, K] depth-1 candidates (the chain's draft, then each branch's first token) and validity."""
+        B = state.batch
+        cands = torch.cat([tokens[:, 1:2], self.branch_tok[:, :, 0]], 1).clamp(0, state.vocab_size - 1)
+        valid = torch.cat([torch.ones(B, 1, dtype=torch.bool, device=state.device),
+                           self.branch_valid[:, :, 0] & self.in_tree[:, None]], 1)
+        return cands, valid
+
+    def _branch_line(self, k_star):
+        """The slot line verification continues on: the chain, or branch k_star's D slots then the chain's."""
+        D, T = self.D, self.T
+        depth = torch.arange(T, device=k_star.device)
+        branch_slot = T + (k_star.clamp(min=1) - 1)[:, None] * D + depth[None] - 1
+        on_branch = (k_star[:, None] >= 1) & (depth[None] >= 1) & (depth[None] <= D)
+        return torch.where(on_branch, branch_slot, depth[None])
+
     def _verify_siblings(self, state, tokens, p_all, q1, noise1, forced1):
         """Depth 1 of a tree step: the chain's draft and the branches' first tokens are siblings
         drawn without replacement from q1; verify them in order. Returns the slot line of the
         branch verification continues on, the depth-1 outcome (accepted, token) and the winner."""
-        B, K, D, T = state.batch, self.K, self.D, self.T
-        cands = torch.cat([tokens[:, 1:2], self.branch_tok[:, :, 0]], 1).clamp(0, state.vocab_size - 1)  # [B, K]
-        valid = torch.cat([torch.ones(B, 1, dtype=torch.bool, device=state.device),
-                           self.branch_valid[:, :, 0] & self.in_tree[:, None]], 1)
-        u = state.uniform(B, K)
+        cands, valid = self._sibling_candidates(state, tokens)  # [B, K]
+        u = state.uniform(state.batch, self.K)
         k_star, token = verify_candidates(p_all[:, 0], cands, u, noise1, q=q1, valid=valid)
         k_star = torch.where(forced1, 0, k_star)  # a structure token: every branch holds it
-        depth = torch.arange(T, device=state.device)
-        branch_slot = T + (k_star.clamp(min=1) - 1)[:, None] * D + depth[None] - 1
-        on_branch = (k_star[:, None] >= 1) & (depth[None] >= 1) & (depth[None] <= D)
-        line = torch.where(on_branch, branch_slot, depth[None])
+        line = self._branch_line(k_star)
         first = (k_star >= 0, torch.where(k_star >= 0, tokens.gather(1, line[:, 1:2]).squeeze(1), token))
         return line, first, k_star
 
@@ -325,8 +354,10 @@ class JacobiDrafter(Drafter):
         first = torch.where(need, pos, pos[:, -1:]).min(-1).values
         left = layout.prev_img[first].clamp(min=0)
         if strat == "random":
-            x = torch.randint(V, (B, K), generator=state.generator, device=state.device)
-            self._write(state, pos, need, x, torch.full((B, K, V), 1.0 / V, device=state.device))
+            uniform = torch.full((B, K, V), 1.0 / V, device=state.device)
+            x = state.sample_at(uniform, pos) if state.reproducible else \
+                torch.randint(V, (B, K), generator=state.generator, device=state.device)
+            self._write(state, pos, need, x, uniform)
             return
         stride = layout.geometry.row_stride
         chunks = [(0, K)] if strat.endswith("_left") else [(s, min(s + stride, K)) for s in range(0, K, stride)]
@@ -341,7 +372,7 @@ class JacobiDrafter(Drafter):
                 q = one_hot(x, V)
             else:
                 q = self.dist[state.rows[:, None], src % self.ring]
-                x = sample_by_race(q, state.noise(B, e - s, V))
+                x = state.sample_at(q, p)
             self._write(state, p, need[:, s:e], x, q)
 
     def _redraft(self, state, p, tpos, mrs_out, noise):
@@ -350,6 +381,8 @@ class JacobiDrafter(Drafter):
         return self._coupled_draft(state, p, tpos, mrs_out, noise), p
 
     def _coupled_draft(self, state, p, tpos, mrs_out, noise):
+        if state.reproducible:  # the target's own samples at tpos (agreement verification): argmax(log p + G)
+            return mrs_out
         fresh = sample_by_race(p, noise)
         kind, alpha = self.redraft, self.coupling_strength
         if kind == "independent":
@@ -358,12 +391,8 @@ class JacobiDrafter(Drafter):
             # slots 1..T-1 had an old draft: MRS output couples it with the new p; the position
             # after the last slot had none, so it is drafted fresh
             coupled = torch.cat([mrs_out, fresh[:, -1:]], dim=1)
-        else:
-            if self.gumbel_table is not None:
-                g = self.gumbel_table[state.rows[:, None], tpos]
-            else:
-                g = position_gumbel(self.gkey, state.rows[:, None], tpos, state.vocab_size)
-            coupled = gumbel_coupling(p, g)
+        else:  # Gumbel coupling: the noise of each (row, position), fixed for the generation
+            coupled = gumbel_coupling(p, state.position_noise(tpos))
         if alpha < 1.0:
             coin = torch.rand(coupled.shape, generator=state.generator, device=state.device) < alpha
             coupled = torch.where(coin, coupled, fresh)
@@ -378,11 +407,20 @@ class JacobiDrafter(Drafter):
         bpos = state.frontier[:, None] + torch.arange(1, D + 1, device=state.device)  # [B, D]
         q = self.dist[state.rows[:, None], bpos % self.ring]  # [B, D, V]
         first = state.seq.gather(1, bpos[:, :1]).clamp(0, V - 1)  # the chain's draft at depth 1
-        keys = state.noise(B, V) / q[:, 0]  # exponential race keys: ascending order = draws w/o replacement
-        keys = keys.scatter(1, first, float("inf"))
-        order = keys.topk(K - 1, dim=-1, largest=False).indices  # [B, K-1], ascending: the first K-1 draws
-        ok1 = torch.isfinite(keys.gather(1, order)) & (q[:, 0].gather(1, order) > 0)
-        deeper = sample_by_race(q[:, None, 1:].expand(B, K - 1, D - 1, V), state.noise(B, K - 1, D - 1, V))
+        if state.reproducible:
+            # the best K-1 of log q + G after the chain's draft (its own best when drafted from this q);
+            # deeper: every branch the position's coupled draft (only the branch that agrees is followed)
+            gumbel = state.position_noise(bpos)
+            keys = race_keys(q[:, 0], gumbel[:, 0]).scatter(1, first, float("-inf"))
+            order = keys.topk(K - 1, dim=-1).indices
+            ok1 = q[:, 0].gather(1, order) > 0
+            deeper = gumbel_coupling(q[:, 1:], gumbel[:, 1:])[:, None].expand(B, K - 1, D - 1)
+        else:
+            keys = state.noise(B, V) / q[:, 0]  # exponential race keys: ascending order = draws w/o replacement
+            keys = keys.scatter(1, first, float("inf"))
+            order = keys.topk(K - 1, dim=-1, largest=False).indices  # [B, K-1], ascending: the first K-1 draws
+            ok1 = torch.isfinite(keys.gather(1, order)) & (q[:, 0].gather(1, order) > 0)
+            deeper = sample_by_race(q[:, None, 1:].expand(B, K - 1, D - 1, V), state.noise(B, K - 1, D - 1, V))
         tok = torch.cat([order[:, :, None], deeper], 2)  # [B, K-1, D]
         forced = layout.forced[bpos]
         tok = torch.where(forced[:, None] >= 0, forced[:, None], tok)

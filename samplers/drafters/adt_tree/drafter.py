@@ -41,7 +41,7 @@ from dataclasses import replace
 import torch
 
 from ....model_loaders.contract import ForwardOutput
-from ...verify import one_hot
+from ...verify import gumbel_top_k, one_hot
 from ..base import BEYOND_IMAGE, SIBLINGS_INDEPENDENT, SIBLINGS_WITHOUT_REPLACEMENT, DraftTree, Drafter, LoopState, Verdict
 from ..eagle import load_eagle
 from ..hidden_states import DraftsFromHiddenStates
@@ -215,7 +215,11 @@ class ADTTreeDrafter(SampledTrees, DraftsFromHiddenStates, Drafter):
             pos_d = f + d
             forced = layout.forced[pos_d.clamp(max=layout.ext - 1)]
             kk = min(kmax, V)
-            lq, tok = q_e.topk(kk, dim=-1)  # [B, e, kk]
+            if state.reproducible:  # the best of log q + G[position]: the coupled draft first (docs/REPRODUCIBLE.md)
+                tok = gumbel_top_k(q_e, state.position_noise(pos_d)[:, None], kk)
+                lq = q_e.gather(-1, tok)
+            else:
+                lq, tok = q_e.topk(kk, dim=-1)  # [B, e, kk]
             if kk < kmax:
                 pad = kmax - kk
                 lq = torch.cat([lq, lq.new_zeros(B, e, pad)], -1)

@@ -84,7 +84,8 @@ class SampledTrees:
             layer_alloc = alloc.sum((1, 2))
             n_alloc = n_alloc + layer_alloc
             # 2. draws: Gumbel-top-k = an ordered sample without replacement from q
-            gum = -state.noise(B, E, V).log()
+            # reproducible: every node of the layer with its position's noise (the coupled draft first)
+            gum = state.position_noise(pos_d)[:, None] if state.reproducible else -state.noise(B, E, V).log()
             tok = (q_e.log() + gum).topk(Ckd, dim=-1).indices  # [B, E, Ckd] in draw order
             if Ckd < Cd:
                 tok = torch.cat([tok, tok.new_zeros(B, E, Cd - Ckd)], -1)

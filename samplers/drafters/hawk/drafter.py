@@ -52,6 +52,7 @@ import torch
 
 from ....model_loaders.contract import ForwardOutput
 from ...randomness import sample_by_race
+from ...verify import gumbel_top_k
 from ..base import DraftTree, Drafter, LoopState, Verdict
 from ..hidden_states import DraftsFromHiddenStates
 from ..params import DraftNetworkCost, Method, StepCost, param
@@ -190,8 +191,12 @@ class HawkDrafter(DraftsFromHiddenStates, Drafter):
         valid[:, self.n_real:] = False
         node_q = self._recorded_q(pool_q[:, kk], source)  # [B, N, V]
         draw_q = pool_q[:, kk].gather(2, source[:, :, None, None].expand(B, N, 1, V)).squeeze(2)
-        tokens = sample_by_race(draw_q, state.noise(B, N, V))
         pos = (f[:, None] + depth).clamp(max=layout.ext - 1)
+        if state.reproducible:  # sample r of a source: the (r+1)-th best of log q + G[position] (draws w/o replacement)
+            ranked = gumbel_top_k(draw_q, state.position_noise(pos), min(self.c, V))
+            tokens = ranked.gather(2, (pair // S).clamp(max=ranked.shape[2] - 1)[:, :, None]).squeeze(2)
+        else:
+            tokens = sample_by_race(draw_q, state.noise(B, N, V))
         forced = layout.forced[pos]
         at_forced = forced >= 0
         tokens = torch.where(at_forced, forced, tokens)

@@ -147,7 +147,8 @@ class SpatialDrafter(DraftsFromHiddenStates, JacobiDrafter):
             known = (above >= 0) & (above <= self.hid_upto[:, None])
             conf = self.dist[state.rows[:, None], torch.where(known, above % self.ring, self.ring)].amax(-1)
             use = use & ~(known & (conf >= self.head_below))
-        x = sample_by_race(q, state.noise(B, M, state.vocab_size))
+        # reproducible: the shared position-noise draw; otherwise this module's race (tests plant a bug in it)
+        x = state.sample_at(q, hp) if state.reproducible else sample_by_race(q, state.noise(B, M, state.vocab_size))
         self._write(state, hp, use, x, q)
         # back to `pos`'s columns (a scatter, no host read); column K takes the positions not drafted
         drafted = torch.zeros(B, K + 1, dtype=torch.bool, device=state.device)
