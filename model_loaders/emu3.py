@@ -61,7 +61,7 @@ class Emu3ImageModel(SharedVocabImageModel):
     family = "emu3"
 
     def __init__(self, folder: str, device=None, dtype=None, image_area=None, ratio=None, device_map=None,
-                 max_memory=None, offload_folder=None, attn_implementation=None):
+                 max_memory=None, offload_folder=None, attn_implementation=None, quantize=None):
         super().__init__()
         from transformers import Emu3ForConditionalGeneration
 
@@ -103,7 +103,7 @@ class Emu3ImageModel(SharedVocabImageModel):
             special[attr] = v
         self.special = special
         mc = self._load_transformers_model(Emu3ForConditionalGeneration, folder, device_map, max_memory, offload_folder,
-                                           attn_implementation)
+                                           attn_implementation, quantize)
         vm = self.model.vocabulary_mapping
         V = int(mc.vq_config.codebook_size)
         codes = {}
@@ -182,4 +182,4 @@ def size_options(folder: str, w: int, h: int) -> dict:
 
 FAMILY = ModelFamily(
     name=Emu3ImageModel.family, label="Emu3", files="transformers format", load=Emu3ImageModel, detect=is_emu3,
-    sizes="Emu3 any W x H", size_options=size_options, sampling=(SAMPLING,), transformers=True)
+    sizes="Emu3 any W x H", size_options=size_options, sampling=(SAMPLING,), transformers=True, quantize=True)

@@ -60,6 +60,7 @@ class ModelFamily:
     detect: Optional[Callable[[str, Optional[dict]], bool]] = None
     builtin: tuple = ()  # names of built-in models (shipped with the pack, no folder)
     transformers: bool = False  # an adapter over transformers' classes: needs TRANSFORMERS_FLOOR, can offload
+    quantize: bool = False  # its loader takes quantize="int8" / "int4" (weight-only, model_loaders/quantize.py)
 
 
 def read_config(folder: str) -> dict:

@@ -41,6 +41,7 @@ from .family import ModelFamily, Sampling, square_size
 from .hf_common import to_pil
 from .llama import RMSNorm
 from .llamagen_vq import load_llamagen_vq
+from .quantize import quantize_module
 from .slot_model import SlotCacheModel
 
 # heads of the authors' GPT sizes, by width (gpt.py GPT_models: B, L, XL, XXL, XXXL, 1B, 3B, 7B)
@@ -182,7 +183,8 @@ class LlamaGenImageModel(SlotCacheModel):
     family = "llamagen"
     pad_id = 0
 
-    def __init__(self, folder: str, device=None, dtype=None, image_size=None, n_head=None, t5_dtype=None):
+    def __init__(self, folder: str, device=None, dtype=None, image_size=None, n_head=None, t5_dtype=None,
+                 quantize=None):
         self.folder = folder
         self.name = os.path.basename(os.path.normpath(folder)) or "llamagen"
         self._device = resolve_device(device)
@@ -202,7 +204,11 @@ class LlamaGenImageModel(SlotCacheModel):
         G = size // f
         self.gpt = LlamaGenGPT(cfg)
         load_into(self.gpt, state, gpt_path, ignore=("freqs_cis", "causal_mask"))
-        self.gpt = self.gpt.to(device=self._device, dtype=self._dtype).eval()
+        del state
+        # quantized (quantize.py) in CPU memory, before the move: the device holds the quantized weights only
+        self.gpt = self.gpt.to(dtype=self._dtype)
+        quantize_module(self.gpt, quantize)
+        self.gpt = self.gpt.to(device=self._device).eval()
         self.register_rope(G)
         self.geometry = ImageGeometry(height=G, width=G, vocab_size=V)
         self.default_sampling = SAMPLING[cfg.kind].for_vocab(V)
@@ -340,4 +346,4 @@ def is_llamagen(folder: str, config) -> bool:
 FAMILY = ModelFamily(
     name=LlamaGenImageModel.family, label="LlamaGen", files="its authors' c2i_* / t2i_* and vq_* checkpoints",
     load=LlamaGenImageModel, detect=is_llamagen, sizes="LlamaGen 256 / 384 / 512 squares",
-    size_options=square_size("LlamaGen", "256, 384 or 512"), sampling=tuple(SAMPLING.values()))
+    size_options=square_size("LlamaGen", "256, 384 or 512"), sampling=tuple(SAMPLING.values()), quantize=True)

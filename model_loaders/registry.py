@@ -11,6 +11,7 @@ import os
 from .devices import canonical_dtype, check_device
 from .family import ModelFamily, config_names, read_config
 from .hf_files import require_transformers
+from .quantize import check_mode
 
 # one line per family: its module (relative to model_loaders), which ends with `FAMILY = ModelFamily(...)`
 FAMILY_MODULES = (".demo", ".janus", ".emu3", ".chameleon", ".llamagen")
@@ -18,7 +19,7 @@ FAMILIES = {f.name: f for f in (importlib.import_module(m, __package__).FAMILY f
 BUILTIN_MODELS = {name: f for f in FAMILIES.values() for name in f.builtin}  # name -> family
 
 
-def load_model(name_or_path: str, device=None, dtype=None, **options):
+def load_model(name_or_path: str, device=None, dtype=None, quantize=None, **options):
     """Load a built-in model by name (``"demo"``) or a model folder by path.
 
     Folders in transformers format are recognised from their config.json: Janus / Janus-Pro
@@ -28,13 +29,22 @@ def load_model(name_or_path: str, device=None, dtype=None, **options):
     ``ratio``; Chameleon takes ``layout`` (``lumina`` / ``anole``), ``resolution`` and
     ``target_size``. A LlamaGen folder (the authors' ``c2i_*.pt`` / ``t2i_*.pt`` and
     ``vq_ds16_*.pt`` checkpoints, no config.json) is recognised from its file names (docs/MODELS.md).
-    Local files only: nothing is downloaded.
+    ``quantize``: ``"int8"`` or ``"int4"`` weight-only quantization of the decoder's linear layers
+    (model_loaders/quantize.py; ``None`` / ``"none"``: the weights as stored), for the families
+    whose `ModelFamily.quantize` is set. Local files only: nothing is downloaded.
     """
     check_device(device)
     dtype = canonical_dtype(dtype)
+    quantize = check_mode(quantize)
     family = family_of(name_or_path)
     if family.transformers:
         require_transformers(family.name)
+    if quantize != "none":
+        if not family.quantize:
+            offered = ", ".join(f.label for f in FAMILIES.values() if f.quantize)
+            raise ValueError(f"quantize={quantize!r}: {family.label} models load unquantized only; quantized "
+                             f"loading is offered for {offered}")
+        options["quantize"] = quantize
     return family.load(name_or_path, device=device, dtype=dtype, **options)
 
 
