@@ -207,6 +207,8 @@ def load_cached(**values):
         _install_hooks()
         path = resolve_model(values["model"])
         options = load_options(path, values["resolution"], values["offload"])
+        if values["quantize"] != "none":
+            options["quantize"] = values["quantize"]
         dtype = None if values["dtype"] == "auto" else values["dtype"]
 
         def load():

@@ -16,6 +16,7 @@ from typing import Callable
 
 from ..model_loaders.registry import FAMILIES
 from ..model_loaders.resolutions import MODEL_DEFAULT as MODEL_DEFAULT_SIZE
+from ..model_loaders.quantize import QUANTIZE_MODES
 from ..model_loaders.resolutions import OFFLOADS, RESOLUTIONS, sizes_help
 from ..samplers import backends as _backends
 from .widgets import NodeSpec, Output, Switch, Widget
@@ -137,6 +138,11 @@ def loader_spec(model_choices: Callable[[], list]) -> NodeSpec:
             Widget("offload", "COMBO", "none: every weight on the device; auto: accelerate's big-model loading (GPU "
                    "first, the rest in CPU memory) for models larger than the GPU (transformers-format families)",
                    default="none", options=OFFLOADS, optional=True),
+            Widget("quantize", "COMBO", "weight-only quantization of the decoder's linear layers, done at load (on the "
+                   "CPU, before the weights reach the GPU): int8 about half, int4 about a quarter of the bf16 weight "
+                   "memory; the quantized model is the one sampled exactly. For " +
+                   ", ".join(f.label for f in FAMILIES.values() if f.quantize) + "; not with offload auto",
+                   default="none", options=QUANTIZE_MODES, optional=True),
         ],
         outputs=[Output("model", MODEL_TYPE, "the loaded model, cached across runs")],
     )
