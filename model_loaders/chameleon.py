@@ -244,4 +244,5 @@ def size_options(folder: str, w: int, h: int) -> dict:
 FAMILY = ModelFamily(
     name=ChameleonImageModel.family, label="Lumina-mGPT / Anole", files="transformers format",
     load=ChameleonImageModel, detect=is_chameleon, sizes="Lumina-mGPT its 512 / 768 / 1024 sizes; Anole 512x512",
-    size_options=size_options, sampling=tuple(SAMPLING.values()), transformers=True, quantize=True)
+    size_options=size_options, sampling=tuple(SAMPLING.values()), transformers=True,
+    resolutions=tuple(dict.fromkeys(["512x512"] + [f"{w}x{h}" for t in LUMINA_TARGETS for w, h in lumina_sizes(t)])), quantize=True)

@@ -158,6 +158,6 @@ def is_janus(folder: str, config) -> bool:
 
 FAMILY = ModelFamily(
     name=JanusImageModel.family, label="Janus / Janus-Pro", files="transformers format", load=JanusImageModel,
-    detect=is_janus, sizes="Janus-Pro 384x384 only",
+    detect=is_janus, sizes="Janus-Pro 384x384 only", resolutions=("384x384",),
     size_options=square_size("Janus", "at its checkpoint's size; Janus-Pro: 384x384"), sampling=(SAMPLING,),
     transformers=True, quantize=True)

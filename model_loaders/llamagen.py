@@ -37,7 +37,7 @@ from torch import nn
 from .checkpoints import load_into, load_state_dict
 from .contract import EncodedPrompt, ImageGeometry
 from .devices import resolve_device, resolve_dtype
-from .family import ModelFamily, Sampling, square_size
+from .family import ModelFamily, Sampling, choose_square_size
 from .hf_common import to_pil
 from .llama import RMSNorm
 from .llamagen_vq import load_llamagen_vq
@@ -48,6 +48,8 @@ from .slot_model import SlotCacheModel
 HEADS_BY_DIM = {768: 12, 1024: 16, 1280: 20, 1536: 24, 2560: 40, 2048: 32, 3200: 32, 4096: 32}
 GPT_FILE = re.compile(r"^(c2i|t2i)_.*?(\d+)\.(pt|pth|safetensors)$")
 T5_FOLDERS = ("flan-t5-xl", "t5")
+# the released checkpoints' sizes: c2i 256 and 384 (c2i_*_256.pt / c2i_*_384.pt), t2i 256 and 512 (stage 1 / 2)
+LLAMAGEN_SIZES = (256, 384, 512)
 CAPTION_TOKENS = 120  # t2i condition length (the authors' --cls-token-num / t5 max length)
 WEIGHT_EXTENSIONS = (".pt", ".pth", ".safetensors")
 # the authors' sampling scripts: c2i CFG 4.0 / top-k 2000, t2i CFG 7.5 / top-k 1000
@@ -346,4 +348,5 @@ def is_llamagen(folder: str, config) -> bool:
 FAMILY = ModelFamily(
     name=LlamaGenImageModel.family, label="LlamaGen", files="its authors' c2i_* / t2i_* and vq_* checkpoints",
     load=LlamaGenImageModel, detect=is_llamagen, sizes="LlamaGen 256 / 384 / 512 squares",
-    size_options=square_size("LlamaGen", "256, 384 or 512"), sampling=tuple(SAMPLING.values()), quantize=True)
+    size_options=choose_square_size("LlamaGen", LLAMAGEN_SIZES), resolutions=tuple(f"{s}x{s}" for s in LLAMAGEN_SIZES),
+    sampling=tuple(SAMPLING.values()), quantize=True)

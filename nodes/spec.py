@@ -125,7 +125,8 @@ def loader_spec(model_choices: Callable[[], list]) -> NodeSpec:
         inputs=[
             Widget("model", "COMBO", "demo: the small model shipped with SpecAR (runs on a CPU); other entries: "
                    "model folders under ComfyUI/models/specar (" +
-                   "; ".join(f"{f.label}: {f.files}" for f in FAMILIES.values() if not f.builtin) + ")",
+                   "; ".join(f"{f.label}: {f.files}" for f in FAMILIES.values() if not f.builtin) + "), then "
+                   "checkpoints already in your Hugging Face cache, by repo id (org/name; found without network access)",
                    default="demo", options=model_choices),
             Widget("device", "COMBO", "where the model runs; auto: ComfyUI's device", default="auto",
                    options=DEVICES),

@@ -128,12 +128,12 @@ def test_compiled_step_on_a_quantized_model_gives_eager_tokens():
 def test_family_loader_quantizes_before_the_device(tmp_path):
     # a LlamaGen folder in the authors' format (the fast real-size test builds one at reduced size)
     from specar.cli.real_size import SPECS, build_folder
-    folder = build_folder("llamagen-xl", str(tmp_path), layers=1, width_divisor=40, dtype=torch.float32)
-    full = specar.load_model(folder, dtype="fp32")
-    q = specar.load_model(folder, dtype="fp32", quantize="int8")
+    folder = build_folder("llamagen-xl", str(tmp_path), layers=1, reduced=True, dtype=torch.float32)
+    full = specar.load_model(folder, dtype="fp32", n_head=4)  # n_head: the reduced test's width is no GPT size
+    q = specar.load_model(folder, dtype="fp32", quantize="int8", n_head=4)
     assert SPECS["llamagen-xl"].family == "llamagen"
     lins = [m for m in q.torch_module().modules() if isinstance(m, QuantLinear)]
     assert lins and not any(isinstance(m, QuantLinear) for m in full.torch_module().modules())
     res = generate(q, "207", backend="sjd", seed=0, window=4)
-    assert res.tokens.shape[1:] == (q.geometry.height, q.geometry.width)
+    assert res.tokens.reshape(-1).numel() == q.geometry.height * q.geometry.width and res.image.size == (64, 64)
     assert os.path.isdir(folder)
