@@ -204,7 +204,12 @@ class LlamaGenImageModel(SlotCacheModel):
         if V != cfg.vocab_size:
             raise ValueError(f"{gpt_path} predicts {cfg.vocab_size} codes but the VQ tokenizer {vq_path} has {V}")
         G = size // f
-        self.gpt = LlamaGenGPT(cfg)
+        default = torch.get_default_dtype()
+        torch.set_default_dtype(self._dtype)  # built in the target dtype: no float32 copy of a large model
+        try:
+            self.gpt = LlamaGenGPT(cfg)
+        finally:
+            torch.set_default_dtype(default)
         load_into(self.gpt, state, gpt_path, ignore=("freqs_cis", "causal_mask"))
         del state
         # quantized (quantize.py) in CPU memory, before the move: the device holds the quantized weights only
