@@ -105,13 +105,13 @@ def _label(cfg: dict) -> str:
     return cfg["backend"] + (f":{rest}" if rest else "")
 
 
-def _model(spec: str, device, dtype):
+def _model(spec: str, device, dtype, quantize="none"):
     if spec.startswith("tiny:"):  # tiny:vocab,HxW[,row_end] -- random weights, for testing the command
         from ..testing import tiny_model
         parts = spec[5:].split(",")
         h, w = (int(x) for x in parts[1].split("x"))
         return tiny_model(int(parts[0]), (h, w), seed=0, row_end="row_end" in parts[2:], device=device or "cpu")
-    return load_model(spec, device=device, dtype=dtype)
+    return load_model(spec, device=device, dtype=dtype, quantize=quantize)
 
 
 PREVIEW_SUFFIX = " +preview"
@@ -273,6 +273,8 @@ def main(argv=None):
     ap.add_argument("--repeats", type=positive_int, default=1)
     ap.add_argument("--device", default=None)
     ap.add_argument("--dtype", default=None, choices=[None, "float32", "bfloat16", "float16"])
+    ap.add_argument("--quantize", default="none", choices=["none", "int8", "int4"],
+                    help="weight-only quantization of the model folder's linear layers (docs/MODELS.md)")
     ap.add_argument("--threads", type=positive_int, default=1,
                     help="torch CPU threads (1: steadier timings on a shared machine)")
     ap.add_argument("--cfg-scale", type=non_negative_float, default=None)
@@ -291,7 +293,7 @@ def main(argv=None):
     if args.prompts:
         with open(args.prompts) as f:
             prompts = [line.strip() for line in f if line.strip()]
-    model = _model(args.model, args.device, args.dtype)
+    model = _model(args.model, args.device, args.dtype, args.quantize)
     sampling = {k: v for k, v in (("cfg_scale", args.cfg_scale), ("top_k", args.top_k)) if v is not None}
     t0 = time.time()
     rows = run(model, configs, prompts, args.seeds, args.repeats, sampling=sampling, preview=args.preview,

@@ -137,3 +137,22 @@ def test_family_loader_quantizes_before_the_device(tmp_path):
     res = generate(q, "207", backend="sjd", seed=0, window=4)
     assert res.tokens.reshape(-1).numel() == q.geometry.height * q.geometry.width and res.image.size == (64, 64)
     assert os.path.isdir(folder)
+
+
+@pytest.mark.parametrize("choice,expected", [("int4", {"quantize": "int4"}), ("none", {})])
+def test_loader_node_input_reaches_load_model(monkeypatch, choice, expected):
+    from specar.nodes import models
+    from specar.nodes.spec import loader_spec
+    seen = {}
+
+    def fake_load(path, device=None, dtype=None, **options):
+        seen.update(options)
+        return object()
+
+    monkeypatch.setattr(models, "load_model", fake_load)
+    monkeypatch.setattr(models, "_cache", {})
+    widget = next(w for w in loader_spec(lambda: ["demo"]).inputs if w.name == "quantize")
+    assert tuple(widget.options) == ("none", "int8", "int4") and widget.default == "none"
+    models.load_cached(model="demo", device="cpu", dtype="auto", resolution="model default", offload="none",
+                       quantize=choice)
+    assert seen == expected
