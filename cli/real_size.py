@@ -375,7 +375,8 @@ def add_arguments(ap) -> None:
     ap.add_argument("--workdir", default=None, help="where the model folders are written (default: a temp folder)")
     ap.add_argument("--json", default=None, help="write the results here")
     ap.add_argument("--reduced", action="store_true", help="the CI test's tiny widths (checks the path, not the size)")
-    ap.add_argument("--table", default=None, metavar="JSON", help="print the docs table of a results JSON and exit")
+    ap.add_argument("--table", nargs="+", default=None, metavar="JSON", help="print the docs table of results JSONs "
+                    "and exit")
     ap.add_argument("--child", nargs=3, metavar=("FOLDER", "QUANTIZE", "STEPS"), help=argparse_hidden())
 
 
@@ -384,13 +385,16 @@ def argparse_hidden():
     return argparse.SUPPRESS
 
 
-def table(path: str) -> str:
-    """The docs/MODELS.md table of a results JSON, plus each 7B-width run's int4 / int8 bytes per layer
-    as a share of its bf16 layer (same run)."""
-    with open(path) as f:
-        data = json.load(f)
+def table(paths) -> str:
+    """The docs/MODELS.md table of results JSONs, with each run's int4 / int8 bytes per decoder layer as a
+    share of its bf16 layer (same run)."""
+    results = []
+    for path in paths:
+        with open(path) as f:
+            results += json.load(f)["results"]
+    data = {"results": results}
     rows = ["| model (checkpoint shape) | layers run / real | params as run / real | precision | decoder layer "
-            "| peak RSS | ms / forward, 1 token | ms / forward, 17 tokens | image |", "|" + "---|" * 9]
+            "| weights held | peak RSS | ms / forward, 1 token | ms / forward, 17 tokens | image |", "|" + "---|" * 10]
     bf16 = {r["model"]: r["layer_bytes"] for r in data["results"] if r["precision"] == "bf16"}
     for r in data["results"]:
         share = f" ({r['layer_bytes'] / bf16[r['model']]:.0%} of bf16)" if r["precision"] != "bf16" and \
@@ -398,7 +402,8 @@ def table(path: str) -> str:
         p_run = f"{r['params_as_run'] / 1e9:.2f} B" if r.get("params_as_run") else "-"
         rows.append(f"| {r['model']} ({r['checkpoint'].split(' ')[0]}) | {r['layers_run']} / {r['layers_real']} | "
                     f"{p_run} / {r['params_real'] / 1e9:.2f} B | {r['precision']} | "
-                    f"{r['layer_bytes'] / 2 ** 20:.1f} MiB{share} | {r['peak_rss_bytes'] / 2 ** 30:.2f} GiB | "
+                    f"{r['layer_bytes'] / 2 ** 20:.1f} MiB{share} | {r['model_bytes'] / 2 ** 30:.2f} GiB | "
+                    f"{r['peak_rss_bytes'] / 2 ** 30:.2f} GiB | "
                     f"{r['ms_forward_1']:.0f} | {r['ms_forward_17']:.0f} | {r['image_size'][0]}x{r['image_size'][1]} |")
     return "\n".join(rows)
 
