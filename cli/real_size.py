@@ -293,7 +293,7 @@ def decoder_layers(model):
     raise ValueError(f"no decoder layers found in {type(tm).__name__}")
 
 
-def measure(folder: str, dtype: str, quantize: str, steps: int, backend: str, repeats: int) -> dict:
+def measure(folder: str, dtype: str, quantize: str, steps: int, backend: str, repeats: int, decode: bool = True) -> dict:
     """Load `folder`, generate a few steps, decode a full grid, time 1- and 17-token forwards."""
     from .. import load_model
     from ..samplers.api import generate
@@ -318,10 +318,6 @@ def measure(folder: str, dtype: str, quantize: str, steps: int, backend: str, re
     except GenerationInterrupted:
         tokens_done = None
     gen_s = time.perf_counter() - t0
-    codes = torch.randint(geo.vocab_size, (1, geo.height, geo.width))
-    t0 = time.perf_counter()
-    image = model.decode_tokens(codes)[0]
-    decode_s = time.perf_counter() - t0
     prompt = model.encode_prompt(SPECS_BY_FOLDER(folder).prompt)
     times = {}
     with torch.inference_mode():
@@ -336,13 +332,20 @@ def measure(folder: str, dtype: str, quantize: str, steps: int, backend: str, re
                 model.forward(session, tokens, parents)
                 ms.append((time.perf_counter() - t) * 1000)
             times[T] = statistics.median(ms)
+    rss_before_decode = _peak_rss_bytes()  # the VQ decoder's activations at full size come next
+    codes = torch.randint(geo.vocab_size, (1, geo.height, geo.width))
+    t0 = time.perf_counter()
+    image = model.decode_tokens(codes)[0] if decode else None
+    decode_s = time.perf_counter() - t0
     layers = decoder_layers(model)
     params = sum(p.numel() for p in model.torch_module().parameters())
     return dict(load_s=round(load_s, 2), generate_steps=done["steps"], generate_s=round(gen_s, 2),
-                finished_tokens=tokens_done, decode_s=round(decode_s, 2), image_size=list(image.size),
+                finished_tokens=tokens_done, decode_s=round(decode_s, 2) if decode else None,
+                image_size=list(image.size) if decode else None,
                 grid=[geo.height, geo.width], ms_forward_1=round(times[1], 1), ms_forward_17=round(times[17], 1),
                 layers_run=len(layers), layer_bytes=module_bytes(layers[0]), model_bytes=module_bytes(model.torch_module()),
-                params_stored=params, peak_rss_bytes=_peak_rss_bytes(), rss_before_load_bytes=rss0)
+                params_stored=params, peak_rss_bytes=_peak_rss_bytes(), peak_rss_before_decode_bytes=rss_before_decode,
+                rss_before_load_bytes=rss0)
 
 
 def SPECS_BY_FOLDER(folder: str) -> Spec:  # noqa: N802 -- a lookup, named like the table it reads
@@ -375,6 +378,10 @@ def add_arguments(ap) -> None:
     ap.add_argument("--workdir", default=None, help="where the model folders are written (default: a temp folder)")
     ap.add_argument("--json", default=None, help="write the results here")
     ap.add_argument("--reduced", action="store_true", help="the CI test's tiny widths (checks the path, not the size)")
+    ap.add_argument("--no-decode", action="store_true", help="skip the VQ decode (its full-size activations "
+                    "dominate the peak memory of the large decoders)")
+    ap.add_argument("--reuse", action="store_true", help="use a model folder already built in --workdir (same "
+                    "--layers) instead of writing it again")
     ap.add_argument("--table", nargs="+", default=None, metavar="JSON", help="print the docs table of results JSONs "
                     "and exit")
     ap.add_argument("--child", nargs=3, metavar=("FOLDER", "QUANTIZE", "STEPS"), help=argparse_hidden())
@@ -404,7 +411,8 @@ def table(paths) -> str:
                     f"{p_run} / {r['params_real'] / 1e9:.2f} B | {r['precision']} | "
                     f"{r['layer_bytes'] / 2 ** 20:.1f} MiB{share} | {r['model_bytes'] / 2 ** 30:.2f} GiB | "
                     f"{r['peak_rss_bytes'] / 2 ** 30:.2f} GiB | "
-                    f"{r['ms_forward_1']:.0f} | {r['ms_forward_17']:.0f} | {r['image_size'][0]}x{r['image_size'][1]} |")
+                    f"{r['ms_forward_1']:.0f} | {r['ms_forward_17']:.0f} | "
+                    + (f"{r['image_size'][0]}x{r['image_size'][1]} |" if r["image_size"] else "not decoded |"))
     return "\n".join(rows)
 
 
@@ -416,7 +424,7 @@ def run(args) -> None:
     if args.child:
         folder, quantize, steps = args.child
         print(json.dumps(measure(folder, "bf16" if not args.reduced else "fp32", quantize, int(steps), args.backend,
-                                 args.repeats)))
+                                 args.repeats, decode=not args.no_decode)))
         return
     work = args.workdir or tempfile.mkdtemp(prefix="specar-real-size-")
     results = []
@@ -424,14 +432,17 @@ def run(args) -> None:
         spec = SPECS[name]
         layers = args.layers or spec.run_layers
         t0 = time.perf_counter()
-        folder = build_folder(name, work, layers=layers, reduced=args.reduced,
-                              dtype=torch.float32 if args.reduced else torch.bfloat16)
+        folder = os.path.join(work, name)
+        if not (args.reuse and os.path.isfile(os.path.join(folder, "real_size.json"))):
+            folder = build_folder(name, work, layers=layers, reduced=args.reduced,
+                                  dtype=torch.float32 if args.reduced else torch.bfloat16)
         build_s = time.perf_counter() - t0
         for prec in args.precisions:
             quantize = "none" if prec == "bf16" else prec
             cmd = [sys.executable, "-m", "specar", "real-size", "--child", folder, quantize, str(args.steps),
                    "--backend", args.backend, "--repeats", str(args.repeats), "--threads", str(args.threads)]
             cmd += ["--reduced"] if args.reduced else []
+            cmd += ["--no-decode"] if args.no_decode else []
             out = subprocess.run(cmd, capture_output=True, text=True)
             if out.returncode != 0:
                 raise RuntimeError(f"{name} {prec}: {out.stderr.strip().splitlines()[-1] if out.stderr else out.returncode}")
@@ -444,7 +455,7 @@ def run(args) -> None:
             print(f"{name:15s} {prec:5s} layers {row['layers_run']}/{spec.layers} image {row['image_size']} "
                   f"peak {row['peak_rss_bytes'] / 2 ** 30:.2f} GiB  layer {row['layer_bytes'] / 2 ** 20:.1f} MiB  "
                   f"fwd1 {row['ms_forward_1']:.0f} ms  fwd17 {row['ms_forward_17']:.0f} ms  "
-                  f"steps {row['generate_steps']} ({row['generate_s']:.1f} s)  decode {row['decode_s']:.1f} s", flush=True)
+                  f"steps {row['generate_steps']} ({row['generate_s']:.1f} s)  decode {row['decode_s']} s", flush=True)
         if not args.workdir:
             import shutil
             shutil.rmtree(folder, ignore_errors=True)
