@@ -5,6 +5,7 @@
 - shape_bench.py: `shape-bench`: 7B-shape forward latency vs the sampling core's cost
 - compile_rows.py: `compile-rows`: the compiled CPU step's limit for products as a multiply-and-sum
 - roofline.py: `shape-bench --roofline`: the GPU latency projection (a roofline model, labelled a projection)
+- real_size.py: `real-size`: every family at a released checkpoint's widths: memory and forward time
 - evaluate_demo.py: `evaluate-demo`: prompt following of the demo model (16 judged prompts)
 - train_drafter.py: `train-drafter`: Hawk heads / EAGLE drafter by self-distillation
 - convert_checkpoint.py, convert_drafter.py: released checkpoints and drafters -> our files
@@ -33,6 +34,8 @@ COMMANDS = {
                                "backend eager vs compiled, 7B-shape forwards, the roofline refit (--dry-run: CPU)"),
     "evaluate-demo": ("evaluate_demo", "prompt following of the demo model: 16 prompts judged automatically"),
     "train-drafter": ("train_drafter", "train Hawk heads or an EAGLE drafter on a frozen model by self-distillation"),
+    "real-size": ("real_size", "each family at a released checkpoint's real widths (random weights): load, a few "
+                               "speculative steps, VQ decode, peak memory and ms per forward, bf16 / int8 / int4"),
     "convert-checkpoint": ("convert_checkpoint", "a released .pt/.ckpt checkpoint -> safetensors"),
     "convert-drafter": ("convert_drafter", "a released drafter (LANTERN) -> SpecAR's drafter files"),
 }

@@ -130,13 +130,13 @@ def _label(cfg: dict) -> str:
     return cfg["backend"] + (f":{rest}" if rest else "")
 
 
-def _model(spec: str, device, dtype):
+def _model(spec: str, device, dtype, quantize="none"):
     if spec.startswith("tiny:"):  # tiny:vocab,HxW[,row_end] -- random weights, for testing the command
         from ..testing import tiny_model
         parts = spec[5:].split(",")
         h, w = (int(x) for x in parts[1].split("x"))
         return tiny_model(int(parts[0]), (h, w), seed=0, row_end="row_end" in parts[2:], device=device or "cpu")
-    return load_model(spec, device=device, dtype=dtype)
+    return load_model(spec, device=device, dtype=dtype, quantize=quantize)
 
 
 PREVIEW_SUFFIX = " +preview"
@@ -343,6 +343,8 @@ def main(argv=None):
     ap.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: the model's own choice)")
     ap.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"],
                     help="weights precision (default: the model's own)")
+    ap.add_argument("--quantize", default="none", choices=["none", "int8", "int4"],
+                    help="weight-only quantization of the model folder's linear layers (docs/MODELS.md)")
     ap.add_argument("--threads", type=positive_int, default=2,
                     help="torch CPU threads (1: steadier timings on a machine shared with other jobs)")
     ap.add_argument("--cfg-scale", type=non_negative_float, default=None,
@@ -368,7 +370,7 @@ def main(argv=None):
     if args.prompts:
         with open(args.prompts) as f:
             prompts = [line.strip() for line in f if line.strip()]
-    model = _model(args.model, args.device, args.dtype)
+    model = _model(args.model, args.device, args.dtype, args.quantize)
     sampling = {k: v for k, v in (("cfg_scale", args.cfg_scale), ("top_k", args.top_k)) if v is not None}
     t0 = time.time()
     rows = run(model, configs, prompts, args.seeds, args.repeats, sampling=sampling, preview=args.preview,

@@ -81,7 +81,7 @@ class ChameleonImageModel(SharedVocabImageModel):
     family = "chameleon"
 
     def __init__(self, folder: str, device=None, dtype=None, layout=None, resolution=None, target_size=None,
-                 device_map=None, max_memory=None, offload_folder=None, attn_implementation=None):
+                 device_map=None, max_memory=None, offload_folder=None, attn_implementation=None, quantize=None):
         super().__init__()
         from transformers import ChameleonForConditionalGeneration
 
@@ -121,7 +121,8 @@ class ChameleonImageModel(SharedVocabImageModel):
         H, W = self._grid(layout, resolution, target_size, cfg, f, vocab)
         self.model = load_pretrained(ChameleonForConditionalGeneration, folder, self._device, self._dtype,
                                      device_map=device_map, max_memory=max_memory, offload_folder=offload_folder,
-                                     attn_implementation=attn_implementation, allow_missing=("model.vqmodel.",))
+                                     attn_implementation=attn_implementation, allow_missing=("model.vqmodel.",),
+                                     quantize=quantize)
         mc = self.model.config
         if device_map is not None:
             self._device = self.model.get_input_embeddings().weight.device
@@ -243,4 +244,5 @@ def size_options(folder: str, w: int, h: int) -> dict:
 FAMILY = ModelFamily(
     name=ChameleonImageModel.family, label="Lumina-mGPT / Anole", files="transformers format",
     load=ChameleonImageModel, detect=is_chameleon, sizes="Lumina-mGPT its 512 / 768 / 1024 sizes; Anole 512x512",
-    size_options=size_options, sampling=tuple(SAMPLING.values()), transformers=True)
+    size_options=size_options, sampling=tuple(SAMPLING.values()), transformers=True,
+    resolutions=tuple(dict.fromkeys(["512x512"] + [f"{w}x{h}" for t in LUMINA_TARGETS for w, h in lumina_sizes(t)])), quantize=True)

@@ -61,7 +61,7 @@ class Emu3ImageModel(SharedVocabImageModel):
     family = "emu3"
 
     def __init__(self, folder: str, device=None, dtype=None, image_area=None, ratio=None, device_map=None,
-                 max_memory=None, offload_folder=None, attn_implementation=None):
+                 max_memory=None, offload_folder=None, attn_implementation=None, quantize=None):
         super().__init__()
         from transformers import Emu3ForConditionalGeneration
 
@@ -103,7 +103,7 @@ class Emu3ImageModel(SharedVocabImageModel):
             special[attr] = v
         self.special = special
         mc = self._load_transformers_model(Emu3ForConditionalGeneration, folder, device_map, max_memory, offload_folder,
-                                           attn_implementation)
+                                           attn_implementation, quantize)
         vm = self.model.vocabulary_mapping
         V = int(mc.vq_config.codebook_size)
         codes = {}
@@ -166,6 +166,20 @@ class Emu3ImageModel(SharedVocabImageModel):
         return out
 
 
+# aspect ratios listed for Emu3 (its processor takes any W:H; these are the common ones) at its default area
+EMU3_RATIOS = ("1:1", "4:3", "3:4", "3:2", "2:3", "16:9", "9:16", "21:9", "9:21")
+
+
+def emu3_sizes(image_area: int = DEFAULT_IMAGE_AREA):
+    """(width, height) in pixels of Emu3's grid for each of EMU3_RATIOS at `image_area`, as its processor
+    computes them (the sizes the loader lists; `size_options` gives each back the same grid)."""
+    out = []
+    for r in EMU3_RATIOS:
+        h, w = generation_grid(r, image_area)
+        out.append((w * DOWNSAMPLE, h * DOWNSAMPLE))
+    return out
+
+
 def is_emu3(folder: str, config) -> bool:
     model_type, archs = config_names(config)
     if model_type == "Emu3":
@@ -182,4 +196,5 @@ def size_options(folder: str, w: int, h: int) -> dict:
 
 FAMILY = ModelFamily(
     name=Emu3ImageModel.family, label="Emu3", files="transformers format", load=Emu3ImageModel, detect=is_emu3,
-    sizes="Emu3 any W x H", size_options=size_options, sampling=(SAMPLING,), transformers=True)
+    sizes="Emu3 any W x H", size_options=size_options, sampling=(SAMPLING,), transformers=True,
+    resolutions=tuple(f"{w}x{h}" for w, h in emu3_sizes()), quantize=True)

@@ -39,6 +39,17 @@ def square_size(label: str, sizes: str) -> Callable[[str, int, int], dict]:
     return options
 
 
+def choose_square_size(label: str, sizes) -> Callable[[str, int, int], dict]:
+    """`size_options` of a family that generates the squares `sizes` (pixels) given as ``image_size``;
+    any other size is refused naming them."""
+    def options(folder: str, w: int, h: int) -> dict:
+        if w != h or w not in sizes:
+            shown = ", ".join(f"{s}x{s}" for s in sizes)
+            raise ValueError(f"{label} generates the square sizes {shown}; got resolution '{w}x{h}'")
+        return {"image_size": w}
+    return options
+
+
 def own_size_only(what: str) -> Callable[[str, int, int], dict]:
     def options(folder: str, w: int, h: int) -> dict:
         raise ValueError(f"{what} generates at its own size only: choose resolution 'model default'")
@@ -60,6 +71,8 @@ class ModelFamily:
     detect: Optional[Callable[[str, Optional[dict]], bool]] = None
     builtin: tuple = ()  # names of built-in models (shipped with the pack, no folder)
     transformers: bool = False  # an adapter over transformers' classes: needs TRANSFORMERS_FLOOR, can offload
+    resolutions: tuple = ()  # the "WxH" sizes its checkpoints generate, for the loader's resolution list
+    quantize: bool = False  # its loader takes quantize="int8" / "int4" (weight-only, model_loaders/quantize.py)
 
 
 def read_config(folder: str) -> dict:
@@ -77,4 +90,5 @@ def config_names(config: Optional[dict]) -> tuple:
     return str(config.get("model_type", "")), list(config.get("architectures") or [])
 
 
-__all__ = ["ModelFamily", "Sampling", "config_names", "own_size_only", "read_config", "square_size"]
+__all__ = ["ModelFamily", "Sampling", "choose_square_size", "config_names", "own_size_only", "read_config",
+           "square_size"]

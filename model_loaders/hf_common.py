@@ -59,12 +59,12 @@ class HFImageModel(SlotCacheModel):
         return self.model
 
     def _load_transformers_model(self, cls, folder: str, device_map=None, max_memory=None, offload_folder=None,
-                                 attn_implementation=None):
+                                 attn_implementation=None, quantize=None):
         """`load_pretrained` into ``self.model`` (with accelerate's device_map, the input embeddings'
         device becomes the model's device); returns the model's config."""
         self.model = load_pretrained(cls, folder, self._device, self._dtype, device_map=device_map,
                                      max_memory=max_memory, offload_folder=offload_folder,
-                                     attn_implementation=attn_implementation)
+                                     attn_implementation=attn_implementation, quantize=quantize)
         if device_map is not None:
             self._device = self.model.get_input_embeddings().weight.device
         return self.model.config

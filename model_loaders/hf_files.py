@@ -113,12 +113,21 @@ def check_memory(files, dtype: torch.dtype, device: torch.device, device_map, ex
 
 
 def load_pretrained(cls, folder: str, device: torch.device, dtype: torch.dtype, device_map=None, max_memory=None,
-                    offload_folder=None, attn_implementation: Optional[str] = None, allow_missing=()):
+                    offload_folder=None, attn_implementation: Optional[str] = None, allow_missing=(), quantize=None):
     """`cls.from_pretrained` from a local folder only: safetensors, no remote code, and every
     checkpoint tensor must match the config (no silently random-initialised weights), except
-    missing parameters under the `allow_missing` prefixes (parts image generation never runs)."""
+    missing parameters under the `allow_missing` prefixes (parts image generation never runs).
+    ``quantize`` ("int8" / "int4", quantize.py): the linear layers are quantized in CPU memory,
+    before the model moves to `device`, so the device only ever holds the quantized weights."""
+    from .quantize import check_mode, quantize_module
+
+    quantize = check_mode(quantize)
+    if quantize != "none" and device_map is not None:
+        raise ValueError(f"quantize={quantize!r} and device_map={device_map!r} (offload) do not combine: a "
+                         f"quantized model is loaded whole on one device; choose one of them")
     files = safetensors_files(folder)
-    check_memory(files, dtype, device, device_map)
+    if quantize == "none":  # quantized, the weights need about a third (int4) to a half (int8) of this
+        check_memory(files, dtype, device, device_map)
     # transformers >= 4.56 takes `dtype`; before, the same setting was `torch_dtype`
     kwargs = {"dtype" if transformers_version() >= (4, 56) else "torch_dtype": dtype}
     kwargs.update(local_files_only=True, use_safetensors=True, trust_remote_code=False, output_loading_info=True)
@@ -153,6 +162,7 @@ def load_pretrained(cls, folder: str, device: torch.device, dtype: torch.dtype, 
         raise ValueError(f"weights in {weights} do not match {os.path.join(folder, 'config.json')}: "
                          + "; ".join(problems))
     if device_map is None:
+        quantize_module(model, quantize)
         model = model.to(device)
     return model.eval()
 

@@ -56,7 +56,7 @@ class JanusImageModel(HFImageModel):
     family = "janus"
 
     def __init__(self, folder: str, device=None, dtype=None, device_map=None, max_memory=None, offload_folder=None,
-                 attn_implementation=None, image_size=None):
+                 attn_implementation=None, image_size=None, quantize=None):
         super().__init__()
         from transformers import GenerationConfig, JanusForConditionalGeneration
 
@@ -68,7 +68,7 @@ class JanusImageModel(HFImageModel):
         # tokenizer first: a missing file fails before the (slow) weight loading
         self.tokenizer = load_tokenizer(folder)
         mc = self._load_transformers_model(JanusForConditionalGeneration, folder, device_map, max_memory, offload_folder,
-                                           attn_implementation)
+                                           attn_implementation, quantize)
         vq = mc.vq_config
         grid = int(vq.num_patches)
         self.pixel_factor = 2 ** (len(vq.channel_multiplier) - 1)
@@ -158,6 +158,6 @@ def is_janus(folder: str, config) -> bool:
 
 FAMILY = ModelFamily(
     name=JanusImageModel.family, label="Janus / Janus-Pro", files="transformers format", load=JanusImageModel,
-    detect=is_janus, sizes="Janus-Pro 384x384 only",
+    detect=is_janus, sizes="Janus-Pro 384x384 only", resolutions=("384x384",),
     size_options=square_size("Janus", "at its checkpoint's size; Janus-Pro: 384x384"), sampling=(SAMPLING,),
-    transformers=True)
+    transformers=True, quantize=True)

@@ -37,16 +37,19 @@ from torch import nn
 from .checkpoints import load_into, load_state_dict
 from .contract import EncodedPrompt, ImageGeometry
 from .devices import resolve_device, resolve_dtype
-from .family import ModelFamily, Sampling, square_size
+from .family import ModelFamily, Sampling, choose_square_size
 from .hf_common import to_pil
 from .llama import RMSNorm
 from .llamagen_vq import load_llamagen_vq
+from .quantize import quantize_module
 from .slot_model import SlotCacheModel
 
 # heads of the authors' GPT sizes, by width (gpt.py GPT_models: B, L, XL, XXL, XXXL, 1B, 3B, 7B)
 HEADS_BY_DIM = {768: 12, 1024: 16, 1280: 20, 1536: 24, 2560: 40, 2048: 32, 3200: 32, 4096: 32}
 GPT_FILE = re.compile(r"^(c2i|t2i)_.*?(\d+)\.(pt|pth|safetensors)$")
 T5_FOLDERS = ("flan-t5-xl", "t5")
+# the released checkpoints' sizes: c2i 256 and 384 (c2i_*_256.pt / c2i_*_384.pt), t2i 256 and 512 (stage 1 / 2)
+LLAMAGEN_SIZES = (256, 384, 512)
 CAPTION_TOKENS = 120  # t2i condition length (the authors' --cls-token-num / t5 max length)
 WEIGHT_EXTENSIONS = (".pt", ".pth", ".safetensors")
 # the authors' sampling scripts: c2i CFG 4.0 / top-k 2000, t2i CFG 7.5 / top-k 1000
@@ -182,7 +185,8 @@ class LlamaGenImageModel(SlotCacheModel):
     family = "llamagen"
     pad_id = 0
 
-    def __init__(self, folder: str, device=None, dtype=None, image_size=None, n_head=None, t5_dtype=None):
+    def __init__(self, folder: str, device=None, dtype=None, image_size=None, n_head=None, t5_dtype=None,
+                 quantize=None):
         self.folder = folder
         self.name = os.path.basename(os.path.normpath(folder)) or "llamagen"
         self._device = resolve_device(device)
@@ -200,9 +204,18 @@ class LlamaGenImageModel(SlotCacheModel):
         if V != cfg.vocab_size:
             raise ValueError(f"{gpt_path} predicts {cfg.vocab_size} codes but the VQ tokenizer {vq_path} has {V}")
         G = size // f
-        self.gpt = LlamaGenGPT(cfg)
+        default = torch.get_default_dtype()
+        torch.set_default_dtype(self._dtype)  # built in the target dtype: no float32 copy of a large model
+        try:
+            self.gpt = LlamaGenGPT(cfg)
+        finally:
+            torch.set_default_dtype(default)
         load_into(self.gpt, state, gpt_path, ignore=("freqs_cis", "causal_mask"))
-        self.gpt = self.gpt.to(device=self._device, dtype=self._dtype).eval()
+        del state
+        # quantized (quantize.py) in CPU memory, before the move: the device holds the quantized weights only
+        self.gpt = self.gpt.to(dtype=self._dtype)
+        quantize_module(self.gpt, quantize)
+        self.gpt = self.gpt.to(device=self._device).eval()
         self.register_rope(G)
         self.geometry = ImageGeometry(height=G, width=G, vocab_size=V)
         self.default_sampling = SAMPLING[cfg.kind].for_vocab(V)
@@ -340,4 +353,5 @@ def is_llamagen(folder: str, config) -> bool:
 FAMILY = ModelFamily(
     name=LlamaGenImageModel.family, label="LlamaGen", files="its authors' c2i_* / t2i_* and vq_* checkpoints",
     load=LlamaGenImageModel, detect=is_llamagen, sizes="LlamaGen 256 / 384 / 512 squares",
-    size_options=square_size("LlamaGen", "256, 384 or 512"), sampling=tuple(SAMPLING.values()))
+    size_options=choose_square_size("LlamaGen", LLAMAGEN_SIZES), resolutions=tuple(f"{s}x{s}" for s in LLAMAGEN_SIZES),
+    sampling=tuple(SAMPLING.values()), quantize=True)

@@ -11,6 +11,8 @@ import os
 from .devices import canonical_dtype, check_device
 from .family import ModelFamily, config_names, read_config
 from .hf_files import require_transformers
+from .hub_cache import find_cached, hub_cache_dir, is_repo_id
+from .quantize import check_mode
 
 # one line per family: its module (relative to model_loaders), which ends with `FAMILY = ModelFamily(...)`
 FAMILY_MODULES = (".demo", ".janus", ".emu3", ".lumina2", ".chameleon", ".llamagen")  # lumina2 before .chameleon
@@ -18,7 +20,7 @@ FAMILIES = {f.name: f for f in (importlib.import_module(m, __package__).FAMILY f
 BUILTIN_MODELS = {name: f for f in FAMILIES.values() for name in f.builtin}  # name -> family
 
 
-def load_model(name_or_path: str, device=None, dtype=None, **options):
+def load_model(name_or_path: str, device=None, dtype=None, quantize=None, **options):
     """Load a built-in model by name (``"demo"``) or a model folder by path.
 
     Folders in transformers format are recognised from their config.json: Janus / Janus-Pro
@@ -28,13 +30,25 @@ def load_model(name_or_path: str, device=None, dtype=None, **options):
     ``ratio``; Chameleon takes ``layout`` (``lumina`` / ``anole``), ``resolution`` and
     ``target_size``. A LlamaGen folder (the authors' ``c2i_*.pt`` / ``t2i_*.pt`` and
     ``vq_ds16_*.pt`` checkpoints, no config.json) is recognised from its file names (docs/MODELS.md).
-    Local files only: nothing is downloaded.
+    A Hugging Face repo id (``"deepseek-community/Janus-Pro-7B"``) that is not a folder is looked up
+    in the local Hugging Face cache (hub_cache.py).
+    ``quantize``: ``"int8"`` or ``"int4"`` weight-only quantization of the decoder's linear layers
+    (model_loaders/quantize.py; ``None`` / ``"none"``: the weights as stored), for the families
+    whose `ModelFamily.quantize` is set. Local files only: nothing is downloaded.
     """
     check_device(device)
     dtype = canonical_dtype(dtype)
+    quantize = check_mode(quantize)
     family = family_of(name_or_path)
+    name_or_path = resolve_checkpoint(name_or_path)
     if family.transformers:
         require_transformers(family.name)
+    if quantize != "none":
+        if not family.quantize:
+            offered = ", ".join(f.label for f in FAMILIES.values() if f.quantize)
+            raise ValueError(f"quantize={quantize!r}: {family.label} models load unquantized only; quantized "
+                             f"loading is offered for {offered}")
+        options["quantize"] = quantize
     return family.load(name_or_path, device=device, dtype=dtype, **options)
 
 
@@ -45,9 +59,24 @@ def family_of(name_or_path: str) -> ModelFamily:
                          f"got {type(name_or_path).__name__}")
     if name_or_path in BUILTIN_MODELS:
         return BUILTIN_MODELS[name_or_path]
-    if not os.path.isdir(name_or_path):
-        raise ValueError(f"{name_or_path!r} is neither a built-in model ({', '.join(BUILTIN_MODELS)}) nor a folder")
-    return FAMILIES[detect_family(name_or_path)]
+    return FAMILIES[detect_family(resolve_checkpoint(name_or_path))]
+
+
+def resolve_checkpoint(name_or_path: str) -> str:
+    """A built-in name or a folder as given; a Hub repo id ('org/name') that is not a folder -> its
+    snapshot in the user's Hugging Face cache (hub_cache.py, no network); else a ValueError naming
+    what was looked for and where."""
+    if name_or_path in BUILTIN_MODELS or os.path.isdir(name_or_path):
+        return name_or_path
+    if is_repo_id(name_or_path):
+        snapshot = find_cached(name_or_path)
+        if snapshot is not None:
+            return snapshot
+        raise ValueError(f"{name_or_path!r} is not a folder, and the Hugging Face cache {hub_cache_dir()!r} has no "
+                         f"snapshot of it (models--{name_or_path.replace('/', '--')}/snapshots/); SpecAR downloads "
+                         f"nothing: fetch it once with `huggingface-cli download {name_or_path}`, or give a folder")
+    raise ValueError(f"{name_or_path!r} is neither a built-in model ({', '.join(BUILTIN_MODELS)}), nor a folder, nor "
+                     f"a Hugging Face repo id ('org/name') in the local cache")
 
 
 def detect_family(folder: str) -> str:
@@ -68,4 +97,5 @@ def detect_family(folder: str) -> str:
                      f"{model_type or '(none)'!r}, architectures {archs or '(none)'}; supported: {supported}")
 
 
-__all__ = ["BUILTIN_MODELS", "FAMILIES", "FAMILY_MODULES", "detect_family", "family_of", "load_model"]
+__all__ = ["BUILTIN_MODELS", "FAMILIES", "FAMILY_MODULES", "detect_family", "family_of", "load_model",
+           "resolve_checkpoint"]

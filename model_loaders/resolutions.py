@@ -11,13 +11,16 @@ from __future__ import annotations
 
 import re
 
-from .registry import FAMILIES, family_of
+from .registry import FAMILIES, family_of, resolve_checkpoint
 
 MODEL_DEFAULT = "model default"
 # squares for every family; wide and tall sizes for Emu3 (any W x H) and Lumina-mGPT (1024x576 and 576x1024
 # at target 768, 1280x768 and 768x1280 at target 1024 are sizes its own crop list offers)
-RESOLUTIONS = (MODEL_DEFAULT, "256x256", "384x384", "512x512", "720x720", "768x768", "1024x1024", "1024x576",
-               "576x1024", "1024x768", "768x1024", "1280x720", "720x1280", "1280x768", "768x1280")
+_LISTED_BEFORE = ("256x256", "384x384", "512x512", "720x720", "768x768", "1024x1024", "1024x576", "576x1024",
+                  "1024x768", "768x1024", "1280x720", "720x1280", "1280x768", "768x1280")  # kept: saved workflows
+# the sizes every family offers (`ModelFamily.resolutions`), after the ones listed before: one list for the loader
+RESOLUTIONS = tuple(dict.fromkeys((MODEL_DEFAULT,) + _LISTED_BEFORE +
+                                  tuple(r for f in FAMILIES.values() for r in f.resolutions)))
 OFFLOADS = ("none", "auto")
 
 
@@ -35,6 +38,7 @@ def load_options(name_or_path: str, resolution: str = MODEL_DEFAULT, offload: st
     if offload not in OFFLOADS:
         raise ValueError(f"offload must be one of {', '.join(OFFLOADS)}; got {offload!r}")
     family = family_of(name_or_path)
+    name_or_path = resolve_checkpoint(name_or_path)
     options = {}
     if offload == "auto":
         if not family.transformers:

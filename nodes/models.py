@@ -13,6 +13,7 @@ import os
 
 import torch
 
+from ..model_loaders.hub_cache import cached_models, find_cached
 from ..model_loaders.registry import BUILTIN_MODELS, detect_family, load_model
 from ..model_loaders.resolutions import load_options
 from . import spec
@@ -90,8 +91,23 @@ def model_folders() -> list:
     return names
 
 
+def cached_model_ids() -> list:
+    """Repo ids ('org/name') of the checkpoints in the user's Hugging Face cache that a model family
+    recognises (model_loaders/hub_cache.py; nothing is downloaded)."""
+    ids = []
+    for repo_id, snapshot in cached_models():
+        try:
+            detect_family(snapshot)
+        except (ValueError, OSError) as e:
+            log.info("SpecAR: skipping the cached %s: %s", repo_id, e)
+            continue
+        ids.append(repo_id)
+    return ids
+
+
 def model_choices() -> list:
-    return list(BUILTIN_MODELS) + model_folders()
+    folders = model_folders()
+    return list(BUILTIN_MODELS) + folders + [r for r in cached_model_ids() if r not in folders]
 
 
 def resolve_model(name: str) -> str:
@@ -100,6 +116,9 @@ def resolve_model(name: str) -> str:
     for d, path in _subfolders(FOLDER):
         if d == name:
             return path
+    snapshot = find_cached(name)  # models/specar first, then the Hugging Face cache
+    if snapshot is not None:
+        return snapshot
     raise ValueError(f"model {name!r} not found: choose one of {', '.join(model_choices())}")
 
 
@@ -207,6 +226,8 @@ def load_cached(**values):
         _install_hooks()
         path = resolve_model(values["model"])
         options = load_options(path, values["resolution"], values["offload"])
+        if values["quantize"] != "none":
+            options["quantize"] = values["quantize"]
         dtype = None if values["dtype"] == "auto" else values["dtype"]
 
         def load():

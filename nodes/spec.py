@@ -17,6 +17,7 @@ from typing import Callable
 
 from ..model_loaders.registry import FAMILIES
 from ..model_loaders.resolutions import MODEL_DEFAULT as MODEL_DEFAULT_SIZE
+from ..model_loaders.quantize import QUANTIZE_MODES
 from ..model_loaders.resolutions import OFFLOADS, RESOLUTIONS, sizes_help
 from ..samplers import backends as _backends
 from ..samplers.api import REPRODUCIBLE_DEFAULT
@@ -132,7 +133,8 @@ def loader_spec(model_choices: Callable[[], list]) -> NodeSpec:
         inputs=[
             Widget("model", "COMBO", "demo: the small model shipped with SpecAR (runs on a CPU); other entries: "
                    "model folders under ComfyUI/models/specar (" +
-                   "; ".join(f"{f.label}: {f.files}" for f in FAMILIES.values() if not f.builtin) + ")",
+                   "; ".join(f"{f.label}: {f.files}" for f in FAMILIES.values() if not f.builtin) + "), then "
+                   "checkpoints already in your Hugging Face cache, by repo id (org/name; found without network access)",
                    default="demo", options=model_choices),
             Widget("device", "COMBO", "where the model runs; auto: ComfyUI's device", default="auto",
                    options=DEVICES),
@@ -145,6 +147,11 @@ def loader_spec(model_choices: Callable[[], list]) -> NodeSpec:
             Widget("offload", "COMBO", "none: every weight on the device; auto: accelerate's big-model loading (GPU "
                    "first, the rest in CPU memory) for models larger than the GPU (transformers-format families)",
                    default="none", options=OFFLOADS, optional=True),
+            Widget("quantize", "COMBO", "weight-only quantization of the decoder's linear layers, done at load (on the "
+                   "CPU, before the weights reach the GPU): int8 about half, int4 about a quarter of the bf16 weight "
+                   "memory; the quantized model is the one sampled exactly. For " +
+                   ", ".join(f.label for f in FAMILIES.values() if f.quantize) + "; not with offload auto",
+                   default="none", options=QUANTIZE_MODES, optional=True),
         ],
         outputs=[Output("model", MODEL_TYPE, "the loaded model, cached across runs")],
     )
