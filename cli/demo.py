@@ -89,7 +89,8 @@ def run(args, argv=None):
     for cfg in configs:  # warm-up, so neither side pays first-call costs in the comparison
         generate(model, args.prompts[0], seed=args.seed, **cfg)
     pictures = {0: [], 1: []}
-    report, totals, lossy = [], {0: 0.0, 1: 0.0}, False
+    report, totals, lossy, same, reproducible = [], {0: 0.0, 1: 0.0}, False, 0, True
+    ar_tokens = None
     for i, prompt in enumerate(args.prompts):
         for c, cfg in enumerate(configs):
             res = generate(model, prompt, seed=args.seed + i, **cfg)
@@ -99,6 +100,11 @@ def run(args, argv=None):
             pictures[c].append(pic)
             totals[c] += st.latency_s
             lossy = lossy or bool(st.lossy)
+            reproducible = reproducible and bool(st.reproducible)
+            if c == 0:
+                ar_tokens = res.tokens
+            else:
+                same += int(torch.equal(res.tokens, ar_tokens))
             report.append({"prompt": prompt, "backend": cfg["backend"], "params": st.params, "nfe": st.nfe,
                            "step_compression": st.step_compression, "latency_s": st.latency_s})
             print(f"{prompt[:48]:48s} {cfg['backend']:8s} forwards {st.nfe:4d}  compression {st.step_compression:5.2f}x  "
@@ -112,7 +118,10 @@ def run(args, argv=None):
     busy = busy_machine_note()
     if busy:
         print(busy[2:].capitalize())
-    if not lossy:
+    if not lossy and reproducible:  # the default: "same image as AR" (docs/REPRODUCIBLE.md)
+        print(f"{same} of {len(args.prompts)} images are token for token AR's: in the 'same image as AR' mode (the "
+              f"default) {configs[1]['backend']} keeps a draft only where it is AR's own sample for the seed.")
+    elif not lossy:
         print(f"The two rows differ image by image: {configs[1]['backend']} draws its own random samples, from the same "
               f"distribution as AR's (lossless), not AR's images.")
     with open(os.path.join(args.out, "demo.json"), "w") as f:
@@ -120,7 +129,7 @@ def run(args, argv=None):
         json.dump({"command": "python -m specar " + " ".join(command),
                    "date": time.strftime("%Y-%m-%d"), "processor": cpu_name(), "threads": args.threads,
                    "load_average": _load_average(),
-                   "speedup_vs_ar": speedup, "runs": report}, f, indent=1)
+                   "speedup_vs_ar": speedup, "images_equal_to_ar": same, "runs": report}, f, indent=1)
     return speedup
 
 

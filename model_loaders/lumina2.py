@@ -52,6 +52,7 @@ from .hf_common import to_pil
 from .hf_files import load_tokenizer, safetensors_files
 from .llama import RMSNorm, apply_rope
 from .lumina2_vq import load_movqgan
+from .quantize import check_mode, quantize_module
 from .slot_model import SlotCacheModel
 
 IMAGE_TOKEN_OFFSET = 155000  # vocabulary id of image code 0 (the authors' get_image_token)
@@ -243,7 +244,7 @@ class Lumina2KV:
 class Lumina2ImageModel(SlotCacheModel):
     family = "lumina2"
 
-    def __init__(self, folder: str, device=None, dtype=None, resolution=None, target_size=None):
+    def __init__(self, folder: str, device=None, dtype=None, resolution=None, target_size=None, quantize=None):
         self.folder = folder
         self.name = os.path.basename(os.path.normpath(folder)) or "lumina-mgpt-2"
         self._device = resolve_device(device)
@@ -274,8 +275,13 @@ class Lumina2ImageModel(SlotCacheModel):
         # authors' generate runs past it (max_new_tokens 10240 overrides max_length), and every size offered is
         # one of the training crop sizes
         self.max_positions = None
-        self.net = load_weights(folder, c, self._dtype, self._device,
+        quantize = check_mode(quantize)
+        # quantized (quantize.py) in CPU memory, before the move: the device holds the quantized weights only
+        self.net = load_weights(folder, c, self._dtype, "cpu" if quantize != "none" else self._device,
                                 slice(IMAGE_TOKEN_OFFSET, IMAGE_TOKEN_OFFSET + V))
+        if quantize != "none":
+            quantize_module(self.net, quantize)
+            self.net = self.net.to(device=self._device)
         self.geometry = ImageGeometry(height=H, width=W, vocab_size=V, row_end=True)
         self.default_sampling = SAMPLING.for_vocab(V)
         self.pad_id = tok.pad_token_id if tok.pad_token_id is not None else self.eoi_id
@@ -396,4 +402,5 @@ FAMILY = ModelFamily(
     files="config.json, model*.safetensors, tokenizer files and movqgan_270M.ckpt",
     load=Lumina2ImageModel, detect=is_lumina2,
     sizes=f"Lumina-mGPT 2.0 its {TARGET_SIZE} px sizes (32-px patches, aspect ratio <= 4)",
-    size_options=size_options, sampling=(SAMPLING,))
+    size_options=size_options, sampling=(SAMPLING,),
+    resolutions=tuple(f"{w}x{h}" for w, h in lumina_sizes(TARGET_SIZE)), quantize=True)

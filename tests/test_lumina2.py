@@ -485,3 +485,17 @@ def test_decoder_against_the_authors_layers(tiny, tmp_path, swin):
     P = len(enc.cond)
     assert torch.allclose(s.first.cond[0, 0], ref[P - 1], atol=1e-4)
     assert torch.allclose(out.cond[0], ref[P:], atol=1e-4)
+
+
+def test_quantized_int4_weights_generate_and_stay_exact_to_their_own_ar(tiny):
+    """quantize='int4': the decoder's linear layers become QuantLinear (the image head stays as stored), and a
+    speculative backend gives the quantized model's own AR image (same image as AR, the default mode)."""
+    from specar.model_loaders.quantize import QuantLinear
+    folder = tiny[0]
+    m = specar.load_model(folder, quantize="int4", **WIDE)
+    kinds = {type(mod).__name__ for name, mod in m.net.named_modules() if "lm_head" not in name}
+    assert "QuantLinear" in kinds and "Linear" not in kinds
+    assert not isinstance(m.net.lm_head, QuantLinear)
+    ar = specar.generate(m, PROMPT, backend="ar", seed=5)
+    sjd = specar.generate(m, PROMPT, backend="sjd", seed=5)
+    assert torch.equal(ar.tokens, sjd.tokens) and sjd.stats.nfe <= ar.stats.nfe
