@@ -223,8 +223,9 @@ EXACT_CASES = [
 ]
 
 
-# `make test` runs the first case (sjd), `make test-long` the others (pytest.mark.long)
-@pytest.mark.parametrize("case", mark_long(EXACT_CASES, (0,)), ids=lambda c: f"{c[0]}-{'-'.join(f'{k}={v}' for k, v in c[1].items())}")
+# `make test-long` runs these (pytest.mark.long): the family's forwards are checked against sequential ones by
+# test_adapter_conformance in `make test`, the backends' exactness on tiny models by tests/test_exactness.py
+@pytest.mark.parametrize("case", mark_long(EXACT_CASES, ()), ids=lambda c: f"{c[0]}-{'-'.join(f'{k}={v}' for k, v in c[1].items())}")
 def test_exactness_chi_square(square, monkeypatch, case):
     backend, params, settings = case
     monkeypatch.setattr(square, "decode_tokens", lambda tokens: None)  # 16000 VQ decodes are not the point
