@@ -130,7 +130,8 @@ def _support_module():
     return mod
 
 
-@pytest.mark.parametrize("vocab,filt,batch", [(8192, "topk", 420), (16384, "topk", 210)])
+@pytest.mark.parametrize("vocab,filt,batch", [(8192, "topk", 420),
+                                              pytest.param(16384, "topk", 210, marks=pytest.mark.long)])  # make test-long
 def test_tokens_stay_in_the_support(vocab, filt, batch, head_counts):
     sup = _support_module()
     outside, outside_strict, expected_hits, races = sup.check_support("spatial", vocab, filt, batch)
