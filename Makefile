@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.specar-installed
 
-.PHONY: test test-floor demo bench gpu-check venv clean
+.PHONY: test test-long test-floor demo bench gpu-check venv clean
 
 venv: $(STAMP)
 
@@ -17,8 +17,12 @@ $(STAMP): pyproject.toml requirements.txt
 
 # --rootdir=tests: the repository root is itself a package (specar); pytest would import its
 # __init__.py under the checkout folder's name, which fails for names like "ci-clone"
+# the cases marked `long` (high-power statistical cases, slow runs: pyproject.toml's markers) wait for test-long
 test: $(STAMP)
-	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} $(PY) -m pytest -q --rootdir=tests
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} $(PY) -m pytest -q --rootdir=tests -m "not long"
+
+test-long: $(STAMP)
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} $(PY) -m pytest -q --rootdir=tests -m long
 
 # the main job: images from the embedded demo model, AR vs the fastest lossless backend, in output/
 demo: $(STAMP)
@@ -52,6 +56,6 @@ test-floor: $(STAMP)
 	test -x $(FLOOR_PY) || $(PYTHON) -m venv $(FLOOR_VENV)
 	$(FLOOR_PY) -c "import torch" 2>/dev/null || $(FLOOR_PY) -m pip install -q torch==2.13.0
 	$(FLOOR_PY) -m pip install -q -e ".[test]" "transformers==$(FLOOR_TRANSFORMERS)" protobuf sentencepiece
-	rm -rf output/floor-models && OMP_NUM_THREADS=1 $(PY) tests/floor_models.py output/floor-models
+	rm -rf output/floor-models && OMP_NUM_THREADS=1 $(PY) devtools/floor_models.py output/floor-models
 	SPECAR_FLOOR_MODELS=$(CURDIR)/output/floor-models OMP_NUM_THREADS=1 $(FLOOR_PY) -m pytest -q --rootdir=tests \
 		tests/test_transformers_floor.py

@@ -167,7 +167,29 @@ def check_exact(backend: str, model_name: str, setting: str, seed: int = 1234, n
     mdl = exactness_model(model_name)
     kw = EXACTNESS_SETTINGS[setting]
     res = generate(mdl, "hi", backend=backend, seed=seed, batch_size=n, reproducible=reproducible, **kw, **params)
-    return chi_square_test(res.tokens, exact_distribution(mdl, "hi", **kw)), res
+    return chi_square_test(res.tokens, exactness_distribution(model_name, setting)), res
+
+
+_exactness_distributions: dict = {}
+
+
+def exactness_distribution(model_name: str, setting: str) -> dict:
+    """`exact_distribution` of an EXACTNESS_MODELS model at an EXACTNESS_SETTINGS setting, computed once
+    per process (the suite's chi-square cases share a few dozen of them)."""
+    key = (model_name, setting)
+    if key not in _exactness_distributions:
+        _exactness_distributions[key] = exact_distribution(exactness_model(model_name), "hi",
+                                                           **EXACTNESS_SETTINGS[setting])
+    return _exactness_distributions[key]
+
+
+def mark_long(cases: list, quick, several_names: bool = False) -> list:
+    """pytest parameters for `cases`: those whose index is in `quick` as they are, the others marked
+    `long` (run by `make test-long`, not by `make test`). several_names: each case is the tuple of
+    values of a parametrize over several names."""
+    import pytest  # only the test suite calls this; pytest is a test dependency, not the package's
+    return [c if i in quick else pytest.param(*(c if several_names else (c,)), marks=pytest.mark.long)
+            for i, c in enumerate(cases)]
 
 
 def use_drafter(monkeypatch, backend: str, drafter: type) -> None:

@@ -21,7 +21,7 @@ from specar.samplers.drafters.eagle import EagleConfig, EagleNet, load_eagle
 from specar.testing import (EXACTNESS_MODELS, EXACTNESS_SAMPLES, chi_square_test, exact_distribution, exactness_model,
                             tiny_model)
 from specar.testing import check_exact as sample_and_test
-from specar.testing import greedy_and_argmax, use_drafter
+from specar.testing import greedy_and_argmax, mark_long, use_drafter
 
 N_SAMPLES = EXACTNESS_SAMPLES
 P_FAIL = 1e-6
@@ -45,7 +45,11 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join([c[0], c[1]] + [f"{k}={v}" for k, v in c[2].items()]))
+# `make test` runs the cases QUICK_*, `make test-long` the others (pytest.mark.long)
+QUICK_CASES = (0, 2, 4)
+
+
+@pytest.mark.parametrize("case", mark_long(CASES, QUICK_CASES), ids=lambda c: "-".join([c[0], c[1]] + [f"{k}={v}" for k, v in c[2].items()]))
 def test_adt_tree_is_exact(case):
     m, s, params = case
     params = {**params, "candidate_mode": "topk"}
@@ -83,7 +87,10 @@ SAMPLED_CASES = [
 ]
 
 
-@pytest.mark.parametrize("case", SAMPLED_CASES,
+QUICK_SAMPLED_CASES = (3, 4, 5, 6, 7, 8)
+
+
+@pytest.mark.parametrize("case", mark_long(SAMPLED_CASES, QUICK_SAMPLED_CASES),
                          ids=lambda c: "-".join([c[0], c[1]] + [f"{k}={v}" for k, v in c[2].items()]))
 def test_sampled_candidates_are_exact(case):
     m, s, params = case
@@ -99,7 +106,10 @@ def test_sampled_candidates_are_exact(case):
 DEFAULT_CASES = [("v3-2x2", "plain"), ("v3-2x3-rowend", "cfg"), ("v4-2x2", "t07-topk"), ("v3-2x3-rowend", "mixed")]
 
 
-@pytest.mark.parametrize("case", DEFAULT_CASES, ids=lambda c: "-".join(c))
+QUICK_DEFAULT_CASES = (1, 2)
+
+
+@pytest.mark.parametrize("case", mark_long(DEFAULT_CASES, QUICK_DEFAULT_CASES), ids=lambda c: "-".join(c))
 def test_default_setting_is_exact(case):
     m, s = case
     (p_value, stat, dof, tv), res = check_exact(m, s)
@@ -203,7 +213,7 @@ def test_planted_sibling_bug_is_caught(monkeypatch):
     assert p_value < P_FAIL, f"planted sibling bug went unnoticed: p={p_value:.2e} TV={tv:.4f}"
 
 
-@pytest.mark.parametrize("model_name", list(MODELS))
+@pytest.mark.parametrize("model_name", mark_long(list(MODELS), (0, 1)))
 @pytest.mark.parametrize("params", [dict(), dict(candidate_mode="topk"), dict(candidate_mode="topk", adaptive=False),
                                     dict(candidate_mode="topk", tree_init="above"),
                                     dict(candidate_mode="sampled", children=2),
@@ -220,6 +230,7 @@ def _tv(res, exact):
     return chi_square_test(res.tokens, exact)[3]
 
 
+@pytest.mark.long
 def test_relaxed_is_lossy_and_within_its_bound():
     """LANTERN: every sampled position is within delta of its exact target in TV, so an image of
     n positions is within 1 - (1 - delta)^n of exact AR. Sampling noise of the empirical TV over

@@ -58,7 +58,8 @@ class StaleBand(CheckedBand):
         self.fresh = 1
 
 
-@pytest.mark.parametrize("params", [dict(), dict(candidate_mode="topk", node_budget=6),
+# the default setting's recomputation check (the slowest) waits for `make test-long` (pytest.mark.long)
+@pytest.mark.parametrize("params", [pytest.param(dict(), marks=pytest.mark.long), dict(candidate_mode="topk", node_budget=6),
                                     dict(candidate_mode="sampled", node_budget=6, children=1)])
 def test_cached_band_equals_full_recomputation(monkeypatch, params):
     CheckedBand.worst = []
@@ -93,7 +94,7 @@ def test_band_cache_is_read_in_the_exactness_cases():
 
 @pytest.mark.parametrize("params", [dict(candidate_mode="topk"), dict(candidate_mode="sampled"),
                                     dict(candidate_mode="sampled", adaptive=False, depth=2, children=1)])
-@pytest.mark.parametrize("setting", ["plain", "cfg"])
+@pytest.mark.parametrize("setting", ["plain", pytest.param("cfg", marks=pytest.mark.long)])  # cfg: make test-long
 def test_partly_cached_band_is_exact(params, setting):
     (p_value, stat, dof, tv), res = check_exact("adt_tree", "v3-2x3-rowend", setting, node_budget=3, **params)
     print(f"\nband cache {setting} {params}: p={p_value:.3g} chi2={stat:.1f} dof={dof} TV={tv:.4f}")

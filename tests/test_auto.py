@@ -11,7 +11,7 @@ import torch
 import specar
 from specar.samplers.drafters import auto as auto_mod
 from specar.testing import exactness_model, greedy_and_argmax
-from specar.testing import check_exact, use_drafter
+from specar.testing import check_exact, mark_long, use_drafter
 
 P_FAIL = 1e-6
 
@@ -52,7 +52,8 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("params,model_name,setting", CASES)
+# `make test` runs the first case (the planted peek's correct twin), `make test-long` the others (pytest.mark.long)
+@pytest.mark.parametrize("params,model_name,setting", mark_long(CASES, (0,), several_names=True))
 def test_auto_is_exact(params, model_name, setting):
     (p_value, stat, dof, tv), res = check_exact("auto", model_name, setting, **params)
     assert p_value > P_FAIL, f"chi2={stat:.1f} dof={dof} p={p_value:.2e} TV={tv:.4f}"
@@ -60,9 +61,9 @@ def test_auto_is_exact(params, model_name, setting):
     assert sum(report["steps_per_window"].values()) == res.stats.nfe
 
 
-@pytest.mark.parametrize("model_name,setting,init", [("v3-2x2", "plain", "random"),
-                                                     ("v3-2x3-rowend", "topk", "repeat_left"),
-                                                     ("v4-2x2", "cfg", "sample_left")])
+@pytest.mark.parametrize("model_name,setting,init", mark_long([("v3-2x2", "plain", "random"),
+                                                               ("v3-2x3-rowend", "topk", "repeat_left"),
+                                                               ("v4-2x2", "cfg", "sample_left")], (2,), several_names=True))
 def test_switching_every_step_is_exact(monkeypatch, model_name, setting, init):
     use_drafter(monkeypatch, "auto", HistorySwitching)
     (p_value, stat, dof, tv), res = check_exact("auto", model_name, setting, max_window=3, init=init)

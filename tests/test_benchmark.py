@@ -50,6 +50,7 @@ def test_bench_command_writes_json(tmp_path):
     assert sum(counts) == sum(rows[1]["accepted_length_histogram"].values()) > 0
 
 
+@pytest.mark.long  # a CLI run of minutes on a loaded 2-core machine: make test-long
 def test_shape_bench_small_runs(tmp_path):
     out = tmp_path / "shape.json"
     cmd = [sys.executable, "-m", "specar", "shape-bench", "--small", "--device", "cpu", "--dtype", "float32",
@@ -70,6 +71,7 @@ def test_shape_bench_small_runs(tmp_path):
     assert core[("sjd", 16)]["forward_ms_at_window"] == data["rows"][1]["forward_ms"]
 
 
+@pytest.mark.long  # make test-long
 def test_compile_rows_times_both_product_forms(tmp_path):
     out = tmp_path / "rows.json"
     cmd = [sys.executable, "-m", "specar", "compile-rows", "--model", "tiny:16,4x4", "--tokens", "1", "3",

@@ -29,7 +29,7 @@ import specar
 from specar.model_loaders.chameleon import code_token_name, lumina_sizes
 from specar.model_loaders.chameleon_vqgan import VQGANDecoder
 from specar.model_loaders.conformance import check_conformance
-from specar.testing import chi_square_test, exact_distribution
+from specar.testing import chi_square_test, exact_distribution, mark_long
 
 TOL = 1e-5
 N_SAMPLES = 16000
@@ -216,7 +216,9 @@ EXACT_CASES = [
 ]
 
 
-@pytest.mark.parametrize("case", EXACT_CASES, ids=lambda c: c[0])
+# `make test-long` runs these (pytest.mark.long): the family's forwards are checked against sequential ones by
+# test_adapter_conformance in `make test`, the backends' exactness on tiny models by tests/test_exactness.py
+@pytest.mark.parametrize("case", mark_long(EXACT_CASES, ()), ids=lambda c: c[0])
 def test_exactness_chi_square(square, monkeypatch, case):
     backend, params, settings = case
     monkeypatch.setattr(square, "decode_tokens", lambda tokens: None)  # 16000 VQ decodes are not the point

@@ -25,7 +25,7 @@ if not hasattr(transformers, "Emu3ForConditionalGeneration"):
 
 import specar
 from specar.model_loaders.contract import tree_ancestry
-from specar.testing import chi_square_test, exact_distribution
+from specar.testing import chi_square_test, exact_distribution, mark_long
 
 TOL = 1e-5
 N_SAMPLES = 16000
@@ -223,7 +223,9 @@ EXACT_CASES = [
 ]
 
 
-@pytest.mark.parametrize("case", EXACT_CASES, ids=lambda c: f"{c[0]}-{'-'.join(f'{k}={v}' for k, v in c[1].items())}")
+# `make test-long` runs these (pytest.mark.long): the family's forwards are checked against sequential ones by
+# test_adapter_conformance in `make test`, the backends' exactness on tiny models by tests/test_exactness.py
+@pytest.mark.parametrize("case", mark_long(EXACT_CASES, ()), ids=lambda c: f"{c[0]}-{'-'.join(f'{k}={v}' for k, v in c[1].items())}")
 def test_exactness_chi_square(square, monkeypatch, case):
     backend, params, settings = case
     monkeypatch.setattr(square, "decode_tokens", lambda tokens: None)  # 16000 VQ decodes are not the point

@@ -12,7 +12,7 @@ import specar
 from specar.samplers.drafters import jacobi as jacobi_mod
 from specar.samplers import verify as verify_mod
 from specar.testing import EXACTNESS_MODELS, EXACTNESS_SETTINGS, exactness_model, tiny_model
-from specar.testing import greedy_and_argmax
+from specar.testing import greedy_and_argmax, mark_long
 from specar.testing import check_exact as sample_and_test
 
 P_FAIL = 1e-6
@@ -58,7 +58,12 @@ def check_exact(backend, params, model_name, setting, **kw):
     return sample_and_test(backend, model_name, setting, **kw, **params)
 
 
-@pytest.mark.parametrize("case", _cases(), ids=_id)
+# `make test` runs these cases of _cases() (every backend, init, coupling, a tree, row ends, CFG, top-k / top-p),
+# `make test-long` all the others (pytest.mark.long)
+QUICK_CASES = (0, 3, 11, 23, 24, 25, 31, 34, 37, 41, 43)
+
+
+@pytest.mark.parametrize("case", mark_long(_cases(), QUICK_CASES), ids=_id)
 def test_backend_is_exact(case):
     backend, params, m, s = case
     (p_value, stat, dof, tv), res = check_exact(backend, params, m, s)

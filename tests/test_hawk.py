@@ -15,7 +15,7 @@ import specar
 from specar.model_loaders.drafter_files import save_drafter
 from specar.samplers.drafters.hawk import HawkConfig, HawkDrafter, load_heads, random_heads
 from specar.testing import check_exact as sample_and_test
-from specar.testing import EXACTNESS_MODELS, exactness_model, greedy_and_argmax, tiny_model, use_drafter
+from specar.testing import EXACTNESS_MODELS, exactness_model, greedy_and_argmax, mark_long, tiny_model, use_drafter
 
 P_FAIL = 1e-6
 MODELS = EXACTNESS_MODELS
@@ -39,7 +39,12 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join([c[0], c[1]] + [f"{k}={v}" for k, v in c[2].items()]))
+# `make test` runs these cases (row ends, vertical heads of depth 1-2, CFG, top-k), `make test-long` the others
+# (pytest.mark.long)
+QUICK_CASES = (4, 6, 7)
+
+
+@pytest.mark.parametrize("case", mark_long(CASES, QUICK_CASES), ids=lambda c: "-".join([c[0], c[1]] + [f"{k}={v}" for k, v in c[2].items()]))
 def test_hawk_is_exact(case):
     m, s, params = case
     (p_value, stat, dof, tv), res = check_exact(m, s, **params)

@@ -24,7 +24,7 @@ if not hasattr(transformers, "JanusForConditionalGeneration"):
 import specar
 from specar.model_loaders.contract import tree_ancestry
 from specar.samplers.drafters import jacobi as jacobi_mod
-from specar.testing import chi_square_test, exact_distribution
+from specar.testing import chi_square_test, exact_distribution, mark_long
 
 TOL = 1e-5
 N_SAMPLES = 16000
@@ -217,7 +217,8 @@ def no_decode(mdl, monkeypatch):
     return mdl
 
 
-@pytest.mark.parametrize("case", EXACT_CASES, ids=lambda c: f"{c[0]}-{'-'.join(f'{k}={v}' for k, v in c[1].items())}")
+# `make test` runs the first case (sjd), `make test-long` the others (pytest.mark.long)
+@pytest.mark.parametrize("case", mark_long(EXACT_CASES, (0,)), ids=lambda c: f"{c[0]}-{'-'.join(f'{k}={v}' for k, v in c[1].items())}")
 def test_exactness_chi_square(no_decode, case):
     backend, params, settings = case
     (p, stat, dof, tv), res = _exact_case(no_decode, backend, params, settings)

@@ -78,7 +78,7 @@ def test_the_sampler_node_sends_previews_through_comfyuis_progress_bar(monkeypat
 
     from specar.nodes import core, v1
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    spec = importlib.util.spec_from_file_location("specar_comfy_stubs", os.path.join(root, "tests", "comfy_stubs.py"))
+    spec = importlib.util.spec_from_file_location("specar_comfy_stubs", os.path.join(root, "devtools", "comfy_stubs.py"))
     stubs = sys.modules.get(spec.name) or importlib.util.module_from_spec(spec)
     if spec.name not in sys.modules:
         sys.modules[spec.name] = stubs

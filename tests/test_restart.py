@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from specar.samplers.drafters import jacobi as jacobi_mod
-from specar.testing import check_exact
+from specar.testing import check_exact, mark_long
 
 P_FAIL = 1e-6
 
@@ -40,7 +40,8 @@ def restarts(monkeypatch):
     return seen
 
 
-@pytest.mark.parametrize("backend,params,model_name,setting", CASES,
+# `make test` runs the planted peek's correct twin (the first) and sjd, `make test-long` the others (pytest.mark.long)
+@pytest.mark.parametrize("backend,params,model_name,setting", mark_long(CASES, (0, 2), several_names=True),
                          ids=[f"{c[0]}-{c[1]['restart_after']}-{c[2]}-{c[3]}" for c in CASES])
 def test_restart_is_exact(backend, params, model_name, setting, restarts):
     (p_value, stat, dof, tv), _ = check_exact(backend, model_name, setting, **params)

@@ -31,7 +31,6 @@ uniformly random zero-probability code, so this costs a fraction ~2 / 8000 of th
 """
 import dataclasses
 import math
-import os
 import sys
 
 import pytest
@@ -40,7 +39,7 @@ import torch
 import specar
 from specar.samplers import randomness
 from specar.samplers.target import SamplingParams, target_probs
-from specar.testing import chi_square_test, tiny_model
+from specar.testing import chi_square_test, mark_long, tiny_model
 
 P_FAIL = 1e-6
 U_ZERO = 2.0 ** -24  # P[torch.rand() == 0] per float32 element
@@ -125,7 +124,7 @@ BACKENDS = {
 # every backend at both vocabulary sizes (hawk and adt_tree, whose trees cost more per step, at one each);
 # batch sized for power (checked in the test). Top-p costs a sort of [B, T, V] per step (~6x top-k), so
 # the default run has top-p on AR at 16384 codes and on sjd_pac (tree + residual races) at 8192;
-# SPECAR_LONG_TESTS=1 adds top-p for sjd, scd, hawk and adt_tree and the slowest cases below.
+# `make test-long` (pytest.mark.long) adds top-p for sjd, scd, hawk and adt_tree and the slowest cases below.
 SUPPORT_CASES = [
     ("ar", 8192, "topk", 420), ("ar", 16384, "topp", 210),
     ("sjd", 8192, "topk", 420), ("sjd", 16384, "topk", 210), ("auto", 8192, "topk", 420),
@@ -137,8 +136,6 @@ SUPPORT_CASES = [
 # adt_tree's trees cost more per step; adt_tree keeps its greedy and chi-square cases at real sizes
 LONG_SUPPORT_CASES = [("sjd", 8192, "topp", 420), ("scd", 8192, "topk", 420), ("scd", 16384, "topp", 210),
                       ("hawk", 16384, "topp", 210), ("adt_tree", 16384, "topk", 210), ("adt_tree", 8192, "topp", 420)]
-if os.environ.get("SPECAR_LONG_TESTS") == "1":
-    SUPPORT_CASES += LONG_SUPPORT_CASES
 FILTERS = {"topk": dict(top_k=TOP_K), "topp": dict(top_p=TOP_P)}
 
 
@@ -154,8 +151,15 @@ def check_support(backend, vocab, filt, batch, seed=2024):
     return outside, outside_strict, expected_hits, races
 
 
-@pytest.mark.parametrize("backend,vocab,filt,batch", SUPPORT_CASES,
-                         ids=[f"{b}-v{v}-{f}" for b, v, f, _ in SUPPORT_CASES])
+# `make test` runs the planted bug's correct twin (AR at 8192 codes, top-k) and sjd / scd at 16384 codes; the
+# others are `make test-long`'s (pytest.mark.long)
+QUICK_SUPPORT_CASES = (0, 3, 5)
+
+
+@pytest.mark.parametrize("backend,vocab,filt,batch",
+                         mark_long(SUPPORT_CASES, QUICK_SUPPORT_CASES, several_names=True)
+                         + [pytest.param(*c, marks=pytest.mark.long) for c in LONG_SUPPORT_CASES],
+                         ids=[f"{b}-v{v}-{f}" for b, v, f, _ in SUPPORT_CASES + LONG_SUPPORT_CASES])
 def test_tokens_stay_in_the_support(backend, vocab, filt, batch):
     outside, outside_strict, expected_hits, races = check_support(backend, vocab, filt, batch)
     print(f"{backend} V={vocab} {filt} B={batch}: races={races} expected E=0 hits={expected_hits:.1f} "
@@ -179,7 +183,8 @@ GREEDY_BACKENDS = {
 GREEDY_SEEDS = (1, 2)
 
 
-@pytest.mark.parametrize("backend", list(GREEDY_BACKENDS))
+# `make test`: AR and a tree (sjd_pac); the others `make test-long` (pytest.mark.long)
+@pytest.mark.parametrize("backend", mark_long(list(GREEDY_BACKENDS), (0, 3)))
 def test_greedy_is_argmax_at_16384_codes(backend):
     model = big_model(16384)
     V = 16384
@@ -238,12 +243,12 @@ def exact_first_two(model, sampling):
     return exact
 
 
-# hawk's case draws from 3 heads over 8192 codes for 1500 rows a step (~3 minutes here): with
-# SPECAR_LONG_TESTS=1; tests/test_hawk.py tests hawk's exactness by full enumeration at small sizes
-CHI_DEFAULT = [b for b in CHI_BACKENDS if b != "hawk" or os.environ.get("SPECAR_LONG_TESTS") == "1"]
+# hawk's case draws from 3 heads over 8192 codes for 1500 rows a step (~3 minutes here): `make test-long`
+# (pytest.mark.long); tests/test_hawk.py tests hawk's exactness by full enumeration at small sizes
 
 
-@pytest.mark.parametrize("backend", CHI_DEFAULT)
+# `make test`: AR and a tree (sjd_pac); the others (hawk, above, among them) `make test-long` (pytest.mark.long)
+@pytest.mark.parametrize("backend", mark_long(list(CHI_BACKENDS), (0, 3)))
 def test_first_two_tokens_exact_at_8192_codes(backend):
     model = chi_model()
     sampling = SamplingParams(top_k=CHI_TOPK)

@@ -1,6 +1,6 @@
 """The transformers floor: the family loaders need transformers >= TRANSFORMERS_FLOOR (requirements.txt and
 pyproject.toml declare the same), an older one gets one line naming both versions, and on the floor itself
-(`make test-floor`: a venv with that transformers and the tiny folders of tests/floor_models.py, given as
+(`make test-floor`: a venv with that transformers and the tiny folders of devtools/floor_models.py, given as
 SPECAR_FLOOR_MODELS) Janus-Pro, Emu3, Lumina-mGPT and Anole load and generate."""
 import os
 import re
@@ -37,7 +37,7 @@ CASES = [("janus", {}), ("emu3", dict(image_area=384, ratio="3:2")),
          ("chameleon", dict(layout="lumina", target_size=64, resolution="64x32")), ("chameleon", dict(layout="anole"))]
 
 
-@pytest.mark.skipif(not MODELS, reason="make test-floor: SPECAR_FLOOR_MODELS = folders of tests/floor_models.py")
+@pytest.mark.skipif(not MODELS, reason="make test-floor: SPECAR_FLOOR_MODELS = folders of devtools/floor_models.py")
 @pytest.mark.parametrize("family, options", CASES, ids=["janus-pro", "emu3", "lumina-mgpt", "anole"])
 def test_family_loads_and_generates_on_the_floor(family, options):
     import transformers

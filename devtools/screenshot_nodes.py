@@ -2,16 +2,16 @@
 
 Not collected by pytest (no test functions). It opens the ComfyUI frontend of a running server (or
 starts one from SPECAR_COMFYUI with SPECAR_COMFYUI_PYTHON, with this pack on its custom nodes path,
-as tests/test_nodes.py::test_real_comfyui_server does), loads a UI-format workflow through the
+as tests/test_nodes_comfyui.py::test_real_comfyui_server does), loads a UI-format workflow through the
 frontend's own ``app.loadGraphData`` and saves a PNG of the page (the graph canvas), or of one node
 with ``--node``. It drives Chromium over the DevTools protocol with a minimal websocket client
 written on the Python standard library, so it needs no package beyond a Chromium binary
 (Debian: ``apt-get install chromium-headless-shell`` or ``chromium``)::
 
-    python tests/screenshot_nodes.py --url http://127.0.0.1:8190 \
+    python devtools/screenshot_nodes.py --url http://127.0.0.1:8190 \
         --node SpecARSampler --out docs/figures/node_sampler.png
     SPECAR_COMFYUI=/path/to/ComfyUI SPECAR_COMFYUI_PYTHON=/path/to/venv/bin/python \
-        python tests/screenshot_nodes.py --out docs/figures/specar_demo_graph.png
+        python devtools/screenshot_nodes.py --out docs/figures/specar_demo_graph.png
 """
 import argparse
 import base64

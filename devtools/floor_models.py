@@ -6,21 +6,21 @@ The folders are written with the test suite's builders (current transformers), t
 released checkpoints have and transformers 5 no longer writes: a tokenizer_config.json naming
 PreTrainedTokenizerFast with the model's extra special tokens as a dict, and Janus's lm_head tensor.
 
-    python tests/floor_models.py OUT_DIR
+    python devtools/floor_models.py OUT_DIR
 """
 import importlib.util
 import json
 import os
 import sys
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+TESTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests")  # the builders live in the tests
 FAMILIES = {"janus": ("test_janus", "build_tiny_janus"), "emu3": ("test_emu3", "build_tiny_emu3"),
             "chameleon": ("test_chameleon", "build_tiny_chameleon")}
 EXTRA_TOKENS = ("boi_token", "eoi_token", "image_token", "eof_token", "image_wrapper_token")
 
 
 def _builder(module, fn):
-    spec = importlib.util.spec_from_file_location(module, os.path.join(HERE, f"{module}.py"))
+    spec = importlib.util.spec_from_file_location(module, os.path.join(TESTS, f"{module}.py"))
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return getattr(mod, fn)

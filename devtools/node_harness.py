@@ -1,0 +1,308 @@
+"""The node tests' harness (tests/test_nodes_*.py): ComfyUI without ComfyUI. Not a test.
+
+The ComfyUI stand-ins of devtools/comfy_stubs.py go into sys.modules through the `comfy` fixture
+(tests/conftest.py, with monkeypatch: gone after each test); the helpers here build the node classes
+of each flavour (V1, V3, V3 without DynamicCombo), run them as ComfyUI's executor does, check values
+as ComfyUI's validation does and read the example workflows."""
+import glob
+import importlib.util
+import inspect
+import json
+import math
+import os
+import subprocess
+import sys
+
+import torch
+
+from specar.nodes import layouts, models, spec, v1, v3, widgets
+from specar.samplers.backends import SCHEMAS
+from specar.testing import tiny_model
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository
+EXAMPLES = os.path.join(ROOT, "example_workflows")
+CORE_NODES = {"PreviewImage": {"images": "IMAGE"}, "SaveImage": {"images": "IMAGE"}}
+FRONTEND_ONLY = {"Note", "MarkdownNote"}  # virtual nodes of the ComfyUI frontend (not in API format)
+CONTROL_AFTER_GENERATE = ("fixed", "increment", "decrement", "randomize")  # the frontend's seed control values
+
+
+def param_names(backend):
+    return [p.name for p in SCHEMAS[backend].params]
+
+
+_spec = importlib.util.spec_from_file_location("specar_comfy_stubs", os.path.join(ROOT, "devtools", "comfy_stubs.py"))
+stubs = sys.modules.get(_spec.name) or importlib.util.module_from_spec(_spec)
+if _spec.name not in sys.modules:  # its own name: dataclasses need the module registered
+    sys.modules[_spec.name] = stubs
+    _spec.loader.exec_module(stubs)
+
+
+def comfy_modules(monkeypatch, tmp_path):
+    """The `comfy` fixture (tests/conftest.py): ComfyUI stand-ins in sys.modules (undone after the test);
+    "demo" is a tiny random model."""
+    state = {"interrupt": False, "progress": [], "loaded": []}
+    models_dir = str(tmp_path / "models")
+    for name, module in stubs.stub_modules(state, models_dir).items():
+        monkeypatch.setitem(sys.modules, name, module)
+
+    def fake_load_model(name_or_path, device=None, dtype=None, **options):
+        state["loaded"].append((name_or_path, device, dtype))
+        state["options"] = options
+        return tiny_model(16, (4, 4), seed=0, row_end=True)
+
+    monkeypatch.setattr(models, "load_model", fake_load_model)
+    monkeypatch.setattr(models, "_hooked", [])
+    models.free_models()
+    state["mm"] = sys.modules["comfy.model_management"]
+    state["models_dir"] = models_dir
+    yield state
+    models.free_models()
+
+
+def flavours():
+    """v1: INPUT_TYPES classes; v3: current ComfyUI (DynamicCombo); v3-flat: V3 without DynamicCombo."""
+    return ["v1", "v3", "v3-flat"]
+
+
+def node_classes(flavour):
+    if flavour == "v1":
+        return dict(v1.NODE_CLASS_MAPPINGS)
+    return {cls.__name__: cls for cls in v3.build_nodes(stubs.make_io(with_dynamic_combo=flavour == "v3"))}
+
+
+def is_dynamic(cls) -> bool:
+    return any(kind == "COMFY_DYNAMICCOMBO_V3" for kind, _ in cls.INPUT_TYPES()["required"].values())
+
+
+def as_comfy_passes(cls, inputs: dict) -> dict:
+    """Inputs as ComfyUI hands them to a node: DynamicCombo keys nested (build_nested_inputs), a
+    DynamicCombo whose value is none of its options dropped."""
+    if not is_dynamic(cls):
+        return dict(inputs)
+    req = cls.INPUT_TYPES()["required"]
+    out = {k: v for k, v in inputs.items() if "." not in k}
+    for name, (kind, opts) in req.items():
+        if kind == "COMFY_DYNAMICCOMBO_V3" and name in inputs:
+            option = next((o for o in opts["options"] if o["key"] == inputs[name]), None)
+            del out[name]
+            if option is not None:
+                out[name] = {name: inputs[name], **{sub: inputs.get(f"{name}.{sub}")
+                                                    for sub in option["inputs"].get("required", {})}}
+    return out
+
+
+def validate_fn(cls):
+    """What ComfyUI calls to validate a node's inputs (None if the class has none)."""
+    if hasattr(cls, "define_schema"):
+        return cls.validate_inputs if "validate_inputs" in vars(cls) else None
+    return getattr(cls, "VALIDATE_INPUTS", None)
+
+
+def execute(cls, **inputs):
+    """Run a node class as ComfyUI does; returns (outputs tuple, ui dict or None)."""
+    if hasattr(cls, "define_schema"):
+        out = getattr(cls, cls.FUNCTION)(**inputs)
+        return tuple(out.args), out.ui
+    out = getattr(cls(), cls.FUNCTION)(**inputs)
+    if isinstance(out, dict):
+        return tuple(out["result"]), out.get("ui")
+    return tuple(out), None
+
+
+def comfy_validation_errors(cls, values: dict) -> list:
+    """The inputs ComfyUI's validation (execution.validate_inputs) files an error against, one per
+    input, for API-format `values`: a missing required widget, a combo value not offered, a number
+    out of range (skipped for the inputs the node's validate function names), then the validate
+    function's verdict filed against each input it names. A DynamicCombo contributes its chosen
+    option's inputs as "<name>.<input>" and disappears when its value is none of the options."""
+    fn = validate_fn(cls)
+    named = [] if fn is None else [p for p in inspect.signature(fn).parameters if p != "cls"]
+    expanded, types = {}, cls.INPUT_TYPES()
+    optional = set(types.get("optional", {}))
+    for name, (kind, opts) in {**types["required"], **types.get("optional", {})}.items():
+        if kind == "COMFY_DYNAMICCOMBO_V3":
+            option = next((o for o in opts["options"] if o["key"] == values.get(name)), None)
+            if option is not None:
+                expanded[name] = ([o["key"] for o in opts["options"]], {})
+                for sub, spec_ in option["inputs"].get("required", {}).items():
+                    expanded[f"{name}.{sub}"] = spec_
+        else:
+            expanded[name] = (kind, opts)
+    bad = []
+    for name, (kind, opts) in expanded.items():
+        if name in named or not (isinstance(kind, list) or kind in ("INT", "FLOAT", "BOOLEAN", "STRING", "COMBO")):
+            continue  # checked by the node's function, or a socket
+        if name not in values:
+            if name not in optional:
+                bad.append(name)
+        elif isinstance(values[name], list):
+            continue  # linked to another node's output
+        elif not widget_values_ok(kind, opts, values[name]):
+            bad.append(name)
+    if fn is not None:
+        # execution.validate_inputs: the named inputs ComfyUI has (valid_inputs: a DynamicCombo whose value
+        # is none of its options is gone), then build_nested_inputs, which adds a dict for every DynamicCombo
+        # left, named or not, holding only the named values (None for the rest); the verdict is filed
+        # against each named input ComfyUI had
+        filtered = {k: v for k, v in values.items() if k in named and k in expanded}
+        passed = {k: v for k, v in filtered.items() if "." not in k}
+        for name, (kind, opts) in {**types["required"], **types.get("optional", {})}.items():
+            option = kind == "COMFY_DYNAMICCOMBO_V3" and next(
+                (o for o in opts["options"] if o["key"] == values.get(name)), None)
+            if option:
+                passed[name] = {name: filtered.get(name), **{sub: filtered.get(f"{name}.{sub}")
+                                                             for sub in option["inputs"].get("required", {})}}
+        verdict = fn(**passed)  # a DynamicCombo the function does not name: TypeError, as in ComfyUI
+        if verdict is not True:
+            bad += list(filtered)
+    return bad
+
+
+def widget_values_ok(kind, opts, value):
+    if isinstance(kind, list):
+        return value in kind
+    if kind == "COMBO":
+        return value in opts["options"]
+    if kind == "INT":
+        return isinstance(value, int) and not isinstance(value, bool) and opts["min"] <= value <= opts["max"]
+    if kind == "FLOAT":
+        return isinstance(value, (int, float)) and math.isfinite(value) and opts["min"] <= value <= opts["max"]
+    if kind == "BOOLEAN":
+        return isinstance(value, bool)
+    if kind == "STRING":
+        return isinstance(value, str)
+    return False
+
+
+# ---------------------------------------------------------------------------------------------
+# example workflows
+
+def ui_files():
+    files = sorted(glob.glob(os.path.join(EXAMPLES, "*.json")))
+    assert files, "no example workflows"
+    return files
+
+
+def load_json(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+def read_ui_values(cls, widgets_values: list, where: str) -> dict:
+    """A UI-format node's widgets_values read as the ComfyUI frontend reads them for this class
+    (positional: a DynamicCombo's key followed by its chosen option's values, the seed by its
+    control value), each checked against its input: {API input name: value}."""
+    values, out, types = list(widgets_values), {}, cls.INPUT_TYPES()
+    for name, (kind, opts) in {**types["required"], **types.get("optional", {})}.items():  # the frontend's order
+        if not (isinstance(kind, list) or kind in ("INT", "FLOAT", "BOOLEAN", "STRING", "COMBO",
+                                                   "COMFY_DYNAMICCOMBO_V3")):
+            continue  # a socket
+        assert values, f"{where}: no value for {name}"
+        value = values.pop(0)
+        if kind == "COMFY_DYNAMICCOMBO_V3":
+            option = next((o for o in opts["options"] if o["key"] == value), None)
+            assert option is not None, f"{where}: {name} = {value!r} is not an option"
+            out[name] = value
+            for sub, (k, o) in option["inputs"].get("required", {}).items():
+                assert values, f"{where}: no value for {name}.{sub}"
+                out[f"{name}.{sub}"] = values.pop(0)
+                assert widget_values_ok(k, o, out[f"{name}.{sub}"]), f"{where}: {name}.{sub} = {out[f'{name}.{sub}']!r}"
+            continue
+        assert widget_values_ok(kind, opts, value), f"{where}: {name} = {value!r}"
+        out[name] = value
+        if opts.get("control_after_generate"):
+            assert values.pop(0) in CONTROL_AFTER_GENERATE
+    assert not values, f"{where}: extra widget values {values}"
+    return out
+
+
+def run_api_workflow(prompt, classes):
+    """Validate and execute an API-format prompt node by node, as ComfyUI's executor does (converted
+    to the flat layout first when the classes have no DynamicCombo)."""
+    from specar.nodes import workflows
+    if not is_dynamic(classes["SpecARSampler"]):
+        prompt = layouts.to_flat(prompt)
+    outputs, uis = {}, {}
+    pending = sorted(prompt, key=int)
+    while pending:
+        progressed = False
+        for nid in list(pending):
+            node = prompt[nid]
+            if any(isinstance(v, list) and v[0] not in outputs for v in node["inputs"].values()):
+                continue
+            pending.remove(nid)
+            progressed = True
+            args = {k: outputs[v[0]][v[1]] if isinstance(v, list) else v for k, v in node["inputs"].items()}
+            ct = node["class_type"]
+            if ct in CORE_NODES:  # what PreviewImage / SaveImage need: [B,H,W,3] float in 0..1
+                img = args["images"]
+                assert img.ndim == 4 and img.shape[-1] == 3 and img.dtype == torch.float32
+                assert 0 <= float(img.min()) and float(img.max()) <= 1
+                outputs[nid] = ()
+                continue
+            cls = classes[ct]
+            for k, v in node["inputs"].items():  # links carry the types the inputs want
+                if isinstance(v, list):
+                    src = classes.get(prompt[v[0]]["class_type"])
+                    assert src.RETURN_TYPES[v[1]] == cls.INPUT_TYPES()["required"][k][0]
+            widgets = {k: v for k, v in node["inputs"].items() if not isinstance(v, list)}
+            assert comfy_validation_errors(cls, widgets) == []
+            outputs[nid], uis[nid] = execute(cls, **as_comfy_passes(cls, args))
+        assert progressed, "cycle or missing node in workflow"
+    return outputs, uis
+
+
+# ---------------------------------------------------------------------------------------------
+# the sampler node
+
+def sampler_values(**changes):
+    from specar.nodes import workflows
+    return {**workflows.sampler_values("x", 0, backend="sjd"), **changes}
+
+
+def api_inputs(cls, flat: dict) -> dict:
+    """Flat sampler values as an API prompt for this class's layout ("backend.window" with DynamicCombo;
+    a value that is none of a switch's options is kept, without inputs)."""
+    if not is_dynamic(cls):
+        return dict(flat)
+    out = {}
+    for w in spec.sampler_spec().inputs:
+        if isinstance(w, widgets.Switch):
+            key = flat[w.name]
+            out[w.name] = key
+            for sub in w.options.get(key, []):
+                out[f"{w.name}.{sub.name}"] = flat[w.flat_name(key, sub)]
+        elif w.is_widget:
+            out[w.name] = flat[w.name]
+    return out
+
+
+def dynamic_name(flat_name: str, backend: str) -> str:
+    """The API name of a flat input in the DynamicCombo layout."""
+    if flat_name.startswith(f"{backend}_"):
+        return "backend." + flat_name[len(backend) + 1:]
+    return {"cfg_scale": "guidance.cfg_scale", "top_k": "guidance.top_k"}.get(flat_name, flat_name)
+
+
+def run_sampler_node(cls, model, flat: dict):
+    """Execute the sampler class with these values as ComfyUI would pass them (layout of the class)."""
+    return execute(cls, model=model, **as_comfy_passes(cls, api_inputs(cls, flat)))
+
+
+BASE = sampler_values()
+BACKEND_CHOICES = ", ".join(SCHEMAS)
+
+
+def stop_process(proc):
+    """Stop a server started by a test: terminate, then kill if it has not exited in 30 s."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+def api_twin(name: str, object_info: dict) -> str:
+    """The API-format example for this server's sampler layout: DynamicCombo ("backend.window") or flat."""
+    flat = "sjd_pac_window" in object_info["SpecARSampler"]["input"]["required"]
+    return os.path.join(EXAMPLES, "api", *(["flat"] if flat else []), name)

@@ -1,0 +1,212 @@
+"""The sampler and decode nodes: one error per bad value on the right input, limits between inputs,
+compare_with_ar, lossy runs, out of memory, cancellation, batches, custom top-k, the compile input.
+The nodes run without ComfyUI: stand-ins from devtools/comfy_stubs.py through the `comfy` fixture (tests/conftest.py).
+"""
+import json
+
+import pytest
+import torch
+
+import specar
+from specar.nodes import core, models, report, v1
+from specar_node_harness import (  # devtools/node_harness.py, loaded by tests/conftest.py
+    stubs, flavours, node_classes, is_dynamic, as_comfy_passes, execute, comfy_validation_errors,
+    sampler_values, api_inputs, dynamic_name, run_sampler_node, BASE, BACKEND_CHOICES)
+
+
+@pytest.mark.parametrize("flavour", flavours())
+@pytest.mark.parametrize("change, bad_input, message", [
+    ({"backend": "turbo"}, "backend", f"backend must be one of {BACKEND_CHOICES}; got 'turbo'"),
+    ({"sjd_init": "diagonal"}, "sjd_init", "sjd_init must be one of random, repeat_left"),
+    ({"backend": "scd", "scd_coupling": "strong"}, "scd_coupling", "scd_coupling must be one of maximal, gumbel"),
+    ({"sjd_window": 999}, "sjd_window", "sjd_window must be in [1, 128], got 999"),
+    ({"seed": -1}, "seed", "seed must be in [0, 18446744073709551615]"),
+    ({"top_p": 0.0}, "top_p", "top_p must be in [0.01, 1.0]"),
+    ({"temperature": float("nan")}, "temperature", "temperature must be a finite number"),
+    ({"backend": "sjd_pac", "sjd_pac_continuation": "yes"}, "sjd_pac_continuation",
+     "sjd_pac_continuation must be true or false"),
+    ({"guidance": "custom", "cfg_scale": -1.0}, "cfg_scale", "cfg_scale must be in [0.0, 100.0], got -1.0"),
+    ({"guidance": "always"}, "guidance", "guidance must be one of model default, custom"),
+    ({"backend": "hawk", "hawk_heads": "elsewhere"}, "hawk_heads", "hawk_heads must be one of (beside the model)"),
+    # limits between inputs: not a widget range, so ComfyUI files nothing; the node says it once, when it runs
+    ({"backend": "sjd_pac", "sjd_pac_window": 4, "sjd_pac_tree_depth": 5}, None,
+     "tree_depth must be an int in [1, 4], got 5"),
+])
+def test_bad_values_give_one_error_on_the_right_input(flavour, change, bad_input, message, comfy):
+    classes = node_classes(flavour)
+    sampler, loader = classes["SpecARSampler"], classes["SpecARModelLoader"]
+    values = {**BASE, **change}
+    if is_dynamic(sampler) and bad_input:
+        bad_input = dynamic_name(bad_input, values["backend"])
+        message = message.split("; got")[0] if bad_input in ("backend", "guidance") else message  # value dropped
+        message = message.replace(f"{values['backend']}_", "", 1)  # nested inputs keep their own names
+        # ComfyUI drops a switch whose value is none of its options, so the verdict is filed against the
+        # other switch
+        bad_input = {"backend": "guidance", "guidance": "backend"}.get(bad_input, bad_input)
+    assert comfy_validation_errors(sampler, api_inputs(sampler, values)) == ([bad_input] if bad_input else [])
+    model, = execute(loader, model="demo", device="auto", dtype="auto")[0]
+    with pytest.raises(ValueError) as e:
+        run_sampler_node(sampler, model, values)
+    assert message in str(e.value)
+    assert comfy_validation_errors(sampler, api_inputs(sampler, BASE)) == [] and core.sampler_error(BASE) is None
+    # the inputs of backends not chosen are not the node's concern when it runs
+    assert core.sampler_error({**BASE, "backend": "ar", "sjd_pac_tree_depth": 100}) is None
+
+
+def test_a_tree_too_big_for_the_model_names_its_parameters(comfy):
+    model, = execute(v1.SpecARModelLoader, model="demo", device="auto", dtype="auto")[0]
+    limit = models.resolve(model).max_positions
+    assert limit is not None
+    values = sampler_values(backend="hawk", hawk_node_budget=min(512, limit + 8))
+    with pytest.raises(ValueError) as e:
+        execute(v1.SpecARSampler, model=model, **values)
+    assert "node_budget=" in str(e.value) and "allows at most" in str(e.value) and "lower" in str(e.value)
+
+
+def test_speedup_is_measured_against_ar_in_the_same_execution(comfy):
+    model, = execute(v1.SpecARModelLoader, model="demo", device="auto", dtype="auto")[0]
+    _, ui = execute(v1.SpecARSampler, model=model, **sampler_values(backend="ar"))
+    assert ui["text"][0].startswith("AR (baseline): 16 tokens in 16 forward passes")
+    # an AR run of an earlier execution is never the reference: no speed-up without compare_with_ar
+    _, ui = execute(v1.SpecARSampler, model=model, **sampler_values(backend="sjd_pac"))
+    assert ui["text"][0].startswith("SJD-PAC: 16 tokens in ") and "turn on compare_with_ar" in ui["text"][0]
+    assert "speedup_vs_ar" not in json.loads(ui["specar_stats"][0])
+    calls = []
+    real_generate = core.generate
+
+    def recording_generate(model, prompt, backend="sjd", **kw):
+        # the node passes its validated BackendConfig (the compare run: the name "ar")
+        calls.append((getattr(backend, "name", backend), kw["seed"], kw["batch_size"], kw["cfg_scale"], kw["top_k"]))
+        return real_generate(model, prompt, backend=backend, **kw)
+
+    core.generate = recording_generate
+    try:
+        _, ui = execute(v1.SpecARSampler, model=model, **sampler_values(backend="sjd_pac", batch_size=2, seed=5,
+                                                                        compare_with_ar=True))
+    finally:
+        core.generate = real_generate
+    assert [c[0] for c in calls] == ["sjd_pac", "ar"] and calls[0][1:] == calls[1][1:] == (5, 2, None, None)
+    s = json.loads(ui["specar_stats"][0])
+    assert f"{s['ar_latency_s'] / s['latency_s']:.2f}x AR's {s['ar_latency_s']:.2f} s measured in this run" in ui["text"][0]
+    assert abs(s["speedup_vs_ar"] - s["ar_latency_s"] / s["latency_s"]) < 1e-9
+    # batch 2: tokens and forward passes summed over the images, the ratio of the sums
+    tokens, forwards = 2 * 16, sum(n + 1 for n in s["steps"])
+    assert (s["tokens_total"], s["forwards_total"]) == (tokens, forwards)
+    assert f"2 images, {tokens} tokens in {forwards} forward passes summed over the images " \
+           f"({tokens / forwards:.1f}x fewer than AR)" in ui["text"][0]
+
+
+def test_a_lossy_run_says_so_and_is_never_called_faster():
+    from specar.samplers.stats import GenerationStats
+    fields = {f: None for f in GenerationStats.__dataclass_fields__}
+    base = dict(fields, backend="adt_tree", batch=1, image_tokens=16, nfe=3, steps=[3], latency_s=0.1, lossy=True,
+                params={}, accepted_length_histogram={})
+    lossy = GenerationStats(**base)
+    ar = GenerationStats(**dict(base, backend="ar", nfe=15, steps=[15], latency_s=1.0, lossy=False))
+    text = report.summary(lossy, ar)
+    assert "LOSSY" in text.split(":")[0] and "faster" not in text and "not comparable" in text
+    assert "faster" in report.summary(GenerationStats(**dict(base, lossy=False)), ar)
+
+
+def test_out_of_memory_names_what_to_lower_and_leaves_the_model_usable(comfy, monkeypatch):
+    handle, = execute(v1.SpecARModelLoader, model="demo", device="auto", dtype="auto")[0]
+    model = models.resolve(handle)
+    values = sampler_values(backend="sjd_pac", sjd_pac_window=8, batch_size=3, seed=1)
+    reference = execute(v1.SpecARSampler, model=handle, **values)[0]
+    real_forward = type(model).forward
+
+    def oom(self, *a, **k):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
+
+    monkeypatch.setattr(type(model), "forward", oom)
+    with pytest.raises(RuntimeError) as e:
+        execute(v1.SpecARSampler, model=handle, **values)
+    msg = str(e.value)
+    assert "out of GPU memory" in msg and "batch_size (now 3)" in msg and "window=8" in msg and "still loaded" in msg
+    monkeypatch.setattr(type(model), "forward", real_forward)
+    again = execute(v1.SpecARSampler, model=handle, **values)[0]
+    assert torch.equal(again[1]["tokens"], reference[1]["tokens"])
+
+
+@pytest.mark.parametrize("flavour", flavours())
+@pytest.mark.parametrize("where", ["progress_hook", "interrupt_check"])
+def test_cancel_stops_generation_and_model_stays_usable(flavour, where, comfy):
+    classes = node_classes(flavour)
+    sampler = classes["SpecARSampler"]
+    model, = execute(classes["SpecARModelLoader"], model="demo", device="auto", dtype="auto")[0]
+    args = {**BASE, "backend": "sjd_pac", "sjd_pac_window": 4, "sjd_pac_tree_depth": 2, "seed": 3}
+    reference = execute(sampler, model=model, **args)[0]
+    comfy["progress"].clear()
+    comfy["interrupt"] = True
+    comfy["interrupt_in_progress_hook"] = where == "progress_hook"
+    with pytest.raises(stubs.InterruptProcessingException):
+        execute(sampler, model=model, **args)
+    assert len(comfy["progress"]) == 1  # stopped after the first step
+    assert comfy["interrupt"] is False  # the flag is consumed, as ComfyUI's own check does
+    again = execute(sampler, model=model, **args)[0]
+    assert torch.equal(again[1]["tokens"], reference[1]["tokens"])
+    assert json.loads(again[2])["nfe"] == json.loads(reference[2])["nfe"]
+
+
+@pytest.mark.parametrize("flavour", flavours())
+def test_decode_node(flavour, comfy):
+    classes = node_classes(flavour)
+    model, = execute(classes["SpecARModelLoader"], model="demo", device="auto", dtype="auto")[0]
+    _, tokens, _, _ = execute(classes["SpecARSampler"], model=model, **BASE)[0]
+    with pytest.raises(ValueError, match="no image decoder"):  # tiny random models have none
+        execute(classes["SpecARDecode"], tokens=tokens)
+    with pytest.raises(ValueError, match="tokens output of a SpecAR Sampler"):
+        execute(classes["SpecARDecode"], tokens=torch.zeros(4, 4))
+
+
+def test_heatmap_and_summary():
+    img = report.heatmap([[0, 1, 1], [1, 2, 2]], size=(4, 6))
+    assert img.shape == (4, 6, 3) and float(img.min()) >= 0 and float(img.max()) <= 1
+    flat = report.heatmap([[0, 1], [2, 3]])
+    assert torch.allclose(flat, flat[0, 0].expand_as(flat))  # AR: every step one token, one colour
+
+
+def test_batch_gives_one_image_and_heatmap_per_sample(comfy):
+    model, = execute(v1.SpecARModelLoader, model="demo", device="auto", dtype="auto")[0]
+    image, tokens, stats, heat = execute(v1.SpecARSampler, model=model, **{**BASE, "batch_size": 3})[0]
+    assert image.shape == (3, 4, 4, 3) and heat.shape == (3, 4, 4, 3) and tokens["tokens"].shape == (3, 4, 4)
+    assert json.loads(stats)["batch"] == 3
+
+
+def test_custom_top_k_0_means_all_tokens(comfy, monkeypatch):
+    """The tooltip's "0 = all tokens" holds: custom top_k 0 reaches generate as 0 (no top-k), not as
+    None, which is the model's recommended top-k (256 on the demo model: what it silently was)."""
+    model, = execute(v1.SpecARModelLoader, model="demo", device="auto", dtype="auto")[0]
+    seen, real_generate = [], core.generate
+    monkeypatch.setattr(core, "generate", lambda *a, **kw: seen.append(kw["top_k"]) or real_generate(*a, **kw))
+    values = sampler_values(backend="ar", guidance="custom", cfg_scale=2.0, top_k=0, seed=3)
+    _, tokens, stats, _ = execute(v1.SpecARSampler, model=model, **values)[0]
+    assert seen == [0]
+    assert json.loads(stats)["sampling"]["top_k"] == "off"
+    direct = specar.generate(models.resolve(model), "x", backend="ar", seed=3, cfg_scale=2.0, top_k=0)
+    assert torch.equal(tokens["tokens"][0], direct.tokens)
+
+
+@pytest.mark.parametrize("flavour", flavours())
+def test_compile_input_reaches_generate_and_defaults_off(flavour, comfy, monkeypatch):
+    """The sampler's compile input is what `generate` gets as compile= (False when an API prompt saved
+    before the input existed leaves it out); compare_with_ar's AR run stays eager."""
+    classes = node_classes(flavour)
+    model, = execute(classes["SpecARModelLoader"], model="demo", device="auto", dtype="auto")[0]
+    seen, real_generate = [], core.generate
+
+    def recording_generate(model, prompt, backend="sjd", compile=False, **kw):
+        seen.append((getattr(backend, "name", backend), compile))
+        return real_generate(model, prompt, backend=backend, **kw)  # the compiled step itself: test_compile.py
+
+    monkeypatch.setattr(core, "generate", recording_generate)
+    run_sampler_node(classes["SpecARSampler"], model, sampler_values(backend="sjd", compile=True, compare_with_ar=True))
+    assert seen == [("sjd", True), ("ar", False)]
+    seen.clear()
+    cls = classes["SpecARSampler"]
+    old = {k: v for k, v in api_inputs(cls, sampler_values(backend="sjd")).items()
+           if k not in ("compile", "compare_with_ar")}
+    execute(cls, model=model, **as_comfy_passes(cls, old))
+    assert seen == [("sjd", False)]
+    with pytest.raises(Exception, match="compile must be true or false, got 'yes'"):
+        execute(v1.SpecARSampler, model=model, **sampler_values(compile="yes"))
