@@ -24,7 +24,7 @@ from specar.nodes.widgets import flatten
 from specar.testing import tiny_model
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_spec = importlib.util.spec_from_file_location("specar_comfy_stubs", os.path.join(ROOT, "tests", "comfy_stubs.py"))
+_spec = importlib.util.spec_from_file_location("specar_comfy_stubs", os.path.join(ROOT, "devtools", "comfy_stubs.py"))
 stubs = importlib.util.module_from_spec(_spec)
 sys.modules.setdefault(_spec.name, stubs)
 _spec.loader.exec_module(stubs)
