@@ -279,17 +279,20 @@ def stage_environment(ctx) -> None:
 # ---------------------------------------------------------------------------------------------
 # stage 1: exactness on the device
 
-# (backend, params, model, setting): one case per backend, from the CPU suite's cases
+# (backend, params, model, setting): one case per backend, from the CPU suite's cases, in each backend's own
+# rejection sampling (reproducible=False: the rule the planted bug breaks), then one case of the default
+# "same image as AR" mode (verification by agreement with the position-keyed noise)
 EXACTNESS_CASES = [
     ("ar", {}, "v3-2x3-rowend", "cfg"),
     ("scd", dict(window=16, init="sample_above", coupling="gumbel"), "v4-2x2", "mixed"),
     ("sjd_pac", dict(window=16, tree_depth=3, tree_width=3), "v3-2x3-rowend", "topk"),
     ("hawk", dict(vertical_depth=1, candidates=2, node_budget=12), "v3-2x2", "cfg"),
     ("adt_tree", {}, "v3-2x3-rowend", "mixed"),
+    ("sjd_pac", dict(window=16, tree_depth=3, tree_width=3, reproducible=True), "v3-2x3-rowend", "topk"),
 ]
 # the same test must catch a planted bug at the same sample count (tests/test_exactness.py's wrong residual)
 PLANTED_CASE = ("sjd", dict(window=3, init="repeat_left"), "v3-2x2", "plain")
-# per case; 5 cases: a correct sampler fails the stage with probability < 5e-5 (< 1e-4)
+# per case; 6 cases: a correct sampler fails the stage with probability < 6e-5 (< 1e-4)
 EXACTNESS_P_FAIL = 1e-5
 
 
@@ -301,6 +304,7 @@ def _chi_square_case(device, backend, params, model_name, setting, n, seed, mode
     mdl = models[model_name]
     kw = EXACTNESS_SETTINGS[setting]
     t = time.perf_counter()
+    params = {"reproducible": False, **params}  # a case says when it is the agreement mode
     res = generate(mdl, "hi", backend=backend, seed=seed, batch_size=n, **kw, **params)
     p_value, stat, dof, tv = chi_square_test(res.tokens, exact_distribution(mdl, "hi", **kw))
     return {"backend": backend, "params": params, "model": model_name, "setting": setting, "samples": n,

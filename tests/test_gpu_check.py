@@ -43,7 +43,9 @@ def test_dry_run_end_to_end_writes_the_json_and_the_markdown(tmp_path):
     env = st["environment"]["result"]
     assert env["torch"] and env["peaks"]["copy_bytes_per_s"] > 0 and "MATH" in env["sdpa"]
     ex = st["exactness"]["result"]
-    assert [c["backend"] for c in ex["cases"]] == ["ar", "scd", "sjd_pac", "hawk", "adt_tree"]
+    assert [c["backend"] for c in ex["cases"]] == ["ar", "scd", "sjd_pac", "hawk", "adt_tree", "sjd_pac"]
+    # each backend's own rejection sampling (what the planted residual bug breaks), then the agreement mode
+    assert [c["params"]["reproducible"] for c in ex["cases"]] == [False] * 5 + [True]
     for c in ex["cases"]:
         assert 0 <= c["p_value"] <= 1 and c["samples"] == 300 and c["passed"] == (c["p_value"] > ex["p_fail"])
     assert len(ex["cases"]) * ex["p_fail"] < 1e-4  # the stage's false-failure bound
@@ -84,7 +86,7 @@ def test_a_failing_stage_is_recorded_and_the_next_stage_still_runs(monkeypatch):
     assert err["type"] == "RuntimeError" and "planted failure" in err["message"] and not err["cuda_error"]
     assert any("broken" in line for line in err["traceback"])
     assert env["result"]["before_the_failure"] == 1  # what the stage had recorded is kept
-    assert ex["status"] == "ok" and len(ex["result"]["cases"]) == 5
+    assert ex["status"] == "ok" and len(ex["result"]["cases"]) == len(gpu_stages.EXACTNESS_CASES)
     md = gpu_check.markdown(report)
     assert "| environment | failed |" in md and "planted failure" in md and "| exactness | ok |" in md
 

@@ -65,3 +65,13 @@ def test_seed_tooltip_states_what_repeats():
         assert phrase in seed, f"the seed tooltip does not say {phrase!r}"
     same = inputs["same_image_as_ar"]
     assert same.kind == "BOOLEAN" and same.default is True and same.optional
+
+
+@pytest.mark.long
+def test_every_backend_compiled_gives_ars_image(model):
+    """The seed tooltip's "compile on or off" for every backend, not only sjd: each backend compiled (its
+    forward shapes compiled once, a minute or more each on a CPU: make test-long) gives eager AR's image."""
+    want, _ = run(model, "ar")
+    for backend in SCHEMAS:
+        got, _ = run(model, backend, compile=True)
+        assert torch.equal(got, want), f"{backend} compiled: not AR's image with same_image_as_ar on"

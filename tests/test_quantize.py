@@ -91,13 +91,18 @@ def test_quantized_target_differs_from_the_float_model():
     assert tv > 0.01, tv
 
 
-@pytest.mark.parametrize("mode,backend,params", [("int4", "sjd", dict(window=3, init="random")),
-                                                 ("int8", "scd", dict(window=16, coupling="maximal")),
-                                                 ("int4", "sjd_pac", dict(window=3, tree_depth=2, tree_width=3))])
-def test_speculative_decoding_is_exact_for_the_quantized_target(mode, backend, params):
+# reproducible=False: each backend's own rejection sampling (the rule the planted bug below breaks); the last
+# case: "same image as AR" (the default), verification by agreement
+@pytest.mark.parametrize("mode,backend,params,reproducible", [
+    ("int4", "sjd", dict(window=3, init="random"), False),
+    ("int8", "scd", dict(window=16, coupling="maximal"), False),
+    ("int4", "sjd_pac", dict(window=3, tree_depth=2, tree_width=3), False),
+    ("int4", "sjd_pac", dict(window=3, tree_depth=2, tree_width=3), True)])
+def test_speculative_decoding_is_exact_for_the_quantized_target(mode, backend, params, reproducible):
     mdl = quantized_tiny(mode, vocab_size=3, grid=(2, 2), seed=0)
     exact = exact_distribution(mdl, "hi", cfg_scale=2.0)
-    res = generate(mdl, "hi", backend=backend, seed=11, batch_size=EXACTNESS_SAMPLES, cfg_scale=2.0, **params)
+    res = generate(mdl, "hi", backend=backend, seed=11, batch_size=EXACTNESS_SAMPLES, cfg_scale=2.0,
+                   reproducible=reproducible, **params)
     p, stat, dof, tv = chi_square_test(res.tokens, exact)
     assert p > P_FAIL, f"chi2={stat:.1f} dof={dof} p={p:.2e} TV={tv:.4f}"
 
@@ -111,7 +116,9 @@ def test_planted_stale_q_bug_is_caught_on_the_quantized_model(monkeypatch):
 
     monkeypatch.setattr(jacobi_mod.JacobiDrafter, "_redraft", stale)
     mdl = quantized_tiny("int4", vocab_size=3, grid=(2, 2), seed=0)
-    res = generate(mdl, "hi", backend="sjd", seed=11, batch_size=EXACTNESS_SAMPLES, window=3, init="random")
+    # reproducible=False: the stale q matters to rejection sampling only (agreement never reads q)
+    res = generate(mdl, "hi", backend="sjd", seed=11, batch_size=EXACTNESS_SAMPLES, window=3, init="random",
+                   reproducible=False)
     p, stat, dof, tv = chi_square_test(res.tokens, exact_distribution(mdl, "hi"))
     assert p < P_FAIL, f"planted bug went unnoticed: p={p:.2e} TV={tv:.4f}"
 
