@@ -12,6 +12,7 @@ import torch
 from .contract import EncodedPrompt, ImageGeometry
 from .llama import LlamaDecoder
 from .slot_model import SlotCacheModel
+from .slots import gather_kv_slots
 
 PAD, BOS, BOI, ROW_END = 0, 1, 2, 3
 IMAGE_OFFSET = 4
@@ -82,10 +83,7 @@ class LlamaImageModel(SlotCacheModel):
         return self.decoder.hidden_states(None, positions, allowed, cache, slots, embeds=embeds)
 
     def _gather(self, cache, rows, dst, src):
-        for layer in cache:
-            for c in layer:  # [R, H, S, hd] viewed as [R, S, H, hd]
-                c = c.permute(0, 2, 1, 3)
-                c[rows, dst] = c[rows, src]
+        gather_kv_slots(cache, rows, dst, src)
 
     def image_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         w = self.decoder.lm_head.weight[self._image_rows]  # logits for image rows only

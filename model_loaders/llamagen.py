@@ -43,6 +43,7 @@ from .llama import RMSNorm
 from .llamagen_vq import load_llamagen_vq
 from .quantize import quantize_module
 from .slot_model import SlotCacheModel
+from .slots import gather_kv_slots
 
 # heads of the authors' GPT sizes, by width (gpt.py GPT_models: B, L, XL, XXL, XXXL, 1B, 3B, 7B)
 HEADS_BY_DIM = {768: 12, 1024: 16, 1280: 20, 1536: 24, 2560: 40, 2048: 32, 3200: 32, 4096: 32}
@@ -325,10 +326,7 @@ class LlamaGenImageModel(SlotCacheModel):
         return self.gpt.norm(x)
 
     def _gather(self, cache, rows, dst, src):
-        for layer in cache.layers:
-            for c in layer:
-                v = c.permute(0, 2, 1, 3)
-                v[rows, dst] = v[rows, src]
+        gather_kv_slots(cache.layers, rows, dst, src)
 
     def image_logits(self, hidden):
         return self.gpt.output(hidden)

@@ -54,6 +54,7 @@ from .llama import RMSNorm, apply_rope
 from .lumina2_vq import load_movqgan
 from .quantize import check_mode, quantize_module
 from .slot_model import SlotCacheModel
+from .slots import gather_kv_slots
 
 IMAGE_TOKEN_OFFSET = 155000  # vocabulary id of image code 0 (the authors' get_image_token)
 IMAGE_START, IMAGE_END = "<racm3:break>", "<eoss>"
@@ -366,10 +367,7 @@ class Lumina2ImageModel(SlotCacheModel):
         return self.net.model.norm(x)
 
     def _gather(self, cache, rows, dst, src):
-        for layer in cache.layers:
-            for c in layer:
-                v = c.permute(0, 2, 1, 3)
-                v[rows, dst] = v[rows, src]
+        gather_kv_slots(cache.layers, rows, dst, src)
 
     def image_logits(self, hidden):
         return self.net.lm_head(hidden)

@@ -132,3 +132,13 @@ def path_moves(state: SlotState, committed: torch.Tensor, path: torch.Tensor):
     src = base[:, None] + path.clamp(min=0)
     dst = base[:, None] + torch.arange(path.shape[1], device=dev)
     return rows, dst, src
+
+
+def gather_kv_slots(layers, rows: torch.Tensor, dst: torch.Tensor, src: torch.Tensor) -> None:
+    """Keep an accepted path in a static KV cache: for every layer's (keys, values) tensors
+    [R, H, S, hd] (viewed as [R, S, H, hd]), slot ``src`` is copied to slot ``dst`` of each row."""
+    for layer in layers:
+        for c in layer:
+            v = c.permute(0, 2, 1, 3)
+            v[rows, dst] = v[rows, src]
+
