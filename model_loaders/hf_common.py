@@ -31,6 +31,15 @@ def to_pil(images: torch.Tensor):
     return [Image.fromarray(a) for a in x]
 
 
+def decode_in_chunks(vq, tokens: torch.Tensor, device, chunk: int) -> list:
+    """PIL images of code grids [B, H, W] through a VQ decoder giving [b, 3, H', W'] in [-1, 1], `chunk`
+    grids at a time (the decoder's activations at full resolution bound the batch)."""
+    out = []
+    for i in range(0, tokens.shape[0], chunk):
+        out.extend(to_pil(vq(tokens[i:i + chunk].to(device)).permute(0, 2, 3, 1)))
+    return out
+
+
 class HFImageModel(SlotCacheModel):
     """`SlotCacheModel` over a transformers decoder stack.
 

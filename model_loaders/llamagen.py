@@ -38,7 +38,7 @@ from .checkpoints import load_into, load_state_dict
 from .contract import EncodedPrompt, ImageGeometry
 from .devices import resolve_device, resolve_dtype
 from .family import ModelFamily, Sampling, choose_square_size
-from .hf_common import to_pil
+from .hf_common import decode_in_chunks
 from .llama import RMSNorm
 from .llamagen_vq import load_llamagen_vq
 from .quantize import quantize_module
@@ -333,10 +333,7 @@ class LlamaGenImageModel(SlotCacheModel):
 
     @torch.inference_mode()
     def decode_tokens(self, tokens: torch.Tensor, chunk: int = 8):
-        out = []
-        for i in range(0, tokens.shape[0], chunk):
-            out.extend(to_pil(self.vq(tokens[i:i + chunk].to(self._device)).permute(0, 2, 3, 1)))
-        return out
+        return decode_in_chunks(self.vq, tokens, self._device, chunk)
 
 
 def is_llamagen(folder: str, config) -> bool:

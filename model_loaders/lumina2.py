@@ -48,7 +48,7 @@ from .chameleon import lumina_sizes, lumina_size_token
 from .contract import EncodedPrompt, ImageGeometry
 from .devices import resolve_device, resolve_dtype
 from .family import ModelFamily, Sampling, config_names, read_config
-from .hf_common import to_pil
+from .hf_common import decode_in_chunks
 from .hf_files import load_tokenizer, safetensors_files
 from .llama import RMSNorm, apply_rope
 from .lumina2_vq import load_movqgan
@@ -374,10 +374,7 @@ class Lumina2ImageModel(SlotCacheModel):
 
     @torch.inference_mode()
     def decode_tokens(self, tokens: torch.Tensor, chunk: int = 4):
-        out = []
-        for i in range(0, tokens.shape[0], chunk):
-            out.extend(to_pil(self.vq(tokens[i:i + chunk].to(self._device)).permute(0, 2, 3, 1)))
-        return out
+        return decode_in_chunks(self.vq, tokens, self._device, chunk)
 
 
 def is_lumina2(folder: str, config) -> bool:
