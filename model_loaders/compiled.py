@@ -17,6 +17,7 @@ op), it says so once and runs eager: the tokens do not depend on it.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import sys
 import time
@@ -79,6 +80,19 @@ def _inductor_cache_dir(path: str):
         return
     with temporary_cache_dir(path):
         yield
+
+
+def inference_mode_unless_compiling(fn: Callable) -> Callable:
+    """``fn`` under torch.inference_mode, except while dynamo traces it into a caller's compiled graph
+    (the engine's compiled decode step, itself run in inference mode): an inference-mode switch
+    inside a graph breaks inductor on the graph's inference-tensor inputs."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        if torch.compiler.is_compiling():
+            return fn(*args, **kwargs)
+        with torch.inference_mode():
+            return fn(*args, **kwargs)
+    return wrapper
 
 
 @dataclass

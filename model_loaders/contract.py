@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence, Union
 
 import torch
 
@@ -121,15 +121,19 @@ class ARImageModel(ABC):
         """Token ids of both CFG branches, in the format the family was trained with."""
 
     @abstractmethod
-    def start(self, prompt: EncodedPrompt, batch: int, cfg: bool, draft_capacity: int, compile: bool = False,
-              target_head: Optional[Callable] = None) -> Session:
+    def start(self, prompt: EncodedPrompt, batch: int, cfg: bool, draft_capacity: int,
+              compile: Union[bool, str] = False, target_head: Optional[Callable] = None) -> Session:
         """Prefill (cond and uncond as one batch when `cfg`), reserve room for `draft_capacity`
         draft tokens beyond the full sequence, and return the session with position 0's logits.
-        ``compile`` (only where `supports_compile`): the session's forwards run through the
-        compiled step (`compile_step`); ``target_head`` (with ``compile``): a pure function
+        ``compile`` (only where `supports_compile`): True, the session's forwards run through the
+        compiled step (`compile_step`); ``target_head`` (with ``compile=True``): a pure function
         (cond logits, uncond logits or None) -> tensor that each forward also returns as
-        ``ForwardOutput.target``, computed in the same graph. An adapter without a compiled step
-        refuses ``compile=True`` and ignores ``target_head`` (None)."""
+        ``ForwardOutput.target``, computed in the same graph. ``compile="caller"``: the session is
+        laid out as for compiled forwards (the same static shapes), but `forward` and `commit` run
+        eager, as plain tensor code, because the caller compiles a whole step around them (the
+        engine's compiled decode step); they must then be traceable as one graph (no host read, no
+        data-dependent shape). An adapter without a compiled step refuses either and ignores
+        ``target_head`` (None)."""
 
     def compile_step(self):
         """Prepare the compiled step the sessions started with ``compile=True`` use (where

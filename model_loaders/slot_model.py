@@ -11,7 +11,7 @@ from typing import Callable, Optional, Sequence, Union
 
 import torch
 
-from .compiled import CompileStats, ShapeCompiled
+from .compiled import CompileStats, ShapeCompiled, inference_mode_unless_compiling
 from .contract import ARImageModel, EncodedPrompt, ForwardOutput, Session
 from .few_rows_matmul import MAX_ROWS
 from .slots import SlotState, batched_tree_tensors, cfg_rows, draft_layout, path_moves, prefill_layout, tree_tensors
@@ -66,11 +66,14 @@ class SlotCacheModel(ARImageModel):
 
     @torch.inference_mode()
     def start(self, prompt: EncodedPrompt, batch: int, cfg: bool, draft_capacity: int,
-              compile: bool = False, target_head: Optional[Callable] = None) -> Session:
-        """``compile``: forwards through the compiled step; ``target_head`` (compiled only): a pure
-        function (cond logits, uncond logits or None) -> tensor the step also returns as
-        ``ForwardOutput.target``, computed in the same graph (one object per setting: its identity
-        is part of the graph's key)."""
+              compile: Union[bool, str] = False, target_head: Optional[Callable] = None) -> Session:
+        """``compile``: True, forwards through the compiled step; "caller", the compiled layout with
+        eager forwards that the caller's own compiled step captures (contract.py); ``target_head``
+        (compile=True only): a pure function (cond logits, uncond logits or None) -> tensor the step
+        also returns as ``ForwardOutput.target``, computed in the same graph (one object per setting:
+        its identity is part of the graph's key)."""
+        if compile not in (False, True, "caller"):
+            raise ValueError(f"compile must be False, True or 'caller', got {compile!r}")
         prompt = self.check_prompt(prompt)
         if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
             raise ValueError(f"batch must be an int >= 1, got {batch!r}")
@@ -85,7 +88,7 @@ class SlotCacheModel(ARImageModel):
         tokens, positions, allowed, slots, state = prefill_layout(
             branches, batch, self.geometry.seq_len + draft_capacity + 1, self.pad_id, dev,
             prompt_multiple=COMPILED_PROMPT_MULTIPLE if compile else 1)
-        if compile:
+        if compile is True:
             if self.__dict__.get("_compiled_step") is None:
                 self.compile_step()
             state.compiled, state.target_head = True, target_head
@@ -94,7 +97,7 @@ class SlotCacheModel(ARImageModel):
         return Session(batch=batch, cfg=cfg, committed=torch.zeros(batch, dtype=torch.long, device=dev),
                        first=self._output(h[:, -1:], batch, cfg), state=state)
 
-    @torch.inference_mode()
+    @inference_mode_unless_compiling
     def forward(self, session: Session, tokens: torch.Tensor,
                 parents: Union[Sequence[int], torch.Tensor]) -> ForwardOutput:
         st: SlotState = session.state
@@ -105,7 +108,10 @@ class SlotCacheModel(ARImageModel):
                 raise ValueError(f"parents has {parents.shape[1]} entries per row for {T} tokens")
             tree = (parents.to(self.device),)
         else:
-            tree = tree_tensors(self._trees(), parents, self.device, T)
+            # inside a caller's compiled step the tree's tensors are made in its graph (constants): a memo
+            # of tensors made eagerly (inference tensors) cannot be a graph's constant
+            memo = {} if torch.compiler.is_compiling() else self._trees()
+            tree = tree_tensors(memo, parents, self.device, T)
         args = (st.P, st.S, session.cfg, st.cache, st.valid, st.pos0, tokens.to(self.device), session.committed, *tree)
         if st.compiled:
             key = (B, T, per_row, st.P, st.S, session.cfg, st.target_head)  # everything the graph is specialised to
@@ -131,7 +137,7 @@ class SlotCacheModel(ARImageModel):
         logits = self.image_logits(h).float()
         return logits, h, None if head is None else head(logits[:B], logits[B:] if cfg else None)
 
-    @torch.inference_mode()
+    @inference_mode_unless_compiling
     def commit(self, session: Session, path: Optional[torch.Tensor], length: torch.Tensor) -> None:
         st: SlotState = session.state
         length = length.to(self.device)

@@ -15,6 +15,8 @@ them in their trees as always-accepted nodes, so they never cost a forward of th
 
 Everything is batched over image rows with fixed shapes; a step reads one small tensor back to
 the host (rows still running, tokens done, the drafter's hint, a bad-logits flag), nothing per token.
+From that read the drafter `plan`s the step (its shapes) on the host; everything after is device
+work (`decode_step`), which `compile=True` runs as one compiled graph per plan.
 """
 from __future__ import annotations
 
@@ -29,7 +31,8 @@ import torch
 from ..model_loaders.contract import ARImageModel, EncodedPrompt, Session
 from .backends import BackendConfig
 from .drafters.base import Drafter, DraftTree, LoopState, SequenceLayout, Verdict
-from .randomness import make_generator
+from ..model_loaders.compiled import ShapeCompiled
+from .randomness import Draws, ReplayedDraws, make_generator
 from .stats import GenerationStats
 from .target import SamplingParams, invalid_rows, target_head, target_probs
 
@@ -37,6 +40,9 @@ from .target import SamplingParams, invalid_rows, target_head, target_probs
 # the engine's calibration of forward costs (`_calibrate`), per model: kept while the model lives, never
 # written into the model (it is the engine's state, not the adapter's)
 _FORWARD_COSTS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+# the compiled decode step (`decode_step` through torch.compile, one graph per plan), per model: its graphs
+# serve every later generation on that model (engine state, like the costs)
+_STEP_GRAPHS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 class GenerationInterrupted(Exception):
@@ -49,7 +55,68 @@ class StepLog:
 
     committed: list = field(default_factory=list)  # [B] tokens settled per step
     active: list = field(default_factory=list)  # [B] rows that took part
-    forward_s: float = 0.0
+    graph_s: float = 0.0  # seconds inside the compiled decode step's graphs (compile=True)
+
+
+def decode_step(engine: "SpeculativeEngine", plan, state: LoopState, session: Session, at_step: torch.Tensor):
+    """One decode step after its plan, every phase on the device: propose -> forward -> target ->
+    verify -> commit -> observe. No host read, no shape that depends on a value: with compile=True
+    it runs as one graph per plan. It writes the loop's tensors (`state`: seq, frontier, the
+    drafter's state), the session's cache and `at_step`; returns (bad-logits flag, [B] tokens each
+    row settled, [B] rows that took part)."""
+    drafter, active = engine.drafter, state.active
+    tree = drafter.propose(state, plan)
+    out, p = engine._forward(session, tree)
+    verdict = drafter.verify(state, plan, tree, p, out)
+    previous = state.frontier
+    bad, committed = engine._commit(session, state, verdict, at_step)
+    state.draft = drafter.observe(state, plan, tree, verdict, p, out, previous)
+    state.active = state.frontier < engine.layout.last_img
+    return bad, committed, active
+
+
+class StepGraphs:
+    """The compiled decode step of one model: `decode_step` through torch.compile (compiled.ShapeCompiled:
+    fullgraph, static shapes, one graph per plan, counted in the model's CompileStats), shared by every
+    generation on that model.
+
+    A graph cannot draw random numbers from the generation's torch.Generator (dynamo refuses one). So
+    the first step of each plan in a generation runs eager and records its draws (their kinds and
+    shapes are fixed by the plan); every later step of that plan makes the same draws from the
+    generator before its graph runs, and the graph takes them in the order it asks (ReplayedDraws):
+    the numbers the eager step would have drawn, so compiled tokens are eager tokens."""
+
+    def __init__(self, model: ARImageModel, stats):
+        self.stats = stats
+        self.graphs = ShapeCompiled(_replayed_decode_step, model.device, "decode step", stats)
+
+    def run(self, engine: "SpeculativeEngine", plan, state: LoopState, session: Session, at_step, log: StepLog):
+        key = engine._graph_key(plan, session)
+        tape = engine._tapes.get(key)
+        live = state.draws
+        if tape is None:  # this plan's first step in the generation: eager, recording its draws
+            live.tape = []
+            try:
+                return decode_step(engine, plan, state, session, at_step)
+            finally:
+                engine._tapes[key], live.tape = live.tape, None
+        drawn = live.replay(tape)
+        timed = engine.profile or engine.model.device.type != "cuda"  # CUDA: no sync per step unless profiling
+        t = time.perf_counter()
+        try:
+            out = self.graphs(key, engine, plan, state, session, at_step, drawn)
+        finally:
+            state.draws = live
+        if timed:
+            engine._sync()
+            log.graph_s += time.perf_counter() - t
+        return out
+
+
+def _replayed_decode_step(engine, plan, state, session, at_step, drawn: tuple):
+    """`decode_step` with its random draws made before it (what the compiled step captures)."""
+    state.draws = ReplayedDraws(drawn)
+    return decode_step(engine, plan, state, session, at_step)
 
 
 class SpeculativeEngine:
@@ -57,12 +124,15 @@ class SpeculativeEngine:
                  profile: bool = False, compile: bool = False, reproducible: Optional[bool] = None):
         self.model, self.backend, self.sampling, self.seed, self.batch = model, backend, sampling, seed, batch
         self.profile, self.compile = profile, compile
-        self.compile_stats = None
-        if compile:  # the model's forward through torch.compile, one static graph per shape (compiled.py)
+        self.compile_stats = self.step_graphs = None
+        if compile:  # the whole decode step through torch.compile, one static graph per plan (compiled.py)
             if not model.supports_compile:
                 raise ValueError(f"compile=True: the {type(model).__name__} adapter has no compiled step; "
                                  f"use compile=False")
-            self.compile_stats = model.compile_step()
+            self.compile_stats = model.compile_step()  # the model's counters: its forwards' graphs and the steps'
+            self.step_graphs = _STEP_GRAPHS.get(model)
+            if self.step_graphs is None or self.step_graphs.stats is not self.compile_stats:
+                self.step_graphs = _STEP_GRAPHS[model] = StepGraphs(model, self.compile_stats)
         self.drafter: Drafter = backend.make_drafter(model, sampling)
         if reproducible and not self.drafter.lossless:
             raise ValueError(f"reproducible=True (same_image_as_ar) needs a lossless backend: this {backend.name} "
@@ -73,11 +143,14 @@ class SpeculativeEngine:
         self.layout = SequenceLayout.build(model.geometry, self.drafter.slack, model.device)
 
     # -- the loop ------------------------------------------------------------------------------
+    @torch.inference_mode()  # the whole generation: tensors made in one step are the next step's graph inputs
     def run(self, prompt: EncodedPrompt, progress: Optional[Callable] = None,
             interrupt: Optional[Callable[[], bool]] = None, preview=None):
         dev = self.model.device
         sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
-        timed = self.profile or dev.type != "cuda"
+        # eager: the forward timed apart from the rest of the step (CPU, or profile); compiled: the graphs
+        self.timed = (self.profile or dev.type != "cuda") and not self.compile
+        self._sync, self.forward_s, self._tapes = sync, 0.0, {}
         if dev.type == "cuda":  # peak memory of this generation, not of the process so far
             torch.cuda.reset_peak_memory_stats(dev)
         compile_before = None if self.compile_stats is None else self.compile_stats.start_run()
@@ -88,25 +161,26 @@ class SpeculativeEngine:
         t1 = time.perf_counter()
         at_step = torch.zeros_like(state.seq)
         log = StepLog()
-        n_img_last = self.layout.last_img
-        while True:
-            state.active = state.frontier < n_img_last
-            if not self._host_read(state, bad, progress, interrupt):
-                break
+        while self._host_read(state, bad, progress, interrupt):
             if preview is not None and preview.due():  # a host clock read; the copy only when due
                 N = self.model.geometry.seq_len
                 preview(state.seq[:, :N], torch.where(state.active, state.frontier + 1, N), at_step)
-            tree = self.drafter.propose(state, self._hint)
-            out, p = self._forward(session, tree, log, timed, sync)
-            verdict = self.drafter.verify(state, tree, p, out)
-            previous = state.frontier
-            bad = bad | self._commit(session, state, verdict, at_step, log)
-            self.drafter.observe(state, tree, verdict, p, out, previous)
+            plan = self.drafter.plan(state, self._hint)
+            if self.step_graphs is None:
+                step_bad, committed, active = decode_step(self, plan, state, session, at_step)
+            else:
+                step_bad, committed, active = self.step_graphs.run(self, plan, state, session, at_step, log)
+            state.step += 1
+            bad = bad | step_bad
+            log.committed.append(committed)
+            log.active.append(active)
         sync()
         t2 = time.perf_counter()
-        stats = self._stats(log, at_step, state.step, t1 - t0, t2 - t1, log.forward_s if timed else None)
+        forward_s = self.forward_s if self.timed else None
+        stats = self._stats(log, at_step, state.step, t1 - t0, t2 - t1, forward_s)
         if compile_before is not None:  # this generation's compiles, not the process's (model_total has those)
             stats.compile = self.compile_stats.run_report(compile_before)
+            stats.compile["step_graph_s"] = log.graph_s  # decode time inside the compiled step's graphs
         return state.seq[:, : self.model.geometry.seq_len], stats
 
     # -- phases --------------------------------------------------------------------------------
@@ -115,22 +189,24 @@ class SpeculativeEngine:
         model, B, V, dev = self.model, self.batch, self.model.geometry.vocab_size, self.model.device
         self._check_positions(prompt)
         # compiled: the target distribution is computed in the step's graph (the same target_probs)
+        # compiled: the session laid out for static graphs, its forward captured inside the compiled decode step
         session = model.start(prompt, B, self.sampling.uses_cfg, draft_capacity=self.drafter.node_budget + 1,
-                              compile=self.compile, target_head=target_head(self.sampling) if self.compile else None)
+                              compile="caller" if self.compile else False)
         first = session.first
         p0 = target_probs(first.cond[:, 0], None if first.uncond is None else first.uncond[:, 0], self.sampling)
         layout = self.layout
         known = torch.where(layout.forced >= 0, layout.forced, 0)  # forced tokens in place, 0 elsewhere
         state = LoopState(
             model=model, sampling=self.sampling, layout=layout, batch=B, vocab_size=V, device=dev,
-            generator=make_generator(self.seed, dev), seed=self.seed, rows=torch.arange(B, device=dev),
+            draws=Draws(make_generator(self.seed, dev), dev), seed=self.seed, rows=torch.arange(B, device=dev),
             frontier=torch.zeros(B, dtype=torch.long, device=dev), active=torch.ones(B, dtype=torch.bool, device=dev),
             # one spare column past the end: masked-out writes land there (a single index_put)
             seq=torch.cat([known, known.new_zeros(1)]).expand(B, layout.ext + 1).clone(),
-            reproducible=self.reproducible)
+            reproducible=self.reproducible, step_count=torch.zeros((), dtype=torch.long, device=dev))
         x0 = state.sample_at(p0, state.frontier)
         state.write_tokens(state.frontier[:, None], state.active[:, None], x0[:, None])
-        self.drafter.start(state, first, p0)
+        state.draft = self.drafter.start(state, first, p0)
+        state.active = state.frontier < layout.last_img
         return session, state, invalid_rows(p0).any()
 
     def _calibrate(self, session, sync) -> None:
@@ -192,6 +268,11 @@ class SpeculativeEngine:
                              f"{self.model.geometry.seq_len}-token image) allows at most {max(allowed, 0)}: lower "
                              f"{' or '.join(names) or 'the tree size'}")
 
+    def _graph_key(self, plan, session: Session) -> tuple:
+        """What the compiled decode step is specialised to (the key its graphs are counted under)."""
+        return (self.backend.name, tuple(sorted(self.backend.params().items())), plan, self.batch, session.cfg,
+                self.reproducible, dataclasses.astuple(self.sampling))
+
     def _host_read(self, state, bad, progress, interrupt) -> bool:
         """The step's one read of device values: False when every row is done."""
         N = self.model.geometry.seq_len
@@ -212,20 +293,21 @@ class SpeculativeEngine:
             raise GenerationInterrupted(f"generation interrupted after {state.step} forward passes")
         return True
 
-    def _forward(self, session: Session, tree: DraftTree, log: StepLog, timed: bool, sync):
-        if timed:
-            sync()
+    def _forward(self, session: Session, tree: DraftTree):
+        """The model's forward of the tree and every node's target p (the next position's)."""
+        if self.timed:  # eager only: the forward's share of the step (compiled, the step is one graph)
+            self._sync()
             tf = time.perf_counter()
         out = self.model.forward(session, tree.tokens, tree.parents)
-        if timed:
-            sync()
-            log.forward_s += time.perf_counter() - tf
-        # node i's output: the target of its next position (computed in the compiled step when compiled)
-        return out, out.target if out.target is not None else target_probs(out.cond, out.uncond, self.sampling)
+        if self.timed:
+            self._sync()
+            self.forward_s += time.perf_counter() - tf
+        return out, target_probs(out.cond, out.uncond, self.sampling)
 
-    def _commit(self, session: Session, state: LoopState, verdict: Verdict, at_step, log: StepLog):
+    def _commit(self, session: Session, state: LoopState, verdict: Verdict, at_step):
         """Write the accepted drafts and the new pending token, keep the accepted path's KV, move
-        the frontier. Returns a flag: a committed position's target was not a distribution."""
+        the frontier. Returns a flag (a committed position's target was not a distribution) and
+        the tokens each row settled."""
         active, frontier, N = state.active, state.frontier, self.model.geometry.seq_len
         n_acc = torch.where(active, verdict.n_accepted, 0)
         width = verdict.tokens.shape[1]
@@ -238,13 +320,12 @@ class SpeculativeEngine:
         pending = torch.where(forced_next >= 0, forced_next, verdict.pending)
         state.write_tokens(new_f[:, None], active[:, None], pending[:, None])
         r = state.rows[:, None].expand_as(tpos)
-        state.step += 1
-        at_step[r, torch.where(newly, tpos, state.spare)] = state.step
+        state.step_count = state.step_count + 1
+        at_step[r, torch.where(newly, tpos, state.spare)] = state.step_count
         self.model.commit(session, verdict.path, torch.where(active, n_acc + 1, 0))
-        log.committed.append(torch.where(active, new_f.clamp(max=N - 1) - frontier, 0))
-        log.active.append(active)
+        committed = torch.where(active, new_f.clamp(max=N - 1) - frontier, 0)
         state.frontier = torch.where(active, new_f, frontier)
-        return (invalid_rows(verdict.p_path) & newly).any()
+        return (invalid_rows(verdict.p_path) & newly).any(), committed
 
     # -- statistics ----------------------------------------------------------------------------
     def _stats(self, log: StepLog, at_step, nfe, prefill_s, decode_s, forward_s):

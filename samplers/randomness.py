@@ -24,10 +24,67 @@ _U_MIN = 2.0 ** -25
 
 
 def exponential_noise(shape, generator: torch.Generator, device) -> torch.Tensor:
-    """Exp(1) noise in the open interval (0, inf): never 0 (a rand() of exactly 0 happens with
-    probability 2^-24 per element, i.e. in most images of a real model) and never inf."""
-    u = torch.rand(shape, generator=generator, device=device)
+    """Exp(1) noise in the open interval (0, inf) from the generator (`exponential_from_uniform`)."""
+    return exponential_from_uniform(torch.rand(shape, generator=generator, device=device))
+
+
+def exponential_from_uniform(u: torch.Tensor) -> torch.Tensor:
+    """Exp(1) noise in the open interval (0, inf) from uniforms u in [0, 1): never 0 (a rand() of
+    exactly 0 happens with probability 2^-24 per element, i.e. in most images of a real model) and
+    never inf."""
     return -torch.log1p(-u.clamp(min=_U_MIN))  # u = 0 -> E ~ 3e-8 > 0; u <= 1 - 2^-24 -> E < 17
+
+
+class Draws:
+    """The random draws of one generation's steps from its seeded generator, made when asked (the
+    eager step). ``tape``: a list that records (kind, arguments) of every draw, in order: what a
+    compiled step replays (`ReplayedDraws`)."""
+
+    def __init__(self, generator: torch.Generator, device, tape: "list | None" = None):
+        self.generator, self.device, self.tape = generator, device, tape
+
+    def rand(self, shape) -> torch.Tensor:
+        """Uniforms in [0, 1) of `shape`."""
+        return self._draw("rand", tuple(shape))
+
+    def randint(self, low: int, high: int, shape) -> torch.Tensor:
+        """Integers uniform in [low, high) of `shape` (long)."""
+        return self._draw("randint", tuple(shape), low, high)
+
+    def _draw(self, kind: str, shape: tuple, *bounds) -> torch.Tensor:
+        if self.tape is not None:
+            self.tape.append((kind, shape) + bounds)
+        if kind == "rand":
+            return torch.rand(shape, generator=self.generator, device=self.device)
+        return torch.randint(bounds[0], bounds[1], shape, generator=self.generator, device=self.device)
+
+    def replay(self, tape: list) -> tuple:
+        """The draws of a recorded tape made again from the generator, in its order: the numbers a step
+        with that tape would draw now (every kind and shape is fixed by the step's plan)."""
+        return tuple(self._draw(kind, shape, *bounds) for kind, shape, *bounds in tape)
+
+
+class ReplayedDraws:
+    """A compiled step's draws: dynamo cannot call a torch.Generator, so the engine makes the step's
+    draws before the graph runs (`Draws.replay` of the tape its first, eager, run recorded) and the
+    step takes them in the order it asks for them: the same numbers as the eager step."""
+
+    def __init__(self, drawn: tuple):
+        self.drawn, self.next = drawn, 0
+
+    def rand(self, shape) -> torch.Tensor:
+        return self._take(tuple(shape), torch.float32)
+
+    def randint(self, low: int, high: int, shape) -> torch.Tensor:
+        return self._take(tuple(shape), torch.long)
+
+    def _take(self, shape: tuple, dtype) -> torch.Tensor:
+        x = self.drawn[self.next]
+        if tuple(x.shape) != shape or x.dtype != dtype:  # a tape of another plan: never silently other numbers
+            raise RuntimeError(f"replayed draw {self.next} is {tuple(x.shape)} {x.dtype}, the step asked for "
+                               f"{shape} {dtype}: the step's draws do not follow its plan")
+        self.next += 1
+        return x
 
 
 def sample_by_race(probs: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:

@@ -25,17 +25,17 @@ class ARDrafter(JacobiDrafter):
     window's bookkeeping. Models with row-end tokens keep the Jacobi step: their chain also carries
     the forced token after the pending one (T = 2), which verification accepts in the same step."""
 
-    def verify(self, state: LoopState, tree: DraftTree, p_all: torch.Tensor, out: ForwardOutput) -> Verdict:
-        if self.T > 1:
-            return super().verify(state, tree, p_all, out)
+    def verify(self, state: LoopState, plan, tree: DraftTree, p_all: torch.Tensor, out: ForwardOutput) -> Verdict:
+        if self.shapes[plan.window][0] > 1:
+            return super().verify(state, plan, tree, p_all, out)
         pending = state.sample_at(p_all[:, 0], state.frontier + 1)
         n_acc = torch.zeros(state.batch, dtype=torch.long, device=state.device)
         return Verdict(n_accepted=n_acc, path=None, pending=pending, tokens=tree.tokens, p_path=p_all)
 
-    def observe(self, state, tree, verdict, p_all, out, previous_frontier) -> None:
-        if self.T > 1:
-            super().observe(state, tree, verdict, p_all, out, previous_frontier)
-
+    def observe(self, state, plan, tree, verdict, p_all, out, previous_frontier):
+        if self.shapes[plan.window][0] > 1:
+            return super().observe(state, plan, tree, verdict, p_all, out, previous_frontier)
+        return state.draft
 
 AR = Method("ar", "AR (baseline)", "plain autoregressive sampling, one token per forward (the baseline)", ARParams,
             ARDrafter, step_cost=lambda p, row_codes, reports: StepCost(((1, 1.0),)))

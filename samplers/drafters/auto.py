@@ -31,15 +31,16 @@ window reaches them; a window that grows drafts the new positions by `init` firs
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, Optional
 
 import torch
 
 from .base import LoopState
-from .jacobi import INIT_ABOVE_PAPER, INIT_HELP, JacobiDrafter, JacobiParams, restart_param
+from .jacobi import INIT_ABOVE_PAPER, INIT_HELP, JacobiDrafter, JacobiParams, JacobiPlan, JacobiState, restart_param
 from .params import INITS, MAX_WINDOW, Method, StepCost, chain_tokens, param
 
 PRIOR_STEPS = 8.0  # weight of the prior, in steps
@@ -78,6 +79,13 @@ class AutoParams(JacobiParams):
         return candidate_windows(self.max_window)
 
 
+@dataclass
+class AutoState(JacobiState):
+    """The Jacobi state and the last step's counts (the host hint auto's policy reads)."""
+
+    committed: Optional[torch.Tensor] = None  # [2 + windows] tokens, rows, then each candidate window's credit
+
+
 class AutoDrafter(JacobiDrafter):
     def __init__(self, params: AutoParams, model, sampling):
         super().__init__(params, model, sampling)
@@ -106,16 +114,20 @@ class AutoDrafter(JacobiDrafter):
         return self.forward_cost.get(window, 1.0) * self.slowdown
 
     # -- the choice ----------------------------------------------------------------------------
-    def start(self, state: LoopState, first, p0) -> None:
-        super().start(state, first, p0)
+    def _new_state(self, state: LoopState, first) -> "AutoState":
+        ds = super()._new_state(state, first)
         # the last step's [tokens, rows, then per candidate window (self.order) the tokens it would have committed]
-        self.committed = torch.zeros(2 + len(self.order), dtype=torch.long, device=state.device)
+        committed = torch.zeros(2 + len(self.order), dtype=torch.long, device=state.device)
+        return AutoState(**{f.name: getattr(ds, f.name) for f in dataclasses.fields(ds)}, committed=committed)
+
+    def start(self, state: LoopState, first, p0):
         self.tokens = {w: 0.0 for w in self.shapes}  # window -> tokens per step, summed over its counted steps
         self.counted = {w: 0 for w in self.shapes}
         self.prev_step = None  # the previous step: (window, start time, whether it switched window)
+        return super().start(state, first, p0)
 
     def host_hint(self, state: LoopState):
-        return self.committed  # auto drafts chains only (no proactive tree rows to count)
+        return state.draft.committed  # auto drafts chains only (no proactive tree rows to count)
 
     def expected_tokens(self, window: int) -> float:
         """Tokens per step expected from `window`: the mean over its steps so far in this
@@ -132,7 +144,8 @@ class AutoDrafter(JacobiDrafter):
         best = max(self.shapes, key=lambda w: (rate[w], w))
         return best if rate[best] > SWITCH_MARGIN * rate[self.window] else self.window
 
-    def propose(self, state: LoopState, hint: list):
+    def plan(self, state: LoopState, hint: list) -> JacobiPlan:
+        """The previous step's tokens and wall time into the estimates, then this step's window (host only)."""
         now = time.perf_counter()
         tokens, rows, credits = hint[0], hint[1], hint[2:]
         if self.prev_step is not None and rows:  # the previous step: its tokens and its wall time
@@ -149,24 +162,20 @@ class AutoDrafter(JacobiDrafter):
                 self.slowdown += COST_EMA * ((now - t) / self.forward_cost[w] - self.slowdown)
         window = self.choose(state)
         switched = window != self.window
-        if switched:
-            grows = self.shapes[window][0] > self.T
-            self.use_window(window)
-            if grows:  # positions the new window reaches for the first time get drafted by `init`
-                pos = state.frontier[:, None] + torch.arange(1, self.T, device=state.device)
-                self._init(state, pos, (pos > self.drafted[:, None]) & state.active[:, None])
-                self.drafted = torch.where(state.active, torch.maximum(self.drafted, state.frontier + self.T - 1),
-                                           self.drafted)
+        # positions the new window reaches for the first time get drafted by `init` (in `propose`)
+        grow = switched and self.shapes[window][0] > self.shapes[self.window][0]
+        self.window = window
         self.used[window] += 1
         self.prev_step = (window, now, switched)
-        return super().propose(state, 0)
+        return JacobiPlan(window, grow=grow)
 
-    def observe(self, state: LoopState, tree, verdict, p_all, out, previous_frontier) -> None:
-        super().observe(state, tree, verdict, p_all, out, previous_frontier)
+    def observe(self, state: LoopState, plan, tree, verdict, p_all, out, previous_frontier):
+        ds = super().observe(state, plan, tree, verdict, p_all, out, previous_frontier)
         active = state.active
         n = torch.where(active, verdict.n_accepted + 1, 0)
         credits = torch.minimum(n[None, :], self.order_t[:, None] + 1).sum(1)  # [windows]: min(n, W + 1) per row
-        self.committed = torch.cat([torch.stack([n.sum(), active.sum()]), credits])
+        ds.committed = torch.cat([torch.stack([n.sum(), active.sum()]), credits])
+        return ds
 
     def report(self) -> dict:
         """What auto chose and why: steps per window, each window's cost and the expected tokens

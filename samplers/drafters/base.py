@@ -18,13 +18,13 @@ whole generation even when the tree changes shape every step (graph-friendly on 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import List, Optional, Sequence, Union
+from typing import Any, Hashable, List, Optional, Sequence, Union
 
 import torch
 
 from ...model_loaders.contract import ARImageModel, ForwardOutput, ImageGeometry
 from ...model_loaders.slots import batched_tree_tensors
-from ..randomness import PositionNoise, exponential_noise, sample_by_race
+from ..randomness import Draws, PositionNoise, exponential_from_uniform, sample_by_race
 from ..verify import agree_tree, gumbel_coupling
 from ..target import SamplingParams
 
@@ -73,17 +73,21 @@ class LoopState:
     batch: int
     vocab_size: int
     device: torch.device
-    generator: torch.Generator
+    draws: Draws  # the step's random draws (replayed from a tape inside a compiled step)
     seed: int
     rows: torch.Tensor  # arange(batch)
     frontier: torch.Tensor  # [B] position of each row's pending token (committed, KV not cached yet)
     active: torch.Tensor  # [B] rows still generating
     seq: torch.Tensor  # [B, ext + 1] committed tokens up to the frontier; one spare column at the end
-    step: int = 0  # decode forwards so far
+    step: int = 0  # decode forwards so far (host; a compiled step never reads it)
+    step_count: Optional[torch.Tensor] = None  # the same count on the device (0-dim long): what a step writes
     # "same image as AR" (docs/REPRODUCIBLE.md): every position is sampled by the race with its own
     # noise G[row, position] (`position_noise`), and verification accepts by agreement with it
     reproducible: bool = False
     _position_noise: Optional[PositionNoise] = None
+    # the drafter's tensors that cross steps (its own dataclass): made by `Drafter.start`, passed to every phase
+    # here, replaced by what `Drafter.observe` returns
+    draft: Any = None
 
     @property
     def spare(self) -> int:
@@ -91,10 +95,14 @@ class LoopState:
         return self.seq.shape[1] - 1
 
     def noise(self, *shape) -> torch.Tensor:
-        return exponential_noise(shape, self.generator, self.device)
+        """Exp(1) noise of `shape` (fresh draws)."""
+        return exponential_from_uniform(self.draws.rand(shape))
 
     def uniform(self, *shape) -> torch.Tensor:
-        return torch.rand(shape, generator=self.generator, device=self.device)
+        return self.draws.rand(shape)
+
+    def randint(self, low: int, high: int, *shape) -> torch.Tensor:
+        return self.draws.randint(low, high, shape)
 
     def position_noise(self, pos: torch.Tensor) -> torch.Tensor:
         """G [B, ..., V] of the absolute positions pos [B, ...] of each row: a function of the seed,
@@ -155,16 +163,24 @@ class Verdict:
 
 class Drafter:
     """Base class of drafting methods. Subclasses set `name`, `node_budget` and implement
-    `start`, `propose` and `observe`; `verify` defaults to the general tree rule."""
+    `start`, `propose` and `observe`; `verify` defaults to the general tree rule.
+
+    A drafter object holds its configuration (and, for an adaptive one, its host-side policy); what
+    changes on the device during a generation lives in its state object (`LoopState.draft`): made by
+    `start`, read by every phase, returned anew by `observe`. A step is `plan` on the host (from the last
+    host read: the step's shapes, a hashable value), then `propose` -> forward -> `verify` -> commit ->
+    `observe` on the device, which read only the plan, `state` and their arguments: the compiled step
+    (samplers/step.py) captures them as one graph per plan."""
 
     name: str = "drafter"
     node_budget: int = 1  # nodes per forward, pending token included
     slack: int = 3  # positions past the end of the image its trees may reach (node_budget + 2 is safe)
     lossless: bool = True
 
-    def start(self, state: LoopState, first: ForwardOutput, p0: torch.Tensor) -> None:
+    def start(self, state: LoopState, first: ForwardOutput, p0: torch.Tensor) -> Any:
         """Called once after the prefill (p0 [B, V]: target of position 0, already sampled into
-        seq[:, 0])."""
+        seq[:, 0]); returns the drafter's state (`LoopState.draft`, None when it has none)."""
+        return None
 
     def host_hint(self, state: LoopState) -> Optional[torch.Tensor]:
         """An integer tensor read back with the engine's one host read per step and passed to
@@ -172,7 +188,14 @@ class Drafter:
         1-D -> a list of ints (`HostHint`)."""
         return None
 
-    def propose(self, state: LoopState, hint: HostHint = 0) -> DraftTree:
+    def plan(self, state: LoopState, hint: HostHint) -> Hashable:
+        """The host half of a step: the choices that set its shapes (a chain or a tree, a window, a
+        tree's depth and width) from the hint of the step's one host read; hashable. The device
+        phases read only this (never the hint): the compiled step keeps one graph per plan, so a plan
+        takes few values. Default: the hint (tuple when a list)."""
+        return tuple(hint) if isinstance(hint, list) else hint
+
+    def propose(self, state: LoopState, plan: Hashable) -> DraftTree:
         raise NotImplementedError
 
     def cost_shapes(self) -> dict:
@@ -187,15 +210,18 @@ class Drafter:
         """What an adaptive drafter chose and why (GenerationStats.backend_report), or None."""
         return None
 
-    def verify(self, state: LoopState, tree: DraftTree, p: torch.Tensor, out: ForwardOutput) -> Verdict:
+    def verify(self, state: LoopState, plan: Hashable, tree: DraftTree, p: torch.Tensor,
+               out: ForwardOutput) -> Verdict:
         from ..verify import verify_tree
         return verify_tree_step(state, tree, p, verify_tree)
 
-    def observe(self, state: LoopState, tree: DraftTree, verdict: Verdict, p: torch.Tensor,
-                out: ForwardOutput, previous_frontier: torch.Tensor) -> None:
+    def observe(self, state: LoopState, plan: Hashable, tree: DraftTree, verdict: Verdict, p: torch.Tensor,
+                out: ForwardOutput, previous_frontier: torch.Tensor) -> Any:
         """Told after the commit (``state.frontier`` already moved; ``state.active`` still the
         step's): the verdict, every node's target p [B, N, V], the forward's output (hidden
-        states of both CFG branches included) and each row's frontier before the step."""
+        states of both CFG branches included) and each row's frontier before the step. Returns
+        the drafter's next state (`LoopState.draft`)."""
+        return state.draft
 
 
 def verify_tree_step(state: LoopState, tree: DraftTree, p: torch.Tensor, verify_fn) -> Verdict:

@@ -34,16 +34,18 @@ class HiddenStates:
 
 class DraftsFromHiddenStates:
     """Mixin of a drafter whose draft features live in the target's hidden space: `_use_target` in
-    the constructor, `_start_hidden` in `start`, then `self.hidden` and `_q`."""
+    the constructor, `_start_hidden` in `start` (the store goes in the drafter's state), then `_q`."""
 
     def _use_target(self, model, sampling) -> None:
         self.model, self.sampling = model, sampling
         # draft features are computed in float32 and fed to the target's head in its own dtype
         self.head_dtype = model.embed_tokens(torch.zeros(1, dtype=torch.long, device=model.device)).dtype
 
-    def _start_hidden(self, state, first: ForwardOutput, columns: int) -> None:
-        self.hidden = HiddenStates(first, columns, state.device)
-        self.uses_cfg = self.hidden.uses_cfg
+    def _start_hidden(self, state, first: ForwardOutput, columns: int) -> HiddenStates:
+        """A new store of the target's hidden states (part of the drafter's state: `LoopState.draft`)."""
+        hidden = HiddenStates(first, columns, state.device)
+        self.uses_cfg = hidden.uses_cfg  # the generation's guidance: configuration, fixed for the generation
+        return hidden
 
     def _q(self, features: torch.Tensor, B: int) -> torch.Tensor:
         """q [B, ..., V] of draft features [R, ..., D] (R = 2B with CFG: cond rows first): the

@@ -14,7 +14,7 @@ AR (ar.py) is this drafter with an empty window: one slot, the pending token, an
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Optional
+from typing import ClassVar, NamedTuple, Optional
 
 import torch
 
@@ -138,6 +138,29 @@ class ChainVerdict(Verdict):
     rejected: torch.Tensor  # [B] bool: a draft was rejected (the proactive tree follows)
 
 
+class JacobiPlan(NamedTuple):
+    """A Jacobi step's shape, chosen on the host from the last host read (`Drafter.plan`): the window, whether
+    the proactive branches ride along (a row had a rejection), and whether positions the window reaches for
+    the first time are drafted before the step (`auto` growing its window)."""
+
+    window: int
+    tree: bool = False
+    grow: bool = False
+
+
+@dataclass
+class JacobiState:
+    """The Jacobi drafter's tensors that cross steps, passed to every phase in `LoopState.draft` and returned
+    anew by `start` / `observe` (the ring of q is written by index in place: rollback is free)."""
+
+    dist: torch.Tensor  # [B, ring + 1, V] q of each drafted position (target p of committed ones) at pos % ring
+    drafted: torch.Tensor  # [B] last position that holds a draft
+    in_tree: torch.Tensor  # [B] bool: rows whose next step carries the proactive branches
+    stall: torch.Tensor  # [B] steps in a row that committed one token (stall restart)
+    branch_tok: Optional[torch.Tensor] = None  # [B, K-1, D] the proactive branches (after a rejection)
+    branch_valid: Optional[torch.Tensor] = None  # [B, K-1, D] bool
+
+
 class JacobiDrafter(Drafter):
     def __init__(self, params: JacobiParams, model, sampling):
         geo = model.geometry
@@ -155,7 +178,7 @@ class JacobiDrafter(Drafter):
         # ring of per-position draft distributions q (and targets of committed positions):
         # a position's entry lives at pos % ring; one spare entry at the end takes masked-out writes
         self.ring = geo.row_stride + T_max + 2
-        self.use_window(next(iter(self.shapes)))
+        self.window = next(iter(self.shapes))  # the window of the first step (`auto` changes it in `plan`)
 
     def _shape(self, geo, window: int) -> tuple:
         """(T, chain parents, tree parents) of a window: T chain slots (the pending token, `window`
@@ -169,57 +192,75 @@ class JacobiDrafter(Drafter):
                 tree.append(0 if d == 0 else len(tree) - 1)
         return T, chain, tree
 
-    def use_window(self, window: int) -> None:
-        """The window of the next step (a fixed backend never changes it)."""
-        self.window = window
-        self.T, self.chain_parents, self.tree_parents = self.shapes[window]
-
     # -- start -------------------------------------------------------------------------------
-    def start(self, state: LoopState, first: ForwardOutput, p0: torch.Tensor) -> None:
+    def _new_state(self, state: LoopState, first: ForwardOutput) -> JacobiState:
         B, V, dev = state.batch, state.vocab_size, state.device
-        self.dist = torch.zeros(B, self.ring + 1, V, device=dev)
+        return JacobiState(dist=torch.zeros(B, self.ring + 1, V, device=dev), drafted=state.frontier.clone(),
+                           in_tree=torch.zeros(B, dtype=torch.bool, device=dev),
+                           stall=torch.zeros(B, dtype=torch.long, device=dev))
+
+    def start(self, state: LoopState, first: ForwardOutput, p0: torch.Tensor) -> JacobiState:
+        B, dev = state.batch, state.device
+        ds = state.draft = self._new_state(state, first)
         self._write(state, state.frontier[:, None], state.active[:, None], dists=p0[:, None])
-        T = self.T
-        self.drafted = state.frontier.clone()  # last position that holds a draft
-        self._init(state, state.frontier[:, None] + torch.arange(1, T, device=dev),
+        T = self.shapes[self.window][0]
+        self._init(state, self.window, state.frontier[:, None] + torch.arange(1, T, device=dev),
                    torch.ones(B, T - 1, dtype=torch.bool, device=dev))
-        self.drafted = self.drafted + T - 1
-        self.in_tree = torch.zeros(B, dtype=torch.bool, device=dev)  # rows whose next draft is a tree
-        self.stall = torch.zeros(B, dtype=torch.long, device=dev)  # steps in a row that committed one token
+        ds.drafted = ds.drafted + T - 1
+        return ds
 
     def host_hint(self, state: LoopState):
         """How many rows want the proactive tree in the next forward."""
-        return (self.in_tree & state.active).sum() if self.K > 1 else None
+        return (state.draft.in_tree & state.active).sum() if self.K > 1 else None
+
+    def plan(self, state: LoopState, hint: int = 0) -> JacobiPlan:
+        return JacobiPlan(self.window, tree=hint > 0)
 
     # -- propose -----------------------------------------------------------------------------
-    def propose(self, state: LoopState, hint: int = 0) -> DraftTree:
-        self.tree_step = tree_step = hint > 0
-        self.pos = state.frontier[:, None] + torch.arange(self.T, device=state.device)  # pending, then the chain
-        tokens = state.seq.gather(1, self.pos)
-        if tree_step:  # proactive drafting: K-1 extra branches of depth D under the pending token
-            tokens = torch.cat([tokens, self.branch_tok.flatten(1)], 1)
-        return DraftTree(tokens=tokens, parents=self.tree_parents if tree_step else self.chain_parents)
+    def _chain_positions(self, state: LoopState, plan: JacobiPlan) -> torch.Tensor:
+        """[B, T] positions of the chain's slots: the pending token, then the window's drafts."""
+        return state.frontier[:, None] + torch.arange(self.shapes[plan.window][0], device=state.device)
+
+    def propose(self, state: LoopState, plan: JacobiPlan) -> DraftTree:
+        T, chain_parents, tree_parents = self.shapes[plan.window]
+        if plan.grow:  # positions the window reaches for the first time get drafted by `init`
+            ds = state.draft
+            pos = state.frontier[:, None] + torch.arange(1, T, device=state.device)
+            self._init(state, plan.window, pos, (pos > ds.drafted[:, None]) & state.active[:, None])
+            ds.drafted = torch.where(state.active, torch.maximum(ds.drafted, state.frontier + T - 1), ds.drafted)
+        tokens = state.seq.gather(1, self._chain_positions(state, plan))
+        if plan.tree:  # proactive drafting: K-1 extra branches of depth D under the pending token
+            tokens = torch.cat([tokens, state.draft.branch_tok.flatten(1)], 1)
+        return DraftTree(tokens=tokens, parents=tree_parents if plan.tree else chain_parents)
 
     # -- verify ------------------------------------------------------------------------------
-    def verify(self, state: LoopState, tree: DraftTree, p_all: torch.Tensor, out: ForwardOutput) -> Verdict:
-        B, T, V, dev, rows = state.batch, self.T, state.vocab_size, state.device, state.rows
-        layout, tokens, pos = state.layout, tree.tokens, self.pos
+    def _enabled(self, state: LoopState, plan: JacobiPlan, dpos: torch.Tensor) -> torch.Tensor:
+        """[B, T-1] the chain slots this step verifies: the window's image drafts (and the forced tokens
+        among them), none past the end of the image."""
+        layout = state.layout
+        return (layout.is_img[dpos].long().cumsum(-1) <= plan.window) & (layout.forced[dpos] != BEYOND_IMAGE)
+
+    def verify(self, state: LoopState, plan: JacobiPlan, tree: DraftTree, p_all: torch.Tensor,
+               out: ForwardOutput) -> Verdict:
+        B, V, dev, rows = state.batch, state.vocab_size, state.device, state.rows
+        layout, tokens, pos = state.layout, tree.tokens, self._chain_positions(state, plan)
+        T = pos.shape[1]
         dpos = pos[:, 1:]
-        q = self.dist[rows[:, None], dpos % self.ring]
+        q = state.draft.dist[rows[:, None], dpos % self.ring]
         forced = layout.forced[dpos] >= 0
-        enabled = (layout.is_img[dpos].long().cumsum(-1) <= self.window) & (layout.forced[dpos] != BEYOND_IMAGE)
+        enabled = self._enabled(state, plan, dpos)
         if state.reproducible:
-            return self._verify_by_agreement(state, tokens, p_all, forced, enabled)
+            return self._verify_by_agreement(state, plan, pos, tokens, p_all, forced, enabled)
         noise = state.noise(B, T, V)  # noise[:, i-1] serves position frontier+i
         u = state.uniform(B, T - 1)
         line, first, k_star = torch.arange(T, device=dev).expand(B, T), None, None
-        if self.tree_step:
-            line, first, k_star = self._verify_siblings(state, tokens, p_all, q[:, 0], noise[:, 0], forced[:, 0])
+        if plan.tree:
+            line, first, k_star = self._verify_siblings(state, T, tokens, p_all, q[:, 0], noise[:, 0], forced[:, 0])
         x_line, p = tokens, p_all
-        if self.tree_step:  # the verified line: the chain, or the chosen branch after the pending token
+        if plan.tree:  # the verified line: the chain, or the chosen branch after the pending token
             x_line, p = tokens.gather(1, line), p_all[rows[:, None], line]
         n_acc, mrs_out = verify_chain(p[:, :-1], q, x_line[:, 1:], u, noise[:, :-1], enabled, forced, first=first)
-        if self.tree_step:
+        if plan.tree:
             n_acc = self._cap_branch_acceptance(n_acc, k_star)
         n_acc = torch.where(state.active, n_acc, 0)
         n_en = enabled.sum(-1)
@@ -228,50 +269,50 @@ class JacobiDrafter(Drafter):
         rejected = n_acc < n_en
         correction = torch.cat([mrs_out, fresh_next[:, None]], 1)[rows, n_acc]
         pending = torch.where(rejected, correction, fresh_next)
-        return ChainVerdict(n_accepted=n_acc, path=line if self.tree_step else None, pending=pending, tokens=x_line,
+        return ChainVerdict(n_accepted=n_acc, path=line if plan.tree else None, pending=pending, tokens=x_line,
                             p_path=p, mrs_out=mrs_out, noise=noise, n_enabled=n_en, rejected=rejected)
 
-    def _verify_by_agreement(self, state, tokens, p_all, forced, enabled) -> Verdict:
+    def _verify_by_agreement(self, state, plan, pos, tokens, p_all, forced, enabled) -> Verdict:
         """The same step by agreement (verify.agree_chain; docs/REPRODUCIBLE.md): a draft is accepted
         where it is the target's own sample of its position, the pending token is the target's sample
         after the last accepted draft. `mrs_out` then holds the target's sample after every line node:
         the Gumbel-coupled re-draft of each position (`_coupled_draft`)."""
-        rows = state.rows
-        gumbel = state.position_noise(self.pos + 1)  # [B, T, V]: the position after each chain slot
-        line, first, k_star = self.pos - state.frontier[:, None], None, None
-        if self.tree_step:  # depth 1: the chain's draft and the branches' first tokens are siblings
+        rows, T = state.rows, pos.shape[1]
+        gumbel = state.position_noise(pos + 1)  # [B, T, V]: the position after each chain slot
+        line, first, k_star = pos - state.frontier[:, None], None, None
+        if plan.tree:  # depth 1: the chain's draft and the branches' first tokens are siblings
             cands, valid = self._sibling_candidates(state, tokens)
             k_star = agree_candidates(race_keys(p_all[:, 0], gumbel[:, 0]), cands, valid)
             k_star = torch.where(forced[:, 0], 0, k_star)  # a structure token: every branch holds it
-            line = self._branch_line(k_star)
+            line = self._branch_line(T, k_star)
             first = k_star >= 0
         x_line, p = tokens.gather(1, line), p_all[rows[:, None], line]
         n_acc, samples = agree_chain(p, x_line[:, 1:], gumbel, enabled, forced, first=first)
-        if self.tree_step:
+        if plan.tree:
             n_acc = self._cap_branch_acceptance(n_acc, k_star)
         n_acc = torch.where(state.active, n_acc, 0)
         n_en = enabled.sum(-1)
-        return ChainVerdict(n_accepted=n_acc, path=line if self.tree_step else None, pending=samples[rows, n_acc],
+        return ChainVerdict(n_accepted=n_acc, path=line if plan.tree else None, pending=samples[rows, n_acc],
                             tokens=x_line, p_path=p, mrs_out=samples, noise=None, n_enabled=n_en,
                             rejected=n_acc < n_en)
 
     def _sibling_candidates(self, state, tokens):
         """[B, K] depth-1 candidates (the chain's draft, then each branch's first token) and validity."""
-        B = state.batch
-        cands = torch.cat([tokens[:, 1:2], self.branch_tok[:, :, 0]], 1).clamp(0, state.vocab_size - 1)
+        B, ds = state.batch, state.draft
+        cands = torch.cat([tokens[:, 1:2], ds.branch_tok[:, :, 0]], 1).clamp(0, state.vocab_size - 1)
         valid = torch.cat([torch.ones(B, 1, dtype=torch.bool, device=state.device),
-                           self.branch_valid[:, :, 0] & self.in_tree[:, None]], 1)
+                           ds.branch_valid[:, :, 0] & ds.in_tree[:, None]], 1)
         return cands, valid
 
-    def _branch_line(self, k_star):
+    def _branch_line(self, T: int, k_star):
         """The slot line verification continues on: the chain, or branch k_star's D slots then the chain's."""
-        D, T = self.D, self.T
+        D = self.D
         depth = torch.arange(T, device=k_star.device)
         branch_slot = T + (k_star.clamp(min=1) - 1)[:, None] * D + depth[None] - 1
         on_branch = (k_star[:, None] >= 1) & (depth[None] >= 1) & (depth[None] <= D)
         return torch.where(on_branch, branch_slot, depth[None])
 
-    def _verify_siblings(self, state, tokens, p_all, q1, noise1, forced1):
+    def _verify_siblings(self, state, T, tokens, p_all, q1, noise1, forced1):
         """Depth 1 of a tree step: the chain's draft and the branches' first tokens are siblings
         drawn without replacement from q1; verify them in order. Returns the slot line of the
         branch verification continues on, the depth-1 outcome (accepted, token) and the winner."""
@@ -279,7 +320,7 @@ class JacobiDrafter(Drafter):
         u = state.uniform(state.batch, self.K)
         k_star, token = verify_candidates(p_all[:, 0], cands, u, noise1, q=q1, valid=valid)
         k_star = torch.where(forced1, 0, k_star)  # a structure token: every branch holds it
-        line = self._branch_line(k_star)
+        line = self._branch_line(T, k_star)
         first = (k_star >= 0, torch.where(k_star >= 0, tokens.gather(1, line[:, 1:2]).squeeze(1), token))
         return line, first, k_star
 
@@ -292,9 +333,10 @@ class JacobiDrafter(Drafter):
         return torch.where(k_star >= 1, n_acc.clamp(max=self.D), n_acc)
 
     # -- observe -----------------------------------------------------------------------------
-    def observe(self, state: LoopState, tree: DraftTree, verdict: Verdict, p_all: torch.Tensor,
-                out: ForwardOutput, previous_frontier: torch.Tensor) -> None:
-        dev, active, T = state.device, state.active, self.T
+    def observe(self, state: LoopState, plan: JacobiPlan, tree: DraftTree, verdict: Verdict, p_all: torch.Tensor,
+                out: ForwardOutput, previous_frontier: torch.Tensor) -> JacobiState:
+        dev, active, ds = state.device, state.active, state.draft
+        T = self.shapes[plan.window][0]
         frontier, new_frontier, n_acc, p = previous_frontier, state.frontier, verdict.n_accepted, verdict.p_path
         slot = torch.arange(T, device=dev)
         tpos = frontier[:, None] + 1 + slot  # positions of p's targets
@@ -309,29 +351,30 @@ class JacobiDrafter(Drafter):
         # drafts for positions entering the window, then the proactive tree after a rejection
         # (and the whole window of a row the stall restart re-drafts: the same call, so no extra draws)
         npos = new_frontier[:, None] + slot[1:]
-        need = (npos > self.drafted[:, None]) & active[:, None]
+        need = (npos > ds.drafted[:, None]) & active[:, None]
         if self.restart_after:
-            need = need | self._stalled_rows(state, verdict.n_accepted)[:, None]
-        self._init(state, npos, need)
-        self.drafted = torch.where(active, torch.maximum(self.drafted, new_frontier + T - 1), self.drafted)
+            restart, ds.stall = self._stalled_rows(state, ds.stall, verdict.n_accepted)
+            need = need | restart[:, None]
+        self._init(state, plan.window, npos, need)
+        ds.drafted = torch.where(active, torch.maximum(ds.drafted, new_frontier + T - 1), ds.drafted)
         if self.K > 1:
-            self.in_tree = verdict.rejected & active
+            ds.in_tree = verdict.rejected & active
             self._build_tree(state)
+        return ds
 
-    def _stalled_rows(self, state, n_accepted):
-        """Stall restart: the rows whose last `restart_after` steps each committed one token; their
-        whole window is drafted afresh by `init`. Coupled re-drafts keep a draft wherever the new p
-        still gives it mass, so drafts made under a wrong prefix can stay wrong step after step (a
-        fixed point of the coupled iteration: docs/BENCHMARKS.md). Lossless: the decision reads only
-        the steps' counts (never a draft), and the fresh drafts record their q like any init. The
-        re-draft is the entering positions' `init` call with a wider mask: `init` draws the same
+    def _stalled_rows(self, state, stall, n_accepted):
+        """Stall restart: the rows whose last `restart_after` steps each committed one token (and the
+        counts after this step); their whole window is drafted afresh by `init`. Coupled re-drafts keep a
+        draft wherever the new p still gives it mass, so drafts made under a wrong prefix can stay wrong step
+        after step (a fixed point of the coupled iteration: docs/BENCHMARKS.md). Lossless: the decision
+        reads only the steps' counts (never a draft), and the fresh drafts record their q like any init.
+        The re-draft is the entering positions' `init` call with a wider mask: `init` draws the same
         noise whichever positions it writes, so a generation in which no row restarts keeps its
         tokens, and the restart costs no call of its own."""
         active = state.active
-        self.stall = torch.where(active, torch.where(n_accepted == 0, self.stall + 1, 0), self.stall)
-        restart = (self.stall >= self.restart_after) & active
-        self.stall = torch.where(restart, 0, self.stall)
-        return restart
+        stall = torch.where(active, torch.where(n_accepted == 0, stall + 1, 0), stall)
+        restart = (stall >= self.restart_after) & active
+        return restart, torch.where(restart, 0, stall)
 
     # -- drafting ------------------------------------------------------------------------------
     def _write(self, state, pos, mask, tokens=None, dists=None):
@@ -341,11 +384,11 @@ class JacobiDrafter(Drafter):
             state.write_tokens(pos, mask, tokens)
         if dists is not None:
             r = state.rows[:, None].expand_as(pos)
-            self.dist[r, torch.where(mask, pos % self.ring, self.ring)] = dists
+            state.draft.dist[r, torch.where(mask, pos % self.ring, self.ring)] = dists
 
-    def _init(self, state, pos, need):
+    def _init(self, state, window, pos, need):
         """Draft positions `pos` [B, K] (consecutive per row) where `need`; record their q."""
-        if self.window == 0:  # AR drafts nothing
+        if window == 0:  # AR drafts nothing
             return
         layout, V, strat = state.layout, state.vocab_size, self.init
         need = need & layout.is_img[pos]
@@ -355,8 +398,7 @@ class JacobiDrafter(Drafter):
         left = layout.prev_img[first].clamp(min=0)
         if strat == "random":
             uniform = torch.full((B, K, V), 1.0 / V, device=state.device)
-            x = state.sample_at(uniform, pos) if state.reproducible else \
-                torch.randint(V, (B, K), generator=state.generator, device=state.device)
+            x = state.sample_at(uniform, pos) if state.reproducible else state.randint(0, V, B, K)
             self._write(state, pos, need, x, uniform)
             return
         stride = layout.geometry.row_stride
@@ -371,7 +413,7 @@ class JacobiDrafter(Drafter):
                 x = state.seq.gather(1, src).clamp(0, V - 1)  # clamp: sources of masked-out slots may be structure
                 q = one_hot(x, V)
             else:
-                q = self.dist[state.rows[:, None], src % self.ring]
+                q = state.draft.dist[state.rows[:, None], src % self.ring]
                 x = state.sample_at(q, p)
             self._write(state, p, need[:, s:e], x, q)
 
@@ -394,7 +436,7 @@ class JacobiDrafter(Drafter):
         else:  # Gumbel coupling: the noise of each (row, position), fixed for the generation
             coupled = gumbel_coupling(p, state.position_noise(tpos))
         if alpha < 1.0:
-            coin = torch.rand(coupled.shape, generator=state.generator, device=state.device) < alpha
+            coin = state.uniform(*coupled.shape) < alpha
             coupled = torch.where(coin, coupled, fresh)
         return coupled
 
@@ -405,7 +447,7 @@ class JacobiDrafter(Drafter):
         drawn independently for every branch from that position's q."""
         B, K, D, V, layout = state.batch, self.K, self.D, state.vocab_size, state.layout
         bpos = state.frontier[:, None] + torch.arange(1, D + 1, device=state.device)  # [B, D]
-        q = self.dist[state.rows[:, None], bpos % self.ring]  # [B, D, V]
+        q = state.draft.dist[state.rows[:, None], bpos % self.ring]  # [B, D, V]
         first = state.seq.gather(1, bpos[:, :1]).clamp(0, V - 1)  # the chain's draft at depth 1
         if state.reproducible:
             # the best K-1 of log q + G after the chain's draft (its own best when drafted from this q);
@@ -426,7 +468,7 @@ class JacobiDrafter(Drafter):
         tok = torch.where(forced[:, None] >= 0, forced[:, None], tok)
         valid = (forced[:, None] != BEYOND_IMAGE).expand(B, K - 1, D).clone()
         valid[:, :, 0] &= ok1 | (forced[:, None, 0] >= 0)
-        self.branch_tok, self.branch_valid = tok, valid
+        state.draft.branch_tok, state.draft.branch_valid = tok, valid
 
 
 def jacobi_step_cost(p: dict, row_codes: int, reports: list) -> StepCost:
@@ -449,4 +491,4 @@ SJD_PAC = Method("sjd_pac", "SJD-PAC", "SJD with proactive drafting and adaptive
                  # the paper's ablation: SJD -> + proactive drafting -> + adaptive continuation -> L=64
                  bench_variants=("window=32,continuation=false", "window=32", "window=64"))
 
-__all__ = ["JacobiDrafter", "slot_count", "IMAGE_POSITION", "SJD", "SCD", "SJD_PAC"]
+__all__ = ["JacobiDrafter", "JacobiPlan", "JacobiState", "slot_count", "IMAGE_POSITION", "SJD", "SCD", "SJD_PAC"]

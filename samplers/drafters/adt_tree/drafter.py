@@ -36,7 +36,7 @@ samplers/drafters/eagle/.
 """
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -44,7 +44,7 @@ from ....model_loaders.contract import ForwardOutput
 from ...verify import gumbel_top_k, one_hot
 from ..base import BEYOND_IMAGE, SIBLINGS_INDEPENDENT, SIBLINGS_WITHOUT_REPLACEMENT, DraftTree, Drafter, LoopState, Verdict
 from ..eagle import load_eagle
-from ..hidden_states import DraftsFromHiddenStates
+from ..hidden_states import DraftsFromHiddenStates, HiddenStates
 from ..params import DraftNetworkCost, Method, StepCost
 from ..static_tree import best_first_shape
 from .params import D_RANGE, K_RANGE, ADTTreeParams
@@ -54,6 +54,17 @@ L_D, L_K = 1, 3  # the paper's adjustment steps (Anole)
 # adaptive best_first: the acceptance guesses of the shape family, bushiest first (a flat image
 # region accepts whole chains: the deepest shape is nearly a chain of node_budget - 1 drafts)
 PLAN_GUESSES = (0.6, 0.72, 0.8, 0.88, 0.93, 0.96, 0.98)
+
+
+@dataclass
+class ADTTreeState:
+    """ADT-Tree's tensors that cross steps (`LoopState.draft`)."""
+
+    hidden: HiddenStates  # the target's hidden states by position
+    d: torch.Tensor  # [B] each row's next tree depth (best_first: its shape number, 1-based)
+    k: torch.Tensor  # [B] each row's next tree width
+    dk_at: torch.Tensor  # [B, ext + 2, 2] (d, k) of the tree that covered each position (tree_init="above")
+    band_kv: list  # the EAGLE layer's keys / values of committed positions, by position
 
 
 class ADTTreeDrafter(SampledTrees, DraftsFromHiddenStates, Drafter):
@@ -91,7 +102,7 @@ class ADTTreeDrafter(SampledTrees, DraftsFromHiddenStates, Drafter):
                                                          params.sibling_accept_guess,
                                                          max_depth=self.node_budget - 1)]
                           for g in guesses]
-            # self.d holds the row's shape number (1-based: 0 marks "no tree" in dk_at); adaptive:
+            # state.draft.d holds the row's shape number (1-based: 0 marks "no tree" in dk_at); adaptive:
             # start at the shape nearest accept_guess
             self.d0 = 1 + min(range(len(guesses)), key=lambda i: abs(guesses[i] - guess))
             self.d_lo, self.d_hi = 1, len(guesses)
@@ -115,26 +126,25 @@ class ADTTreeDrafter(SampledTrees, DraftsFromHiddenStates, Drafter):
         return torch.cat([e, e]) if self.uses_cfg else e
 
     # -- start -------------------------------------------------------------------------------
-    def start(self, state: LoopState, first: ForwardOutput, p0: torch.Tensor) -> None:
+    def start(self, state: LoopState, first: ForwardOutput, p0: torch.Tensor) -> "ADTTreeState":
         B, dev = state.batch, state.device
         # hidden.states[r, j]: the target feature whose output predicted position j (j = 0: the prompt's last)
-        self._start_hidden(state, first, state.layout.ext + 2)
-        self.d = torch.full((B,), self.d0, dtype=torch.long, device=dev)
-        self.k = torch.full((B,), self.k0, dtype=torch.long, device=dev)
-        # (d, k) of the tree that covered each position (for tree_init="above")
-        self.dk_at = torch.zeros(B, state.layout.ext + 2, 2, dtype=torch.long, device=dev)
+        hidden = self._start_hidden(state, first, state.layout.ext + 2)
         # the EAGLE layer's keys / values of committed positions, by position (last column: spare).
         # One layer: position j's K/V depend on its own input (f_{j-1}, t_j, j) only, all final once
         # j is committed, so a band position computed in an earlier step is read back, never
         # recomputed; each step runs only the newest `fresh` positions (at least what one step
         # can commit: the deepest tree + 1) through the layer
         R = 2 * B if self.uses_cfg else B
-        self.band_kv = self.net.new_cache(R, state.layout.ext + 3, dev, torch.float32)
+        return ADTTreeState(hidden=hidden, d=torch.full((B,), self.d0, dtype=torch.long, device=dev),
+                            k=torch.full((B,), self.k0, dtype=torch.long, device=dev),
+                            dk_at=torch.zeros(B, state.layout.ext + 2, 2, dtype=torch.long, device=dev),
+                            band_kv=self.net.new_cache(R, state.layout.ext + 3, dev, torch.float32))
 
     def host_hint(self, state: LoopState):
         act = state.active
         # the deepest and widest tree an active row asks for: [dmax, kmax] (propose's `hint`)
-        return torch.stack([torch.where(act, self.d, 0).max(), torch.where(act, self.k, 0).max()])
+        return torch.stack([torch.where(act, state.draft.d, 0).max(), torch.where(act, state.draft.k, 0).max()])
 
     # -- propose -----------------------------------------------------------------------------
     def _band_pass(self, state: LoopState, S: int):
@@ -152,13 +162,13 @@ class ADTTreeDrafter(SampledTrees, DraftsFromHiddenStates, Drafter):
         band_valid = wpos >= 0
         wposc = wpos.clamp(min=0)
         old = W - A  # band slots read back
-        by_pos = [c.transpose(1, 2) for c in self.band_kv]  # [R, P, H, hd] views
+        by_pos = [c.transpose(1, 2) for c in state.draft.band_kv]  # [R, P, H, hd] views
         if old:
             for step_c, c in zip(kv, by_pos):
                 step_c[:, :, :old] = c[rrows, wposc[:, :old]].transpose(1, 2)
         # the newest A positions: keys / values only, then the root (position f) through the whole layer
         npos, na = wposc[:, old:], torch.arange(old, W, device=dev)
-        feats = self.hidden.states[rrows, npos]
+        feats = state.draft.hidden.states[rrows, npos]
         embeds = self._embed(state.seq[rows[:, None], npos[:B]])
         if A > 1:
             self.net.write_keys_values(feats[:, :-1], embeds[:, :-1], npos[:, :-1], kv, na[:-1].expand(R, A - 1))
@@ -166,7 +176,7 @@ class ADTTreeDrafter(SampledTrees, DraftsFromHiddenStates, Drafter):
         mask[:, 0, :W] = band_valid
         mask[:, 0, W - 1] = True
         g = self.net(feats[:, -1:], embeds[:, -1:], npos[:, -1:], mask, kv, na[-1:].expand(R, 1))
-        dest = torch.where(band_valid[:, old:], wpos[:, old:], self.band_kv[0].shape[2] - 1)
+        dest = torch.where(band_valid[:, old:], wpos[:, old:], state.draft.band_kv[0].shape[2] - 1)
         for step_c, c in zip(kv, by_pos):
             c[rrows, dest] = step_c[:, :, old:W].transpose(1, 2)
         return kv, g, band_valid, fR
@@ -191,12 +201,12 @@ class ADTTreeDrafter(SampledTrees, DraftsFromHiddenStates, Drafter):
         g = self.net(pfeat, self._embed(ctok), npos, m, kv, slots.expand(R, E))
         return g, self._q(g, B), anc
 
-    @torch.no_grad()
-    def propose(self, state: LoopState, hint: list) -> DraftTree:
+    def propose(self, state: LoopState, plan: tuple) -> DraftTree:
+        """plan: (dmax, kmax), the deepest and widest tree an active row asks for (`host_hint`)."""
         if self.candidate_mode == "sampled":
-            return self._propose_sampled(state, hint)
+            return self._propose_sampled(state, plan)
         B, V, dev, layout = state.batch, state.vocab_size, state.device, state.layout
-        dmax, kmax = max(hint[0], 1), max(hint[1], 1)
+        dmax, kmax = max(plan[0], 1), max(plan[1], 1)
         R, W = (2 * B if self.uses_cfg else B), self.attn_band
         f = state.frontier
         M = (dmax - 1) * kmax  # tree slots forwarded through the layer
@@ -224,12 +234,12 @@ class ADTTreeDrafter(SampledTrees, DraftsFromHiddenStates, Drafter):
                 pad = kmax - kk
                 lq = torch.cat([lq, lq.new_zeros(B, e, pad)], -1)
                 tok = torch.cat([tok, tok.new_zeros(B, e, pad)], -1)
-            ok = valid_e[:, :, None] & (jk[None, None] < self.k[:, None, None]) & (lq > 0) & \
-                (d <= self.d)[:, None, None]
+            ok = valid_e[:, :, None] & (jk[None, None] < state.draft.k[:, None, None]) & (lq > 0) & \
+                (d <= state.draft.d)[:, None, None]
             lq = lq.clamp(min=1e-30).log()
             is_forced = (forced >= 0)[:, None, None]
             tok = torch.where(is_forced, forced[:, None, None].clamp(min=0), tok)
-            ok = torch.where(is_forced, valid_e[:, :, None] & (jk == 0)[None, None] & (d <= self.d)[:, None, None], ok)
+            ok = torch.where(is_forced, valid_e[:, :, None] & (jk == 0)[None, None] & (d <= state.draft.d)[:, None, None], ok)
             lq = torch.where(is_forced, 0.0, lq)
             ok = ok & (forced != BEYOND_IMAGE)[:, None, None]
             sc = torch.where(ok, score_e[:, :, None] + lq, NEG)
@@ -246,7 +256,7 @@ class ADTTreeDrafter(SampledTrees, DraftsFromHiddenStates, Drafter):
             # the top-k children (by cumulative score) are expanded next: forward them
             sflat = sc.flatten(1)
             order = torch.sort(sflat, dim=1, descending=True, stable=True).indices[:, :kmax]  # [B, kmax]
-            okflat = ok.flatten(1).gather(1, order) & (jk[None] < self.k[:, None])
+            okflat = ok.flatten(1).gather(1, order) & (jk[None] < state.draft.k[:, None])
             g_e, q_e, anc = self._forward_chosen(B, d, tok, order, kmax, g_e, anc_e, W + (d - 1) * kmax + jk,
                                                  (kv, band_valid, fR))
             score_e = sflat.gather(1, order)
@@ -300,9 +310,9 @@ class ADTTreeDrafter(SampledTrees, DraftsFromHiddenStates, Drafter):
                          max_children=max_children, max_depth=dmax)
 
     # -- verify ------------------------------------------------------------------------------
-    def verify(self, state: LoopState, tree: DraftTree, p: torch.Tensor, out: ForwardOutput) -> Verdict:
+    def verify(self, state: LoopState, plan, tree: DraftTree, p: torch.Tensor, out: ForwardOutput) -> Verdict:
         if not self.relaxed:
-            return super().verify(state, tree, p, out)
+            return super().verify(state, plan, tree, p, out)
         from ..base import verify_tree_step
         from ..lantern import verify_tree_relaxed
         nb, delta = self.neighbours, self.delta
@@ -312,10 +322,9 @@ class ADTTreeDrafter(SampledTrees, DraftsFromHiddenStates, Drafter):
         return verify_tree_step(state, tree, p, relaxed)
 
     # -- observe -----------------------------------------------------------------------------
-    @torch.no_grad()
-    def observe(self, state: LoopState, tree: DraftTree, verdict: Verdict, p: torch.Tensor,
-                out: ForwardOutput, previous_frontier: torch.Tensor) -> None:
-        B, dev, act = state.batch, state.device, state.active
+    def observe(self, state: LoopState, plan, tree: DraftTree, verdict: Verdict, p: torch.Tensor,
+                out: ForwardOutput, previous_frontier: torch.Tensor) -> "ADTTreeState":
+        B, dev, act, ds = state.batch, state.device, state.active, state.draft
         n_acc = torch.where(act, verdict.n_accepted, 0)
         path = verdict.path  # [B, Dmax + 1]
         width = path.shape[1]
@@ -324,31 +333,31 @@ class ADTTreeDrafter(SampledTrees, DraftsFromHiddenStates, Drafter):
         # target features of the accepted path: node i's hidden is position prev_f + i's, which
         # predicted position prev_f + i + 1
         tpos = previous_frontier[:, None] + 1 + slot
-        spare = self.hidden.spare
+        spare = state.draft.hidden.spare
         tpos = torch.where(keep, tpos, spare)
-        self.hidden.write_path(state.rows, tpos, out, path)
+        state.draft.hidden.write_path(state.rows, tpos, out, path)
         # (d, k) of this tree over the positions it covered
         cov = torch.where(keep, (previous_frontier[:, None] + slot).clamp(max=spare), spare)
-        self.dk_at[state.rows[:, None], cov] = torch.stack([self.d, self.k], -1)[:, None]
+        state.draft.dk_at[state.rows[:, None], cov] = torch.stack([state.draft.d, state.draft.k], -1)[:, None]
         if not self.adaptive:
-            return
+            return ds
         # adjacency initialisation of the next tree, then bisection from this tree's acceptance
-        d, k = self.d, self.k
+        d, k = state.draft.d, state.draft.k
         if self.tree_init == "above":
             up = state.frontier - state.layout.geometry.row_stride
-            rec = self.dk_at[state.rows, up.clamp(min=0)]
+            rec = state.draft.dk_at[state.rows, up.clamp(min=0)]
             has = (up >= 0) & (rec[:, 0] > 0)
             d, k = torch.where(has, rec[:, 0], d), torch.where(has, rec[:, 1], k)
         elif self.tree_init == "random":
-            d = torch.randint(self.d_lo, self.d_hi + 1, (B,), generator=state.generator, device=dev)
-            k = torch.randint(self.k_lo, self.k_hi + 1, (B,), generator=state.generator, device=dev)
+            d = state.randint(self.d_lo, self.d_hi + 1, B)
+            k = state.randint(self.k_lo, self.k_hi + 1, B)
         # best_first: alpha against the depth of the shape this step drafted (d numbers shapes)
-        alpha = n_acc.float() / (tree.max_depth if self.plans is not None else self.d.float())
+        alpha = n_acc.float() / (tree.max_depth if self.plans is not None else state.draft.d.float())
         up_ = alpha >= self.beta
         nd = torch.where(up_, d + L_D, d - L_D).clamp(self.d_lo, self.d_hi)
         nk = torch.where(up_, k - L_K, k + L_K).clamp(self.k_lo, self.k_hi)
-        self.d = torch.where(act, nd, self.d)
-        self.k = torch.where(act, nk, self.k)
+        ds.d, ds.k = torch.where(act, nd, ds.d), torch.where(act, nk, ds.k)
+        return ds
 
 
 

@@ -16,7 +16,7 @@ LOG_A, LOG_1MA = math.log(ACCEPT_GUESS), math.log(1 - ACCEPT_GUESS)
 class SampledTrees:
     """The sampled-tree proposal of `ADTTreeDrafter` (a mixin: it reads the drafter's state)."""
 
-    def _propose_sampled(self, state: LoopState, hint: list) -> DraftTree:
+    def _propose_sampled(self, state: LoopState, plan: tuple) -> DraftTree:
         """candidate_mode="sampled": every expanded node draws `children` siblings WITHOUT
         replacement from its own q (Gumbel-top-k on log q, one batched op; the order of the keys
         is the draw order), verified with q (verify_tree's without_replacement rule).
@@ -31,14 +31,14 @@ class SampledTrees:
         the NEXT layer's draws, which are fresh and independent of it. There is no final rerank
         (EAGLE-2 prunes a node by its own score: biased for sampled candidates)."""
         B, V, dev, layout = state.batch, state.vocab_size, state.device, state.layout
-        dmax, kmax = max(hint[0], 1), max(hint[1], 1)
+        dmax, kmax = max(plan[0], 1), max(plan[1], 1)
         R, W = (2 * B if self.uses_cfg else B), self.attn_band
         f = state.frontier
         N = self.node_budget
         C, C1 = self.children, self.root_children  # siblings per expanded node (C1: the root's)
         budget = self._slot_budget()
         emax = max(1, kmax // C)  # nodes expanded per layer (forwarded through the layer)
-        e_row = (self.k // C).clamp(min=1)  # [B]
+        e_row = (state.draft.k // C).clamp(min=1)  # [B]
         sizes = [1]  # expanded nodes per layer: 1 (the root), then min(emax, nodes of the layer)
         plan = None
         if self.plans is not None:  # tree_shape=best_first: a static shape (static_tree.py), the
@@ -78,7 +78,7 @@ class SampledTrees:
             rank = n_alloc[:, None, None] + ei[None, :, None] * per + jc[None, None, :]
             if layer is None:
                 alloc = (ei[None, :, None] < e_lim[:, None, None]) & (jc[None, None, :] < per) & \
-                    (rank < budget) & (d <= self.d)[:, None, None]
+                    (rank < budget) & (d <= state.draft.d)[:, None, None]
             else:  # the static shape's slots; a forced position keeps the first only
                 alloc = layer.alloc[None] & (jc[None, None, :] < per)
             layer_alloc = alloc.sum((1, 2))

@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass
+from typing import Optional
 
 import torch
 
@@ -54,7 +55,7 @@ from ....model_loaders.contract import ForwardOutput
 from ...randomness import sample_by_race
 from ...verify import gumbel_top_k
 from ..base import DraftTree, Drafter, LoopState, Verdict
-from ..hidden_states import DraftsFromHiddenStates
+from ..hidden_states import DraftsFromHiddenStates, HiddenStates
 from ..params import DraftNetworkCost, Method, StepCost, param
 from .network import load_heads
 
@@ -105,6 +106,13 @@ class HawkParams:
                        essential=True)
 
 
+@dataclass
+class HawkTree(DraftTree):
+    """A Hawk step's tree and the pool source of each node (0: horizontal, d: vertical depth d; -1: invalid)."""
+
+    source: Optional[torch.Tensor] = None  # [B, N]
+
+
 class HawkDrafter(DraftsFromHiddenStates, Drafter):
     def __init__(self, params: HawkParams, model, sampling, collect: bool = False):
         self._use_target(model, sampling)
@@ -141,17 +149,17 @@ class HawkDrafter(DraftsFromHiddenStates, Drafter):
         return pool_q.gather(2, source[:, :, None, None].expand(B, N, 1, V)).squeeze(2)
 
     # -- start -------------------------------------------------------------------------------
-    def start(self, state: LoopState, first: ForwardOutput, p0: torch.Tensor) -> None:
-        self._start_hidden(state, first, state.layout.ext + 3)
+    def start(self, state: LoopState, first: ForwardOutput, p0: torch.Tensor) -> HiddenStates:
+        """The drafter's state: the store of the target's hidden states by position."""
         self.stats_acc = []  # (source of each accepted draft) when `collect`: acceptance per head
+        return self._start_hidden(state, first, state.layout.ext + 3)
 
     # -- propose -----------------------------------------------------------------------------
-    @torch.no_grad()
-    def propose(self, state: LoopState, hint: int = 0) -> DraftTree:
+    def propose(self, state: LoopState, plan=None) -> "HawkTree":
         B, V, dev, layout = state.batch, state.vocab_size, state.device, state.layout
         n, v, S, N, L = self.n, self.v, self.S, self.node_budget, self.L
         f = state.frontier
-        hid = self.hidden.states
+        hid = state.draft.states
         top = hid.shape[1] - 2
         rowsR = torch.arange(hid.shape[0], device=dev)
         fR = f.repeat(2) if self.uses_cfg else f
@@ -206,27 +214,29 @@ class HawkDrafter(DraftsFromHiddenStates, Drafter):
         for _ in range(self.max_depth - 1):  # a node under an invalid parent is invalid (one level per pass)
             valid = valid & valid[:, self.parent_of]
         tokens = torch.where(valid, tokens, 0)
-        self._source = torch.where(valid, source, -1)
-        return DraftTree(tokens=tokens, parents=self.parents, q=node_q, valid=valid, depth=self.depth,
-                         max_children=self.max_children, max_depth=self.max_depth)
+        return HawkTree(tokens=tokens, parents=self.parents, q=node_q, valid=valid, depth=self.depth,
+                        max_children=self.max_children, max_depth=self.max_depth,
+                        source=torch.where(valid, source, -1))
 
     # -- observe -----------------------------------------------------------------------------
-    def observe(self, state: LoopState, tree: DraftTree, verdict: Verdict, p: torch.Tensor,
-                out: ForwardOutput, previous_frontier: torch.Tensor) -> None:
+    def observe(self, state: LoopState, plan, tree: "HawkTree", verdict: Verdict, p: torch.Tensor,
+                out: ForwardOutput, previous_frontier: torch.Tensor) -> HiddenStates:
         dev, act = state.device, state.active
         n_acc = torch.where(act, verdict.n_accepted, 0)
         path = verdict.path
         width = path.shape[1]
         slot = torch.arange(width, device=dev)
         keep = (slot[None] <= n_acc[:, None]) & act[:, None]
-        spare = self.hidden.spare
+        hidden = state.draft
+        spare = hidden.spare
         # node path[t] sits at position prev_f + t: its hidden state goes to index prev_f + t + 1
         tpos = torch.where(keep, (previous_frontier[:, None] + 1 + slot).clamp(max=spare), spare)
-        self.hidden.write_path(state.rows, tpos, out, path)
+        hidden.write_path(state.rows, tpos, out, path)
         if self.collect:
-            src = self._source.gather(1, path)  # [B, width] source of each path node
+            src = tree.source.gather(1, path)  # [B, width] source of each path node
             drafted = (slot[None] >= 1) & (slot[None] <= n_acc[:, None]) & act[:, None]
-            self.stats_acc.append(torch.where(drafted, src, -1).cpu())
+            self.stats_acc.append(torch.where(drafted, src, -1).cpu())  # collecting only (training data)
+        return hidden
 
 
 def hawk_step_cost(p: dict, row_codes: int, reports: list) -> StepCost:

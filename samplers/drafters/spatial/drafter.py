@@ -28,14 +28,16 @@ p, computed after the committed prefix (docs/ARCHITECTURE.md, "Proactive draftin
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
+from typing import Optional
 
 import torch
 
 from ...randomness import sample_by_race
 from ..base import LoopState
-from ..hidden_states import DraftsFromHiddenStates
-from ..jacobi import WINDOW_HELP, JacobiDrafter, ProactiveParams, SJDPACParams, jacobi_step_cost
+from ..hidden_states import DraftsFromHiddenStates, HiddenStates
+from ..jacobi import WINDOW_HELP, JacobiDrafter, JacobiState, ProactiveParams, SJDPACParams, jacobi_step_cost
 from ..params import INITS, MAX_WINDOW, DraftNetworkCost, Method, StepCost, param, same_param
 from .network import load_heads
 
@@ -63,6 +65,14 @@ class SpatialParams(ProactiveParams):
                        folder_of="spatial", essential=True)
 
 
+@dataclass
+class SpatialState(JacobiState):
+    """The Jacobi state with the target's hidden states the heads read."""
+
+    hidden: Optional[HiddenStates] = None  # hidden.states[r, j + 1]: the latest hidden state computed at position j
+    hid_upto: Optional[torch.Tensor] = None  # [B] last position whose hidden state is computed
+
+
 class SpatialDrafter(DraftsFromHiddenStates, JacobiDrafter):
     def __init__(self, params: SpatialParams, model, sampling, collect: bool = False):
         super().__init__(params, model, sampling)
@@ -77,42 +87,43 @@ class SpatialDrafter(DraftsFromHiddenStates, JacobiDrafter):
         self.collect = collect  # count entering positions drafted by a head vs by `init` (self.drafted_by)
 
     # -- start -------------------------------------------------------------------------------
-    def start(self, state: LoopState, first, p0: torch.Tensor) -> None:
-        # hidden.states[r, j + 1]: the latest hidden state computed at position j
-        self._start_hidden(state, first, state.layout.ext + 2)
-        self.hid_upto = torch.full((state.batch,), -1, dtype=torch.long, device=state.device)  # last computed
+    def _new_state(self, state: LoopState, first) -> "SpatialState":
+        ds = super()._new_state(state, first)
         self.drafted_by = torch.zeros(2, dtype=torch.long)  # [by a head, by init] (collect only)
-        super().start(state, first, p0)
+        # hidden.states[r, j + 1]: the latest hidden state computed at position j
+        return SpatialState(**{f.name: getattr(ds, f.name) for f in dataclasses.fields(ds)},
+                            hidden=self._start_hidden(state, first, state.layout.ext + 2),
+                            hid_upto=torch.full((state.batch,), -1, dtype=torch.long, device=state.device))
 
     # -- observe: keep the forward's hidden states, then the Jacobi update (which drafts entering positions)
-    def observe(self, state, tree, verdict, p_all, out, previous_frontier) -> None:
+    def observe(self, state, plan, tree, verdict, p_all, out, previous_frontier) -> "SpatialState":
+        ds = state.draft
         if self.heads is not None:
-            T, act = self.T, state.active
-            spare = self.hidden.spare
+            T, act = self.shapes[plan.window][0], state.active
+            spare = ds.hidden.spare
             col = previous_frontier[:, None] + 1 + torch.arange(T, device=state.device)  # chain slot i: position f + i
             col = torch.where(act[:, None], col.clamp(max=spare - 1), spare)
-            self.hidden.write(state.rows, col, out.hidden[:, :T],
+            ds.hidden.write(state.rows, col, out.hidden[:, :T],
                               out.hidden_uncond[:, :T] if self.uses_cfg else None)
-            self.hid_upto = torch.where(act, previous_frontier + T - 1, self.hid_upto)
-        super().observe(state, tree, verdict, p_all, out, previous_frontier)
+            ds.hid_upto = torch.where(act, previous_frontier + T - 1, ds.hid_upto)
+        return super().observe(state, plan, tree, verdict, p_all, out, previous_frontier)
 
     # -- drafting entering positions -------------------------------------------------------------
-    def _init(self, state, pos, need):
-        if self.window and self.heads is not None:
+    def _init(self, state, window, pos, need):
+        if window and self.heads is not None:
             need = need & ~self._head_drafts(state, pos, need & state.layout.is_img[pos])
-        super()._init(state, pos, need)  # the rest: the `init` rule
+        super()._init(state, window, pos, need)  # the rest: the `init` rule
 
-    @torch.no_grad()
     def _heads_q(self, state, hp):
         """q [B, M, V] of positions hp [B, M] from the first head d = 1..head_depths whose source
         states are computed, and the mask of the positions some head reached."""
         B = hp.shape[0]
         rows = state.rows[:, None, None]
-        hid, spare = self.hidden.states, self.hidden.spare
+        hid, spare = state.draft.hidden.states, state.draft.hidden.spare
         g, reached = None, torch.zeros(hp.shape, dtype=torch.bool, device=state.device)
         for d in range(1, self.depths + 1):
             src = hp[:, :, None] - d * self.stride + self.taps  # [B, M, taps] source positions
-            ok = (src[:, :, 0] >= -1) & (src[:, :, -1] <= self.hid_upto[:, None]) & ~reached
+            ok = (src[:, :, 0] >= -1) & (src[:, :, -1] <= state.draft.hid_upto[:, None]) & ~reached
             col = torch.where(ok[:, :, None], src + 1, spare)
             taps = hid[rows, col]  # [B, M, taps, D]
             if self.uses_cfg:
@@ -123,19 +134,18 @@ class SpatialDrafter(DraftsFromHiddenStates, JacobiDrafter):
             reached = reached | ok
         return self._q(g, B), reached
 
-    @torch.no_grad()
     def _head_drafts(self, state, pos, need):
         """Draft the positions of `pos` [B, K] (consecutive per row, where `need`) that a head
         reaches; record their q. Returns the mask of positions drafted.
 
-        Entering positions start after `self.drafted` (and after the frontier), and a head of depth
+        Entering positions start after `drafted` (and after the frontier), and a head of depth
         d reaches a position only while its source row is computed (position <= hid_upto + d *
         stride - last tap, hid_upto = drafted), so only the first M = min(head_depths * stride - last tap, K)
         entering positions can be reached: the heads run on those M (a fixed shape), not on the
         whole window."""
         B, K = pos.shape
         M = min(self.depths * self.stride - self.last_tap, K)
-        first = torch.maximum(self.drafted + 1, pos[:, 0])  # the first entering position
+        first = torch.maximum(state.draft.drafted + 1, pos[:, 0])  # the first entering position
         hp = first[:, None] + torch.arange(M, device=state.device)  # [B, M] positions the heads may reach
         at = hp - pos[:, :1]  # their index in `pos`
         inside = (at >= 0) & (at < K)
@@ -144,8 +154,8 @@ class SpatialDrafter(DraftsFromHiddenStates, JacobiDrafter):
         use = need_hp & reached
         if self.head_below < 1.0:  # a confident q above (flat regions) keeps the `init` rule
             above = hp - self.stride
-            known = (above >= 0) & (above <= self.hid_upto[:, None])
-            conf = self.dist[state.rows[:, None], torch.where(known, above % self.ring, self.ring)].amax(-1)
+            known = (above >= 0) & (above <= state.draft.hid_upto[:, None])
+            conf = state.draft.dist[state.rows[:, None], torch.where(known, above % self.ring, self.ring)].amax(-1)
             use = use & ~(known & (conf >= self.head_below))
         # reproducible: the shared position-noise draw; otherwise this module's race (tests plant a bug in it)
         x = state.sample_at(q, hp) if state.reproducible else sample_by_race(q, state.noise(B, M, state.vocab_size))
