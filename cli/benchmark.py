@@ -262,6 +262,10 @@ def compile_row(warmup: Optional[dict], stats: list) -> Optional[dict]:
     out["warmup_compile_s"] = (warmup or {}).get("compile_s", 0.0)
     out["timed_compiles"] = sum(r["compiles"] for r in runs)
     out["eager_fallback"] = runs[-1]["eager_fallback"]
+    # the decode time spent outside the compiled step's graphs (host reads, plans, the first step of a plan)
+    decode = sum(s.decode_s for s in stats if s.compile)
+    inside = sum(r.get("step_graph_s", 0.0) for r in runs)
+    out["outside_graph_share"] = max(decode - inside, 0.0) / decode if decode > 0 else None
     return out
 
 
@@ -284,16 +288,18 @@ def format_table(rows: List[dict]) -> str:
                      "`ar`, compiled AR: `ar:compile=true`)")
     compiled = [r for r in rows if r.get("compile")]
     if compiled:
-        lines += ["", "compiled (torch.compile of the model forward), this configuration's own compile: graphs and "
-                  "seconds in its warm-up run (not in latency) and in its timed runs (0: the warm-up compiled every "
-                  "shape), recompiles, graph breaks"]
+        lines += ["", "compiled (torch.compile of the whole decode step), this configuration's own compile: graphs "
+                  "and seconds in its warm-up run (not in latency) and in its timed runs (0: the warm-up compiled every "
+                  "plan), recompiles, graph breaks, the share of decode time outside the compiled graphs"]
         for r in compiled:
             c = r["compile"]
             note = f", EAGER FALLBACK: {c['eager_fallback']}" if c["eager_fallback"] else ""
             warm = "-" if r["warmup_s"] is None else f"{r['warmup_s']:.1f} s"
+            outside = c.get("outside_graph_share")
+            share = "-" if outside is None else f"{100 * outside:.1f}%"
             lines.append(f"{r['label']:44s} warm-up compiled {c['warmup_compiles']} graphs in {c['warmup_compile_s']:.1f} s "
                          f"(warm-up run {warm}), timed runs compiled {c['timed_compiles']}, {c['recompiles']} "
-                         f"recompiles, {c['graph_breaks']} graph breaks{note}")
+                         f"recompiles, {c['graph_breaks']} graph breaks, {share} of decode outside the graphs{note}")
     autos = [r for r in rows if r.get("auto")]
     if autos:
         lines += ["", "auto: steps per window, summed over the configuration's runs"]

@@ -81,25 +81,30 @@ class StepGraphs:
     generation on that model.
 
     A graph cannot draw random numbers from the generation's torch.Generator (dynamo refuses one). So
-    the first step of each plan in a generation runs eager and records its draws (their kinds and
-    shapes are fixed by the plan); every later step of that plan makes the same draws from the
-    generator before its graph runs, and the graph takes them in the order it asks (ReplayedDraws):
-    the numbers the eager step would have drawn, so compiled tokens are eager tokens."""
+    the first step of each graph key (plan and settings) runs eager and records its draws: their kinds
+    and shapes, which the key fixes (the backend's parameters, the plan, batch, guidance, mode and
+    sampling settings decide every draw's presence and shape; the values never do). Every later step
+    with that key, in this generation or a later one, makes the same draws from the generator before
+    its graph runs, and the graph takes them in the order it asks (ReplayedDraws): the numbers the
+    eager step would have drawn, so compiled tokens are eager tokens."""
 
     def __init__(self, model: ARImageModel, stats):
         self.stats = stats
         self.graphs = ShapeCompiled(_replayed_decode_step, model.device, "decode step", stats)
+        self.tapes: dict = {}  # graph key -> the draws of its step: [(kind, shape, *bounds)]
 
     def run(self, engine: "SpeculativeEngine", plan, state: LoopState, session: Session, at_step, log: StepLog):
         key = engine._graph_key(plan, session)
-        tape = engine._tapes.get(key)
+        tape = self.tapes.get(key)
         live = state.draws
-        if tape is None:  # this plan's first step in the generation: eager, recording its draws
+        if tape is None:  # this key's first step: eager, recording its draws
             live.tape = []
             try:
-                return decode_step(engine, plan, state, session, at_step)
+                out = decode_step(engine, plan, state, session, at_step)
             finally:
-                engine._tapes[key], live.tape = live.tape, None
+                tape, live.tape = live.tape, None
+            self.tapes[key] = tape
+            return out
         drawn = live.replay(tape)
         timed = engine.profile or engine.model.device.type != "cuda"  # CUDA: no sync per step unless profiling
         t = time.perf_counter()
@@ -150,7 +155,7 @@ class SpeculativeEngine:
         sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
         # eager: the forward timed apart from the rest of the step (CPU, or profile); compiled: the graphs
         self.timed = (self.profile or dev.type != "cuda") and not self.compile
-        self._sync, self.forward_s, self._tapes = sync, 0.0, {}
+        self._sync, self.forward_s = sync, 0.0
         if dev.type == "cuda":  # peak memory of this generation, not of the process so far
             torch.cuda.reset_peak_memory_stats(dev)
         compile_before = None if self.compile_stats is None else self.compile_stats.start_run()
@@ -270,8 +275,8 @@ class SpeculativeEngine:
 
     def _graph_key(self, plan, session: Session) -> tuple:
         """What the compiled decode step is specialised to (the key its graphs are counted under)."""
-        return (self.backend.name, tuple(sorted(self.backend.params().items())), plan, self.batch, session.cfg,
-                self.reproducible, dataclasses.astuple(self.sampling))
+        return (self.backend.name, type(self.drafter), tuple(sorted(self.backend.params().items())), plan,
+                self.batch, session.cfg, self.reproducible, dataclasses.astuple(self.sampling))
 
     def _host_read(self, state, bad, progress, interrupt) -> bool:
         """The step's one read of device values: False when every row is done."""

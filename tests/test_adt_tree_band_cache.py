@@ -31,7 +31,7 @@ def full_band_root(drafter: ADTTreeDrafter, state) -> torch.Tensor:
     ar = torch.arange(W, device=dev)
     mask = (ar[:, None] >= ar[None, :]) & wvalid[:, None, :]
     mask[:, ar, ar] = True
-    feats = drafter.hidden.states[torch.arange(R, device=dev)[:, None], wposc]
+    feats = state.draft.hidden.states[torch.arange(R, device=dev)[:, None], wposc]
     toks = state.seq[state.rows[:, None], wposc[:B]]
     kv = drafter.net.new_cache(R, W, dev, torch.float32)
     return drafter.net(feats, drafter._embed(toks), wposc, mask, kv, ar.expand(R, W))[:, -1:]
@@ -54,8 +54,8 @@ class StaleBand(CheckedBand):
     step (after the first) are never written to the cache, so their keys / values stay stale."""
 
     def start(self, state, first, p0):
-        super().start(state, first, p0)
         self.fresh = 1
+        return super().start(state, first, p0)
 
 
 # the default setting's recomputation check (the slowest) waits for `make test-long` (pytest.mark.long)

@@ -20,9 +20,9 @@ class HistorySwitching(auto_mod.AutoDrafter):
     """Switches window every step as a function of the step count and the tokens the previous
     step committed (history only: lossless)."""
 
-    def propose(self, state, hint=None):
+    def plan(self, state, hint):
         self.last_tokens = hint[0]  # tokens the previous step committed (the engine's host read)
-        return super().propose(state, hint)
+        return super().plan(state, hint)
 
     def choose(self, state):
         windows = sorted(self.shapes)
@@ -35,14 +35,10 @@ class PeekingPolicy(auto_mod.AutoDrafter):
     only where the next one is token 0, else an AR step). The shipped policy picks one window
     for the batch; per row, the same peek is visible to a batched chi-square test."""
 
-    def verify(self, state, tree, p_all, out):
-        window = self.window
+    def _enabled(self, state, plan, dpos):
         draft = state.seq.gather(1, state.frontier[:, None] + 1)
-        self.window = torch.where(draft == 0, window, 0)  # [B, 1]: JacobiDrafter.verify's enabled mask
-        try:
-            return super().verify(state, tree, p_all, out)
-        finally:
-            self.window = window
+        window = torch.where(draft == 0, plan.window, 0)  # [B, 1]: the window of each row, by its draft
+        return super()._enabled(state, plan._replace(window=window), dpos)
 
 
 CASES = [

@@ -1,9 +1,11 @@
-"""compile=True: the model forward through torch.compile, one static graph per forward shape.
+"""compile=True: the whole decode step (propose, forward, target, verify, commit, observe) through
+torch.compile, one static graph per plan; and the model's own compiled forward (`start(compile=True)`).
 
-The compiled step must give the eager step's tokens for the same seed (the graph computes the
-same math; a float reassociation could in principle flip a sampling race, which these seeds do
-not hit), compile once per shape with no graph break (fullgraph=True: no host read, no
-data-dependent shape in the step) and never recompile across steps or generations.
+The compiled step must give the eager step's tokens for the same seed, in both verification modes
+(the graph computes the same math and replays the eager step's random draws; a float reassociation
+could in principle flip a sampling race, which these seeds do not hit), compile once per plan with
+no graph break (fullgraph=True: no host read, no data-dependent shape in the step) and never
+recompile across steps or generations.
 """
 import pytest
 import torch
@@ -57,7 +59,7 @@ def test_a_compiler_failure_says_so_once_and_runs_eager(monkeypatch, capsys):
     assert torch.equal(got.tokens, want.tokens)
     assert "no C++ compiler found" in got.stats.compile["eager_fallback"]
     err = capsys.readouterr().err
-    assert err.count("torch.compile of the model forward failed, running eager") == 1
+    assert err.count("torch.compile of the decode step failed, running eager") == 1
     specar.generate(mdl, "x", backend="sjd", window=2, seed=4, compile=True)
     assert "torch.compile" not in capsys.readouterr().err  # said once
 

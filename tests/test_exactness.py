@@ -75,7 +75,7 @@ def test_backend_is_exact(case):
 def _stale_q_redraft(self, state, p, tpos, mrs_out, noise):
     # planted bug: record the distribution the OLD draft came from instead of the new p
     y, _ = _orig_redraft(self, state, p, tpos, mrs_out, noise)
-    stale = self.dist[state.rows[:, None], tpos % self.ring]
+    stale = state.draft.dist[state.rows[:, None], tpos % self.ring]
     return y, stale
 
 

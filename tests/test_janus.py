@@ -230,7 +230,7 @@ def test_planted_stale_q_is_caught(no_decode, monkeypatch):
 
     def stale(self, state, p, tpos, mrs_out, noise):
         y, _ = orig(self, state, p, tpos, mrs_out, noise)
-        return y, self.dist[state.rows[:, None], tpos % self.ring]
+        return y, state.draft.dist[state.rows[:, None], tpos % self.ring]
 
     monkeypatch.setattr(jacobi_mod.JacobiDrafter, "_redraft", stale)
     (p, stat, dof, tv), _ = _exact_case(no_decode, "sjd", dict(window=3), dict(cfg_scale=1.0))

@@ -112,7 +112,7 @@ def test_planted_stale_q_bug_is_caught_on_the_quantized_model(monkeypatch):
 
     def stale(self, state, p, tpos, mrs_out, noise):  # the draft's recorded q is the OLD one
         y, _ = orig(self, state, p, tpos, mrs_out, noise)
-        return y, self.dist[state.rows[:, None], tpos % self.ring]
+        return y, state.draft.dist[state.rows[:, None], tpos % self.ring]
 
     monkeypatch.setattr(jacobi_mod.JacobiDrafter, "_redraft", stale)
     mdl = quantized_tiny("int4", vocab_size=3, grid=(2, 2), seed=0)

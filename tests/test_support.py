@@ -460,19 +460,19 @@ def test_planted_zero_noise_is_caught(monkeypatch):
     """Restore the old behaviour on any code: E = 0 at the rate rand() == 0 had (E < 2^-24 happens
     with probability ~2^-24) and the race without masking. Patched in every loaded
     specar.samplers module that imported the two functions."""
-    orig_noise = randomness.exponential_noise
+    orig_noise = randomness.exponential_from_uniform
     orig_race = randomness.sample_by_race
 
-    def holey_noise(shape, generator, device):
-        e = orig_noise(shape, generator, device)
+    def holey_noise(u):
+        e = orig_noise(u)
         return torch.where(e < U_ZERO, torch.zeros_like(e), e)
 
     patched = 0
     for name, mod in list(sys.modules.items()):
         if not name.startswith("specar.samplers") or mod is None:
             continue
-        if getattr(mod, "exponential_noise", None) is orig_noise:
-            monkeypatch.setattr(mod, "exponential_noise", holey_noise)
+        if getattr(mod, "exponential_from_uniform", None) is orig_noise:
+            monkeypatch.setattr(mod, "exponential_from_uniform", holey_noise)
             patched += 1
         if getattr(mod, "sample_by_race", None) is orig_race:
             monkeypatch.setattr(mod, "sample_by_race", _old_race)

@@ -353,8 +353,7 @@ class JacobiDrafter(Drafter):
         npos = new_frontier[:, None] + slot[1:]
         need = (npos > ds.drafted[:, None]) & active[:, None]
         if self.restart_after:
-            restart, ds.stall = self._stalled_rows(state, ds.stall, verdict.n_accepted)
-            need = need | restart[:, None]
+            need = need | self._stalled_rows(state, verdict.n_accepted)[:, None]
         self._init(state, plan.window, npos, need)
         ds.drafted = torch.where(active, torch.maximum(ds.drafted, new_frontier + T - 1), ds.drafted)
         if self.K > 1:
@@ -362,19 +361,20 @@ class JacobiDrafter(Drafter):
             self._build_tree(state)
         return ds
 
-    def _stalled_rows(self, state, stall, n_accepted):
-        """Stall restart: the rows whose last `restart_after` steps each committed one token (and the
-        counts after this step); their whole window is drafted afresh by `init`. Coupled re-drafts keep a
+    def _stalled_rows(self, state, n_accepted):
+        """Stall restart: the rows whose last `restart_after` steps each committed one token (the counts
+        are the drafter state's `stall`); their whole window is drafted afresh by `init`. Coupled re-drafts keep a
         draft wherever the new p still gives it mass, so drafts made under a wrong prefix can stay wrong step
         after step (a fixed point of the coupled iteration: docs/BENCHMARKS.md). Lossless: the decision
         reads only the steps' counts (never a draft), and the fresh drafts record their q like any init.
         The re-draft is the entering positions' `init` call with a wider mask: `init` draws the same
         noise whichever positions it writes, so a generation in which no row restarts keeps its
         tokens, and the restart costs no call of its own."""
-        active = state.active
-        stall = torch.where(active, torch.where(n_accepted == 0, stall + 1, 0), stall)
+        active, ds = state.active, state.draft
+        stall = torch.where(active, torch.where(n_accepted == 0, ds.stall + 1, 0), ds.stall)
         restart = (stall >= self.restart_after) & active
-        return restart, torch.where(restart, 0, stall)
+        ds.stall = torch.where(restart, 0, stall)
+        return restart
 
     # -- drafting ------------------------------------------------------------------------------
     def _write(self, state, pos, mask, tokens=None, dists=None):
