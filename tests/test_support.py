@@ -151,9 +151,10 @@ def check_support(backend, vocab, filt, batch, seed=2024):
     return outside, outside_strict, expected_hits, races
 
 
-# `make test` runs the planted bug's correct twin (AR at 8192 codes, top-k) and sjd / scd at 16384 codes; the
-# others are `make test-long`'s (pytest.mark.long)
-QUICK_SUPPORT_CASES = (0, 3, 5)
+# `make test` runs the planted bug's correct twin (AR at 8192 codes, top-k) and sjd at 16384 codes; the
+# others are `make test-long`'s (pytest.mark.long). scd at 16384 codes (101.9 s of a loaded 954 s make test run,
+# 2026-11-26) moved to make test-long to keep make test under 10 minutes (issue 34)
+QUICK_SUPPORT_CASES = (0, 3)
 
 
 @pytest.mark.parametrize("backend,vocab,filt,batch",
@@ -183,8 +184,10 @@ GREEDY_BACKENDS = {
 GREEDY_SEEDS = (1, 2)
 
 
-# `make test`: AR and a tree (sjd_pac); the others `make test-long` (pytest.mark.long)
-@pytest.mark.parametrize("backend", mark_long(list(GREEDY_BACKENDS), (0, 3)))
+# `make test`: AR; the others `make test-long` (pytest.mark.long). sjd_pac's tree (59.1 s of a loaded 954 s make
+# test run, 2026-11-26) moved there for issue 34's 10 minutes; a drafting backend at 16384 codes stays in make
+# test: tests/test_spatial.py's greedy case
+@pytest.mark.parametrize("backend", mark_long(list(GREEDY_BACKENDS), (0,)))
 def test_greedy_is_argmax_at_16384_codes(backend):
     model = big_model(16384)
     V = 16384
@@ -247,8 +250,9 @@ def exact_first_two(model, sampling):
 # (pytest.mark.long); tests/test_hawk.py tests hawk's exactness by full enumeration at small sizes
 
 
-# `make test`: AR and a tree (sjd_pac); the others (hawk, above, among them) `make test-long` (pytest.mark.long)
-@pytest.mark.parametrize("backend", mark_long(list(CHI_BACKENDS), (0, 3)))
+# `make test`: AR; the others (hawk, above, among them) `make test-long` (pytest.mark.long). sjd_pac's tree (the
+# slowest case of make test: 192.8 s of a loaded 954 s run, 2026-11-26) moved there for issue 34's 10 minutes
+@pytest.mark.parametrize("backend", mark_long(list(CHI_BACKENDS), (0,)))
 def test_first_two_tokens_exact_at_8192_codes(backend):
     model = chi_model()
     sampling = SamplingParams(top_k=CHI_TOPK)
