@@ -187,8 +187,8 @@ def sampler_spec(drafter_choices: Callable[[str], list] = lambda kind: []) -> No
         Widget("compare_with_ar", "BOOLEAN", "also run plain AR with the same model, prompt, seed, batch and guidance "
                "in this execution, and show the wall-clock speed-up against it (costs one AR generation)",
                default=False, optional=True),
-        Widget("compile", "BOOLEAN", "run the model's step through torch.compile (one static graph per forward shape, "
-               "kept for later runs with the same shapes): the same sampler (the tokens are eager's unless float rounding "
+        Widget("compile", "BOOLEAN", "run the whole decode step (drafting, the model's forward, verification) through torch.compile "
+               "(one static graph per step shape, kept for later runs with the same shapes): the same sampler (the tokens are eager's unless float rounding "
                "decides a sampling race, which is rare), a faster step where per-step overhead dominates (small models, "
                "CPU). The first run with a new backend, size, batch or guidance compiles "
                "first (seconds to minutes, counted in that run's time; a cache on disk shortens it in later "
