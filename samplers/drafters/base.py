@@ -170,7 +170,7 @@ class Drafter:
     `start`, read by every phase, returned anew by `observe`. A step is `plan` on the host (from the last
     host read: the step's shapes, a hashable value), then `propose` -> forward -> `verify` -> commit ->
     `observe` on the device, which read only the plan, `state` and their arguments: the compiled step
-    (samplers/step.py) captures them as one graph per plan."""
+    (engine.decode_step) captures them as one graph per plan."""
 
     name: str = "drafter"
     node_budget: int = 1  # nodes per forward, pending token included
