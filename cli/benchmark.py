@@ -406,7 +406,6 @@ def main(argv=None):
                     "preview (interleaved) and report its overhead")
     ap.add_argument("--quiet", action="store_true", help="no progress line per generation on stderr")
     args = ap.parse_args(argv)
-    torch.set_num_threads(args.threads)
     sampling = {k: v for k, v in (("cfg_scale", args.cfg_scale), ("top_k", args.top_k),
                                   ("temperature", args.temperature), ("top_p", args.top_p)) if v is not None}
     try:
@@ -421,6 +420,7 @@ def main(argv=None):
     if the_regime is not None:
         args.model, sampling = the_regime.model, dict(the_regime.sampling)
     args.model = args.model or "demo"
+    torch.set_num_threads(args.threads)  # after the checks: a refused command changes nothing
     prompts = DEFAULT_PROMPTS
     if args.prompts:
         with open(args.prompts) as f:

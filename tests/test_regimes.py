@@ -1,6 +1,8 @@
 """Benchmark regimes (cli/regimes.py): each builds and runs, the bench shows it, the paper regime's
 calibration search lands where it says."""
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -77,24 +79,20 @@ def test_each_regime_runs_ar_and_sjd(name, monkeypatch):
     assert all(row["reproducible"] == r.run_options.get("reproducible", True) for row in rows)
 
 
-def test_bench_command_shows_the_regime(tmp_path, monkeypatch):
-    """`bench --regime`: the regime is in the JSON's meta and on stdout; with --model it is refused."""
-    out = tmp_path / "bench.json"
-    flat = regimes.Regime("flat", "tiny stand-in", "tiny:64,4x4,row_end,scale=1.0",
-                          {"cfg_scale": 3.0, "top_k": 16, "temperature": 1.0})
-    monkeypatch.setitem(regimes.REGIMES, "flat", lambda: flat)
-    monkeypatch.setattr(benchmark, "REGIMES", regimes.REGIMES)
-    import contextlib
-    import io
-    stdout = io.StringIO()
-    with contextlib.redirect_stdout(stdout):
-        rows = benchmark.main(["--regime", "flat", "--backends", "ar", "sjd:window=4", "--seeds", "0", "--quiet",
-                               "--threads", "1", "--json", str(out)])
+def test_bench_command_shows_the_regime(tmp_path):
+    """`python -m specar bench --regime flat` (its own process, as a user runs it): the regime is in the JSON's
+    meta and on stdout; with --model it is refused before any work."""
+    out, prompts = tmp_path / "bench.json", tmp_path / "prompts.txt"
+    prompts.write_text("a red circle\n")
+    cmd = [sys.executable, "-m", "specar", "bench", "--regime", "flat", "--backends", "ar", "sjd:window=4", "--seeds",
+           "0", "--prompts", str(prompts), "--threads", "1", "--quiet", "--json", str(out)]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
     meta = json.loads(out.read_text())["meta"]
-    assert meta["regime"]["name"] == "flat" and meta["model"] == flat.model and meta["sampling"] == flat.sampling
-    assert any(line.startswith("regime: flat (model tiny:64,4x4,row_end,scale=1.0; cfg_scale=3.0, top_k=16, temperature=1.0)")
-               for line in stdout.getvalue().splitlines())
-    assert len(rows) == 2
+    assert meta["regime"]["name"] == "flat" and meta["model"] == regimes.FLAT_MODEL
+    assert meta["sampling"] == regimes.FLAT_SAMPLING
+    summary = regimes.regime("flat").summary()
+    assert summary.startswith("regime: flat (model tiny:8192,16x16") and summary in res.stdout.splitlines()
     with pytest.raises(SystemExit):
         benchmark.main(["--regime", "flat", "--model", "demo", "--backends", "ar"])
 
@@ -118,3 +116,13 @@ def test_calibration_lands_where_it_says_on_a_tiny_target():
     assert found["reached"] and abs(found["step_compression"] - target) <= 0.05 * target
     with pytest.raises(ValueError, match="is not between"):
         regimes.calibrate_temperature(measure, max(lo, hi) + 5.0, 0.5, 8.0)
+
+
+def test_calibrate_command_refuses_bad_bounds(tmp_path, capsys):
+    """`python -m specar calibrate-regime`: bad bounds are one error line, before any model is loaded."""
+    from specar.cli import main
+    out = tmp_path / "cal.json"
+    assert main(["calibrate-regime", "paper", "--lo", "4", "--hi", "2", "--out", str(out)]) == 2
+    assert "--lo (4.0) must be below --hi (2.0)" in capsys.readouterr().err
+    assert main(["calibrate-regime", "flat"]) == 2  # only `paper` is calibrated
+    assert not out.exists()
