@@ -11,7 +11,7 @@ machine's load, so regimes are compared by them; wall-clock only as ratios withi
   `cli/regime_paper.json`) so that `sjd:preset=paper` (window 16, random init, its own rejection sampling)
   commits what SJD commits on Lumina-mGPT 7B in the SJD paper (Teng et al., Table 1: 2.22x step
   compression), at CFG 6 and no top-k: at the papers' CFG 3 no temperature gets the demo model below
-  about 2.4 (its images are simple; docs/BENCHMARKS.md has the scan).
+  about 2.6 per image in a 16-image scan (its images are simple; docs/BENCHMARKS.md has the scan).
 - `flat`: a random-weight Llama-style target (`testing.tiny_model`) with flat next-token distributions,
   8192 codes on a 16x16 grid with row ends, sampled as the papers sample Lumina-mGPT (top-k 2000,
   temperature 1, CFG 3). Trained backends (hawk, adt_tree, spatial) run random-weight drafters there.
@@ -37,12 +37,14 @@ PAPER_TARGET = 2.22
 PAPER_TARGET_SOURCE = "SJD (Teng et al.) Table 1, Lumina-mGPT, MS-COCO 2017: SJD L=16 step compression 2.22x"
 # the configuration the calibration measures: the SJD paper's setting, each backend's own rejection sampling
 PAPER_PROBE = "sjd:preset=paper,reproducible=false"
-# the settings the calibration keeps fixed (its command's defaults): at the papers' CFG 3 (top-k 256 or every
-# code) no temperature brings the demo model's SJD below about 2.4 tokens per forward (docs/BENCHMARKS.md)
+# the settings the calibration keeps fixed (its command's defaults): at the papers' CFG 3 (top-k 256) no
+# temperature in [1, 16] brings the demo model's SJD below about 2.6 tokens per forward (per-image mean,
+# 16 images; docs/BENCHMARKS.md)
 PAPER_FIXED = {"cfg_scale": 6.0, "top_k": 0}
 # what the papers' step figures are: AR's forwards / the method's mean forwards per image (SCD Table 1 gives the
 # NFE itself), i.e. the bench's `step_compression_total` (all image tokens / all forwards), not the mean of
-# per-image ratios (which easy images pull up: 2.24 against 1.98 on the same 8 images of this regime)
+# per-image ratios (which easy images pull up: 2.60 against 2.25 on the 8 images of
+# docs/figures/bench_regime_paper_1126.json)
 CALIBRATED_METRIC = "step_compression_total"
 # the prompts and seeds the calibration measures on: the bench's 4 default prompts x these seeds
 CALIBRATION_SEEDS = (0, 1, 2, 3)
