@@ -118,7 +118,7 @@ def _paper() -> Regime:
     return Regime("paper", f"the demo model at sampling settings where {PAPER_PROBE.split(',')[0]} commits "
                   f"{cal.get('target', PAPER_TARGET)} tokens per forward as SJD does on Lumina-mGPT (each backend's "
                   "own rejection sampling)", "demo", {**DEMO_SAMPLING, **cal["sampling"]},
-                  {"reproducible": False}, source=os.path.relpath(calibration_path("paper"), os.path.dirname(CALIBRATION_DIR)))
+                  {"reproducible": False}, source="cli/" + os.path.basename(calibration_path("paper")))
 
 
 def _flat() -> Regime:
@@ -197,9 +197,10 @@ def calibrate_temperature(measure: Callable[[float], float], target: float, lo: 
 
 CALIBRATE_DOC = f"""`python -m specar calibrate-regime paper`: the temperature of the `paper` regime.
 
-A scan of temperatures, then bisection on log-temperature (CFG and top-k fixed), for the demo model until `{PAPER_PROBE}`
-commits the target step compression, all image tokens / all forwards as in the papers' NFE ratios (default {PAPER_TARGET}: {PAPER_TARGET_SOURCE}) on the bench's 4 default
-prompts x the seeds; writes cli/regime_paper.json, which `bench --regime paper` reads.
+A scan of temperatures, then bisection on log-temperature (CFG and top-k fixed), for the demo model until
+`{PAPER_PROBE}` commits the target step compression (all image tokens / all forwards, as
+the papers' NFE ratios; default {PAPER_TARGET}: {PAPER_TARGET_SOURCE}) on the bench's
+4 default prompts x the seeds; writes cli/regime_paper.json, which `bench --regime paper` reads.
 """
 
 

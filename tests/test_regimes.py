@@ -67,7 +67,7 @@ def test_regime_excludes_model_and_sampling_options():
 
 
 @pytest.mark.parametrize("name", list(regimes.REGIMES))
-def test_each_regime_runs_ar_and_sjd(name, monkeypatch):
+def test_each_regime_runs_ar_and_sjd(name):
     """One image of ar and sjd (window 4) in the regime's model and sampling, through the bench's run()."""
     r = regimes.regime(name)
     model = _model(r.model, None, None)
