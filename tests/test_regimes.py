@@ -29,6 +29,16 @@ def test_paper_regime_reads_its_calibration():
         {"backend": "sjd", "reproducible": False}, {"backend": "ar", "reproducible": True}]
 
 
+def test_checked_in_calibration_is_one_of_its_evaluations():
+    """cli/regime_paper.json: the temperature it gives was measured (one of its evaluations), at the value it
+    reports, within its tolerance of the target, on the metric the papers use."""
+    cal = regimes.read_calibration("paper")
+    chosen = [e for e in cal["evaluations"] if e["temperature"] == cal["sampling"]["temperature"]]
+    assert len(chosen) == 1 and chosen[0]["step_compression"] == cal["step_compression"]
+    assert cal["reached"] and abs(cal["step_compression"] - cal["target"]) <= cal["tolerance"] * cal["target"]
+    assert cal["metric"] == regimes.CALIBRATED_METRIC and cal["probe"] == regimes.PAPER_PROBE
+
+
 def test_bad_calibration_file_is_reported(tmp_path):
     with pytest.raises(ValueError, match="run `python -m specar calibrate-regime paper`"):
         regimes.read_calibration("paper", str(tmp_path / "missing.json"))
