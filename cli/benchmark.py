@@ -22,6 +22,7 @@ from ..samplers.api import generate
 from ..samplers.backends import SCHEMAS, make_backend
 from ..samplers.stats import busy_machine_note
 from ..samplers.stats import acceptance_by_depth
+from .regimes import REGIMES, regime
 
 # the default run: every registered backend at its defaults, then the settings each method adds to the bench
 # (`Method.bench_variants`: e.g. the SJD-PAC ablation of the paper, SJD -> +PD -> +PD+AC -> L=64); the
@@ -130,12 +131,38 @@ def _label(cfg: dict) -> str:
     return cfg["backend"] + (f":{rest}" if rest else "")
 
 
-def _model(spec: str, device, dtype, quantize="none"):
-    if spec.startswith("tiny:"):  # tiny:vocab,HxW[,row_end] -- random weights, for testing the command
-        from ..testing import tiny_model
-        parts = spec[5:].split(",")
+# tiny:...,key=value options: testing.tiny_model's keyword and its type
+TINY_OPTIONS = {"hidden": ("hidden_size", int), "layers": ("num_layers", int), "heads": ("num_heads", int),
+                "scale": ("logit_scale", float), "seed": ("seed", int)}
+
+
+def _tiny_model(spec: str, device):
+    """tiny:vocab,HxW[,row_end][,hidden=..,layers=..,heads=..,scale=..,seed=..]: a random-weight model
+    (testing.tiny_model; the options default to its own, seed 0)."""
+    from ..testing import tiny_model
+    parts = [p.strip() for p in spec[5:].split(",")]
+    try:
+        vocab = int(parts[0])
         h, w = (int(x) for x in parts[1].split("x"))
-        return tiny_model(int(parts[0]), (h, w), seed=0, row_end="row_end" in parts[2:], device=device or "cpu")
+        kwargs = {"seed": 0}
+        for part in parts[2:]:
+            if part == "row_end":
+                kwargs["row_end"] = True
+                continue
+            key, eq, value = part.partition("=")
+            if not eq or key not in TINY_OPTIONS:
+                raise ValueError(part)
+            name, kind = TINY_OPTIONS[key]
+            kwargs[name] = kind(value)
+    except (ValueError, IndexError):
+        raise ValueError(f"bad tiny model spec {spec!r}; expected tiny:VOCAB,HxW[,row_end][,key=value...] with keys "
+                         f"{', '.join(TINY_OPTIONS)}") from None
+    return tiny_model(vocab, (h, w), device=device or "cpu", **kwargs)
+
+
+def _model(spec: str, device, dtype, quantize="none"):
+    if spec.startswith("tiny:"):  # random weights: for testing the command, and the `flat` regime
+        return _tiny_model(spec, device)
     return load_model(spec, device=device, dtype=dtype, quantize=quantize)
 
 
@@ -333,9 +360,27 @@ def format_table(rows: List[dict]) -> str:
     return "\n".join(lines)
 
 
+def chosen_regime(name: Optional[str], model: Optional[str], sampling: dict):
+    """The run's regime: --regime NAME (which fixes the model and the sampling: ValueError if either is
+    also given), `demo` when neither a regime, a model nor a sampling setting is given, else None (a custom
+    run, which the output says)."""
+    if name is not None:
+        given = (["--model"] if model is not None else []) + [f"--{k.replace('_', '-')}" for k in sampling]
+        if given:
+            raise ValueError(f"--regime {name} fixes the model and the sampling settings; drop {', '.join(given)} "
+                             f"(or drop --regime for a custom run)")
+        return regime(name)
+    return regime("demo") if model is None and not sampling else None
+
+
 def main(argv=None):
     ap = command_parser("bench", __doc__)
-    ap.add_argument("--model", default="demo", help="built-in name, model folder, or tiny:V,HxW[,row_end]")
+    ap.add_argument("--regime", choices=list(REGIMES), default=None,
+                    help="fixes the model and its sampling settings (cli/regimes.py): demo (the demo model as it "
+                    "samples), paper (the demo model calibrated to SJD's commit rate on Lumina-mGPT), flat (a "
+                    "random-weight 8192-code target); without --regime and --model: demo")
+    ap.add_argument("--model", default=None, help="built-in name, model folder, or tiny:V,HxW[,row_end][,key=value] "
+                    "(keys: hidden, layers, heads, scale, seed); default: demo")
     ap.add_argument("--backends", nargs="+", default=DEFAULT_CONFIGS,
                     help="configurations like ar  sjd:window=32  sjd_pac:window=64,tree_width=4  ar:compile=true "
                     "(a parameter left out takes the backend's default; include `ar` for the speed-up column)")
@@ -358,6 +403,8 @@ def main(argv=None):
     ap.add_argument("--top-k", type=non_negative_int, default=None,
                     help="keep the k most likely image tokens (default: the model's recommended one; 0: off, "
                     "every token)")
+    ap.add_argument("--temperature", type=non_negative_float, default=None, help="sampling temperature (default 1)")
+    ap.add_argument("--top-p", type=non_negative_float, default=None, help="nucleus sampling (default 1: off)")
     ap.add_argument("--json", help="write the rows (and the run's settings) to this file")
     ap.add_argument("--both-modes", action="store_true", help="run each configuration that does not set "
                     "reproducible twice: reproducible=false and reproducible=true (same image as AR), side by side")
@@ -365,24 +412,32 @@ def main(argv=None):
                     "preview (interleaved) and report its overhead")
     ap.add_argument("--quiet", action="store_true", help="no progress line per generation on stderr")
     args = ap.parse_args(argv)
-    torch.set_num_threads(args.threads)
+    sampling = {k: v for k, v in (("cfg_scale", args.cfg_scale), ("top_k", args.top_k),
+                                  ("temperature", args.temperature), ("top_p", args.top_p)) if v is not None}
     try:
+        the_regime = chosen_regime(args.regime, args.model, sampling)
         configs = with_windows([parse_config(c) for c in args.backends], args.windows)
         if args.both_modes:
             configs = in_both_modes(configs)
+        if the_regime is not None:
+            configs = the_regime.apply_run_options(configs)
     except ValueError as e:
         ap.error(str(e))
+    if the_regime is not None:
+        args.model, sampling = the_regime.model, dict(the_regime.sampling)
+    args.model = args.model or "demo"
+    torch.set_num_threads(args.threads)  # after the checks: a refused command changes nothing
     prompts = DEFAULT_PROMPTS
     if args.prompts:
         with open(args.prompts) as f:
             prompts = [line.strip() for line in f if line.strip()]
     model = _model(args.model, args.device, args.dtype, args.quantize)
-    sampling = {k: v for k, v in (("cfg_scale", args.cfg_scale), ("top_k", args.top_k)) if v is not None}
     t0 = time.time()
     rows = run(model, configs, prompts, args.seeds, args.repeats, sampling=sampling, preview=args.preview,
                log=None if args.quiet else (lambda s: print(s, file=sys.stderr)))
     meta = {"command": "python -m specar bench " + " ".join(argv if argv is not None else sys.argv[1:]),
-            "model": args.model, "prompts": prompts, "seeds": args.seeds, "repeats": args.repeats,
+            "model": args.model, "regime": the_regime.as_dict() if the_regime else None, "sampling": sampling,
+            "prompts": prompts, "seeds": args.seeds, "repeats": args.repeats,
             "threads": args.threads, "device": str(model.device), "machine": platform.platform(),
             "processor": cpu_name(), "cpu_count": os.cpu_count(), "torch": torch.__version__,
             "date": time.strftime("%Y-%m-%d"), "wall_s": round(time.time() - t0, 1),
@@ -391,6 +446,8 @@ def main(argv=None):
         with open(args.json, "w") as f:
             json.dump({"meta": meta, "rows": rows}, f, indent=1)
     print(format_table(rows))  # after the file: a closed stdout (| head) must not lose the run
+    print("\n" + (the_regime.summary() if the_regime else f"regime: none (model {args.model}, sampling "
+                                                              f"{sampling or 'the model' + chr(39) + 's own'})"))
     busy = busy_machine_note()
     if busy:
         print("\n" + busy[2:].capitalize() + " (the speed-ups are ratios within this run and hold better than the "
