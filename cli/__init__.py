@@ -2,7 +2,8 @@
 
 - demo.py: `demo` (make demo): the demo model, AR vs the fastest lossless backend
 - benchmark.py: `bench` (make bench): every backend side by side in one run
-- regimes.py: the bench's regimes (`bench --regime demo|paper|flat`) and `calibrate-regime` (the paper regime's temperature)
+- regimes.py: the bench's regimes (`bench --regime demo|paper|flat`); calibrate_regime.py: `calibrate-regime` (the paper
+  regime's temperature)
 - shape_bench.py: `shape-bench`: 7B-shape forward latency vs the sampling core's cost
 - compile_rows.py: `compile-rows`: the compiled CPU step's limit for products as a multiply-and-sum
 - roofline.py: `shape-bench --roofline`: the GPU latency projection (a roofline model, labelled a projection)
@@ -28,7 +29,7 @@ COMMANDS = {
     "demo": ("demo", "generate images with the embedded demo model: plain AR and the fastest lossless backend, "
                      "speed-up measured in the same run (what `make demo` runs)"),
     "bench": ("benchmark", "every backend side by side on the same prompts and seeds, one run (`make bench`)"),
-    "calibrate-regime": ("regimes", "the `paper` bench regime's temperature: where SJD's paper setting commits what "
+    "calibrate-regime": ("calibrate_regime", "the `paper` bench regime's temperature: where SJD's paper setting commits what "
                                     "SJD commits on Lumina-mGPT (writes cli/regime_paper.json)"),
     "shape-bench": ("shape_bench", "forward latency of a 7B model's shape vs the sampling core's cost per step"),
     "compile-rows": ("compile_rows", "the compiled CPU step: matrix products by BLAS vs as a multiply-and-sum, by "

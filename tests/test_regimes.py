@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from specar.cli import benchmark, regimes
+from specar.cli import benchmark, calibrate_regime, regimes
 from specar.cli.benchmark import _model, parse_config
 
 
@@ -115,17 +115,17 @@ def test_calibration_lands_where_it_says_on_a_tiny_target():
     fixed = {"cfg_scale": 1.0, "top_k": 0}
 
     def measure(t):
-        return regimes.measure_step_compression(model, probe, ["a", "b"], [0, 1, 2], {**fixed, "temperature": t})[
+        return calibrate_regime.measure_step_compression(model, probe, ["a", "b"], [0, 1, 2], {**fixed, "temperature": t})[
             "step_compression"]
 
     lo, hi = measure(0.5), measure(8.0)
     target = (lo + hi) / 2  # between the ends: reachable by a continuous search
-    found = regimes.calibrate_temperature(measure, target, 0.5, 8.0, tolerance=0.05, max_evaluations=14)
+    found = calibrate_regime.calibrate_temperature(measure, target, 0.5, 8.0, tolerance=0.05, max_evaluations=14)
     assert found["evaluations"][0]["temperature"] == 0.5 and len(found["evaluations"]) <= 14
     assert measure(found["temperature"]) == pytest.approx(found["step_compression"])  # lands where it says
     assert found["reached"] and abs(found["step_compression"] - target) <= 0.05 * target
     with pytest.raises(ValueError, match="is not between"):
-        regimes.calibrate_temperature(measure, max(lo, hi) + 5.0, 0.5, 8.0)
+        calibrate_regime.calibrate_temperature(measure, max(lo, hi) + 5.0, 0.5, 8.0)
 
 
 def test_calibrate_command_refuses_bad_bounds(tmp_path, capsys):
