@@ -281,7 +281,9 @@ def roofline_report(args) -> dict:
     head = " ".join(f"{g.name[:9] + ' s':>12s} {'x AR':>5s} {'no-launch s':>11s} {'drafter':>7s}" for g in gpus)
     print("(x AR: latency ratio to the ar row on the same GPU; no-launch s: the same steps without the launch "
           "term, the roofline alone, a bound for a graph-captured step; drafter: % of the time in the drafter network)")
-    print(f"{'kind':10s} {'backend':26s} {'compr.':>6s} {'T/fwd':>6s} {'forwards':>8s} {'drafter net':14s} {head}")
+    width = max([26] + [len(r.get("label", r.get("backend", ""))) for r in (bench.get("rows") or [])]
+                if isinstance(bench, dict) else [26])  # whole labels: a regime run's labels are long
+    print(f"{'kind':10s} {'backend':{width}s} {'compr.':>6s} {'T/fwd':>6s} {'forwards':>8s} {'drafter net':14s} {head}")
     rows = bench.get("rows") if isinstance(bench, dict) else None
     if not rows:
         raise ValueError(f"--bench-json {args.bench_json!r} has no 'rows' (write one with `bench --json`)")
@@ -301,7 +303,7 @@ def roofline_report(args) -> dict:
             cells.append(f"{s:12.2f} {x:5.2f} {bound:11.2f} {100 * (1 - undrafted / s):7.1f}")
             entry[g.name] = {"seconds": s, "speedup_vs_ar": x, "seconds_without_launch_cost": bound,
                              "drafter_share": 1 - undrafted / s}
-        print(f"{'projection':10s} {row.get('label', row['backend'])[:26]:26s} {row['step_compression_total']:6.2f} "
+        print(f"{'projection':10s} {row.get('label', row['backend']):{width}s} {row['step_compression_total']:6.2f} "
               f"{rl.mean_tokens(plan):6.1f} {plan.forwards:8.0f} {(plan.drafter.name if plan.drafter else '-'):14s} "
               + " ".join(cells))
         ours.append(entry)
