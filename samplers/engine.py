@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+import types
 import weakref
 from dataclasses import dataclass, field
 from typing import Callable, Optional
@@ -90,7 +91,12 @@ class StepGraphs:
 
     def __init__(self, model: ARImageModel, stats):
         self.stats = stats
-        self.graphs = ShapeCompiled(_replayed_decode_step, model.device, "decode step", stats)
+        # dynamo keeps its graphs (and checks their guards) per code object: a copy of the step's function per
+        # model keeps each model's graphs apart (no guard checks against other models' graphs, the recompile
+        # limit counted per model)
+        code = _replayed_decode_step.__code__.replace()  # an equal, distinct code object
+        step = types.FunctionType(code, _replayed_decode_step.__globals__, _replayed_decode_step.__name__)
+        self.graphs = ShapeCompiled(step, model.device, "decode step", stats)
         self.tapes: dict = {}  # graph key -> the draws of its step: [(kind, shape, *bounds)]
 
     def run(self, engine: "SpeculativeEngine", plan, state: LoopState, session: Session, at_step, log: StepLog):
