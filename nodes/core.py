@@ -6,6 +6,7 @@ guarded, so this module (and the whole pack) imports and runs without ComfyUI.
 """
 from __future__ import annotations
 
+import weakref
 from typing import Callable, Optional
 
 import torch
@@ -17,6 +18,10 @@ from ..samplers.preview import PREVIEW_THROTTLE, PartialImage
 from .layouts import nest_dotted, sampler_settings
 from .models import ModelHandle, resolve, resolve_drafter, sampler_spec
 from .report import heatmap, report
+
+# the models this node pack has generated with (its own state, never written into the model object): a model's
+# first generation carries one-time costs (weights paged in, calibration) that the report names
+_GENERATED: "weakref.WeakSet" = weakref.WeakSet()
 from .widgets import validate
 
 
@@ -153,10 +158,10 @@ def run_sampler(model, values: dict, progress: Optional[Callable] = None, interr
     compare = bool(values.get("compare_with_ar")) and settings.backend != "ar"
     # compare_with_ar: one progress bar over both generations (the backend's run fills its first half, AR's
     # the second), so the bar does not sit at 100% while AR runs
-    first_run = not model.__dict__.get("_specar_generated", False)  # one-time costs fall on this run
+    first_run = model not in _GENERATED  # one-time costs fall on this run
     res = generate(model, values["prompt"], backend=config, preview=preview, compile=values.get("compile", False),
                    progress=(lambda d, t: progress(d, 2 * t)) if compare and progress else progress, **sampling)
-    model.__dict__["_specar_generated"] = True
+    _GENERATED.add(model)
     geo = model.geometry
     grid = res.tokens.reshape(batch, geo.height, geo.width)
     if res.images:
