@@ -28,6 +28,11 @@ CASES = [
 @pytest.mark.long
 @pytest.mark.parametrize("backend,params,model_name,setting", CASES, ids=[c[0] for c in CASES])
 def test_compiled_backend_is_exact(backend, params, model_name, setting):
+    if backend == "adt_tree":
+        # its plan (the deepest and widest tree a row asks for) changes from step to step, and a plan's first
+        # step runs eager: on images of a few tokens a generation meets most plans once. A first generation
+        # (another seed) records them, so the tested one runs its steps in the compiled graphs
+        check_exact(backend, model_name, setting, seed=99, compile=True, **params)
     (p_value, stat, dof, tv), res = check_exact(backend, model_name, setting, compile=True, **params)
     c = res.stats.compile
     assert c["eager_fallback"] == "" and c["graph_breaks"] == 0 and c["recompiles"] == 0
