@@ -35,7 +35,7 @@ from .drafters.base import Drafter, DraftTree, LoopState, SequenceLayout, Verdic
 from ..model_loaders.compiled import ShapeCompiled
 from .randomness import Draws, ReplayedDraws, make_generator
 from .stats import GenerationStats
-from .target import SamplingParams, invalid_rows, target_head, target_probs
+from .target import SamplingParams, invalid_rows, target_probs
 
 
 # the engine's calibration of forward costs (`_calibrate`), per model: kept while the model lives, never
@@ -199,7 +199,6 @@ class SpeculativeEngine:
         """Prefill, the first token (a sample of position 0's target), and the drafter's start."""
         model, B, V, dev = self.model, self.batch, self.model.geometry.vocab_size, self.model.device
         self._check_positions(prompt)
-        # compiled: the target distribution is computed in the step's graph (the same target_probs)
         # compiled: the session laid out for static graphs, its forward captured inside the compiled decode step
         session = model.start(prompt, B, self.sampling.uses_cfg, draft_capacity=self.drafter.node_budget + 1,
                               compile="caller" if self.compile else False)
