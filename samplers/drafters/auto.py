@@ -77,6 +77,7 @@ PROBE_EVERY = 8  # steps between probes of the runner-up window (measured cost m
 INIT_TRIAL_AFTER = 4  # steps after the warm-up before the first trial block of the other init
 INIT_TRIAL_EVERY = 32  # steps between trial blocks (times 1 + the trials the other init lost, at most 4x)
 INIT_TRIAL_STEPS = 4  # steps of a trial block (the first verifies the preferred init's drafts: not scored)
+INIT_TRIAL_SEEN = 2  # counted steps of the current window before a trial (its tokens per step tell the room)
 TRIAL_BELOW = 0.5  # a trial only when the window's steps commit under this share of window + 1 tokens
 INIT_COMPARED = 6  # scored steps of each init kept for the comparison after a trial block
 INIT_MARGIN = 1.15
@@ -278,9 +279,10 @@ class AutoDrafter(JacobiDrafter):
             # the configured init, once beaten, is tried again soon; a losing alternative ever less often
             self.next_trial = step + (INIT_TRIAL_EVERY // 2 if self.preferred != self.inits[0]
                                       else INIT_TRIAL_EVERY * min(1 + self.trials_lost, 4))
-        if self.trial_end is None and step >= self.next_trial and window and self.counted[window] >= 2:
+        if self.trial_end is None and step >= self.next_trial and window and self.counted[window] >= INIT_TRIAL_SEEN:
             self.next_trial = step + INIT_TRIAL_EVERY
-            if self.preferred != self.inits[0] or self.tokens[window] / self.counted[window] < TRIAL_BELOW * (window + 1):
+            seen = self.tokens[window] / self.counted[window] if self.counted[window] else 0.0
+            if self.preferred != self.inits[0] or seen < TRIAL_BELOW * (window + 1):
                 self.trial_end = step + INIT_TRIAL_STEPS
         return other if self.trial_end is not None else self.preferred
 
