@@ -23,7 +23,7 @@ cost(W) = calibrated(W) x rel(W) x load, all three measured, none taken once:
 - rel(W): how far W's steps in this generation ran from that prior, against the steps of other
   windows just before them (so under the same load): the low median of W's last `RECENT` samples
   of (step time / calibrated(W)) / (the same of the other windows among the last `LOAD_STEPS`
-  steps, each over its rel); 1 until measured so. So a calibration that one busy moment distorted
+  steps, each over its rel) and `REL_PRIOR` pseudo-samples of 1 (one odd sample cannot move it). So a calibration that one busy moment distorted
   is corrected by the steps themselves;
 - load: the low median of the last `LOAD_STEPS` steps' step time / calibrated(W) / rel(W): what
   the machine's load does to every window now. A load spike in one step moves neither median.
@@ -72,6 +72,7 @@ PRIOR_STEPS = 8.0  # weight of the prior, in steps
 SWITCH_MARGIN = 1.1
 WARMUP_STEPS = 4  # steps not counted in tokens per step
 RECENT = 8  # step-time samples kept per window (rel)
+REL_PRIOR = 2  # pseudo-samples of rel = 1 (the calibration) in rel's median
 LOAD_STEPS = 5  # steps in the load estimate
 PROBE_EVERY = 8  # steps between probes of the runner-up window (measured cost model)
 INIT_TRIAL_AFTER = 4  # steps after the warm-up before the first trial block of the other init
@@ -152,7 +153,8 @@ class AutoDrafter(JacobiDrafter):
     def rel(self, window: int) -> float:
         """Window's measured step cost over its calibrated forward, relative to the load (1: not run yet)."""
         samples = self.samples[window]
-        return median_low(samples) if samples else 1.0
+        # REL_PRIOR pseudo-samples of 1 (the calibration): one odd sample cannot move it, two that agree can
+        return median_low(list(samples) + [1.0] * REL_PRIOR) if samples else 1.0
 
     def load(self) -> float:
         """Step time over calibrated forward time of the last LOAD_STEPS steps (each over its window's rel), low median."""
@@ -229,15 +231,16 @@ class AutoDrafter(JacobiDrafter):
 
     def probe(self, state: LoopState, window: int) -> Optional[int]:
         """The runner-up window when this step is a probe (every PROBE_EVERY steps after the warm-up, the
-        runner-up not measured in the last PROBE_EVERY x (1 + its probes so far, at most 3) steps), else
-        None. Step counts and costs only."""
+        runner-up not measured in the last PROBE_EVERY x (1 + its probes beyond REL_PRIOR, at most 3) steps),
+        else None. Step counts and costs only."""
         s = state.step - WARMUP_STEPS
         if self.cost_model != "measured" or s <= 0 or s % PROBE_EVERY or len(self.shapes) < 2:
             return None
         rate = self.rates()
         runner_up = max((w for w in self.shapes if w != window), key=lambda w: (rate[w], w))
-        # a window probed often without being chosen is probed less often (up to 4x PROBE_EVERY apart)
-        stale = PROBE_EVERY * min(1 + self.probes[runner_up], 4)
+        # a window probed often without being chosen is probed less often (up to 4x PROBE_EVERY apart), after the
+        # REL_PRIOR + 1 probes its rel needs to leave the calibration
+        stale = PROBE_EVERY * min(1 + max(self.probes[runner_up] - REL_PRIOR, 0), 4)
         return runner_up if state.step - self.measured_at[runner_up] >= stale else None
 
     def compare(self, trial: str, preferred: str) -> Optional[tuple]:
