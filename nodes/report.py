@@ -88,6 +88,9 @@ def summary(stats, ar_stats=None, ratios: Optional[list] = None, first_run: bool
     images = f"{stats.batch} images, " if stats.batch > 1 else ""
     summed = " summed over the images" if stats.batch > 1 else ""
     notes = compile_note(stats) + busy_machine_note()
+    fallback = (stats.backend_report or {}).get("fell_back_to_ar")  # auto ran mostly plain AR: say so and why
+    if fallback:
+        notes = f"; {fallback}" + notes
     one_time = first_run or bool(stats.compile and stats.compile.get("compiles"))
     if first_run:
         notes += "; the model's first run since loading: one-time start-up costs are in this latency"

@@ -1,40 +1,65 @@
-"""`auto`: the Jacobi family with its window chosen every step from the device's measured cost.
+"""`auto`: the Jacobi family with its window and its draft initialisation chosen every step from the
+acceptance seen so far and the step cost measured during the generation.
 
 The drafter is SCD with maximal coupling (adaptive continuation): drafts are the previous step's
-MRS outputs, verified by `verify_chain`. What `auto` adds is the choice of the window W_t of
-each step among a few fixed shapes (AR's single slot, and windows up to `max_window`), made to
-maximise the predicted tokens committed per second:
+MRS outputs, verified by `verify_chain`. What `auto` adds is, every step, on the host (`plan`):
 
-    rate(W) = E[tokens committed by a step with window W] / cost(W)
+- the window W_t among a few fixed shapes (AR's single slot, and windows up to `max_window`),
+  maximising the predicted tokens committed per second, rate(W) = E[tokens | W] / cost(W);
+- the `init` rule of the positions the step drafts afresh: the configured one or one alternative
+  (`random`, or `sample_above` when `random` is configured), tried in short blocks and kept when
+  its drafts commit more.
 
-- E[tokens | W]: the mean tokens committed per step over this generation's steady steps with
-  window W (not the first `WARMUP_STEPS` steps, nor a step right after a switch: both verify
-  fresh `init` drafts), shrunk towards `prior_tokens_per_step(W)` by `PRIOR_STEPS` pseudo-steps.
-  A step run with a larger window V also counts, for every smaller candidate W, as a step that
-  committed min(n, W + 1) tokens per row (n: what it committed): the first W drafts of V's chain
-  are the drafts a W-window step would have verified, so a window that is never run is not
-  judged by its prior alone (before this, auto kept W=32 with `sample_above` drafts because the
-  prior underrated W=16, which it then never ran: docs/BENCHMARKS.md). It overrates W a little
-  (with a window of W the drafts near its end are refined fewer times), never underrates it.
-- cost(W): the engine's calibration of the model forward at W's shape (`cost_shapes`, timed once
-  per model, batch, guidance, compile setting and thread count, see engine.py), times the moving
-  average of measured step time / calibrated forward time over this generation's steps. With
-  ``cost_model="forwards"`` every step costs the same: auto then minimises forward passes (what
-  a GPU, where a forward's cost hardly depends on its tokens, wants), deterministically.
-- the current window is kept unless another is predicted `SWITCH_MARGIN` better.
+E[tokens | W]: the mean tokens committed per step over this generation's steady steps with window
+W (not the first `WARMUP_STEPS` steps, nor a step whose window reached positions no earlier step
+had drafted: both verify fresh `init` drafts), shrunk towards `prior_tokens_per_step(W)` by
+`PRIOR_STEPS` pseudo-steps. A step run with a larger window V also counts, for every smaller
+candidate W, as a step that committed min(n, W + 1) tokens per row (n: what it committed): the
+first W drafts of V's chain are the drafts a W-window step would have verified.
 
-Why it stays lossless: the window of step t is a function of what happened before step t (the
-counts, the clock), never of step t's drafts or random draws. Conditioned on that history each
-draft in the window is still distributed as the q recorded for it, so every MRS check is exact
-(docs/ARCHITECTURE.md). Drafts beyond a shrunken window keep their tokens and q until a later
-window reaches them; a window that grows drafts the new positions by `init` first.
+cost(W) = calibrated(W) x rel(W) x load, all three measured, none taken once:
+- calibrated(W): the engine's timing of the model forward at W's shape before the first step
+  (`cost_shapes`, once per model / batch / guidance / compile / threads: engine.py), the prior;
+- rel(W): how far W's steps in this generation ran from that prior, against the steps of other
+  windows just before them (so under the same load): the low median of W's last `RECENT` samples
+  of (step time / calibrated(W)) / (the same of the other windows among the last `LOAD_STEPS`
+  steps, each over its rel) and `REL_PRIOR` pseudo-samples of 1 (one odd sample cannot move it). So a calibration that one busy moment distorted
+  is corrected by the steps themselves;
+- load: the low median of the last `LOAD_STEPS` steps' step time / calibrated(W) / rel(W): what
+  the machine's load does to every window now. A load spike in one step moves neither median.
+- every `PROBE_EVERY` steps the runner-up window, when its cost was not measured in the last
+  `PROBE_EVERY` steps, runs one step (a probe): costs of windows auto is not running are
+  re-measured, so a choice made from a stale or distorted cost (plain AR above all: an AR step
+  tells nothing about a drafting window's cost) is revisited. A probe is a window like any other.
+With ``cost_model="forwards"`` every step costs the same (fewest forwards, the GPU regime; no
+clock read, deterministic). The current window is kept unless another is predicted
+`SWITCH_MARGIN` better (a switch costs: the drafts a larger window reaches are fresh).
+
+The init: when the window's steps commit under `TRIAL_BELOW` of what it could (drafts are poor:
+room to gain), `INIT_TRIAL_STEPS` steps draft with the init not preferred now (a trial block),
+first `INIT_TRIAL_AFTER` steps after the warm-up, then every `INIT_TRIAL_EVERY` steps (less often
+after each lost trial). Every drafting step whose previous step drafted with the same init scores
+that init (the first of a block verifies drafts the other init made). After each block the trial's
+low-median tokens per step (a stuck window commits 1, 1, 1, 9, 1: a mean follows the outlier) is compared with the preferred init's last `INIT_COMPARED` scored steps at
+the same window (like for like, close in time); the trial init becomes the preferred one when it
+committed `INIT_MARGIN` more. On the demo model's peaked targets
+the windows commit near their size and no trial runs.
+
+Why it stays lossless: the window and the init of step t are functions of what happened before
+step t (the counts, the clock), never of step t's drafts or random draws. Conditioned on that
+history each draft in the window is still distributed as the q recorded for it (whichever init
+drew it), so every MRS check is exact (docs/ARCHITECTURE.md). Drafts beyond a shrunken window keep
+their tokens and q until a later window reaches them; a window that grows drafts the new positions
+by the step's init first.
 """
 from __future__ import annotations
 
 import dataclasses
 import math
 import time
+from collections import deque
 from dataclasses import dataclass
+from statistics import median_low
 from typing import ClassVar, Optional
 
 import torch
@@ -44,9 +69,20 @@ from .jacobi import INIT_ABOVE_PAPER, INIT_HELP, JacobiDrafter, JacobiParams, Ja
 from .params import INITS, MAX_WINDOW, Method, StepCost, chain_tokens, param
 
 PRIOR_STEPS = 8.0  # weight of the prior, in steps
-COST_EMA = 0.25  # weight of the newest step in the moving average of step time / forward time
 SWITCH_MARGIN = 1.1
 WARMUP_STEPS = 4  # steps not counted in tokens per step
+RECENT = 8  # step-time samples kept per window (rel)
+REL_PRIOR = 2  # pseudo-samples of rel = 1 (the calibration) in rel's median
+LOAD_STEPS = 5  # steps in the load estimate
+PROBE_EVERY = 8  # steps between probes of the runner-up window (measured cost model)
+INIT_TRIAL_AFTER = 4  # steps after the warm-up before the first trial block of the other init
+INIT_TRIAL_EVERY = 32  # steps between trial blocks (times 1 + the trials the other init lost, at most 4x)
+INIT_TRIAL_STEPS = 4  # steps of a trial block (the first verifies the preferred init's drafts: not scored)
+INIT_TRIAL_SEEN = 2  # counted steps of the current window before a trial (its tokens per step tell the room)
+TRIAL_BELOW = 0.5  # a trial only when the window's steps commit under this share of window + 1 tokens
+INIT_COMPARED = 6  # scored steps of each init kept for the comparison after a trial block
+INIT_MARGIN = 1.15
+FALLBACK_SHARE = 0.5  # auto "fell back to AR" when more than this share of its steps were AR steps
 
 
 def prior_tokens_per_step(window: int) -> float:
@@ -61,15 +97,24 @@ def candidate_windows(max_window: int) -> tuple:
     return tuple(sorted(ws, reverse=True))
 
 
+def candidate_inits(init: str) -> tuple:
+    """The configured init, then the one auto tries beside it: random (the papers'; it wins on flat targets,
+    issue 36), or sample_above when random is configured."""
+    return (init, "sample_above" if init == "random" else "random")
+
+
 @dataclass(frozen=True)
 class AutoParams(JacobiParams):
     max_window: int = param(32, "the largest window auto may choose (it picks among AR's single slot and windows up "
                             "to this)", lo=1, hi=MAX_WINDOW, sizes=True, essential=True)
-    cost_model: str = param("measured", "measured: maximise tokens per second on this device (the forward timed once "
-                            "per loaded model, then every step; with same_image_as_ar off the image follows that "
-                            "calibration); forwards: minimise forward passes (deterministic; what a GPU wants)",
-                            choices=("measured", "forwards"))
+    cost_model: str = param("measured", "measured: maximise tokens per second on this device (each window's step "
+                            "time measured during the generation, robust to a load spike; with same_image_as_ar "
+                            "off the image follows those timings); forwards: minimise forward passes "
+                            "(deterministic; what a GPU wants)", choices=("measured", "forwards"))
     init: str = param("sample_above", INIT_HELP, choices=INITS, paper=INIT_ABOVE_PAPER)
+    adapt_init: bool = param(False, "also choose the init online: try random (sample_above when init is random) in "
+                             "short blocks when drafts commit under half the window, keep it where it commits more; "
+                             "off by default: on the demo model it cost more forwards than it saved (docs/ARCHITECTURE.md)")
     restart_after: int = restart_param()
     redraft: ClassVar[str] = "maximal"  # SCD / adaptive continuation
     coupling_strength: ClassVar[float] = 1.0
@@ -87,12 +132,13 @@ class AutoState(JacobiState):
 
 
 class AutoDrafter(JacobiDrafter):
+    clock = staticmethod(time.perf_counter)  # the step clock (a test may replace it)
+
     def __init__(self, params: AutoParams, model, sampling):
         super().__init__(params, model, sampling)
         self.cost_model = params.cost_model
+        self.inits = candidate_inits(params.init) if params.adapt_init else (params.init,)
         self.forward_cost = {}  # window -> calibrated seconds of a forward (set_costs)
-        self.slowdown = 1.0  # moving average of (step time / its forward's calibrated time)
-        self.used = {w: 0 for w in self.shapes}  # steps per window
         self.order = tuple(sorted(self.shapes))  # the candidate windows, ascending: the credits' order
         self.order_t = torch.tensor(self.order, dtype=torch.long, device=model.device)
 
@@ -104,14 +150,32 @@ class AutoDrafter(JacobiDrafter):
     def set_costs(self, seconds: dict) -> None:
         self.forward_cost = dict(seconds)
 
+    def rel(self, window: int) -> float:
+        """Window's measured step cost over its calibrated forward, relative to the load (1: not run yet)."""
+        samples = self.samples[window]
+        # REL_PRIOR pseudo-samples of 1 (the calibration): one odd sample cannot move it, two that agree can
+        return median_low(list(samples) + [1.0] * REL_PRIOR) if samples else 1.0
+
+    def load(self) -> float:
+        """Step time over calibrated forward time of the last LOAD_STEPS steps (each over its window's rel), low median."""
+        return median_low([ratio / self.rel(w) for w, ratio in self.recent]) if self.recent else 1.0
+
     def cost(self, window: int) -> float:
-        """Seconds per step: the calibrated forward times the measured ratio of step time to
-        calibrated forward time (moving average over this generation's steps). A ratio rather
-        than an added overhead: when another process slows the machine down, a forward's cost
-        grows with its size, and the ratio keeps the windows' relative costs."""
+        """Seconds per step now: calibrated forward x rel(window) x load (module docstring)."""
         if self.cost_model == "forwards":
             return 1.0
-        return self.forward_cost.get(window, 1.0) * self.slowdown
+        return self.forward_cost.get(window, 1.0) * self.rel(window) * self.load()
+
+    def _measure(self, window: int, seconds: float, step: int) -> None:
+        """One step's wall time into the load and, when the last steps ran other windows, into rel(window):
+        its time against theirs, close in time (so under the same load). The window auto keeps running
+        gets no rel sample from its own steps: the load absorbs what they say, and rel compares windows."""
+        ratio = seconds / self.forward_cost.get(window, 1.0)
+        others = [r / self.rel(w) for w, r in self.recent if w != window]
+        if others:
+            self.samples[window].append(ratio / median_low(others))
+        self.recent.append((window, ratio))
+        self.measured_at[window] = step
 
     # -- the choice ----------------------------------------------------------------------------
     def _new_state(self, state: LoopState, first) -> "AutoState":
@@ -121,10 +185,28 @@ class AutoDrafter(JacobiDrafter):
         return AutoState(**{f.name: getattr(ds, f.name) for f in dataclasses.fields(ds)}, committed=committed)
 
     def start(self, state: LoopState, first, p0):
+        self.reset_policy()
+        return super().start(state, first, p0)
+
+    def reset_policy(self) -> None:
+        """The host policy's state, new for every generation."""
+        self.window = next(iter(self.shapes))  # the largest window, drafted by the configured init in `start`
         self.tokens = {w: 0.0 for w in self.shapes}  # window -> tokens per step, summed over its counted steps
         self.counted = {w: 0 for w in self.shapes}
-        self.prev_step = None  # the previous step: (window, start time, whether it switched window)
-        return super().start(state, first, p0)
+        self.used = {w: 0 for w in self.shapes}  # steps per window
+        self.probes = {w: 0 for w in self.shapes}
+        self.samples = {w: deque(maxlen=RECENT) for w in self.shapes}
+        self.recent = deque(maxlen=LOAD_STEPS)  # (window, step time / calibrated forward) of the last steps
+        self.measured_at = {w: -1 for w in self.shapes}
+        self.preferred = self.inits[0]
+        self.init_recent = {i: deque(maxlen=INIT_COMPARED) for i in self.inits}  # (window, tokens) of scored steps
+        self.trials = []  # per trial block: (other init, its tokens per step, the preferred's, at the window)
+        self.init_used = {i: 0 for i in self.inits}
+        self.trial_end = None  # the step after the current trial block (None: no block running)
+        self.next_trial = WARMUP_STEPS + INIT_TRIAL_AFTER
+        self.trials_lost = 0
+        self.prev_step = None  # the previous step: (window, start time, fresh drafts verified, init, init scored)
+        self.reach = self.window  # the largest window of the last two steps: what is drafted ahead
 
     def host_hint(self, state: LoopState):
         return state.draft.committed  # auto drafts chains only (no proactive tree rows to count)
@@ -135,39 +217,115 @@ class AutoDrafter(JacobiDrafter):
         n = self.counted[window]
         return (PRIOR_STEPS * prior_tokens_per_step(window) + self.tokens[window]) / (PRIOR_STEPS + n)
 
+    def rates(self) -> dict:
+        return {w: self.expected_tokens(w) / self.cost(w) for w in self.shapes}
+
     def choose(self, state: LoopState) -> int:
         """The window of the best predicted rate; the current one is kept unless another beats it
         by SWITCH_MARGIN (a switch costs: the drafts a new window reaches are fresh). It reads only
         what earlier steps left (counts, costs), never `state`'s drafts of this step: a choice
         that depended on them would bias which drafts get verified (tests/test_auto.py plants one)."""
-        rate = {w: self.expected_tokens(w) / self.cost(w) for w in self.shapes}
+        rate = self.rates()
         best = max(self.shapes, key=lambda w: (rate[w], w))
         return best if rate[best] > SWITCH_MARGIN * rate[self.window] else self.window
 
+    def probe(self, state: LoopState, window: int) -> Optional[int]:
+        """The runner-up window when this step is a probe (every PROBE_EVERY steps after the warm-up, the
+        runner-up not measured in the last PROBE_EVERY x (1 + its probes beyond REL_PRIOR, at most 3) steps),
+        else None. Step counts and costs only."""
+        s = state.step - WARMUP_STEPS
+        if self.cost_model != "measured" or s <= 0 or s % PROBE_EVERY or len(self.shapes) < 2:
+            return None
+        rate = self.rates()
+        runner_up = max((w for w in self.shapes if w != window), key=lambda w: (rate[w], w))
+        # a window probed often without being chosen is probed less often (up to 4x PROBE_EVERY apart), after the
+        # REL_PRIOR + 1 probes its rel needs to leave the calibration
+        stale = PROBE_EVERY * min(1 + max(self.probes[runner_up] - REL_PRIOR, 0), 4)
+        return runner_up if state.step - self.measured_at[runner_up] >= stale else None
+
+    def compare(self, trial: str, preferred: str) -> Optional[tuple]:
+        """(window, the trial init's low-median tokens per step, the preferred init's) over their last scored steps
+        at the window of the trial's last scored step: like for like, close in time; None without both."""
+        if not self.init_recent[trial]:
+            return None
+        window = self.init_recent[trial][-1][0]
+        mine = [n for w, n in self.init_recent[trial] if w == window]
+        theirs = [n for w, n in self.init_recent[preferred] if w == window]
+        if not theirs:
+            return None
+        return window, median_low(mine), median_low(theirs)  # medians: tokens per step are heavy-tailed
+
+    def other_init(self) -> str:
+        return self.inits[1] if self.preferred == self.inits[0] else self.inits[0]
+
+    def choose_init(self, state: LoopState, window: int) -> str:
+        """The init of this step's fresh drafts: the preferred one, except in a trial block of the other.
+        A block starts at a scheduled step (the first `INIT_TRIAL_AFTER` steps after the warm-up, then
+        INIT_TRIAL_EVERY x (1 + trials the other init lost, at most 3) after the last block) when there is
+        room to gain: the current window's steps commit under TRIAL_BELOW of what it could. After the
+        block the preferred init is revised. Step counts and token counts only."""
+        if len(self.inits) < 2:
+            return self.preferred
+        step, other = state.step, self.other_init()
+        if self.trial_end is not None and step >= self.trial_end:  # a block just ended: revise
+            self.trial_end = None
+            seen = self.compare(other, self.preferred)
+            # the configured init is the default: another must beat it by INIT_MARGIN, it wins back on a tie
+            margin = 1.0 / INIT_MARGIN if other == self.inits[0] else INIT_MARGIN
+            won = seen is not None and seen[1] >= margin * seen[2]
+            if seen is not None:
+                self.trials.append((other, round(seen[1], 2), round(seen[2], 2), seen[0], won))
+            if won:
+                self.preferred, other = other, self.preferred
+            else:
+                self.trials_lost += 1
+            # the configured init, once beaten, is tried again soon; a losing alternative ever less often
+            self.next_trial = step + (INIT_TRIAL_EVERY // 2 if self.preferred != self.inits[0]
+                                      else INIT_TRIAL_EVERY * min(1 + self.trials_lost, 4))
+        if self.trial_end is None and step >= self.next_trial and window and self.counted[window] >= INIT_TRIAL_SEEN:
+            self.next_trial = step + INIT_TRIAL_EVERY
+            seen = self.tokens[window] / self.counted[window] if self.counted[window] else 0.0
+            if self.preferred != self.inits[0] or seen < TRIAL_BELOW * (window + 1):
+                self.trial_end = step + INIT_TRIAL_STEPS
+        return other if self.trial_end is not None else self.preferred
+
     def plan(self, state: LoopState, hint: list) -> JacobiPlan:
-        """The previous step's tokens and wall time into the estimates, then this step's window (host only)."""
-        now = time.perf_counter()
+        """The previous step's tokens and wall time into the estimates, then this step's window and init
+        (host only)."""
+        now = self.clock() if self.cost_model == "measured" else 0.0
         tokens, rows, credits = hint[0], hint[1], hint[2:]
         if self.prev_step is not None and rows:  # the previous step: its tokens and its wall time
-            w, t, switched = self.prev_step
-            # the first steps, and a step right after a switch, verify fresh `init` drafts: not the window's rate
-            if state.step > WARMUP_STEPS and not switched:
-                self.tokens[w] += tokens / rows
+            w, t, fresh, init, scored = self.prev_step
+            if state.step > WARMUP_STEPS and not fresh:
+                per_row = tokens / rows
+                self.tokens[w] += per_row
                 self.counted[w] += 1
                 for smaller, credit in zip(self.order, credits):  # what each smaller window would have committed
                     if smaller < w:
                         self.tokens[smaller] += credit / rows
                         self.counted[smaller] += 1
-            if w in self.forward_cost:
-                self.slowdown += COST_EMA * ((now - t) / self.forward_cost[w] - self.slowdown)
+                if scored:
+                    self.init_recent[init].append((w, per_row))
+            if self.cost_model == "measured":
+                self._measure(w, now - t, state.step - 1)
         window = self.choose(state)
-        switched = window != self.window
+        probe = self.probe(state, window)
+        if probe is not None:
+            window = probe
+            self.probes[window] += 1
+        init = self.choose_init(state, window)
+        init = init if window else None  # an AR step drafts nothing (one graph, whatever the init)
         # positions the new window reaches for the first time get drafted by `init` (in `propose`)
-        grow = switched and self.shapes[window][0] > self.shapes[self.window][0]
+        grow = self.shapes[window][0] > self.shapes[self.window][0]
+        fresh = window > self.reach  # drafts no earlier step of the last two made: not the window's steady rate
+        scored = bool(window) and self.prev_step is not None and self.prev_step[3] == init
+        self.reach = max(window, self.window)
         self.window = window
         self.used[window] += 1
-        self.prev_step = (window, now, switched)
-        return JacobiPlan(window, grow=grow)
+        if init is not None:
+            self.init_used[init] += 1
+        self.prev_step = (window, now, fresh, init, scored)
+        return JacobiPlan(window, grow=grow, init=init)
 
     def observe(self, state: LoopState, plan, tree, verdict, p_all, out, previous_frontier):
         ds = super().observe(state, plan, tree, verdict, p_all, out, previous_frontier)
@@ -177,18 +335,52 @@ class AutoDrafter(JacobiDrafter):
         ds.committed = torch.cat([torch.stack([n.sum(), active.sum()]), credits])
         return ds
 
+    def fell_back_to_ar(self) -> Optional[str]:
+        """One line when most steps were plain AR steps (None otherwise): how many, and why, from the estimates
+        at the end of the generation."""
+        total = sum(self.used.values())
+        if 0 not in self.shapes or not total or self.used[0] <= FALLBACK_SHARE * total:
+            return None
+        rate = self.rates()
+        drafting = [w for w in self.shapes if w]
+        best = max(drafting, key=lambda w: (rate[w], w))
+        return (f"auto fell back to plain AR for {self.used[0]} of {total} steps: its best drafting window, "
+                f"{best}, was estimated at {self.expected_tokens(best):.1f} tokens per step for "
+                f"{self.cost(best) / self.cost(0):.1f}x an AR step's cost, {rate[best] / rate[0]:.2f}x AR's tokens "
+                f"per second")
+
     def report(self) -> dict:
-        """What auto chose and why: steps per window, each window's cost and the expected tokens
-        per step at the end of the generation (the last estimate)."""
+        """What auto chose and why: steps per window and per init, each window's cost and expected tokens per
+        step at the end of the generation (the last estimates), the probes, and whether it fell back to AR."""
+        measured = self.cost_model == "measured"
+        steps = sum(self.used.values())
+        main = max(self.used, key=lambda w: (self.used[w], w))
+        init_main = max(self.init_used, key=lambda i: (self.init_used[i], i == self.inits[0]))
+        chose = (f"window {main} for {self.used[main]} of {steps} steps"
+                 + (f", init {init_main} for {self.init_used[init_main]} of {sum(self.init_used.values())} "
+                    f"drafting steps" if sum(self.init_used.values()) else ""))
         return {
             "cost_model": self.cost_model,
+            "chose": chose,
+            "fell_back_to_ar": self.fell_back_to_ar(),
             "steps_per_window": {str(w): n for w, n in sorted(self.used.items()) if n},
+            "probe_steps": {str(w): n for w, n in sorted(self.probes.items()) if n},
             "tokens_per_step": {str(w): round(self.tokens[w] / n, 2) for w, n in sorted(self.counted.items()) if n},
-            "step_over_forward": round(self.slowdown, 3),
-            "step_cost_ms": {str(w): round(1e3 * self.cost(w), 3) for w in sorted(self.shapes)}
-            if self.cost_model == "measured" else None,
+            "steps_per_init": {i: n for i, n in self.init_used.items() if n},
+            # per trial block: the init tried, its tokens per step, the preferred init's just before, the window,
+            # whether the trial won (the preference switched)
+            "init_trials": [dict(zip(("init", "tokens_per_step", "preferred_tokens_per_step", "window", "won"), t))
+                            for t in self.trials],
+            "init_preferred": self.preferred,
+            "load": round(self.load(), 3) if measured else None,  # step time / calibrated forward time, now
+            "step_cost_ms": {str(w): round(1e3 * self.cost(w), 3) for w in sorted(self.shapes)} if measured else None,
+            "rel_cost": {str(w): round(self.rel(w), 3) for w in sorted(self.shapes) if self.samples[w]}
+            if measured else None,
             "expected_tokens_per_step": {str(w): round(self.expected_tokens(w), 2) for w in sorted(self.shapes)},
-            "rule": "each step: the window maximising expected tokens per step / step cost, from earlier steps only",
+            "rule": "each step: the window maximising expected tokens per step / step cost (re-measured each step, "
+                    "low medians; a probe of the runner-up every %d steps) and the init whose drafts commit more "
+                    "(a trial block of the other when drafts commit under %.0f%% of the window), from earlier "
+                    "steps only" % (PROBE_EVERY, 100 * TRIAL_BELOW),
         }
 
 
@@ -204,8 +396,8 @@ def auto_step_cost(p: dict, row_codes: int, reports: list) -> StepCost:
     return StepCost(tuple((chain_tokens(w, row_codes) if w else 1, n / total) for w, n in sorted(counts.items())))
 
 
-AUTO = Method("auto", "Auto", "SCD whose window is chosen every step from this device's measured step cost and the "
-              "acceptance seen so far (lossless; docs/BENCHMARKS.md)", AutoParams, AutoDrafter,
+AUTO = Method("auto", "Auto", "SCD whose window and draft init are chosen every step from this device's step cost, "
+              "measured during the generation, and the acceptance seen so far (lossless; docs/ARCHITECTURE.md)", AutoParams, AutoDrafter,
               step_cost=auto_step_cost)
 
 __all__ = ["AutoDrafter", "AutoParams", "AUTO", "candidate_windows"]

@@ -140,12 +140,14 @@ class ChainVerdict(Verdict):
 
 class JacobiPlan(NamedTuple):
     """A Jacobi step's shape, chosen on the host from the last host read (`Drafter.plan`): the window, whether
-    the proactive branches ride along (a row had a rejection), and whether positions the window reaches for
-    the first time are drafted before the step (`auto` growing its window)."""
+    the proactive branches ride along (a row had a rejection), whether positions the window reaches for
+    the first time are drafted before the step (`auto` growing its window), and the `init` rule of the
+    positions the step drafts afresh (None: the drafter's own; `auto` chooses it per step)."""
 
     window: int
     tree: bool = False
     grow: bool = False
+    init: Optional[str] = None
 
 
 @dataclass
@@ -226,7 +228,7 @@ class JacobiDrafter(Drafter):
         if plan.grow:  # positions the window reaches for the first time get drafted by `init`
             ds = state.draft
             pos = state.frontier[:, None] + torch.arange(1, T, device=state.device)
-            self._init(state, plan.window, pos, (pos > ds.drafted[:, None]) & state.active[:, None])
+            self._init(state, plan.window, pos, (pos > ds.drafted[:, None]) & state.active[:, None], plan.init)
             ds.drafted = torch.where(state.active, torch.maximum(ds.drafted, state.frontier + T - 1), ds.drafted)
         tokens = state.seq.gather(1, self._chain_positions(state, plan))
         if plan.tree:  # proactive drafting: K-1 extra branches of depth D under the pending token
@@ -354,7 +356,7 @@ class JacobiDrafter(Drafter):
         need = (npos > ds.drafted[:, None]) & active[:, None]
         if self.restart_after:
             need = need | self._stalled_rows(state, verdict.n_accepted)[:, None]
-        self._init(state, plan.window, npos, need)
+        self._init(state, plan.window, npos, need, plan.init)
         ds.drafted = torch.where(active, torch.maximum(ds.drafted, new_frontier + T - 1), ds.drafted)
         if self.K > 1:
             ds.in_tree = verdict.rejected & active
@@ -386,11 +388,12 @@ class JacobiDrafter(Drafter):
             r = state.rows[:, None].expand_as(pos)
             state.draft.dist[r, torch.where(mask, pos % self.ring, self.ring)] = dists
 
-    def _init(self, state, window, pos, need):
-        """Draft positions `pos` [B, K] (consecutive per row) where `need`; record their q."""
+    def _init(self, state, window, pos, need, init=None):
+        """Draft positions `pos` [B, K] (consecutive per row) where `need` by the rule `init` (None: the
+        drafter's own); record their q."""
         if window == 0:  # AR drafts nothing
             return
-        layout, V, strat = state.layout, state.vocab_size, self.init
+        layout, V, strat = state.layout, state.vocab_size, init or self.init
         need = need & layout.is_img[pos]
         B, K = pos.shape
         # the last image position before the first one to draft: the source of left-initialisation

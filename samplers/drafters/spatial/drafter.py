@@ -109,10 +109,10 @@ class SpatialDrafter(DraftsFromHiddenStates, JacobiDrafter):
         return super().observe(state, plan, tree, verdict, p_all, out, previous_frontier)
 
     # -- drafting entering positions -------------------------------------------------------------
-    def _init(self, state, window, pos, need):
+    def _init(self, state, window, pos, need, init=None):
         if window and self.heads is not None:
             need = need & ~self._head_drafts(state, pos, need & state.layout.is_img[pos])
-        super()._init(state, window, pos, need)  # the rest: the `init` rule
+        super()._init(state, window, pos, need, init)  # the rest: the `init` rule
 
     def _heads_q(self, state, hp):
         """q [B, M, V] of positions hp [B, M] from the first head d = 1..head_depths whose source
