@@ -315,8 +315,10 @@ class AutoDrafter(JacobiDrafter):
             self.probes[window] += 1
         init = self.choose_init(state, window)
         init = init if window else None  # an AR step drafts nothing (one graph, whatever the init)
-        # positions the new window reaches for the first time get drafted by `init` (in `propose`)
-        grow = self.shapes[window][0] > self.shapes[self.window][0]
+        # positions the window reaches for the first time get drafted by `init` (in `propose`), on every step:
+        # where the window did not grow the mask is empty (every position it reaches holds a draft), and one
+        # plan per window (not two: grown or not) halves the graphs the compiled step needs
+        grow = bool(window)
         fresh = window > self.reach  # drafts no earlier step of the last two made: not the window's steady rate
         scored = bool(window) and self.prev_step is not None and self.prev_step[3] == init
         self.reach = max(window, self.window)
