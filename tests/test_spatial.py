@@ -197,9 +197,10 @@ def test_same_seed_same_tokens():
 
 def test_without_heads_it_is_the_jacobi_window_with_its_init():
     """head_depths=0 drafts every position with `init`: the same tokens as sjd_pac with that init (both
-    default to sample_above) and the same tree (spatial's depth 3)."""
+    default to sample_above), the same stall restart (named: spatial's default 5, sjd_pac's 0) and the same tree
+    (spatial's depth 3)."""
     mdl = tiny_model(16, (4, 4), seed=3)
-    kw = dict(seed=5, batch_size=4, window=8, reproducible=False)  # each backend's own draws
+    kw = dict(seed=5, batch_size=4, window=8, reproducible=False, restart_after=5)  # each backend's own draws
     a = specar.generate(mdl, "a cat", backend="spatial", head_depths=0, **kw).tokens
     b = specar.generate(mdl, "a cat", backend="sjd_pac", tree_depth=3, **kw).tokens
     assert torch.equal(a, b)

@@ -60,7 +60,8 @@ class SpatialParams(ProactiveParams):
     tree_width: int = same_param(SJDPACParams, "tree_width")
     continuation: bool = same_param(SJDPACParams, "continuation")
     coupling: str = same_param(SJDPACParams, "coupling")
-    restart_after: int = same_param(SJDPACParams, "restart_after")
+    # 5, not sjd_pac's 0 since issue 36: spatial's restart was not measured across regimes (its figures are at 5)
+    restart_after: int = same_param(SJDPACParams, "restart_after", default=5)
     heads: str = param("", "spatial heads folder; empty: spatial_heads/ beside the model's weights",
                        folder_of="spatial", essential=True)
 
