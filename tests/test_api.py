@@ -177,7 +177,7 @@ def test_a_validated_backend_config_is_taken_as_is():
     config = make_backend("sjd", window=3)
     a = specar.generate(m, "hi", backend=config, seed=5, batch_size=4)
     b = specar.generate(m, "hi", backend="sjd", window=3, seed=5, batch_size=4)
-    assert torch.equal(a.sequence, b.sequence) and a.stats.params == {"window": 3, "init": "sample_left", "restart_after": 0}
+    assert torch.equal(a.sequence, b.sequence) and a.stats.params == {"window": 3, "init": "sample_above", "restart_after": 0}
     with pytest.raises(ValueError, match="already validated 'sjd' configuration.*got window"):
         specar.generate(m, "hi", backend=config, window=4)
 
