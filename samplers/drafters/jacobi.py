@@ -35,8 +35,8 @@ INIT_ABOVE_PAPER = "SJD paper: random (preset='paper'); sample_above is the fast
 # the defaults' init (issue 36): sample_above with no stall restart commits >= 0.977x its paper preset at window 16
 # in every bench regime (seed sets pooled), 1.5x sample_left's tokens per forward on the demo model;
 # docs/BENCHMARKS.md, "Defaults chosen on every regime"
-INIT_ABOVE_REGIMES = ("SJD paper: random (preset='paper'); sample_above: >= 0.97x the paper preset at window 16 in "
-                      "every bench regime (docs/BENCHMARKS.md, Defaults chosen on every regime)")
+INIT_ABOVE_REGIMES = ("SJD paper: random (preset='paper'); sample_above: >= 0.97x the paper's setting at window 16 in "
+                      "every bench regime (docs/BENCHMARKS.md)")
 
 
 def restart_param(default: int = 5):
