@@ -152,6 +152,9 @@ class SpeculativeEngine:
         # "same image as AR": verification by agreement (docs/REPRODUCIBLE.md); None: on for a lossless backend
         self.reproducible = self.drafter.lossless if reproducible is None else reproducible
         self.layout = SequenceLayout.build(model.geometry, self.drafter.slack, model.device)
+        # what the compiled step is specialised to besides the plan and guidance (`_graph_key`), fixed per engine
+        self._key_settings = (backend.name, type(self.drafter), tuple(sorted(backend.params().items())), batch,
+                              self.reproducible, dataclasses.astuple(sampling))
 
     # -- the loop ------------------------------------------------------------------------------
     @torch.inference_mode()  # the whole generation: tensors made in one step are the next step's graph inputs
@@ -280,8 +283,7 @@ class SpeculativeEngine:
 
     def _graph_key(self, plan, session: Session) -> tuple:
         """What the compiled decode step is specialised to (the key its graphs are counted under)."""
-        return (self.backend.name, type(self.drafter), tuple(sorted(self.backend.params().items())), plan,
-                self.batch, session.cfg, self.reproducible, dataclasses.astuple(self.sampling))
+        return self._key_settings + (plan, session.cfg)
 
     def _host_read(self, state, bad, progress, interrupt) -> bool:
         """The step's one read of device values: False when every row is done."""

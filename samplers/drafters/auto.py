@@ -54,7 +54,6 @@ by the step's init first.
 """
 from __future__ import annotations
 
-import dataclasses
 import math
 import time
 from collections import deque
@@ -132,6 +131,7 @@ class AutoState(JacobiState):
 
 
 class AutoDrafter(JacobiDrafter):
+    state_class = AutoState
     clock = staticmethod(time.perf_counter)  # the step clock (a test may replace it)
 
     def __init__(self, params: AutoParams, model, sampling):
@@ -181,8 +181,8 @@ class AutoDrafter(JacobiDrafter):
     def _new_state(self, state: LoopState, first) -> "AutoState":
         ds = super()._new_state(state, first)
         # the last step's [tokens, rows, then per candidate window (self.order) the tokens it would have committed]
-        committed = torch.zeros(2 + len(self.order), dtype=torch.long, device=state.device)
-        return AutoState(**{f.name: getattr(ds, f.name) for f in dataclasses.fields(ds)}, committed=committed)
+        ds.committed = torch.zeros(2 + len(self.order), dtype=torch.long, device=state.device)
+        return ds
 
     def start(self, state: LoopState, first, p0):
         self.reset_policy()

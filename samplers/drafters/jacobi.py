@@ -171,6 +171,8 @@ class JacobiState:
 
 
 class JacobiDrafter(Drafter):
+    state_class: ClassVar[type] = JacobiState  # what `_new_state` makes (a subclass's state extends JacobiState)
+
     def __init__(self, params: JacobiParams, model, sampling):
         geo = model.geometry
         self.init = params.init
@@ -203,8 +205,9 @@ class JacobiDrafter(Drafter):
 
     # -- start -------------------------------------------------------------------------------
     def _new_state(self, state: LoopState, first: ForwardOutput) -> JacobiState:
+        """The drafter's state at the start (`state_class`: a subclass fills its own fields after this)."""
         B, V, dev = state.batch, state.vocab_size, state.device
-        return JacobiState(dist=torch.zeros(B, self.ring + 1, V, device=dev), drafted=state.frontier.clone(),
+        return self.state_class(dist=torch.zeros(B, self.ring + 1, V, device=dev), drafted=state.frontier.clone(),
                            in_tree=torch.zeros(B, dtype=torch.bool, device=dev),
                            stall=torch.zeros(B, dtype=torch.long, device=dev))
 

@@ -28,7 +28,6 @@ p, computed after the committed prefix (docs/ARCHITECTURE.md, "Proactive draftin
 """
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Optional
 
@@ -75,6 +74,7 @@ class SpatialState(JacobiState):
 
 
 class SpatialDrafter(DraftsFromHiddenStates, JacobiDrafter):
+    state_class = SpatialState
     def __init__(self, params: SpatialParams, model, sampling, collect: bool = False):
         super().__init__(params, model, sampling)
         self._use_target(model, sampling)
@@ -92,9 +92,9 @@ class SpatialDrafter(DraftsFromHiddenStates, JacobiDrafter):
         ds = super()._new_state(state, first)
         self.drafted_by = torch.zeros(2, dtype=torch.long)  # [by a head, by init] (collect only)
         # hidden.states[r, j + 1]: the latest hidden state computed at position j
-        return SpatialState(**{f.name: getattr(ds, f.name) for f in dataclasses.fields(ds)},
-                            hidden=self._start_hidden(state, first, state.layout.ext + 2),
-                            hid_upto=torch.full((state.batch,), -1, dtype=torch.long, device=state.device))
+        ds.hidden = self._start_hidden(state, first, state.layout.ext + 2)
+        ds.hid_upto = torch.full((state.batch,), -1, dtype=torch.long, device=state.device)
+        return ds
 
     # -- observe: keep the forward's hidden states, then the Jacobi update (which drafts entering positions)
     def observe(self, state, plan, tree, verdict, p_all, out, previous_frontier) -> "SpatialState":
