@@ -310,3 +310,30 @@ def test_shipped_demo_drafter_loads_and_runs():
     res = specar.generate(mdl, "a red circle", backend="adt_tree", seed=0, candidate_mode="sampled",
                           tree_shape="best_first", node_budget=128, beta=0.25)
     assert res.stats.step_compression > 3.0, res.stats.step_compression
+
+
+@pytest.mark.parametrize("params", [dict(), dict(children=2, width=4), dict(tree_shape="best_first"),
+                                    dict(candidate_mode="topk", node_budget=8)],
+                         ids=["sampled-chain", "sampled-tree", "best_first", "topk"])
+def test_plan_names_only_what_changes_the_step(monkeypatch, params):
+    """`plan` lowers kmax to the smallest value with the same shapes and draws (one compiled graph per plan): the
+    tokens and forwards of every step are those of the raw (dmax, kmax) hint, and a sampled chain's plans are its
+    depths alone."""
+    mdl = tiny_model(64, (4, 6), seed=3, row_end=True)
+    kw = dict(backend="adt_tree", seed=5, batch_size=3, cfg_scale=2.0, reproducible=False, **params)
+    seen = []
+    canonical = ADTTreeDrafter.plan
+
+    def recording(self, state, hint):
+        plan = canonical(self, state, hint)
+        seen.append((tuple(hint), plan))
+        return plan
+    monkeypatch.setattr(ADTTreeDrafter, "plan", recording)
+    got = specar.generate(mdl, "a cat", **kw)
+    monkeypatch.setattr(ADTTreeDrafter, "plan", lambda self, state, hint: (max(hint[0], 1), max(hint[1], 1)))
+    want = specar.generate(mdl, "a cat", **kw)
+    assert torch.equal(got.tokens, want.tokens) and got.stats.nfe == want.stats.nfe
+    raw, plans = {h for h, _ in seen}, {p for _, p in seen}
+    assert len(plans) <= len(raw)
+    if not params:  # the default chain: kmax never matters
+        assert len({k for _, k in plans}) == 1 and len({k for _, k in raw}) > 1

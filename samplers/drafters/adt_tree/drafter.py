@@ -143,8 +143,27 @@ class ADTTreeDrafter(SampledTrees, DraftsFromHiddenStates, Drafter):
 
     def host_hint(self, state: LoopState):
         act = state.active
-        # the deepest and widest tree an active row asks for: [dmax, kmax] (propose's `hint`)
+        # the deepest and widest tree an active row asks for: [dmax, kmax] (`plan`)
         return torch.stack([torch.where(act, state.draft.d, 0).max(), torch.where(act, state.draft.k, 0).max()])
+
+    def plan(self, state: LoopState, hint: list) -> tuple:
+        """(dmax, kmax): the deepest and widest tree an active row asks for, with kmax lowered to the
+        smallest value that gives the same shapes and draws (each plan is one compiled graph, so a
+        value that changes nothing must not make another one). topk trees use kmax as every layer's
+        width (only capped by the vocabulary); sampled trees only through the expanded nodes per layer,
+        min(kmax // children, the layer's nodes): a chain (children 1, the default) is the same tree
+        for every kmax, and a best_first shape ignores kmax."""
+        dmax, kmax = max(hint[0], 1), max(hint[1], 1)
+        if self.candidate_mode != "sampled":
+            return dmax, kmax
+        if self.plans is not None:
+            return dmax, 1
+        C, V = self.children, self.model.geometry.vocab_size
+        widest, n = 1, 1  # the most nodes a layer above dmax can hold uncapped
+        for d in range(1, dmax):
+            n *= min(self.root_children if d == 1 else C, V)
+            widest = max(widest, n)
+        return dmax, C * min(max(1, kmax // C), widest)
 
     # -- propose -----------------------------------------------------------------------------
     def _band_pass(self, state: LoopState, S: int):
