@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import specar
+from specar.samplers.backends import make_backend
 from specar.samplers.drafters import auto as auto_mod
 from specar.testing import exactness_model, greedy_and_argmax
 from specar.testing import check_exact, mark_long, use_drafter
@@ -97,7 +98,8 @@ def test_forwards_cost_model_is_deterministic_and_uses_the_largest_window():
     a = specar.generate(mdl, "hi", backend="auto", seed=3, batch_size=8, cost_model="forwards")
     b = specar.generate(mdl, "hi", backend="auto", seed=3, batch_size=8, cost_model="forwards")
     assert torch.equal(a.tokens, b.tokens)
-    assert list(a.stats.backend_report["steps_per_window"]) == ["32"]  # max_window's default
+    default = make_backend("auto").typed_params.max_window
+    assert list(a.stats.backend_report["steps_per_window"]) == [str(default)]  # max_window's default
 
 
 def test_calibration_is_cached_per_model_and_leaves_the_tokens_alone():

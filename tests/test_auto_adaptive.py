@@ -176,3 +176,40 @@ def test_the_node_summary_says_when_auto_fell_back_to_ar():
     assert line in summary(stats)
     stats = dataclasses.replace(res.stats, backend_report={**res.stats.backend_report, "fell_back_to_ar": None})
     assert "fell back" not in summary(stats)
+
+
+def test_the_next_generation_starts_where_the_last_one_ended(monkeypatch):
+    """Memory (`AutoMemory`): on a machine where drafting steps cost 40x an AR step, the first generation starts at
+    the largest window and probes AR (unmeasured AR is the first probe); the generations after it on the same model
+    and settings start from what the earlier ones measured, until one starts at AR and stays there, and each says
+    how many generations are behind it. cost_model=forwards keeps no memory (deterministic). The tokens stay AR's
+    (same image as AR)."""
+    import specar
+    from specar.testing import tiny_model
+    mdl = tiny_model(16, (6, 6), seed=2, row_end=True)
+    now, windows = [0.0], []
+    plan = auto_mod.AutoDrafter.plan
+
+    def timed_plan(self, state, hint):  # the step that just ended took its window's time
+        if self.prev_step is not None:
+            now[0] += 0.001 if self.prev_step[0] == 0 else 0.040
+        out = plan(self, state, hint)
+        windows[-1].append(out.window)
+        return out
+    monkeypatch.setattr(auto_mod.AutoDrafter, "plan", timed_plan)
+    monkeypatch.setattr(auto_mod.AutoDrafter, "clock", staticmethod(lambda: now[0]))
+    auto_mod._MEMORY.pop(mdl, None)
+    kw = dict(backend="auto", seed=4, cfg_scale=2.0)
+    ar = specar.generate(mdl, "a cat", seed=4, cfg_scale=2.0).tokens
+    reports = []
+    for _ in range(3):
+        windows.append([])
+        out = specar.generate(mdl, "a cat", **kw)
+        assert torch.equal(out.tokens, ar)
+        reports.append(out.stats.backend_report)
+    assert [r["earlier_generations"] for r in reports] == [0, 1, 2]
+    assert windows[0][0] == max(auto_mod.candidate_windows(16)) and 0 in windows[0], windows[0]
+    assert windows[2][0] == 0 and windows[2].count(0) > 0.8 * len(windows[2]), windows[2]
+    assert reports[2]["fell_back_to_ar"]
+    c = specar.generate(mdl, "a cat", cost_model="forwards", **kw)
+    assert c.stats.backend_report["earlier_generations"] == 0

@@ -30,7 +30,10 @@ cost(W) = calibrated(W) x rel(W) x load, all three measured, none taken once:
 - every `PROBE_EVERY` steps the runner-up window, when its cost was not measured in the last
   `PROBE_EVERY` steps, runs one step (a probe): costs of windows auto is not running are
   re-measured, so a choice made from a stale or distorted cost (plain AR above all: an AR step
-  tells nothing about a drafting window's cost) is revisited. A probe is a window like any other.
+  tells nothing about a drafting window's cost) is revisited. A probe is a window like any other;
+  until probes measured plain AR (2 rel samples), the probe is an AR step.
+- memory (`AutoMemory`): the tokens per step and rel samples measured in earlier generations on the
+  same model and settings are the prior of the next, which starts at the window they rate best.
 With ``cost_model="forwards"`` every step costs the same (fewest forwards, the GPU regime; no
 clock read, deterministic). The current window is kept unless another is predicted
 `SWITCH_MARGIN` better (a switch costs: the drafts a larger window reaches are fresh).
@@ -54,10 +57,12 @@ by the step's init first.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
+import weakref
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from statistics import median_low
 from typing import ClassVar, Optional
 
@@ -82,6 +87,11 @@ TRIAL_BELOW = 0.5  # a trial only when the window's steps commit under this shar
 INIT_COMPARED = 6  # scored steps of each init kept for the comparison after a trial block
 INIT_MARGIN = 1.15
 FALLBACK_SHARE = 0.5  # auto "fell back to AR" when more than this share of its steps were AR steps
+MEMORY_STEPS = 64  # counted steps per window a model's memory keeps (`AutoMemory`; older ones fade: halved past it)
+
+# what auto measured on each model in earlier generations, per setting (`AutoMemory`): kept while the model lives,
+# never written into the model (engine-side state, like the engine's calibrated forward costs)
+_MEMORY: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 def prior_tokens_per_step(window: int) -> float:
@@ -102,10 +112,45 @@ def candidate_inits(init: str) -> tuple:
     return (init, "sample_above" if init == "random" else "random")
 
 
+@dataclass
+class AutoMemory:
+    """What auto measured with the measured cost model on one model at one setting (sampling, parameters, batch,
+    verification mode, threads, calibration), carried from each generation to the next: per window, the tokens of
+    its counted steps (summed, at most MEMORY_STEPS steps' worth: older ones fade) and its rel samples (step cost
+    against the other windows'), and how often it was probed. A new generation takes them as its prior (instead of
+    the demo-fitted curve `prior_tokens_per_step` and a rel of 1) and starts at the window they rate best: the
+    exploration a generation pays (a start at the largest window, probes) is paid once per model and setting, not
+    once per image. Lossless: like every choice of auto, a function of what happened before the step."""
+
+    tokens: dict
+    counted: dict
+    samples: dict  # window -> deque of rel samples: the running generation's own (`AutoDrafter.samples`)
+    probes: dict
+    generations: int = 0
+
+    @classmethod
+    def empty(cls, windows) -> "AutoMemory":
+        return cls({w: 0.0 for w in windows}, {w: 0 for w in windows}, {w: deque(maxlen=RECENT) for w in windows},
+                   {w: 0 for w in windows})
+
+    def count(self, window: int, tokens: float) -> None:
+        self.tokens[window] += tokens
+        self.counted[window] += 1
+        if self.counted[window] > MEMORY_STEPS:  # fade: the model's acceptance at these settings may drift
+            self.tokens[window] /= 2
+            self.counted[window] /= 2
+
+    def prior(self, window: int) -> float:
+        """Tokens per step: the earlier generations' mean shrunk towards `prior_tokens_per_step` by PRIOR_STEPS."""
+        return (PRIOR_STEPS * prior_tokens_per_step(window) + self.tokens[window]) / (PRIOR_STEPS + self.counted[window])
+
+
 @dataclass(frozen=True)
 class AutoParams(JacobiParams):
-    max_window: int = param(32, "the largest window auto may choose (it picks among AR's single slot and windows up "
-                            "to this)", lo=1, hi=MAX_WINDOW, sizes=True, essential=True)
+    max_window: int = param(16, "the largest window auto may choose (it picks among AR's single slot and windows up "
+                            "to this); 16, the other backends' window: on a CPU a larger one rarely pays "
+                            "(docs/BENCHMARKS.md, issue 36); on a GPU, where a wider forward costs little, try 64",
+                            lo=1, hi=MAX_WINDOW, sizes=True, essential=True)
     cost_model: str = param("measured", "measured: maximise tokens per second on this device (each window's step "
                             "time measured during the generation, robust to a load spike; with same_image_as_ar "
                             "off the image follows those timings); forwards: minimise forward passes "
@@ -114,7 +159,7 @@ class AutoParams(JacobiParams):
     adapt_init: bool = param(False, "also choose the init online: try random (sample_above when init is random) in "
                              "short blocks when drafts commit under half the window, keep it where it commits more; "
                              "off by default: on the demo model it cost more forwards than it saved (docs/ARCHITECTURE.md)")
-    restart_after: int = restart_param()
+    restart_after: int = restart_param(0)
     redraft: ClassVar[str] = "maximal"  # SCD / adaptive continuation
     coupling_strength: ClassVar[float] = 1.0
 
@@ -136,6 +181,7 @@ class AutoDrafter(JacobiDrafter):
 
     def __init__(self, params: AutoParams, model, sampling):
         super().__init__(params, model, sampling)
+        self.params, self.sampling = params, sampling  # the memory's key (`start`)
         self.cost_model = params.cost_model
         self.inits = candidate_inits(params.init) if params.adapt_init else (params.init,)
         self.forward_cost = {}  # window -> calibrated seconds of a forward (set_costs)
@@ -186,15 +232,39 @@ class AutoDrafter(JacobiDrafter):
 
     def start(self, state: LoopState, first, p0):
         self.reset_policy()
+        # the memory's key (`AutoMemory`) without the calibration, which the engine sets after `start`
+        self.settings = (dataclasses.astuple(self.sampling), dataclasses.astuple(self.params), state.batch,
+                         state.reproducible, torch.get_num_threads())
+        self.model_ref = weakref.ref(state.model)
         return super().start(state, first, p0)
 
+    def _bind_memory(self) -> None:
+        """Measured cost model, first step: this model's memory at these settings becomes the prior, its rel
+        samples and probe counts this generation's own; the start window the best rated by it (once it holds a
+        generation)."""
+        model = self.model_ref() if self.model_ref is not None else None
+        if self.cost_model != "measured" or model is None:
+            return
+        key = self.settings + (tuple(sorted(self.forward_cost.items())),)
+        self.memory = _MEMORY.setdefault(model, {}).setdefault(key, AutoMemory.empty(self.shapes))
+        self.memory.generations += 1
+        self.samples, self.probes = self.memory.samples, self.memory.probes
+        self.prior = {w: self.memory.prior(w) for w in self.shapes}
+        if self.memory.generations > 1:
+            rate = self.rates()
+            self.window = max(self.shapes, key=lambda w: (rate[w], w))
+
     def reset_policy(self) -> None:
-        """The host policy's state, new for every generation."""
+        """The host policy's state, new for every generation (the measured cost model binds the model's memory
+        at the first step: `_bind_memory`)."""
         self.window = next(iter(self.shapes))  # the largest window, drafted by the configured init in `start`
+        self.memory, self.model_ref = None, None  # `start` sets the model (a policy run without one has no memory)
+        self.prior = {w: prior_tokens_per_step(w) for w in self.shapes}  # tokens per step before this generation's
         self.tokens = {w: 0.0 for w in self.shapes}  # window -> tokens per step, summed over its counted steps
         self.counted = {w: 0 for w in self.shapes}
         self.used = {w: 0 for w in self.shapes}  # steps per window
-        self.probes = {w: 0 for w in self.shapes}
+        self.probes = {w: 0 for w in self.shapes}  # probes per window (the memory's: all generations)
+        self.probed = {w: 0 for w in self.shapes}  # probes per window in this generation
         self.samples = {w: deque(maxlen=RECENT) for w in self.shapes}
         self.recent = deque(maxlen=LOAD_STEPS)  # (window, step time / calibrated forward) of the last steps
         self.measured_at = {w: -1 for w in self.shapes}
@@ -213,9 +283,9 @@ class AutoDrafter(JacobiDrafter):
 
     def expected_tokens(self, window: int) -> float:
         """Tokens per step expected from `window`: the mean over its steps so far in this
-        generation, shrunk towards the prior by PRIOR_STEPS pseudo-steps."""
+        generation, shrunk towards the prior (earlier generations': `AutoMemory`) by PRIOR_STEPS pseudo-steps."""
         n = self.counted[window]
-        return (PRIOR_STEPS * prior_tokens_per_step(window) + self.tokens[window]) / (PRIOR_STEPS + n)
+        return (PRIOR_STEPS * self.prior[window] + self.tokens[window]) / (PRIOR_STEPS + n)
 
     def rates(self) -> dict:
         return {w: self.expected_tokens(w) / self.cost(w) for w in self.shapes}
@@ -238,6 +308,13 @@ class AutoDrafter(JacobiDrafter):
             return None
         rate = self.rates()
         runner_up = max((w for w in self.shapes if w != window), key=lambda w: (rate[w], w))
+        # plain AR first while probes have not measured it (rel samples: 2 move its low median): its tokens per step
+        # are known (1), its cost is not. Its prior, the calibrated forward times a load measured on drafting steps,
+        # leaves out that an AR step drafts nothing; where drafting work dominates a step (a large vocabulary, a
+        # small model: the flat regime, issue 36) that rated AR 1.5x slower than it ran, it was never the runner-up,
+        # and auto ran 2x slower than plain AR
+        if window and 0 in self.shapes and len(self.samples[0]) < REL_PRIOR:
+            runner_up = 0
         # a window probed often without being chosen is probed less often (up to 4x PROBE_EVERY apart), after the
         # REL_PRIOR + 1 probes its rel needs to leave the calibration
         stale = PROBE_EVERY * min(1 + max(self.probes[runner_up] - REL_PRIOR, 0), 4)
@@ -294,16 +371,22 @@ class AutoDrafter(JacobiDrafter):
         (host only)."""
         now = self.clock() if self.cost_model == "measured" else 0.0
         tokens, rows, credits = hint[0], hint[1], hint[2:]
+        if self.prev_step is None:
+            self._bind_memory()
         if self.prev_step is not None and rows:  # the previous step: its tokens and its wall time
             w, t, fresh, init, scored = self.prev_step
             if state.step > WARMUP_STEPS and not fresh:
                 per_row = tokens / rows
                 self.tokens[w] += per_row
                 self.counted[w] += 1
+                if self.memory is not None:
+                    self.memory.count(w, per_row)
                 for smaller, credit in zip(self.order, credits):  # what each smaller window would have committed
                     if smaller < w:
                         self.tokens[smaller] += credit / rows
                         self.counted[smaller] += 1
+                        if self.memory is not None:
+                            self.memory.count(smaller, credit / rows)
                 if scored:
                     self.init_recent[init].append((w, per_row))
             if self.cost_model == "measured":
@@ -313,12 +396,15 @@ class AutoDrafter(JacobiDrafter):
         if probe is not None:
             window = probe
             self.probes[window] += 1
+            self.probed[window] += 1
         init = self.choose_init(state, window)
         init = init if window else None  # an AR step drafts nothing (one graph, whatever the init)
-        # positions the window reaches for the first time get drafted by `init` (in `propose`), on every step:
-        # where the window did not grow the mask is empty (every position it reaches holds a draft), and one
-        # plan per window (not two: grown or not) halves the graphs the compiled step needs
-        grow = bool(window)
+        # positions the window reaches for the first time get drafted by `init` (in `propose`) when it is larger
+        # than the last step's: every step's `observe` drafts up to its new frontier + its own window, so a window
+        # no larger than the last one reaches only drafted positions (a grow step with an empty mask would cost an
+        # init pass, 3-4% of a demo generation's time, for nothing). `start` drafted for the first window.
+        last = self.prev_step[0] if self.prev_step is not None else self.window
+        grow = window > last
         fresh = window > self.reach  # drafts no earlier step of the last two made: not the window's steady rate
         scored = bool(window) and self.prev_step is not None and self.prev_step[3] == init
         self.reach = max(window, self.window)
@@ -366,7 +452,7 @@ class AutoDrafter(JacobiDrafter):
             "chose": chose,
             "fell_back_to_ar": self.fell_back_to_ar(),
             "steps_per_window": {str(w): n for w, n in sorted(self.used.items()) if n},
-            "probe_steps": {str(w): n for w, n in sorted(self.probes.items()) if n},
+            "probe_steps": {str(w): n for w, n in sorted(self.probed.items()) if n},
             "tokens_per_step": {str(w): round(self.tokens[w] / n, 2) for w, n in sorted(self.counted.items()) if n},
             "steps_per_init": {i: n for i, n in self.init_used.items() if n},
             # per trial block: the init tried, its tokens per step, the preferred init's just before, the window,
@@ -379,6 +465,8 @@ class AutoDrafter(JacobiDrafter):
             "rel_cost": {str(w): round(self.rel(w), 3) for w in sorted(self.shapes) if self.samples[w]}
             if measured else None,
             "expected_tokens_per_step": {str(w): round(self.expected_tokens(w), 2) for w in sorted(self.shapes)},
+            # earlier generations on this model at these settings whose measurements were this one's prior
+            "earlier_generations": self.memory.generations - 1 if self.memory is not None else 0,
             "rule": "each step: the window maximising expected tokens per step / step cost (re-measured each step, "
                     "low medians; a probe of the runner-up every %d steps) and the init whose drafts commit more "
                     "(a trial block of the other when drafts commit under %.0f%% of the window), from earlier "
