@@ -213,3 +213,20 @@ def test_the_next_generation_starts_where_the_last_one_ended(monkeypatch):
     assert reports[2]["fell_back_to_ar"]
     c = specar.generate(mdl, "a cat", cost_model="forwards", **kw)
     assert c.stats.backend_report["earlier_generations"] == 0
+
+
+def test_a_larger_window_the_prior_underrates_is_explored():
+    """Credits measure every window smaller than the one auto runs, never a larger one. A run that measured windows
+    up to 8 well (9 tokens per step at 8) while 16 would commit 15 per step, which the demo-fitted formula rates at
+    4.6: 16's prior grows from 8's estimate as the formula grows, and probe blocks measure it; auto moves to 16
+    (planted: the formula alone as 16's prior and no upward probe blocks, it stays at 8)."""
+    true_cost = {w: 0.010 + 0.0005 * w for w in auto_mod.candidate_windows(16)}
+    drafter = make_backend("auto").make_drafter(exactness_model("v4-2x2"), SamplingParams())  # max_window 16
+    drafter.set_costs(true_cost)
+    drafter.reset_policy()
+    for w in drafter.order:  # as if earlier steps had measured the windows up to 8
+        if w <= 8:
+            drafter.tokens[w], drafter.counted[w] = 50 * min(w + 1, 15), 50
+    drafter.window = drafter.reach = 8
+    chosen = _run(drafter, lambda s, w: true_cost[w], lambda w: min(w + 1, 15), 120)
+    assert chosen[-40:].count(16) >= 35, chosen

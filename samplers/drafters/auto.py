@@ -33,7 +33,7 @@ cost(W) = calibrated(W) x rel(W) x load, all three measured, none taken once:
   tells nothing about a drafting window's cost) is revisited. A probe is a window like any other;
   until probes measured plain AR (2 rel samples), the probe is an AR step.
 - memory (`AutoMemory`): the tokens per step and rel samples measured in earlier generations on the
-  same model and settings are the prior of the next, which starts at the window they rate best.
+  same model and settings are the prior of the next.
 With ``cost_model="forwards"`` every step costs the same (fewest forwards, the GPU regime; no
 clock read, deterministic). The current window is kept unless another is predicted
 `SWITCH_MARGIN` better (a switch costs: the drafts a larger window reaches are fresh).
@@ -74,7 +74,8 @@ from .params import INITS, MAX_WINDOW, Method, StepCost, chain_tokens, param
 
 PRIOR_STEPS = 8.0  # weight of the prior, in steps
 SWITCH_MARGIN = 1.1
-WARMUP_STEPS = 4  # steps not counted in tokens per step
+WARMUP_STEPS = 4  # steps not counted in tokens per step (nor those that start in the image's first row)
+EXPLORE_STEPS = 3  # steps of an upward probe block (its first verifies fresh drafts: not counted)
 RECENT = 8  # step-time samples kept per window (rel)
 REL_PRIOR = 2  # pseudo-samples of rel = 1 (the calibration) in rel's median
 LOAD_STEPS = 5  # steps in the load estimate
@@ -118,9 +119,8 @@ class AutoMemory:
     verification mode, threads, calibration), carried from each generation to the next: per window, the tokens of
     its counted steps (summed, at most MEMORY_STEPS steps' worth: older ones fade) and its rel samples (step cost
     against the other windows'), and how often it was probed. A new generation takes them as its prior (instead of
-    the demo-fitted curve `prior_tokens_per_step` and a rel of 1) and starts at the window they rate best: the
-    exploration a generation pays (a start at the largest window, probes) is paid once per model and setting, not
-    once per image. Lossless: like every choice of auto, a function of what happened before the step."""
+    the demo-fitted curve `prior_tokens_per_step` and a rel of 1): the learning a generation pays (probes, steps
+    of windows that turn out slower) is not paid again at every image from the demo-fitted prior. Lossless: like every choice of auto, a function of what happened before the step."""
 
     tokens: dict
     counted: dict
@@ -236,12 +236,14 @@ class AutoDrafter(JacobiDrafter):
         self.settings = (dataclasses.astuple(self.sampling), dataclasses.astuple(self.params), state.batch,
                          state.reproducible, torch.get_num_threads())
         self.model_ref = weakref.ref(state.model)
+        self.row_codes = state.layout.geometry.row_stride
         return super().start(state, first, p0)
 
     def _bind_memory(self) -> None:
         """Measured cost model, first step: this model's memory at these settings becomes the prior, its rel
-        samples and probe counts this generation's own; the start window the best rated by it (once it holds a
-        generation)."""
+        samples and probe counts this generation's own. The generation still starts at the largest window (its
+        first steps credit every smaller one): a start at the window the memory rated best locked a demo run into
+        window 8 for good once an early estimate had rated 16 low (nothing but a run of 16 measures its tokens)."""
         model = self.model_ref() if self.model_ref is not None else None
         if self.cost_model != "measured" or model is None:
             return
@@ -250,9 +252,6 @@ class AutoDrafter(JacobiDrafter):
         self.memory.generations += 1
         self.samples, self.probes = self.memory.samples, self.memory.probes
         self.prior = {w: self.memory.prior(w) for w in self.shapes}
-        if self.memory.generations > 1:
-            rate = self.rates()
-            self.window = max(self.shapes, key=lambda w: (rate[w], w))
 
     def reset_policy(self) -> None:
         """The host policy's state, new for every generation (the measured cost model binds the model's memory
@@ -276,19 +275,34 @@ class AutoDrafter(JacobiDrafter):
         self.next_trial = WARMUP_STEPS + INIT_TRIAL_AFTER
         self.trials_lost = 0
         self.prev_step = None  # the previous step: (window, start time, fresh drafts verified, init, init scored)
+        self.done = 1.0  # tokens per row committed before this step (the prefill's first)
+        self.row_codes = 0  # positions of the image's first row (`start`; 0: a policy run without a generation)
+        self.explore_window, self.explore_left = 0, 0  # an upward probe block: its window, its steps still to run
         self.reach = self.window  # the largest window of the last two steps: what is drafted ahead
 
     def host_hint(self, state: LoopState):
         return state.draft.committed  # auto drafts chains only (no proactive tree rows to count)
 
-    def expected_tokens(self, window: int) -> float:
-        """Tokens per step expected from `window`: the mean over its steps so far in this
-        generation, shrunk towards the prior (earlier generations': `AutoMemory`) by PRIOR_STEPS pseudo-steps."""
-        n = self.counted[window]
-        return (PRIOR_STEPS * self.prior[window] + self.tokens[window]) / (PRIOR_STEPS + n)
+    def expected_tokens(self) -> dict:
+        """Tokens per step expected from each window: the mean over its steps so far in this generation, shrunk
+        towards its prior by PRIOR_STEPS pseudo-steps. The prior: earlier generations' (`AutoMemory`) or the
+        formula, but at least the next smaller window's estimate grown as the formula grows (the formula's shape,
+        this model's scale: the demo-fitted formula underrates a window on a model whose smaller windows commit
+        more, and credits never measure a larger window than auto runs); and the estimate is at least the smaller
+        window's (a window commits at least what its first drafts would: the credits)."""
+        est, smaller = {}, None
+        for w in self.order:  # ascending
+            prior = self.prior[w]
+            if smaller is not None:
+                prior = max(prior, est[smaller] * prior_tokens_per_step(w) / prior_tokens_per_step(smaller))
+            e = (PRIOR_STEPS * prior + self.tokens[w]) / (PRIOR_STEPS + self.counted[w])
+            est[w] = max(e, est[smaller]) if smaller is not None else e
+            smaller = w
+        return est
 
     def rates(self) -> dict:
-        return {w: self.expected_tokens(w) / self.cost(w) for w in self.shapes}
+        tokens = self.expected_tokens()
+        return {w: tokens[w] / self.cost(w) for w in self.shapes}
 
     def choose(self, state: LoopState) -> int:
         """The window of the best predicted rate; the current one is kept unless another beats it
@@ -315,6 +329,15 @@ class AutoDrafter(JacobiDrafter):
         # and auto ran 2x slower than plain AR
         if window and 0 in self.shapes and len(self.samples[0]) < REL_PRIOR:
             runner_up = 0
+        # then the next larger window while few steps measured its tokens (in this generation and the memory): the
+        # credits of the windows auto runs measure every smaller window, never a larger one, and a larger window
+        # whose estimate is still the prior's is not the runner-up where the prior underrates it (the demo model)
+        # (where it could pay at all: W + 1 tokens, all it can commit, per its step cost beat the current rate)
+        counted = self.memory.counted if self.memory is not None else self.counted
+        larger = [w for w in self.order if w > window]
+        if runner_up != 0 and larger and counted[larger[0]] < PRIOR_STEPS and \
+                (larger[0] + 1) / self.cost(larger[0]) > rate[window]:
+            return larger[0]
         # a window probed often without being chosen is probed less often (up to 4x PROBE_EVERY apart), after the
         # REL_PRIOR + 1 probes its rel needs to leave the calibration
         stale = PROBE_EVERY * min(1 + max(self.probes[runner_up] - REL_PRIOR, 0), 4)
@@ -375,7 +398,12 @@ class AutoDrafter(JacobiDrafter):
             self._bind_memory()
         if self.prev_step is not None and rows:  # the previous step: its tokens and its wall time
             w, t, fresh, init, scored = self.prev_step
-            if state.step > WARMUP_STEPS and not fresh:
+            first_row = self.done < self.row_codes
+            self.done += tokens / rows
+            # not counted: the first steps, a step whose window reached undrafted positions, and steps in the first
+            # image row, whose drafts have no row above (sample_above's source): there a long window commits little,
+            # and a start measured there once sent a demo run to window 8 for good
+            if state.step > WARMUP_STEPS and not fresh and not first_row:
                 per_row = tokens / rows
                 self.tokens[w] += per_row
                 self.counted[w] += 1
@@ -392,11 +420,16 @@ class AutoDrafter(JacobiDrafter):
             if self.cost_model == "measured":
                 self._measure(w, now - t, state.step - 1)
         window = self.choose(state)
-        probe = self.probe(state, window)
-        if probe is not None:
-            window = probe
-            self.probes[window] += 1
-            self.probed[window] += 1
+        if self.explore_left:  # an upward probe block goes on
+            window, self.explore_left = self.explore_window, self.explore_left - 1
+        else:
+            probe = self.probe(state, window)
+            if probe is not None:
+                if probe > window:  # its tokens are measured only by steps after its first: a block
+                    self.explore_window, self.explore_left = probe, EXPLORE_STEPS - 1
+                window = probe
+                self.probes[window] += 1
+                self.probed[window] += 1
         init = self.choose_init(state, window)
         init = init if window else None  # an AR step drafts nothing (one graph, whatever the init)
         # positions the window reaches for the first time get drafted by `init` (in `propose`) when it is larger
@@ -433,7 +466,7 @@ class AutoDrafter(JacobiDrafter):
         drafting = [w for w in self.shapes if w]
         best = max(drafting, key=lambda w: (rate[w], w))
         return (f"auto fell back to plain AR for {self.used[0]} of {total} steps: its best drafting window, "
-                f"{best}, was estimated at {self.expected_tokens(best):.1f} tokens per step for "
+                f"{best}, was estimated at {self.expected_tokens()[best]:.1f} tokens per step for "
                 f"{self.cost(best) / self.cost(0):.1f}x an AR step's cost, {rate[best] / rate[0]:.2f}x AR's tokens "
                 f"per second")
 
@@ -464,7 +497,7 @@ class AutoDrafter(JacobiDrafter):
             "step_cost_ms": {str(w): round(1e3 * self.cost(w), 3) for w in sorted(self.shapes)} if measured else None,
             "rel_cost": {str(w): round(self.rel(w), 3) for w in sorted(self.shapes) if self.samples[w]}
             if measured else None,
-            "expected_tokens_per_step": {str(w): round(self.expected_tokens(w), 2) for w in sorted(self.shapes)},
+            "expected_tokens_per_step": {str(w): round(n, 2) for w, n in sorted(self.expected_tokens().items())},
             # earlier generations on this model at these settings whose measurements were this one's prior
             "earlier_generations": self.memory.generations - 1 if self.memory is not None else 0,
             "rule": "each step: the window maximising expected tokens per step / step cost (re-measured each step, "
