@@ -159,7 +159,7 @@ class AutoParams(JacobiParams):
     adapt_init: bool = param(False, "also choose the init online: try random (sample_above when init is random) in "
                              "short blocks when drafts commit under half the window, keep it where it commits more; "
                              "off by default: on the demo model it cost more forwards than it saved (docs/ARCHITECTURE.md)")
-    restart_after: int = restart_param(0)
+    restart_after: int = restart_param(16)
     redraft: ClassVar[str] = "maximal"  # SCD / adaptive continuation
     coupling_strength: ClassVar[float] = 1.0
 

@@ -40,10 +40,11 @@ INIT_ABOVE_REGIMES = ("SJD paper: random (preset='paper'); sample_above: >= 0.97
 
 
 def restart_param(default: int = 5):
-    """Stall restart (`JacobiDrafter._stalled_rows`): ours, not the papers' (preset='paper': off). sjd, scd,
-    sjd_pac and auto default to 0 (issue 36: a restart after 5 one-token steps costs 6-18% on the flat regime's
-    target, 27% for auto at window 64, docs/BENCHMARKS.md, "Defaults chosen on every regime"); spatial keeps 5
-    (not measured there)."""
+    """Stall restart (`JacobiDrafter._stalled_rows`): ours, not the papers' (preset='paper': off). sjd, scd and
+    sjd_pac default to 0 (issue 36: a restart after 5 one-token steps costs 6-18% on the flat regime's target,
+    docs/BENCHMARKS.md, "Defaults chosen on every regime"); auto to 16 (after 5 it cost 27% on the flat regime
+    at window 64; after 16 nothing there, and it frees a demo image stuck at window 64); spatial keeps 5 (not
+    measured there)."""
     return param(default, "re-draft the window by `init` after this many steps in a row that committed one token each "
                  "(a coupled Jacobi window stuck in a fixed point); 0: never", lo=0, hi=1024,
                  paper="not in the papers (preset='paper': 0); docs/BENCHMARKS.md, stall restart")
