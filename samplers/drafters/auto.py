@@ -115,7 +115,7 @@ def candidate_inits(init: str) -> tuple:
 
 @dataclass
 class AutoMemory:
-    """What auto measured with the measured cost model on one model at one setting (sampling, parameters, batch,
+    """What auto measured with the measured cost model (same image as AR) on one model at one setting (sampling, parameters, batch,
     verification mode, threads, calibration), carried from each generation to the next: per window, the tokens of
     its counted steps (summed, at most MEMORY_STEPS steps' worth: older ones fade) and its rel samples (step cost
     against the other windows'), and how often it was probed. A new generation takes them as its prior (instead of
@@ -148,8 +148,8 @@ class AutoMemory:
 @dataclass(frozen=True)
 class AutoParams(JacobiParams):
     max_window: int = param(16, "the largest window auto may choose (it picks among AR's single slot and windows up "
-                            "to this); 16, the other backends' window: on a CPU a larger one rarely pays "
-                            "(docs/BENCHMARKS.md, issue 36); on a GPU, where a wider forward costs little, try 64",
+                            "to this); 16, the other backends' window: on a CPU a larger one rarely pays; on a "
+                            "GPU, where a wider forward costs little, try 64",
                             lo=1, hi=MAX_WINDOW, sizes=True, essential=True)
     cost_model: str = param("measured", "measured: maximise tokens per second on this device (each window's step "
                             "time measured during the generation, robust to a load spike; with same_image_as_ar "
@@ -240,12 +240,15 @@ class AutoDrafter(JacobiDrafter):
         return super().start(state, first, p0)
 
     def _bind_memory(self) -> None:
-        """Measured cost model, first step: this model's memory at these settings becomes the prior, its rel
+        """Measured cost model in the same-image-as-AR mode, first step: this model's memory at these settings becomes the prior, its rel
         samples and probe counts this generation's own. The generation still starts at the largest window (its
         first steps credit every smaller one): a start at the window the memory rated best locked a demo run into
         window 8 for good once an early estimate had rated 16 low (nothing but a run of 16 measures its tokens)."""
         model = self.model_ref() if self.model_ref is not None else None
-        if self.cost_model != "measured" or model is None:
+        # only where the image does not depend on auto's choices (same image as AR): with it off, a seed must
+        # give the same image again while the model keeps its calibration (docs/REPRODUCIBLE.md), and a prior
+        # that every generation moves would change the choices, so the image, from one run to the next
+        if self.cost_model != "measured" or model is None or not self.settings[3]:
             return
         key = self.settings + (tuple(sorted(self.forward_cost.items())),)
         self.memory = _MEMORY.setdefault(model, {}).setdefault(key, AutoMemory.empty(self.shapes))
