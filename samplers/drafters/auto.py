@@ -101,6 +101,12 @@ def prior_tokens_per_step(window: int) -> float:
     return 1.0 + 7.0 * (1.0 - math.exp(-window / 24.0))
 
 
+def shrunk(prior: float, tokens: float, counted: float) -> float:
+    """Tokens per step: the mean of `counted` steps that committed `tokens` in all, shrunk towards `prior` by
+    PRIOR_STEPS pseudo-steps."""
+    return (PRIOR_STEPS * prior + tokens) / (PRIOR_STEPS + counted)
+
+
 def candidate_windows(max_window: int) -> tuple:
     """0 (plain AR), then powers of two up to `max_window` (and `max_window` itself), largest first."""
     ws = {0, max_window} | {w for w in (2, 4, 8, 16, 32, 64, 128) if w < max_window}
@@ -115,12 +121,13 @@ def candidate_inits(init: str) -> tuple:
 
 @dataclass
 class AutoMemory:
-    """What auto measured with the measured cost model (same image as AR) on one model at one setting (sampling, parameters, batch,
-    verification mode, threads, calibration), carried from each generation to the next: per window, the tokens of
-    its counted steps (summed, at most MEMORY_STEPS steps' worth: older ones fade) and its rel samples (step cost
-    against the other windows'), and how often it was probed. A new generation takes them as its prior (instead of
-    the demo-fitted curve `prior_tokens_per_step` and a rel of 1): the learning a generation pays (probes, steps
-    of windows that turn out slower) is not paid again at every image from the demo-fitted prior. Lossless: like every choice of auto, a function of what happened before the step."""
+    """What auto measured with the measured cost model (same image as AR) on one model at one setting (sampling,
+    parameters, batch, verification mode, threads, calibration), carried from each generation to the next: per
+    window, the tokens of its counted steps (summed, at most MEMORY_STEPS steps' worth: older ones fade) and its
+    rel samples (step cost against the other windows'), and how often it was probed. A new generation takes them
+    as its prior (instead of the demo-fitted curve `prior_tokens_per_step` and a rel of 1): the learning a
+    generation pays (probes, steps of windows that turn out slower) is not paid again at every image from the
+    demo-fitted prior. Lossless: like every choice of auto, a function of what happened before the step."""
 
     tokens: dict
     counted: dict
@@ -142,7 +149,7 @@ class AutoMemory:
 
     def prior(self, window: int) -> float:
         """Tokens per step: the earlier generations' mean shrunk towards `prior_tokens_per_step` by PRIOR_STEPS."""
-        return (PRIOR_STEPS * prior_tokens_per_step(window) + self.tokens[window]) / (PRIOR_STEPS + self.counted[window])
+        return shrunk(prior_tokens_per_step(window), self.tokens[window], self.counted[window])
 
 
 @dataclass(frozen=True)
@@ -233,6 +240,7 @@ class AutoDrafter(JacobiDrafter):
     def start(self, state: LoopState, first, p0):
         self.reset_policy()
         # the memory's key (`AutoMemory`) without the calibration, which the engine sets after `start`
+        self.same_image = state.reproducible  # memory only then (`_bind_memory`)
         self.settings = (dataclasses.astuple(self.sampling), dataclasses.astuple(self.params), state.batch,
                          state.reproducible, torch.get_num_threads())
         self.model_ref = weakref.ref(state.model)
@@ -240,15 +248,16 @@ class AutoDrafter(JacobiDrafter):
         return super().start(state, first, p0)
 
     def _bind_memory(self) -> None:
-        """Measured cost model in the same-image-as-AR mode, first step: this model's memory at these settings becomes the prior, its rel
-        samples and probe counts this generation's own. The generation still starts at the largest window (its
-        first steps credit every smaller one): a start at the window the memory rated best locked a demo run into
-        window 8 for good once an early estimate had rated 16 low (nothing but a run of 16 measures its tokens)."""
+        """Measured cost model in the same-image-as-AR mode, first step: this model's memory at these settings
+        becomes the prior, its rel samples and probe counts this generation's own. The generation still starts at
+        the largest window (its first steps credit every smaller one): a start at the window the memory rated best
+        locked a demo run into window 8 for good once an early estimate had rated 16 low (nothing but a run of 16
+        measures its tokens)."""
         model = self.model_ref() if self.model_ref is not None else None
         # only where the image does not depend on auto's choices (same image as AR): with it off, a seed must
         # give the same image again while the model keeps its calibration (docs/REPRODUCIBLE.md), and a prior
         # that every generation moves would change the choices, so the image, from one run to the next
-        if self.cost_model != "measured" or model is None or not self.settings[3]:
+        if self.cost_model != "measured" or model is None or not self.same_image:
             return
         key = self.settings + (tuple(sorted(self.forward_cost.items())),)
         self.memory = _MEMORY.setdefault(model, {}).setdefault(key, AutoMemory.empty(self.shapes))
@@ -298,7 +307,7 @@ class AutoDrafter(JacobiDrafter):
             prior = self.prior[w]
             if smaller is not None:
                 prior = max(prior, est[smaller] * prior_tokens_per_step(w) / prior_tokens_per_step(smaller))
-            e = (PRIOR_STEPS * prior + self.tokens[w]) / (PRIOR_STEPS + self.counted[w])
+            e = shrunk(prior, self.tokens[w], self.counted[w])
             est[w] = max(e, est[smaller]) if smaller is not None else e
             smaller = w
         return est
@@ -408,16 +417,10 @@ class AutoDrafter(JacobiDrafter):
             # and a start measured there once sent a demo run to window 8 for good
             if state.step > WARMUP_STEPS and not fresh and not first_row:
                 per_row = tokens / rows
-                self.tokens[w] += per_row
-                self.counted[w] += 1
-                if self.memory is not None:
-                    self.memory.count(w, per_row)
+                self._count(w, per_row)
                 for smaller, credit in zip(self.order, credits):  # what each smaller window would have committed
                     if smaller < w:
-                        self.tokens[smaller] += credit / rows
-                        self.counted[smaller] += 1
-                        if self.memory is not None:
-                            self.memory.count(smaller, credit / rows)
+                        self._count(smaller, credit / rows)
                 if scored:
                     self.init_recent[init].append((w, per_row))
             if self.cost_model == "measured":
@@ -450,6 +453,13 @@ class AutoDrafter(JacobiDrafter):
             self.init_used[init] += 1
         self.prev_step = (window, now, fresh, init, scored)
         return JacobiPlan(window, grow=grow, init=init)
+
+    def _count(self, window: int, tokens: float) -> None:
+        """One counted step of `window` that committed `tokens` per row: this generation's estimate and the memory."""
+        self.tokens[window] += tokens
+        self.counted[window] += 1
+        if self.memory is not None:
+            self.memory.count(window, tokens)
 
     def observe(self, state: LoopState, plan, tree, verdict, p_all, out, previous_frontier):
         ds = super().observe(state, plan, tree, verdict, p_all, out, previous_frontier)

@@ -39,7 +39,7 @@ INIT_ABOVE_REGIMES = ("SJD paper: random (preset='paper'); sample_above: >= 0.97
                       "every bench regime (docs/BENCHMARKS.md)")
 
 
-def restart_param(default: int = 5):
+def restart_param(default: int):
     """Stall restart (`JacobiDrafter._stalled_rows`): ours, not the papers' (preset='paper': off). sjd, scd and
     sjd_pac default to 0 (issue 36: a restart after 5 one-token steps costs 6-18% on the flat regime's target,
     docs/BENCHMARKS.md, "Defaults chosen on every regime"); auto to 16 (after 5 it cost 27% on the flat regime

@@ -158,12 +158,9 @@ class ADTTreeDrafter(SampledTrees, DraftsFromHiddenStates, Drafter):
             return dmax, kmax
         if self.plans is not None:
             return dmax, 1
-        C, V = self.children, self.model.geometry.vocab_size
-        widest, n = 1, 1  # the most nodes a layer above dmax can hold uncapped
-        for d in range(1, dmax):
-            n *= min(self.root_children if d == 1 else C, V)
-            widest = max(widest, n)
-        return dmax, C * min(max(1, kmax // C), widest)
+        # the widest layer the tree expands: propose reads kmax only as emax = kmax // children, capped per layer
+        C = self.children
+        return dmax, C * max(self._expanded_sizes(dmax, max(1, kmax // C)))
 
     # -- propose -----------------------------------------------------------------------------
     def _band_pass(self, state: LoopState, S: int):

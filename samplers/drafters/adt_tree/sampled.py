@@ -39,15 +39,13 @@ class SampledTrees:
         budget = self._slot_budget()
         emax = max(1, kmax // C)  # nodes expanded per layer (forwarded through the layer)
         e_row = (state.draft.k // C).clamp(min=1)  # [B]
-        sizes = [1]  # expanded nodes per layer: 1 (the root), then min(emax, nodes of the layer)
         plan = None
         if self.plans is not None:  # tree_shape=best_first: a static shape (static_tree.py), the
             plan = self.plans[dmax - 1]  # deepest the active rows asked for (rows share one shape per step)
             dmax = len(plan)
-            sizes += [layer.expanded for layer in plan[1:]]
+            sizes = [1] + [layer.expanded for layer in plan[1:]]
         else:
-            for d in range(1, dmax):
-                sizes.append(min(emax, sizes[-1] * min(C1 if d == 1 else C, V)))
+            sizes = self._expanded_sizes(dmax, emax)
         S = W + sum(sizes[1:])
         kv, g_e, band_valid, fR = self._band_pass(state, S)
         q_e = self._q(g_e, B)  # [B, 1, V]
@@ -140,6 +138,15 @@ class SampledTrees:
         return self._assemble(state, tok, par, ok, dep, sel, keep, L,
                               q_nodes=torch.cat(qs, 1), q_index=qi,
                               max_children=min(cmax, N - 1), dmax=dmax)
+
+    def _expanded_sizes(self, dmax: int, emax: int) -> list:
+        """Nodes expanded (forwarded through the layer) per layer of a `layers` tree of depth dmax: 1 (the root),
+        then min(emax, the nodes the layer holds: the layer above's times its siblings per node)."""
+        C, C1, V = self.children, self.root_children, self.model.geometry.vocab_size
+        sizes = [1]
+        for d in range(1, dmax):
+            sizes.append(min(emax, sizes[-1] * min(C1 if d == 1 else C, V)))
+        return sizes
 
     def _slot_budget(self) -> int:
         """Slots allocated before drawing: the tree's N - 1 drafts."""

@@ -75,6 +75,7 @@ class SpatialState(JacobiState):
 
 class SpatialDrafter(DraftsFromHiddenStates, JacobiDrafter):
     state_class = SpatialState
+
     def __init__(self, params: SpatialParams, model, sampling, collect: bool = False):
         super().__init__(params, model, sampling)
         self._use_target(model, sampling)
