@@ -43,7 +43,7 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_BENCH_JSON = os.path.join(REPO_ROOT, "docs", "figures", "bench_defaults_1125.json")
 STAGE_NAMES = ["environment", "exactness", "backends", "forward_7b"]
 # seconds per stage on CUDA (sum 500: the whole check ends within 9 minutes with process starts)
-CUDA_BUDGETS = {"environment": 60, "exactness": 60, "backends": 160, "forward_7b": 220}
+CUDA_BUDGETS = {"environment": 30, "exactness": 30, "backends": 290, "forward_7b": 170}
 CUDA_TOTAL = 520
 # on the CPU (--dry-run): generous, a loaded shared machine must not cut a tiny stage
 DRY_BUDGETS = {"environment": 120, "exactness": 240, "backends": 400, "forward_7b": 300}
@@ -68,6 +68,10 @@ def add_arguments(ap) -> None:
                     help="one stage's time budget (repeatable), e.g. backends=400")
     ap.add_argument("--samples", type=positive_int, default=None,
                     help="images per chi-square case (default 16000 on CUDA, as the CPU suite; 1500 with --dry-run)")
+    ap.add_argument("--backends", nargs="+", default=None, metavar="BACKEND",
+                    help="the backends stage's backends, in order (default: all; compiled runs in this order too)")
+    ap.add_argument("--compiled-tokens-7b", nargs="+", type=positive_int, default=None, metavar="T",
+                    help="the forward_7b stage's compiled token counts, in order (default: 1 17 33 65 2 9 49 5)")
     ap.add_argument("--seed", type=non_negative_int, default=0, help="seed of the backends stage's generations")
     ap.add_argument("--bench-json", default=DEFAULT_BENCH_JSON,
                     help="the `bench --json` file whose step compressions the refitted projection uses")
@@ -112,6 +116,11 @@ def options_from_args(args) -> dict:
     if total <= 0:
         raise ValueError(f"--budget must be > 0 seconds, got {total}")
     from .gpu_stages import BACKEND_ORDER, COMPILED_TOKENS_7B
+    if args.backends:
+        from ..samplers.backends import SCHEMAS
+        unknown = [b for b in args.backends if b not in SCHEMAS]
+        if unknown:
+            raise ValueError(f"--backends: unknown backend(s) {unknown}; allowed: {sorted(SCHEMAS)}")
     return {
         "dry_run": dry, "device": device, "stages": list(args.stages), "compile": not args.no_compile,
         "budgets": budgets, "total_budget": total, "seed": args.seed, "bench_json": args.bench_json,
@@ -119,9 +128,10 @@ def options_from_args(args) -> dict:
         "dtype": "float32" if dev.type == "cpu" else "bfloat16",  # the backends stage's model (CUDA: the product's bf16)
         "dtype_7b": "bfloat16",  # the 7B shape: bf16 on the CPU too, so that the dry run goes through the bf16 path
         # dry run: compile only where quick (AR's one shape, one 7B-shape token count)
-        "compile_backends": ["ar"] if dry else list(BACKEND_ORDER),
+        "backends": args.backends,
+        "compile_backends": ["ar"] if dry else list(args.backends or BACKEND_ORDER),
         "tokens_7b": [1, 2, 3, 5, 9, 17, 33] if dry else list(range(1, 66)),
-        "compiled_tokens_7b": [1] if dry else list(COMPILED_TOKENS_7B),
+        "compiled_tokens_7b": args.compiled_tokens_7b or ([1] if dry else list(COMPILED_TOKENS_7B)),
         "repeats_7b": 3 if dry else 10,
     }
 
@@ -192,7 +202,9 @@ class LogCapture(logging.Handler):
     """Torch's messages about graph breaks, recompiles, CUDA graphs (skipped, re-recorded) and
     performance hints, switched on for the stage and kept (deduplicated, with counts)."""
 
-    ARTIFACTS = ("graph_breaks", "recompiles", "cudagraphs", "perf_hints")
+    # cudagraph_static_inputs: which inputs CUDA graph trees take as static (by source name), so that a
+    # re-record per step ("static input data pointer changed": the second H200 run) names its input
+    ARTIFACTS = ("graph_breaks", "recompiles", "cudagraphs", "perf_hints", "cudagraph_static_inputs")
 
     def __init__(self):
         super().__init__(logging.DEBUG)

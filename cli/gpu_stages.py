@@ -26,7 +26,7 @@ import torch
 
 # the compiled tokens of the 7B shape, in the order they are compiled while the stage has time
 # (each is its own static graph, compiled in tens of seconds on a GPU)
-COMPILED_TOKENS_7B = [1, 17, 33, 65, 2, 9, 49, 5]
+COMPILED_TOKENS_7B = [1, 33, 65, 17, 9, 2, 49, 5]
 # backends in the order the compiled runs go while the stage has time (the eager runs come first)
 BACKEND_ORDER = ["ar", "scd", "sjd_pac", "hawk", "adt_tree", "auto", "spatial", "sjd"]
 # backends whose tokens depend on measured timings (auto picks windows from calibrated costs)
@@ -147,14 +147,26 @@ def _cudagraph_probe(device) -> dict:
         cache[slot] = x
         return (cache * 2).sum(0)
 
+    import contextlib
+    from torch._inductor import config as inductor_config
     out = {}
     for variant, step in (("plain_input", plain_step), ("static_address", static_step)):
+        # no cache hits: the first GPU run's static variant reused the plain variant's compiled graph (FX graph
+        # and AOT caches key the same graph alike) with its CUDA-graph decision, and measured nothing
+        caches_off = [inductor_config.patch(fx_graph_cache=False)]
         try:
-            with torch.inference_mode():
+            from torch._functorch import config as functorch_config
+            caches_off.append(functorch_config.patch(enable_autograd_cache=False))
+        except Exception:  # noqa: BLE001 -- older torch: no AOT autograd cache
+            pass
+        try:
+            with contextlib.ExitStack() as stack, torch.inference_mode():
+                for c in caches_off:
+                    stack.enter_context(c)
                 cache = torch.zeros(4, 16, device=device)
-                if variant == "static_address":
-                    from torch import _dynamo
-                    _dynamo.mark_static_address(cache)
+                if variant == "static_address":  # as the product marks its buffers
+                    from ..model_loaders.compiled import mark_static_addresses
+                    mark_static_addresses([cache], device)
                 want_cache = cache.clone()
                 fn = torch.compile(step, fullgraph=True, dynamic=False, mode="reduce-overhead")
                 before, t = _counters(), time.perf_counter()
@@ -231,7 +243,8 @@ def stage_environment(ctx) -> None:
                   "multiprocessors": p.multi_processor_count, "bf16_supported": torch.cuda.is_bf16_supported(),
                   "cudnn": torch.backends.cudnn.version(), "device_count": torch.cuda.device_count()})
         try:
-            r["cuda_driver_api"] = torch._C._cuda_getDriverVersion()  # e.g. 13000 (the driver's CUDA version)
+            get = getattr(torch._C, "_cuda_getDriverVersion", None)  # private API: absent in torch 2.11's build
+            r["cuda_driver_api"] = get() if get is not None else "not in this torch build (nvidia_smi has the driver)"
         except Exception as e:  # noqa: BLE001 -- private API: absent in some builds
             r["cuda_driver_api"] = _error(e)
         r.update(_nvidia_smi())
@@ -379,6 +392,11 @@ def stage_backends(ctx) -> None:
     dev = model.device
     r = ctx.result
     backends = [b for b in BACKEND_ORDER if b in SCHEMAS] + [b for b in SCHEMAS if b not in BACKEND_ORDER]
+    if opt.get("backends"):
+        unknown = [b for b in opt["backends"] if b not in SCHEMAS]
+        if unknown:
+            raise ValueError(f"--backends: unknown {unknown}; allowed: {sorted(SCHEMAS)}")
+        backends = list(opt["backends"])
     compiled = [b for b in backends if b in opt["compile_backends"]] if opt["compile"] else []
     r.update({"model": label, "device": str(dev), "dtype": str(next(model.torch_module().parameters()).dtype),
               "prompt": DEMO_PROMPT, "seed": opt["seed"], "rows": {}})

@@ -146,6 +146,80 @@ def _dynamo_counts() -> tuple:
 CPU_INDUCTOR_OPTIONS = {"cpp_wrapper": True}
 
 
+_ATOMS = (str, bytes, int, float, bool, torch.nn.Module, torch.device, torch.dtype, type)
+
+
+def _map_tensors(o, fn: Callable, depth: int):
+    """`o` with every tensor `t` reachable from it (through tuples, lists, dicts, dataclass fields and
+    plain objects' attributes, `depth` levels down) replaced by ``fn(t)``: lists, dicts and objects in
+    place (frozen dataclasses too), tuples rebuilt. Never into a model (anything with `torch_module`
+    or an nn.Module): the step's state, not the weights."""
+    if isinstance(o, torch.Tensor):
+        return fn(o)
+    if depth == 0 or o is None or isinstance(o, _ATOMS) or hasattr(o, "torch_module"):
+        return o
+    if isinstance(o, tuple):
+        new = [_map_tensors(x, fn, depth - 1) for x in o]
+        if all(a is b for a, b in zip(new, o)):
+            return o
+        return type(o)(*new) if hasattr(o, "_fields") else type(o)(new)
+    if isinstance(o, (list, dict)):
+        for k in (range(len(o)) if isinstance(o, list) else list(o)):
+            o[k] = _map_tensors(o[k], fn, depth - 1)
+        return o
+    names = list(o.__dataclass_fields__) if hasattr(o, "__dataclass_fields__") else \
+        list(vars(o)) if hasattr(o, "__dict__") else []
+    for name in names:
+        v = getattr(o, name)
+        w = _map_tensors(v, fn, depth - 1)
+        if w is not v:
+            object.__setattr__(o, name, w)  # frozen dataclasses too: the copy stands for the same value
+    return o
+
+
+def reachable_tensors(*roots, depth: int = 4) -> dict:
+    """The tensors reachable from `roots` (id -> tensor), as `_map_tensors` walks."""
+    found: dict = {}
+
+    def note(t):
+        found.setdefault(id(t), t)
+        return t
+
+    for r in roots:
+        _map_tensors(r, note, depth)
+    return found
+
+
+def copy_graph_outputs(roots, kept: dict, depth: int = 4):
+    """`roots` with every reachable tensor that is not in `kept` (id -> tensor: what existed before
+    the compiled step ran) replaced by a copy. On CUDA a graph's outputs live in its CUDA graph's
+    memory pool and the next replay overwrites them (CUDA graph trees then refuse to read them: "accessing
+    tensor output of CUDAGraphs that has been overwritten"); the loop keeps some across steps (the
+    frontier, the drafter's state, the report's per-step counts), so it keeps copies (gpt-fast clones
+    its decode outputs for the same reason)."""
+    return _map_tensors(roots, lambda t: t if kept.get(id(t)) is t else t.clone(), depth)
+
+
+def mark_static_addresses(tensors, device) -> int:
+    """On CUDA: mark `tensors` (buffers that live across steps and that a compiled step writes in
+    place: the KV cache, the sequence, a drafter's scratch) as static inputs of the compiled graphs
+    (`torch._dynamo.mark_static_address`, unguarded). CUDA graph trees refuse a graph that mutates a
+    non-static input ("skipping cudagraphs due to mutated inputs": the first GPU run, docs/BENCHMARKS.md
+    "GPU check"), so without the mark every compiled step ran without CUDA graphs. Unguarded: a new
+    generation's buffers (new addresses) re-record the graph once, never recompile it. Never mark a
+    tensor that each step replaces (a graph output): its address changes every step, and every step
+    would re-record. No-op off CUDA. Returns how many were marked."""
+    if torch.device(device).type != "cuda":
+        return 0
+    from torch import _dynamo
+    n = 0
+    for t in tensors:
+        if getattr(t, "_dynamo_static_input_type", None) is None:
+            _dynamo.mark_static_address(t, guard=False)
+            n += 1
+    return n
+
+
 def compile_settings(device, few_rows: int = MAX_ROWS) -> dict:
     """torch.compile's mode or options for a step on `device`: CUDA graphs on CUDA (mode
     ``reduce-overhead``); on the CPU inductor's C++ wrapper, and products of at most `few_rows`

@@ -11,7 +11,8 @@ from typing import Callable, Optional, Sequence, Union
 
 import torch
 
-from .compiled import CompileStats, ShapeCompiled, inference_mode_unless_compiling
+from .compiled import (CompileStats, ShapeCompiled, inference_mode_unless_compiling, mark_static_addresses,
+                       reachable_tensors)
 from .contract import ARImageModel, EncodedPrompt, ForwardOutput, Session
 from .few_rows_matmul import MAX_ROWS
 from .slots import SlotState, batched_tree_tensors, cfg_rows, draft_layout, path_moves, prefill_layout, tree_tensors
@@ -93,6 +94,8 @@ class SlotCacheModel(ARImageModel):
                 self.compile_step()
             state.compiled, state.target_head = True, target_head
         state.cache = self._new_cache(state.rows, state.S)
+        if compile:  # CUDA graphs need the cache's address static (compiled.mark_static_addresses)
+            mark_static_addresses(reachable_tensors(state.cache).values(), dev)
         h = self._run(self._embed_prompt(tokens), positions, allowed, state.cache, slots)
         return Session(batch=batch, cfg=cfg, committed=torch.zeros(batch, dtype=torch.long, device=dev),
                        first=self._output(h[:, -1:], batch, cfg), state=state)

@@ -32,7 +32,7 @@ import torch
 from ..model_loaders.contract import ARImageModel, EncodedPrompt, Session
 from .backends import BackendConfig
 from .drafters.base import Drafter, DraftTree, LoopState, SequenceLayout, Verdict
-from ..model_loaders.compiled import ShapeCompiled
+from ..model_loaders.compiled import ShapeCompiled, copy_graph_outputs, mark_static_addresses, reachable_tensors
 from .randomness import Draws, ReplayedDraws, make_generator
 from .stats import GenerationStats
 from .target import SamplingParams, invalid_rows, target_probs
@@ -104,20 +104,30 @@ class StepGraphs:
         tape = self.tapes.get(key)
         live = state.draws
         if tape is None:  # this key's first step: eager, recording its draws
+            cuda = engine.model.device.type == "cuda"
+            before = reachable_tensors(state, session, at_step) if cuda else {}
             live.tape = []
             try:
                 out = decode_step(engine, plan, state, session, at_step)
             finally:
                 tape, live.tape = live.tape, None
             self.tapes[key] = tape
+            if cuda:  # the buffers the step kept (wrote in place, or only read) get static addresses for CUDA
+                # graphs; what it replaced (its outputs) must not: compiled.mark_static_addresses
+                after = reachable_tensors(state, session, at_step)
+                mark_static_addresses((t for i, t in after.items() if before.get(i) is t), engine.model.device)
             return out
         drawn = live.replay(tape)
-        timed = engine.profile or engine.model.device.type != "cuda"  # CUDA: no sync per step unless profiling
+        cuda = engine.model.device.type == "cuda"
+        timed = engine.profile or not cuda  # CUDA: no sync per step unless profiling
+        kept = reachable_tensors(state, session, at_step) if cuda else None
         t = time.perf_counter()
         try:
             out = self.graphs(key, engine, plan, state, session, at_step, drawn)
         finally:
             state.draws = live
+        if cuda:  # what the step made lives in its CUDA graph's pool until the next replay: copies (compiled.py)
+            out = copy_graph_outputs((out, state, session), kept)[0]
         if timed:
             engine._sync()
             log.graph_s += time.perf_counter() - t

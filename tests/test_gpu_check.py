@@ -113,6 +113,8 @@ def test_bad_arguments_are_one_error_line(capsys):
     assert "--stage-budget must be STAGE=SECONDS" in capsys.readouterr().err
     assert main(["gpu-check", "--dry-run", "--stage-budget", "backends=-1"]) == 2
     assert "must be > 0" in capsys.readouterr().err
+    assert main(["gpu-check", "--dry-run", "--backends", "ar", "warp"]) == 2
+    assert "--backends: unknown backend(s) ['warp']; allowed:" in capsys.readouterr().err
     import torch
     if not torch.cuda.is_available():
         assert main(["gpu-check"]) == 2
@@ -213,3 +215,11 @@ def test_a_cuda_error_recorded_for_one_item_also_counts():
     assert gpu_check.had_cuda_error(ok_with_item_error)
     assert not gpu_check.had_cuda_error({"status": "failed", "result": {"error": {"message": "ValueError: bad",
                                                                                   "cuda_error": False}}})
+
+
+def test_backends_and_compiled_token_counts_can_be_chosen():
+    """A GPU lease is short: `--backends` and `--compiled-tokens-7b` pick what the stages run, in order."""
+    opt = options("--backends", "scd", "ar", "--compiled-tokens-7b", "33", "1")
+    assert opt["backends"] == ["scd", "ar"] and opt["compiled_tokens_7b"] == [33, 1]
+    report = gpu_check.run_check(dict(opt, stages=["backends"], compile=False), in_process=True)
+    assert list(report["stages"]["backends"]["result"]["rows"]) == ["scd", "ar"]
