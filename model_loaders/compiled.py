@@ -146,48 +146,69 @@ def _dynamo_counts() -> tuple:
 CPU_INDUCTOR_OPTIONS = {"cpp_wrapper": True}
 
 
+# CUDA graphs' needs (static addresses, copies of a replay's outputs) apply on CUDA only; a test switches
+# them on for the CPU to check without a GPU that no compiled step writes a buffer left unmarked, the one
+# thing that makes CUDA graph trees skip a graph (tests/test_graph_buffers.py)
+GRAPH_BUFFERS_ON_CPU = False
+
+
+def uses_graph_buffers(device) -> bool:
+    """Whether compiled steps on `device` need static addresses and output copies (CUDA graphs)."""
+    return torch.device(device).type == "cuda" or GRAPH_BUFFERS_ON_CPU
+
+
 _ATOMS = (str, bytes, int, float, bool, torch.nn.Module, torch.device, torch.dtype, type)
 
 
-def _map_tensors(o, fn: Callable, depth: int):
+def _map_tensors(o, fn: Callable, depth: int, path: tuple = ()):
     """`o` with every tensor `t` reachable from it (through tuples, lists, dicts, dataclass fields and
-    plain objects' attributes, `depth` levels down) replaced by ``fn(t)``: lists, dicts and objects in
-    place (frozen dataclasses too), tuples rebuilt. Never into a model (anything with `torch_module`
-    or an nn.Module): the step's state, not the weights."""
+    plain objects' attributes, `depth` levels down) replaced by ``fn(t, path)`` (`path`: the keys and
+    attribute names that lead to it): lists, dicts and objects in place (frozen dataclasses too), tuples
+    rebuilt. Never into a model (anything with `torch_module` or an nn.Module): the step's state, not
+    the weights."""
     if isinstance(o, torch.Tensor):
-        return fn(o)
+        return fn(o, path)
     if depth == 0 or o is None or isinstance(o, _ATOMS) or hasattr(o, "torch_module"):
         return o
     if isinstance(o, tuple):
-        new = [_map_tensors(x, fn, depth - 1) for x in o]
+        new = [_map_tensors(x, fn, depth - 1, path + (k,)) for k, x in enumerate(o)]
         if all(a is b for a, b in zip(new, o)):
             return o
         return type(o)(*new) if hasattr(o, "_fields") else type(o)(new)
     if isinstance(o, (list, dict)):
         for k in (range(len(o)) if isinstance(o, list) else list(o)):
-            o[k] = _map_tensors(o[k], fn, depth - 1)
+            o[k] = _map_tensors(o[k], fn, depth - 1, path + (k,))
         return o
     names = list(o.__dataclass_fields__) if hasattr(o, "__dataclass_fields__") else \
         list(vars(o)) if hasattr(o, "__dict__") else []
     for name in names:
         v = getattr(o, name)
-        w = _map_tensors(v, fn, depth - 1)
+        w = _map_tensors(v, fn, depth - 1, path + (name,))
         if w is not v:
             object.__setattr__(o, name, w)  # frozen dataclasses too: the copy stands for the same value
     return o
 
 
-def reachable_tensors(*roots, depth: int = 4) -> dict:
-    """The tensors reachable from `roots` (id -> tensor), as `_map_tensors` walks."""
+def tensor_paths(*roots, depth: int = 4) -> dict:
+    """The tensors reachable from `roots` by path (root index, then keys and attribute names), as
+    `_map_tensors` walks; a tensor reachable twice is listed under its first path."""
     found: dict = {}
+    ids: set = set()
 
-    def note(t):
-        found.setdefault(id(t), t)
+    def note(t, path):
+        if id(t) not in ids:
+            ids.add(id(t))
+            found[path] = t
         return t
 
-    for r in roots:
-        _map_tensors(r, note, depth)
+    for i, r in enumerate(roots):
+        _map_tensors(r, note, depth, (i,))
     return found
+
+
+def reachable_tensors(*roots, depth: int = 4) -> dict:
+    """The tensors reachable from `roots` (id -> tensor)."""
+    return {id(t): t for t in tensor_paths(*roots, depth=depth).values()}
 
 
 def copy_graph_outputs(roots, kept: dict, depth: int = 4):
@@ -197,7 +218,24 @@ def copy_graph_outputs(roots, kept: dict, depth: int = 4):
     tensor output of CUDAGraphs that has been overwritten"); the loop keeps some across steps (the
     frontier, the drafter's state, the report's per-step counts), so it keeps copies (gpt-fast clones
     its decode outputs for the same reason)."""
-    return _map_tensors(roots, lambda t: t if kept.get(id(t)) is t else t.clone(), depth)
+    return _map_tensors(roots, lambda t, path: t if kept.get(id(t)) is t else t.clone(), depth)
+
+
+def is_static_address(t: torch.Tensor) -> bool:
+    return getattr(t, "_dynamo_static_input_type", None) is not None
+
+
+def set_static_addresses(paths: dict, static: set, device) -> None:
+    """Before a graph's compile: exactly the tensors at the paths in `static` (of `paths`, path ->
+    tensor) are marked static addresses, every other one unmarked. A graph's static inputs are fixed
+    when it compiles; a tensor left marked by another plan's step that this plan replaces would move at
+    every step, and every step would re-record."""
+    if not uses_graph_buffers(device):
+        return
+    mark_static_addresses([t for p, t in paths.items() if p in static], device)
+    for p, t in paths.items():
+        if p not in static and is_static_address(t):
+            del t._dynamo_static_input_type
 
 
 def mark_static_addresses(tensors, device) -> int:
@@ -209,12 +247,12 @@ def mark_static_addresses(tensors, device) -> int:
     generation's buffers (new addresses) re-record the graph once, never recompile it. Never mark a
     tensor that each step replaces (a graph output): its address changes every step, and every step
     would re-record. No-op off CUDA. Returns how many were marked."""
-    if torch.device(device).type != "cuda":
+    if not uses_graph_buffers(device):
         return 0
     from torch import _dynamo
     n = 0
     for t in tensors:
-        if getattr(t, "_dynamo_static_input_type", None) is None:
+        if not is_static_address(t):
             _dynamo.mark_static_address(t, guard=False)
             n += 1
     return n

@@ -32,7 +32,8 @@ import torch
 from ..model_loaders.contract import ARImageModel, EncodedPrompt, Session
 from .backends import BackendConfig
 from .drafters.base import Drafter, DraftTree, LoopState, SequenceLayout, Verdict
-from ..model_loaders.compiled import ShapeCompiled, copy_graph_outputs, mark_static_addresses, reachable_tensors
+from ..model_loaders.compiled import (ShapeCompiled, copy_graph_outputs, is_static_address, reachable_tensors,
+                                      set_static_addresses, tensor_paths, uses_graph_buffers)
 from .randomness import Draws, ReplayedDraws, make_generator
 from .stats import GenerationStats
 from .target import SamplingParams, invalid_rows, target_probs
@@ -98,29 +99,38 @@ class StepGraphs:
         step = types.FunctionType(code, _replayed_decode_step.__globals__, _replayed_decode_step.__name__)
         self.graphs = ShapeCompiled(step, model.device, "decode step", stats)
         self.tapes: dict = {}  # graph key -> the draws of its step: [(kind, shape, *bounds)]
+        # CUDA graphs (compiled.py): per graph key, the paths of the tensors its step writes in place (seen in
+        # its eager first step), and the keys whose graph was compiled
+        self.static_paths: dict = {}
+        self.compiled: set = set()
 
     def run(self, engine: "SpeculativeEngine", plan, state: LoopState, session: Session, at_step, log: StepLog):
         key = engine._graph_key(plan, session)
         tape = self.tapes.get(key)
         live = state.draws
         if tape is None:  # this key's first step: eager, recording its draws
-            cuda = engine.model.device.type == "cuda"
-            before = reachable_tensors(state, session, at_step) if cuda else {}
+            buffers = uses_graph_buffers(engine.model.device)
+            if buffers:
+                before = tensor_paths(state, session, at_step)
+                values = {p: t.clone() for p, t in before.items() if not is_static_address(t)}
             live.tape = []
             try:
                 out = decode_step(engine, plan, state, session, at_step)
             finally:
                 tape, live.tape = live.tape, None
             self.tapes[key] = tape
-            if cuda:  # the buffers the step kept (wrote in place, or only read) get static addresses for CUDA
-                # graphs; what it replaced (its outputs) must not: compiled.mark_static_addresses
-                after = reachable_tensors(state, session, at_step)
-                mark_static_addresses((t for i, t in after.items() if before.get(i) is t), engine.model.device)
+            if buffers:  # what this plan's step writes in place: static addresses when its graph compiles
+                self.static_paths[key] = {p for p, t in tensor_paths(state, session, at_step).items()
+                                          if before.get(p) is t and (p not in values or not torch.equal(t, values[p]))}
             return out
         drawn = live.replay(tape)
-        cuda = engine.model.device.type == "cuda"
-        timed = engine.profile or not cuda  # CUDA: no sync per step unless profiling
+        cuda = uses_graph_buffers(engine.model.device)
+        timed = engine.profile or engine.model.device.type != "cuda"  # CUDA: no sync per step unless profiling
         kept = reachable_tensors(state, session, at_step) if cuda else None
+        if cuda and key not in self.compiled:  # this call compiles the plan's graph: its static inputs now
+            self.compiled.add(key)
+            set_static_addresses(tensor_paths(state, session, at_step), self.static_paths.get(key, set()),
+                                 engine.model.device)
         t = time.perf_counter()
         try:
             out = self.graphs(key, engine, plan, state, session, at_step, drawn)

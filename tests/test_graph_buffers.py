@@ -4,9 +4,14 @@ overwritten by its next replay). Checked on the CPU; docs/BENCHMARKS.md "GPU che
 from collections import namedtuple
 from dataclasses import dataclass
 
+import pytest
 import torch
 
+import specar
+from specar.model_loaders import compiled as compiled_mod
 from specar.model_loaders.compiled import copy_graph_outputs, mark_static_addresses, reachable_tensors
+from specar.samplers import engine as engine_mod
+from specar.testing import tiny_model
 
 Pair = namedtuple("Pair", "a b")
 
@@ -74,3 +79,97 @@ def test_static_addresses_are_marked_on_cuda_only():
         c = torch.zeros(3, device="cuda")
         assert mark_static_addresses([c, c], "cuda") == 1
         assert c._dynamo_static_input_type == "unguarded"
+
+
+# -- the CUDA-graph precondition, checked on the CPU ------------------------------------------------------
+# CUDA graph trees fix a graph's static inputs when it is compiled (the inputs marked then), skip the graph
+# if it writes an input that is not static, and re-record it whenever a static input moves. With the
+# CUDA-graph handling switched on for the CPU (compiled.GRAPH_BUFFERS_ON_CPU), every compiled decode step is
+# watched: at the step that compiles a plan's graph, everything the step writes in place must be marked;
+# and in that generation the marked tensors of the plan must stay where they were from step to step. (A
+# later generation's buffers are new: the graph records once more with them, run 2 of docs/BENCHMARKS.md
+# "GPU check".)
+
+class StepWatch:
+    def __init__(self, monkeypatch):
+        self.unmarked_writes, self.moved, self.compiles = [], [], 0
+        self.seen, self.static = set(), {}
+        original = compiled_mod.ShapeCompiled.__call__
+        watch = self
+
+        def call(compiled, key, *args):
+            if compiled.name != "decode step":
+                return original(compiled, key, *args)
+            engine, plan, state, session, at_step, drawn = args
+            before = reachable_tensors(state, session, at_step)
+            compiling = key not in watch.seen
+            if compiling:
+                watch.seen.add(key)
+                watch.static[key] = (state, sorted(t.data_ptr() for t in before.values() if _marked(t)))
+                values = {i: t.clone() for i, t in before.items()}
+            elif watch.static[key][0] is state:  # the generation that compiled it
+                if sorted(t.data_ptr() for t in before.values() if _marked(t)) != watch.static[key][1]:
+                    watch.moved.append(key)
+            out = original(compiled, key, *args)
+            if compiling:
+                watch.compiles += 1
+                for i, t in before.items():
+                    if not _marked(t) and not torch.equal(t, values[i]):
+                        watch.unmarked_writes.append((key, tuple(t.shape), str(t.dtype)))
+            return out
+
+        monkeypatch.setattr(compiled_mod.ShapeCompiled, "__call__", call)
+        monkeypatch.setattr(compiled_mod, "GRAPH_BUFFERS_ON_CPU", True)
+
+
+_marked = compiled_mod.is_static_address
+
+
+GRAPH_CASES = [
+    ("ar", {}),
+    ("scd", dict(window=3)),
+    ("sjd_pac", dict(window=3, tree_depth=2, tree_width=2, reproducible=False)),
+    ("hawk", dict(node_budget=8)),
+    ("auto", dict(max_window=4, cost_model="forwards")),
+    ("adt_tree", dict(node_budget=6)),
+    ("spatial", {}),
+]
+
+
+def _watched_generations(monkeypatch, backend, params, seeds=(21, 22)):
+    kw = dict(vocab_size=16, grid=(4, 4), seed=5, row_end=True)
+    eager, comp = tiny_model(**kw), tiny_model(**kw)
+    watch = StepWatch(monkeypatch)
+    for seed in seeds:
+        args = dict(backend=backend, seed=seed, batch_size=2, cfg_scale=2.0, **params)
+        got = specar.generate(comp, "a cat", compile=True, **args)
+        assert torch.equal(got.tokens, specar.generate(eager, "a cat", **args).tokens), backend  # copies change nothing
+    return watch
+
+
+@pytest.mark.parametrize("backend,params", GRAPH_CASES[:2], ids=[c[0] for c in GRAPH_CASES[:2]])
+def test_compiled_steps_write_only_static_buffers(monkeypatch, backend, params):
+    watch = _watched_generations(monkeypatch, backend, params)
+    assert watch.compiles > 0
+    assert watch.unmarked_writes == [] and watch.moved == []
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("backend,params", GRAPH_CASES[2:], ids=[c[0] for c in GRAPH_CASES[2:]])
+def test_every_backend_writes_only_static_buffers(monkeypatch, backend, params):
+    watch = _watched_generations(monkeypatch, backend, params)
+    assert watch.compiles > 0
+    assert watch.unmarked_writes == [] and watch.moved == []
+
+
+def test_the_watch_catches_unmarked_writes(monkeypatch):
+    # planted: no marks when a graph compiles (the first GPU run): the step's in-place writes are unmarked
+    monkeypatch.setattr(engine_mod, "set_static_addresses", lambda paths, static, device: None)
+    assert _watched_generations(monkeypatch, "scd", dict(window=3), seeds=(21,)).unmarked_writes
+
+
+def test_the_watch_catches_static_inputs_that_move(monkeypatch):
+    # planted: mark everything the step takes, its outputs too: those move at every step
+    monkeypatch.setattr(engine_mod, "set_static_addresses", lambda paths, static, device:
+                        compiled_mod.set_static_addresses(paths, set(paths), device))
+    assert _watched_generations(monkeypatch, "scd", dict(window=3), seeds=(21,)).moved
