@@ -32,8 +32,8 @@ import torch
 from ..model_loaders.contract import ARImageModel, EncodedPrompt, Session
 from .backends import BackendConfig
 from .drafters.base import Drafter, DraftTree, LoopState, SequenceLayout, Verdict
-from ..model_loaders.compiled import (ShapeCompiled, copy_graph_outputs, is_static_address, reachable_tensors,
-                                      set_static_addresses, tensor_paths, uses_graph_buffers)
+from ..model_loaders.compiled import (ShapeCompiled, copy_graph_outputs, is_static_address, set_static_addresses,
+                                      tensor_paths, uses_graph_buffers)
 from .randomness import Draws, ReplayedDraws, make_generator
 from .stats import GenerationStats
 from .target import SamplingParams, invalid_rows, target_probs
@@ -108,8 +108,8 @@ class StepGraphs:
         key = engine._graph_key(plan, session)
         tape = self.tapes.get(key)
         live = state.draws
+        buffers = uses_graph_buffers(engine.model.device)  # CUDA graphs: static addresses, copies (compiled.py)
         if tape is None:  # this key's first step: eager, recording its draws
-            buffers = uses_graph_buffers(engine.model.device)
             if buffers:
                 before = tensor_paths(state, session, at_step)
                 values = {p: t.clone() for p, t in before.items() if not is_static_address(t)}
@@ -124,19 +124,19 @@ class StepGraphs:
                                           if before.get(p) is t and (p not in values or not torch.equal(t, values[p]))}
             return out
         drawn = live.replay(tape)
-        cuda = uses_graph_buffers(engine.model.device)
         timed = engine.profile or engine.model.device.type != "cuda"  # CUDA: no sync per step unless profiling
-        kept = reachable_tensors(state, session, at_step) if cuda else None
-        if cuda and key not in self.compiled:  # this call compiles the plan's graph: its static inputs now
-            self.compiled.add(key)
-            set_static_addresses(tensor_paths(state, session, at_step), self.static_paths.get(key, set()),
-                                 engine.model.device)
+        if buffers:
+            paths = tensor_paths(state, session, at_step)
+            kept = {id(t): t for t in paths.values()}  # what exists before the step: not its outputs
+            if key not in self.compiled:  # this call compiles the plan's graph: its static inputs now
+                self.compiled.add(key)
+                set_static_addresses(paths, self.static_paths.get(key, set()), engine.model.device)
         t = time.perf_counter()
         try:
             out = self.graphs(key, engine, plan, state, session, at_step, drawn)
         finally:
             state.draws = live
-        if cuda:  # what the step made lives in its CUDA graph's pool until the next replay: copies (compiled.py)
+        if buffers:  # what the step made lives in its CUDA graph's pool until the next replay: copies
             out = copy_graph_outputs((out, state, session), kept)[0]
         if timed:
             engine._sync()
