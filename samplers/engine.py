@@ -165,6 +165,7 @@ class SpeculativeEngine:
             if self.step_graphs is None or self.step_graphs.stats is not self.compile_stats:
                 self.step_graphs = _STEP_GRAPHS[model] = StepGraphs(model, self.compile_stats)
         self.drafter: Drafter = backend.make_drafter(model, sampling)
+        self.drafter.compiled_step = compile
         if reproducible and not self.drafter.lossless:
             raise ValueError(f"reproducible=True (same_image_as_ar) needs a lossless backend: this {backend.name} "
                              f"configuration is lossy (relaxed acceptance keeps drafts AR would not sample); turn "

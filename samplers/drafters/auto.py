@@ -70,7 +70,7 @@ import torch
 
 from .base import LoopState
 from .jacobi import INIT_ABOVE_PAPER, INIT_HELP, JacobiDrafter, JacobiParams, JacobiPlan, JacobiState, restart_param
-from .params import INITS, MAX_WINDOW, Method, StepCost, chain_tokens, param
+from .params import INITS, MAX_TREE_WIDTH, MAX_WINDOW, Method, StepCost, chain_tokens, param
 
 PRIOR_STEPS = 8.0  # weight of the prior, in steps
 SWITCH_MARGIN = 1.1
@@ -89,6 +89,10 @@ INIT_COMPARED = 6  # scored steps of each init kept for the comparison after a t
 INIT_MARGIN = 1.15
 FALLBACK_SHARE = 0.5  # auto "fell back to AR" when more than this share of its steps were AR steps
 MEMORY_STEPS = 64  # counted steps per window a model's memory keeps (`AutoMemory`; older ones fade: halved past it)
+# tokens per row the proactive tree adds on a step that carries it, before any such step is measured: SJD-PAC over
+# SCD at the same window committed 1.05x (demo) to 1.08x (paper regime) per forward (docs/BENCHMARKS.md), about a
+# quarter of a token at their tokens per step; shrunk like the windows' estimates by PRIOR_STEPS pseudo-steps
+TREE_GAIN_PRIOR = 0.25
 
 # what auto measured on each model in earlier generations, per setting (`AutoMemory`): kept while the model lives,
 # never written into the model (engine-side state, like the engine's calibrated forward costs)
@@ -167,6 +171,12 @@ class AutoParams(JacobiParams):
                              "short blocks when drafts commit under half the window, keep it where it commits more; "
                              "off by default: on the demo model it cost more forwards than it saved (docs/ARCHITECTURE.md)")
     restart_after: int = restart_param(16)
+    tree_width: int = param(4, "proactive drafting (SJD-PAC's): after a rejection, K candidates at the first open "
+                            "position, each with a branch of tree_depth drafts; auto carries them on a step when "
+                            "their measured gain in tokens beats their cost (always with cost_model forwards); "
+                            "1: off", lo=1, hi=MAX_TREE_WIDTH, paper="SJD-PAC paper: K = 4", sizes=True)
+    tree_depth: int = param(2, "proactive drafting: depth D of each branch (windows smaller than D carry none)",
+                            lo=1, hi=MAX_WINDOW, paper="SJD-PAC paper: D = 3", sizes=True)
     redraft: ClassVar[str] = "maximal"  # SCD / adaptive continuation
     coupling_strength: ClassVar[float] = 1.0
 
@@ -174,12 +184,20 @@ class AutoParams(JacobiParams):
     def windows(self) -> tuple:
         return candidate_windows(self.max_window)
 
+    def check(self) -> None:
+        if self.tree_width > 1 and self.tree_depth > self.max_window:
+            raise ValueError(f"tree_depth must be an int in [1, {self.max_window}], got {self.tree_depth} (a branch "
+                             f"cannot be deeper than the largest window, max_window={self.max_window}; tree_width=1 "
+                             f"turns the branches off)")
+
 
 @dataclass
 class AutoState(JacobiState):
     """The Jacobi state and the last step's counts (the host hint auto's policy reads)."""
 
-    committed: Optional[torch.Tensor] = None  # [2 + windows] tokens, rows, then each candidate window's credit
+    # the last step's [tokens, rows, each candidate window's credit, rows that carried the proactive tree, the
+    # tokens its branches added (the accepted depth of rows whose branch won depth 1: the chain alone commits 1)]
+    committed: Optional[torch.Tensor] = None
 
 
 class AutoDrafter(JacobiDrafter):
@@ -187,21 +205,35 @@ class AutoDrafter(JacobiDrafter):
     clock = staticmethod(time.perf_counter)  # the step clock (a test may replace it)
 
     def __init__(self, params: AutoParams, model, sampling):
+        # more candidates than codes is every code: the default width on a model with fewer codes (a test's tiny one)
+        params = dataclasses.replace(params, tree_width=min(params.tree_width, model.geometry.vocab_size))
         super().__init__(params, model, sampling)
         self.params, self.sampling = params, sampling  # the memory's key (`start`)
         self.cost_model = params.cost_model
         self.inits = candidate_inits(params.init) if params.adapt_init else (params.init,)
-        self.forward_cost = {}  # window -> calibrated seconds of a forward (set_costs)
+        self.forward_cost = {}  # window -> calibrated seconds of a forward of its chain (set_costs)
+        self.tree_cost = {}  # window -> the same with the proactive branches
         self.order = tuple(sorted(self.shapes))  # the candidate windows, ascending: the credits' order
         self.order_t = torch.tensor(self.order, dtype=torch.long, device=model.device)
+        # the windows that may carry the proactive branches (at least D deep: a branch is no deeper than the window)
+        self.tree_windows = frozenset(w for w in self.shapes if self.K > 1 and w >= self.D)
 
     # -- costs ---------------------------------------------------------------------------------
     def cost_shapes(self) -> dict:
-        """The chain of each window (what the engine times once per model / device / batch)."""
-        return {w: shape[1] for w, shape in self.shapes.items()} if self.cost_model == "measured" else {}
+        """The chain of each window and, where it may carry them, the chain with the proactive branches
+        (keyed ("tree", window)): what the engine times once per model / device / batch."""
+        if self.cost_model != "measured":
+            return {}
+        return {**{w: shape[1] for w, shape in self.shapes.items()},
+                **{("tree", w): self.shapes[w][2] for w in sorted(self.tree_windows)}}
 
     def set_costs(self, seconds: dict) -> None:
-        self.forward_cost = dict(seconds)
+        self.forward_cost = {k: v for k, v in seconds.items() if not isinstance(k, tuple)}
+        self.tree_cost = {k[1]: v for k, v in seconds.items() if isinstance(k, tuple)}
+
+    def calibrated(self, window: int, tree: bool = False) -> float:
+        """The engine's calibrated forward seconds of a window's step shape (1 when not calibrated)."""
+        return (self.tree_cost if tree else self.forward_cost).get(window, 1.0)
 
     def rel(self, window: int) -> float:
         """Window's measured step cost over its calibrated forward, relative to the load (1: not run yet)."""
@@ -213,17 +245,19 @@ class AutoDrafter(JacobiDrafter):
         """Step time over calibrated forward time of the last LOAD_STEPS steps (each over its window's rel), low median."""
         return median_low([ratio / self.rel(w) for w, ratio in self.recent]) if self.recent else 1.0
 
-    def cost(self, window: int) -> float:
-        """Seconds per step now: calibrated forward x rel(window) x load (module docstring)."""
+    def cost(self, window: int, tree: bool = False) -> float:
+        """Seconds per step now: calibrated forward x rel(window) x load (module docstring); with the proactive
+        branches, their calibrated forward instead (the same rel and load: the step is the window's)."""
         if self.cost_model == "forwards":
             return 1.0
-        return self.forward_cost.get(window, 1.0) * self.rel(window) * self.load()
+        return self.calibrated(window, tree) * self.rel(window) * self.load()
 
-    def _measure(self, window: int, seconds: float, step: int) -> None:
+    def _measure(self, window: int, seconds: float, step: int, tree: bool = False) -> None:
         """One step's wall time into the load and, when the last steps ran other windows, into rel(window):
         its time against theirs, close in time (so under the same load). The window auto keeps running
-        gets no rel sample from its own steps: the load absorbs what they say, and rel compares windows."""
-        ratio = seconds / self.forward_cost.get(window, 1.0)
+        gets no rel sample from its own steps: the load absorbs what they say, and rel compares windows.
+        A step with the proactive branches is measured against their calibrated forward."""
+        ratio = seconds / self.calibrated(window, tree)
         others = [r / self.rel(w) for w, r in self.recent if w != window]
         if others:
             self.samples[window].append(ratio / median_low(others))
@@ -233,8 +267,7 @@ class AutoDrafter(JacobiDrafter):
     # -- the choice ----------------------------------------------------------------------------
     def _new_state(self, state: LoopState, first) -> "AutoState":
         ds = super()._new_state(state, first)
-        # the last step's [tokens, rows, then per candidate window (self.order) the tokens it would have committed]
-        ds.committed = torch.zeros(2 + len(self.order), dtype=torch.long, device=state.device)
+        ds.committed = torch.zeros(2 + len(self.order) + 2, dtype=torch.long, device=state.device)
         return ds
 
     def start(self, state: LoopState, first, p0):
@@ -291,9 +324,29 @@ class AutoDrafter(JacobiDrafter):
         self.row_codes = 0  # positions of the image's first row (`start`; 0: a policy run without a generation)
         self.explore_window, self.explore_left = 0, 0  # an upward probe block: its window, its steps still to run
         self.reach = self.window  # the largest window of the last two steps: what is drafted ahead
+        self.tree_rows, self.tree_added = 0, 0.0  # rows that carried the proactive tree, the tokens it added
+        self.tree_steps = 0
 
     def host_hint(self, state: LoopState):
-        return state.draft.committed  # auto drafts chains only (no proactive tree rows to count)
+        """The last step's counts (`AutoState.committed`), then the rows that want the proactive tree now."""
+        ds = state.draft
+        if not self.tree_windows:
+            return ds.committed
+        return torch.cat([ds.committed, (ds.in_tree & state.active).sum().reshape(1)])
+
+    def tree_gain(self) -> float:
+        """Tokens per row the proactive branches add on a step that carries them: what they added so far (the
+        accepted depth where a branch won depth 1; the chain alone would have committed the one token after its
+        rejected first draft), shrunk towards TREE_GAIN_PRIOR by PRIOR_STEPS pseudo-rows."""
+        return shrunk(TREE_GAIN_PRIOR, self.tree_added, self.tree_rows)
+
+    def tree_pays(self, window: int) -> bool:
+        """Carry the proactive branches on this step (rows want them): where the window may, when the tokens
+        they add per step outweigh their cost: rate with them > rate without (forwards: whenever they add any)."""
+        if window not in self.tree_windows:
+            return False
+        tokens = self.expected_tokens()[window]
+        return (tokens + self.tree_gain()) / self.cost(window, True) > tokens / self.cost(window)
 
     def expected_tokens(self) -> dict:
         """Tokens per step expected from each window: the mean over its steps so far in this generation, shrunk
@@ -405,13 +458,18 @@ class AutoDrafter(JacobiDrafter):
         """The previous step's tokens and wall time into the estimates, then this step's window and init
         (host only)."""
         now = self.clock() if self.cost_model == "measured" else 0.0
-        tokens, rows, credits = hint[0], hint[1], hint[2:]
+        n = len(self.order)
+        tokens, rows, credits = hint[0], hint[1], hint[2:2 + n]
+        tree_rows, tree_added, want_tree = (list(hint[2 + n:2 + n + 3]) + [0, 0, 0])[:3]
         if self.prev_step is None:
             self._bind_memory()
         if self.prev_step is not None and rows:  # the previous step: its tokens and its wall time
-            w, t, fresh, init, scored = self.prev_step
+            w, t, fresh, init, scored, tree = self.prev_step
+            if tree_rows:  # what the branches added (every tree step counts: its gain is the branches', not the window's)
+                self.tree_rows += tree_rows
+                self.tree_added += tree_added
             first_row = self.done < self.row_codes
-            self.done += tokens / rows
+            self.done += (tokens + tree_added) / rows
             # not counted: the first steps, a step whose window reached undrafted positions, and steps in the first
             # image row, whose drafts have no row above (sample_above's source): there a long window commits little,
             # and a start measured there once sent a demo run to window 8 for good
@@ -424,7 +482,7 @@ class AutoDrafter(JacobiDrafter):
                 if scored:
                     self.init_recent[init].append((w, per_row))
             if self.cost_model == "measured":
-                self._measure(w, now - t, state.step - 1)
+                self._measure(w, now - t, state.step - 1, tree)
         window = self.choose(state)
         if self.explore_left:  # an upward probe block goes on
             window, self.explore_left = self.explore_window, self.explore_left - 1
@@ -443,7 +501,11 @@ class AutoDrafter(JacobiDrafter):
         # no larger than the last one reaches only drafted positions (a grow step with an empty mask would cost an
         # init pass, 3-4% of a demo generation's time, for nothing). `start` drafted for the first window.
         last = self.prev_step[0] if self.prev_step is not None else self.window
-        grow = window > last
+        # compiled, every drafting step grows (an empty mask when the window did not): one graph per window, not
+        # two (a plan first met in a later generation compiles there, seconds on a CPU)
+        grow = window > last or (self.compiled_step and window > 0)
+        tree = want_tree > 0 and self.tree_pays(window)
+        self.tree_steps += tree
         fresh = window > self.reach  # drafts no earlier step of the last two made: not the window's steady rate
         scored = bool(window) and self.prev_step is not None and self.prev_step[3] == init
         self.reach = max(window, self.window)
@@ -451,8 +513,8 @@ class AutoDrafter(JacobiDrafter):
         self.used[window] += 1
         if init is not None:
             self.init_used[init] += 1
-        self.prev_step = (window, now, fresh, init, scored)
-        return JacobiPlan(window, grow=grow, init=init)
+        self.prev_step = (window, now, fresh, init, scored, tree)
+        return JacobiPlan(window, tree=tree, grow=grow, init=init)
 
     def _count(self, window: int, tokens: float) -> None:
         """One counted step of `window` that committed `tokens` per row: this generation's estimate and the memory."""
@@ -462,11 +524,20 @@ class AutoDrafter(JacobiDrafter):
             self.memory.count(window, tokens)
 
     def observe(self, state: LoopState, plan, tree, verdict, p_all, out, previous_frontier):
-        ds = super().observe(state, plan, tree, verdict, p_all, out, previous_frontier)
         active = state.active
+        carried = state.draft.in_tree & active  # the rows this step verified with the branches (when plan.tree)
+        ds = super().observe(state, plan, tree, verdict, p_all, out, previous_frontier)
         n = torch.where(active, verdict.n_accepted + 1, 0)
-        credits = torch.minimum(n[None, :], self.order_t[:, None] + 1).sum(1)  # [windows]: min(n, W + 1) per row
-        ds.committed = torch.cat([torch.stack([n.sum(), active.sum()]), credits])
+        if plan.tree:  # a branch won depth 1 where the line's first slot is a branch slot (past the chain's T)
+            won = (verdict.path[:, 1] >= self.shapes[plan.window][0]) & carried
+            # the windows' counts are the chain's: where a branch won, the chain alone committed one token (its
+            # first draft was rejected); what the branch added is counted apart (`tree_gain`)
+            chain_n = torch.where(won, 1, n)
+            branch = torch.stack([carried.sum(), (n - chain_n).sum()])
+        else:
+            chain_n, branch = n, torch.zeros(2, dtype=torch.long, device=state.device)
+        credits = torch.minimum(chain_n[None, :], self.order_t[:, None] + 1).sum(1)  # [windows]: min(n, W + 1)
+        ds.committed = torch.cat([torch.stack([chain_n.sum(), active.sum()]), credits, branch])
         return ds
 
     def fell_back_to_ar(self) -> Optional[str]:
@@ -501,6 +572,9 @@ class AutoDrafter(JacobiDrafter):
             "probe_steps": {str(w): n for w, n in sorted(self.probed.items()) if n},
             "tokens_per_step": {str(w): round(self.tokens[w] / n, 2) for w, n in sorted(self.counted.items()) if n},
             "steps_per_init": {i: n for i, n in self.init_used.items() if n},
+            # steps that carried SJD-PAC's proactive branches, and the tokens per row they were estimated to add
+            "tree_steps": self.tree_steps,
+            "tree_gain": round(self.tree_gain(), 3) if self.tree_windows else None,
             # per trial block: the init tried, its tokens per step, the preferred init's just before, the window,
             # whether the trial won (the preference switched)
             "init_trials": [dict(zip(("init", "tokens_per_step", "preferred_tokens_per_step", "window", "won"), t))
