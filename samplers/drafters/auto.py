@@ -8,7 +8,14 @@ MRS outputs, verified by `verify_chain`. What `auto` adds is, every step, on the
   maximising the predicted tokens committed per second, rate(W) = E[tokens | W] / cost(W);
 - the `init` rule of the positions the step drafts afresh: the configured one or one alternative
   (`random`, or `sample_above` when `random` is configured), tried in short blocks and kept when
-  its drafts commit more.
+  its drafts commit more;
+- SJD-PAC's proactive branches (`tree_width` K, `tree_depth` D): after a rejection the next step may
+  carry K-1 branches of depth D under the pending token (JacobiDrafter's tree step); auto carries them
+  when (E[tokens | W] + gain) / cost(W with them) > E[tokens | W] / cost(W), where `gain` is the tokens
+  per row they added on the steps that carried them (the accepted depth of a row whose branch won
+  depth 1: the chain alone commits one token there), shrunk towards TREE_GAIN_PRIOR; with the forwards
+  cost model whenever the gain is positive. The windows' counts are the chain's (a row whose branch won
+  counts one token), so E[tokens | W] does not already hold the gain.
 
 E[tokens | W]: the mean tokens committed per step over this generation's steady steps with window
 W (not the first `WARMUP_STEPS` steps, nor a step whose window reached positions no earlier step
@@ -506,6 +513,9 @@ class AutoDrafter(JacobiDrafter):
         grow = window > last or (self.compiled_step and window > 0)
         tree = want_tree > 0 and self.tree_pays(window)
         self.tree_steps += tree
+        # the branches for the next step: built only where that step would carry them (their draws and their
+        # build cost an eager step time; the next step most often runs this window)
+        branches = self.tree_pays(window)
         fresh = window > self.reach  # drafts no earlier step of the last two made: not the window's steady rate
         scored = bool(window) and self.prev_step is not None and self.prev_step[3] == init
         self.reach = max(window, self.window)
@@ -514,7 +524,7 @@ class AutoDrafter(JacobiDrafter):
         if init is not None:
             self.init_used[init] += 1
         self.prev_step = (window, now, fresh, init, scored, tree)
-        return JacobiPlan(window, tree=tree, grow=grow, init=init)
+        return JacobiPlan(window, tree=tree, grow=grow, init=init, branches=branches)
 
     def _count(self, window: int, tokens: float) -> None:
         """One counted step of `window` that committed `tokens` per row: this generation's estimate and the memory."""
@@ -595,15 +605,29 @@ class AutoDrafter(JacobiDrafter):
 
 
 def auto_step_cost(p: dict, row_codes: int, reports: list) -> StepCost:
-    """The windows auto chose, each with its share of the steps (`steps_per_window` of the backend reports)."""
+    """The windows auto chose, each with its share of the steps (`steps_per_window` of the backend reports); the
+    share of steps that carried the proactive branches ((K - 1) x D more nodes) spread over the drafting windows."""
     counts: dict = {}
+    tree_steps = 0
     for report in reports:
         for w, n in report.get("steps_per_window", {}).items():
             counts[int(w)] = counts.get(int(w), 0) + n
+        tree_steps += report.get("tree_steps") or 0
     if not counts:
         raise KeyError("steps_per_window")
     total = sum(counts.values())
-    return StepCost(tuple((chain_tokens(w, row_codes) if w else 1, n / total) for w, n in sorted(counts.items())))
+    drafting = sum(n for w, n in counts.items() if w)
+    tree_share = tree_steps / drafting if drafting else 0.0
+    branch_nodes = (p.get("tree_width", 1) - 1) * p.get("tree_depth", 0)
+    shapes = []
+    for w, n in sorted(counts.items()):
+        if not w:
+            shapes.append((1, n / total))
+            continue
+        shapes.append((chain_tokens(w, row_codes), n / total * (1 - tree_share)))
+        if tree_share and branch_nodes:
+            shapes.append((chain_tokens(w, row_codes) + branch_nodes, n / total * tree_share))
+    return StepCost(tuple((t, s) for t, s in shapes if s > 0))
 
 
 AUTO = Method("auto", "Auto", "SCD whose window and draft init are chosen every step from this device's step cost, "

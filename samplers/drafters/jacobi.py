@@ -150,13 +150,15 @@ class ChainVerdict(Verdict):
 class JacobiPlan(NamedTuple):
     """A Jacobi step's shape, chosen on the host from the last host read (`Drafter.plan`): the window, whether
     the proactive branches ride along (a row had a rejection), whether positions the window reaches for
-    the first time are drafted before the step (`auto` growing its window), and the `init` rule of the
-    positions the step drafts afresh (None: the drafter's own; `auto` chooses it per step)."""
+    the first time are drafted before the step (`auto` growing its window), the `init` rule of the
+    positions the step drafts afresh (None: the drafter's own; `auto` chooses it per step), and whether the step
+    builds the proactive branches a next step may carry (`auto` skips them where they would not ride)."""
 
     window: int
     tree: bool = False
     grow: bool = False
     init: Optional[str] = None
+    branches: bool = True
 
 
 @dataclass
@@ -370,9 +372,11 @@ class JacobiDrafter(Drafter):
             need = need | self._stalled_rows(state, verdict.n_accepted)[:, None]
         self._init(state, plan.window, npos, need, plan.init)
         ds.drafted = torch.where(active, torch.maximum(ds.drafted, new_frontier + T - 1), ds.drafted)
-        if self.K > 1:
+        if self.K > 1 and plan.branches:
             ds.in_tree = verdict.rejected & active
             self._build_tree(state)
+        elif self.K > 1:  # no branches built: no row may carry the old ones (drafted for an earlier frontier)
+            ds.in_tree = torch.zeros_like(ds.in_tree)
         return ds
 
     def _stalled_rows(self, state, n_accepted):
