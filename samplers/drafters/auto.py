@@ -52,8 +52,16 @@ after each lost trial). Every drafting step whose previous step drafted with the
 that init (the first of a block verifies drafts the other init made). After each block the trial's
 low-median tokens per step (a stuck window commits 1, 1, 1, 9, 1: a mean follows the outlier) is compared with the preferred init's last `INIT_COMPARED` scored steps at
 the same window (like for like, close in time); the trial init becomes the preferred one when it
-committed `INIT_MARGIN` more. On the demo model's peaked targets
-the windows commit near their size and no trial runs.
+committed `INIT_MARGIN` more. Off by default, because there is nothing for it to find and its
+trials cost (issue 36, step compression, forwards cost model at max_window 64 unless said):
+- no init beats `sample_above` in any bench regime: over 72 `paper` images random init commits 0.96x
+  its tokens per forward (1.12x, 0.99x, 0.90x on the seed sets 0-1, 2-9, 10-17: 8 images are no
+  evidence at this noise), on `flat` 0.96-0.99x, on `demo` 0.65x;
+- the trials run on the demo model too (its windows commit under half their size on most images:
+  6.7-11 tokens per step at 16, 4.3-14.6 at 64), and their scores are noise: a trial has at most 3
+  scored steps, and those verify drafts made W / (tokens per step) steps earlier, mostly by the other
+  init (a fresh draft enters at the window's far end). adapt_init there: 0.81x at the defaults (16
+  images), 0.91x at max_window 64 (40 images).
 
 Why it stays lossless: the window and the init of step t are functions of what happened before
 step t (the counts, the clock), never of step t's drafts or random draws. Conditioned on that
@@ -176,7 +184,8 @@ class AutoParams(JacobiParams):
     init: str = param("sample_above", INIT_HELP, choices=INITS, paper=INIT_ABOVE_PAPER)
     adapt_init: bool = param(False, "also choose the init online: try random (sample_above when init is random) in "
                              "short blocks when drafts commit under half the window, keep it where it commits more; "
-                             "off by default: on the demo model it cost more forwards than it saved (docs/ARCHITECTURE.md)")
+                             "off by default: no init beat sample_above in any bench regime, and on the demo model its trials "
+                             "cost forwards (0.81x step compression at the defaults; docs/ARCHITECTURE.md)")
     restart_after: int = restart_param(16)
     tree_width: int = param(4, "proactive drafting (SJD-PAC's): after a rejection, K candidates at the first open "
                             "position, each with a branch of tree_depth drafts; auto carries them on a step when "
