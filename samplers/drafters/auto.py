@@ -94,6 +94,7 @@ EXPLORE_STEPS = 3  # steps of an upward probe block (its first verifies fresh dr
 RECENT = 8  # step-time samples kept per window (rel)
 REL_PRIOR = 2  # pseudo-samples of rel = 1 (the calibration) in rel's median
 LOAD_STEPS = 5  # steps in the load estimate
+AR_AGREES = 2.0  # a first AR probe within this factor of its prior rel (1) confirms the calibration: no second one
 PROBE_EVERY = 8  # steps between probes of the runner-up window (measured cost model)
 INIT_TRIAL_AFTER = 4  # steps after the warm-up before the first trial block of the other init
 INIT_TRIAL_EVERY = 32  # steps between trial blocks (times 1 + the trials the other init lost, at most 4x)
@@ -253,13 +254,17 @@ class AutoDrafter(JacobiDrafter):
 
     def rel(self, window: int) -> float:
         """Window's measured step cost over its calibrated forward, relative to the load (1: not run yet)."""
-        samples = self.samples[window]
-        # REL_PRIOR pseudo-samples of 1 (the calibration): one odd sample cannot move it, two that agree can
-        return median_low(list(samples) + [1.0] * REL_PRIOR) if samples else 1.0
+        if window not in self._rel:  # memo until the next measurement (`_measure`): a plan asks for it dozens of times
+            samples = self.samples[window]
+            # REL_PRIOR pseudo-samples of 1 (the calibration): one odd sample cannot move it, two that agree can
+            self._rel[window] = median_low(list(samples) + [1.0] * REL_PRIOR) if samples else 1.0
+        return self._rel[window]
 
     def load(self) -> float:
         """Step time over calibrated forward time of the last LOAD_STEPS steps (each over its window's rel), low median."""
-        return median_low([ratio / self.rel(w) for w, ratio in self.recent]) if self.recent else 1.0
+        if self._load is None:  # memo until the next measurement, like rel
+            self._load = median_low([ratio / self.rel(w) for w, ratio in self.recent]) if self.recent else 1.0
+        return self._load
 
     def cost(self, window: int, tree: bool = False) -> float:
         """Seconds per step now: calibrated forward x rel(window) x load (module docstring); with the proactive
@@ -279,6 +284,7 @@ class AutoDrafter(JacobiDrafter):
             self.samples[window].append(ratio / median_low(others))
         self.recent.append((window, ratio))
         self.measured_at[window] = step
+        self._rel, self._load = {}, None
 
     # -- the choice ----------------------------------------------------------------------------
     def _new_state(self, state: LoopState, first) -> "AutoState":
@@ -312,6 +318,7 @@ class AutoDrafter(JacobiDrafter):
         self.memory = _MEMORY.setdefault(model, {}).setdefault(key, AutoMemory.empty(self.shapes))
         self.memory.generations += 1
         self.samples, self.probes = self.memory.samples, self.memory.probes
+        self._rel, self._load = {}, None
         self.prior = {w: self.memory.prior(w) for w in self.shapes}
 
     def reset_policy(self) -> None:
@@ -327,6 +334,7 @@ class AutoDrafter(JacobiDrafter):
         self.probed = {w: 0 for w in self.shapes}  # probes per window in this generation
         self.samples = {w: deque(maxlen=RECENT) for w in self.shapes}
         self.recent = deque(maxlen=LOAD_STEPS)  # (window, step time / calibrated forward) of the last steps
+        self._rel, self._load = {}, None  # rel(w) and load() until the next measurement
         self.measured_at = {w: -1 for w in self.shapes}
         self.preferred = self.inits[0]
         self.init_recent = {i: deque(maxlen=INIT_COMPARED) for i in self.inits}  # (window, tokens) of scored steps
@@ -408,7 +416,11 @@ class AutoDrafter(JacobiDrafter):
         # leaves out that an AR step drafts nothing; where drafting work dominates a step (a large vocabulary, a
         # small model: the flat regime, issue 36) that rated AR 1.5x slower than it ran, it was never the runner-up,
         # and auto ran 2x slower than plain AR
-        if window and 0 in self.shapes and len(self.samples[0]) < REL_PRIOR:
+        # (the second AR probe only when the first found AR's cost more than AR_AGREES off its prior: where the first
+        # agrees, as on the demo model, a second AR step is a step lost, about 1.5% of a demo image's time)
+        ar = self.samples[0] if 0 in self.shapes else ()
+        if window and 0 in self.shapes and len(ar) < REL_PRIOR and \
+                not (ar and 1 / AR_AGREES < ar[-1] < AR_AGREES):
             runner_up = 0
         # then the next larger window while few steps measured its tokens (in this generation and the memory): the
         # credits of the windows auto runs measure every smaller window, never a larger one, and a larger window
