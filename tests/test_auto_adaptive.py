@@ -227,6 +227,6 @@ def test_a_larger_window_the_prior_underrates_is_explored():
     for w in drafter.order:  # as if earlier steps had measured the windows up to 8
         if w <= 8:
             drafter.tokens[w], drafter.counted[w] = 50 * min(w + 1, 15), 50
-    drafter.window = drafter.reach = 8
+    drafter.window = drafter.reach = drafter.choice = 8
     chosen = _run(drafter, lambda s, w: true_cost[w], lambda w: min(w + 1, 15), 120)
     assert chosen[-40:].count(16) >= 35, chosen

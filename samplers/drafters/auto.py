@@ -89,6 +89,9 @@ from .params import INITS, MAX_TREE_WIDTH, MAX_WINDOW, Method, StepCost, chain_t
 
 PRIOR_STEPS = 8.0  # weight of the prior, in steps
 SWITCH_MARGIN = 1.1
+# a smaller drafting window must be predicted this much better: its estimate rests mostly on credits from the larger
+# window's steps, whose first drafts were refined more often than a smaller window's own (credits overrate it)
+SWITCH_DOWN_MARGIN = 1.25
 WARMUP_STEPS = 4  # steps not counted in tokens per step (nor those that start in the image's first row)
 EXPLORE_STEPS = 3  # steps of an upward probe block (its first verifies fresh drafts: not counted)
 RECENT = 8  # step-time samples kept per window (rel)
@@ -325,6 +328,9 @@ class AutoDrafter(JacobiDrafter):
         """The host policy's state, new for every generation (the measured cost model binds the model's memory
         at the first step: `_bind_memory`)."""
         self.window = next(iter(self.shapes))  # the largest window, drafted by the configured init in `start`
+        # the window `choose` last chose: the incumbent of its switch margins (a probe runs another window for a
+        # step without becoming it: a probe of a smaller window once kept auto there until the next probe)
+        self.choice = self.window
         self.memory, self.model_ref = None, None  # `start` sets the model (a policy run without one has no memory)
         self.prior = {w: prior_tokens_per_step(w) for w in self.shapes}  # tokens per step before this generation's
         self.tokens = {w: 0.0 for w in self.shapes}  # window -> tokens per step, summed over its counted steps
@@ -400,7 +406,8 @@ class AutoDrafter(JacobiDrafter):
         that depended on them would bias which drafts get verified (tests/test_auto.py plants one)."""
         rate = self.rates()
         best = max(self.shapes, key=lambda w: (rate[w], w))
-        return best if rate[best] > SWITCH_MARGIN * rate[self.window] else self.window
+        margin = SWITCH_DOWN_MARGIN if 0 < best < self.choice else SWITCH_MARGIN
+        return best if rate[best] > margin * rate[self.choice] else self.choice
 
     def probe(self, state: LoopState, window: int) -> Optional[int]:
         """The runner-up window when this step is a probe (every PROBE_EVERY steps after the warm-up, the
@@ -511,7 +518,7 @@ class AutoDrafter(JacobiDrafter):
                     self.init_recent[init].append((w, per_row))
             if self.cost_model == "measured":
                 self._measure(w, now - t, state.step - 1, tree)
-        window = self.choose(state)
+        window = self.choice = self.choose(state)
         if self.explore_left:  # an upward probe block goes on
             window, self.explore_left = self.explore_window, self.explore_left - 1
         else:
