@@ -97,6 +97,7 @@ EXPLORE_STEPS = 3  # steps of an upward probe block (its first verifies fresh dr
 RECENT = 8  # step-time samples kept per window (rel)
 REL_PRIOR = 2  # pseudo-samples of rel = 1 (the calibration) in rel's median
 LOAD_STEPS = 5  # steps in the load estimate
+PROBE_AGREES = 1.25  # a probe's cost sample within this factor of the window's rel: the next probe of it 4x later
 AR_AGREES = 2.0  # a first AR probe within this factor of its prior rel (1) confirms the calibration: no second one
 PROBE_EVERY = 8  # steps between probes of the runner-up window (measured cost model)
 INIT_TRIAL_AFTER = 4  # steps after the warm-up before the first trial block of the other init
@@ -439,8 +440,11 @@ class AutoDrafter(JacobiDrafter):
                 (larger[0] + 1) / self.cost(larger[0]) > rate[window]:
             return larger[0]
         # a window probed often without being chosen is probed less often (up to 4x PROBE_EVERY apart), after the
-        # REL_PRIOR + 1 probes its rel needs to leave the calibration
-        stale = PROBE_EVERY * min(1 + max(self.probes[runner_up] - REL_PRIOR, 0), 4)
+        # REL_PRIOR + 1 probes its rel needs to leave the calibration, or at once when its last probe agreed with
+        # its rel within PROBE_AGREES (each probe of a window auto does not run costs the tokens it commits less)
+        samples = self.samples[runner_up]
+        agreed = bool(samples) and 1 / PROBE_AGREES < samples[-1] / self.rel(runner_up) < PROBE_AGREES
+        stale = PROBE_EVERY * (4 if agreed else min(1 + max(self.probes[runner_up] - REL_PRIOR, 0), 4))
         return runner_up if state.step - self.measured_at[runner_up] >= stale else None
 
     def compare(self, trial: str, preferred: str) -> Optional[tuple]:
