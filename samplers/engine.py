@@ -58,6 +58,7 @@ class StepLog:
     committed: list = field(default_factory=list)  # [B] tokens settled per step
     active: list = field(default_factory=list)  # [B] rows that took part
     graph_s: float = 0.0  # seconds inside the compiled decode step's graphs (compile=True)
+    plans: set = field(default_factory=set)  # graph keys this generation ran (compile=True)
 
 
 def decode_step(engine: "SpeculativeEngine", plan, state: LoopState, session: Session, at_step: torch.Tensor):
@@ -88,7 +89,11 @@ class StepGraphs:
     sampling settings decide every draw's presence and shape; the values never do). Every later step
     with that key, in this generation or a later one, makes the same draws from the generator before
     its graph runs, and the graph takes them in the order it asks (ReplayedDraws): the numbers the
-    eager step would have drawn, so compiled tokens are eager tokens."""
+    eager step would have drawn, so compiled tokens are eager tokens.
+
+    A key's graph compiles at its second step within one generation: a plan a generation runs once (an
+    adaptive drafter's probe of another window, a rare tree shape) runs eager at every generation instead
+    of compiling, seconds on a CPU, inside whichever later generation first met it once more."""
 
     def __init__(self, model: ARImageModel, stats):
         self.stats = stats
@@ -109,6 +114,10 @@ class StepGraphs:
         tape = self.tapes.get(key)
         live = state.draws
         buffers = uses_graph_buffers(engine.model.device)  # CUDA graphs: static addresses, copies (compiled.py)
+        first_here = key not in log.plans
+        log.plans.add(key)
+        if tape is not None and first_here and key not in self.compiled:  # once so far in this generation: eager
+            return decode_step(engine, plan, state, session, at_step)  # (its draws are the tape's, live)
         if tape is None:  # this key's first step: eager, recording its draws
             if buffers:
                 before = tensor_paths(state, session, at_step)
