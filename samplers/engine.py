@@ -59,6 +59,7 @@ class StepLog:
     active: list = field(default_factory=list)  # [B] rows that took part
     graph_s: float = 0.0  # seconds inside the compiled decode step's graphs (compile=True)
     plans: set = field(default_factory=set)  # graph keys this generation ran (compile=True)
+    eager_steps: int = 0  # compile=True: steps that ran eager (a plan's first step, or its only one in a generation)
 
 
 def decode_step(engine: "SpeculativeEngine", plan, state: LoopState, session: Session, at_step: torch.Tensor):
@@ -104,8 +105,8 @@ class StepGraphs:
         step = types.FunctionType(code, _replayed_decode_step.__globals__, _replayed_decode_step.__name__)
         self.graphs = ShapeCompiled(step, model.device, "decode step", stats)
         self.tapes: dict = {}  # graph key -> the draws of its step: [(kind, shape, *bounds)]
-        # CUDA graphs (compiled.py): per graph key, the paths of the tensors its step writes in place (seen in
-        # its eager first step), and the keys whose graph was compiled
+        # per graph key, the paths of the tensors its step writes in place (seen in its eager first step: CUDA
+        # graphs' static addresses, compiled.py), and the keys whose graph was compiled
         self.static_paths: dict = {}
         self.compiled: set = set()
 
@@ -117,8 +118,10 @@ class StepGraphs:
         first_here = key not in log.plans
         log.plans.add(key)
         if tape is not None and first_here and key not in self.compiled:  # once so far in this generation: eager
+            log.eager_steps += 1
             return decode_step(engine, plan, state, session, at_step)  # (its draws are the tape's, live)
         if tape is None:  # this key's first step: eager, recording its draws
+            log.eager_steps += 1
             if buffers:
                 before = tensor_paths(state, session, at_step)
                 values = {p: t.clone() for p, t in before.items() if not is_static_address(t)}
@@ -134,11 +137,12 @@ class StepGraphs:
             return out
         drawn = live.replay(tape)
         timed = engine.profile or engine.model.device.type != "cuda"  # CUDA: no sync per step unless profiling
+        compiling = key not in self.compiled  # this call compiles the plan's graph
+        self.compiled.add(key)
         if buffers:
             paths = tensor_paths(state, session, at_step)
             kept = {id(t): t for t in paths.values()}  # what exists before the step: not its outputs
-            if key not in self.compiled:  # this call compiles the plan's graph: its static inputs now
-                self.compiled.add(key)
+            if compiling:  # its static inputs now
                 set_static_addresses(paths, self.static_paths.get(key, set()), engine.model.device)
         t = time.perf_counter()
         try:
@@ -225,6 +229,7 @@ class SpeculativeEngine:
         if compile_before is not None:  # this generation's compiles, not the process's (model_total has those)
             stats.compile = self.compile_stats.run_report(compile_before)
             stats.compile["step_graph_s"] = log.graph_s  # decode time inside the compiled step's graphs
+            stats.compile["eager_steps"] = log.eager_steps  # steps of plans not compiled yet
         return state.seq[:, : self.model.geometry.seq_len], stats
 
     # -- phases --------------------------------------------------------------------------------
