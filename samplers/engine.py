@@ -58,8 +58,7 @@ class StepLog:
     committed: list = field(default_factory=list)  # [B] tokens settled per step
     active: list = field(default_factory=list)  # [B] rows that took part
     graph_s: float = 0.0  # seconds inside the compiled decode step's graphs (compile=True)
-    plans: set = field(default_factory=set)  # graph keys this generation ran (compile=True)
-    eager_steps: int = 0  # compile=True: steps that ran eager (a plan's first step, or its only one in a generation)
+    eager_steps: int = 0  # compile=True: steps that ran eager (a plan's first step, or a one-off such as a probe)
 
 
 def decode_step(engine: "SpeculativeEngine", plan, state: LoopState, session: Session, at_step: torch.Tensor):
@@ -92,9 +91,9 @@ class StepGraphs:
     its graph runs, and the graph takes them in the order it asks (ReplayedDraws): the numbers the
     eager step would have drawn, so compiled tokens are eager tokens.
 
-    A key's graph compiles at its second step within one generation: a plan a generation runs once (an
-    adaptive drafter's probe of another window, a rare tree shape) runs eager at every generation instead
-    of compiling, seconds on a CPU, inside whichever later generation first met it once more."""
+    A key's graph compiles at its second step, in this generation or a later one, unless the drafter calls
+    the step a one-off (`Drafter.one_off`: auto's probe of a window it does not run), which runs eager
+    instead of compiling a graph, seconds on a CPU, inside whichever generation first probed it twice."""
 
     def __init__(self, model: ARImageModel, stats):
         self.stats = stats
@@ -115,9 +114,7 @@ class StepGraphs:
         tape = self.tapes.get(key)
         live = state.draws
         buffers = uses_graph_buffers(engine.model.device)  # CUDA graphs: static addresses, copies (compiled.py)
-        first_here = key not in log.plans
-        log.plans.add(key)
-        if tape is not None and first_here and key not in self.compiled:  # once so far in this generation: eager
+        if tape is not None and key not in self.compiled and engine.drafter.one_off(plan):  # a probe: eager
             log.eager_steps += 1
             return decode_step(engine, plan, state, session, at_step)  # (its draws are the tape's, live)
         if tape is None:  # this key's first step: eager, recording its draws

@@ -354,6 +354,7 @@ class AutoDrafter(JacobiDrafter):
         self.done = 1.0  # tokens per row committed before this step (the prefill's first)
         self.row_codes = 0  # positions of the image's first row (`start`; 0: a policy run without a generation)
         self.explore_window, self.explore_left = 0, 0  # an upward probe block: its window, its steps still to run
+        self.probing = False  # this step is a single probe step (`one_off`)
         self.reach = self.window  # the largest window of the last two steps: what is drafted ahead
         self.tree_rows, self.tree_added = 0, 0.0  # rows that carried the proactive tree, the tokens it added
         self.tree_steps = 0
@@ -523,6 +524,7 @@ class AutoDrafter(JacobiDrafter):
             if self.cost_model == "measured":
                 self._measure(w, now - t, state.step - 1, tree)
         window = self.choice = self.choose(state)
+        self.probing = False
         if self.explore_left:  # an upward probe block goes on
             window, self.explore_left = self.explore_window, self.explore_left - 1
         else:
@@ -530,6 +532,8 @@ class AutoDrafter(JacobiDrafter):
             if probe is not None:
                 if probe > window:  # its tokens are measured only by steps after its first: a block
                     self.explore_window, self.explore_left = probe, EXPLORE_STEPS - 1
+                else:  # one step of a smaller window (or AR): a one-off for the compiled step
+                    self.probing = True
                 window = probe
                 self.probes[window] += 1
                 self.probed[window] += 1
@@ -557,6 +561,11 @@ class AutoDrafter(JacobiDrafter):
             self.init_used[init] += 1
         self.prev_step = (window, now, fresh, init, scored, tree)
         return JacobiPlan(window, tree=tree, grow=grow, init=init, branches=branches)
+
+    def one_off(self, plan) -> bool:
+        """A probe of a smaller window (or AR) is one step: compiled, it runs eager rather than compiling a graph
+        for a plan the generation does not run (engine.StepGraphs)."""
+        return self.probing
 
     def _count(self, window: int, tokens: float) -> None:
         """One counted step of `window` that committed `tokens` per row: this generation's estimate and the memory."""

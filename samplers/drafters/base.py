@@ -200,6 +200,11 @@ class Drafter:
     def propose(self, state: LoopState, plan: Hashable) -> DraftTree:
         raise NotImplementedError
 
+    def one_off(self, plan: Hashable) -> bool:
+        """The step just planned is a one-off (an adaptive drafter's probe of a shape it does not run): the
+        compiled step runs it eager instead of compiling a graph for its plan."""
+        return False
+
     def cost_shapes(self) -> dict:
         """{choice: parents} of the forward shapes whose cost the engine should time for this
         drafter before the first step (an adaptive drafter such as auto); {} for the rest."""
