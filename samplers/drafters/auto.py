@@ -547,11 +547,11 @@ class AutoDrafter(JacobiDrafter):
         # compiled, every drafting step grows (an empty mask when the window did not): one graph per window, not
         # two (a plan first met in a later generation compiles there, seconds on a CPU)
         grow = window > last or (self.compiled_step and window > 0)
-        tree = want_tree > 0 and self.tree_pays(window)
-        self.tree_steps += tree
-        # the branches for the next step: built only where that step would carry them (their draws and their
-        # build cost an eager step time; the next step most often runs this window)
+        # the branches pay at this window: carried now where rows want them, and built for the next step only then
+        # (their draws and their build cost an eager step time; the next step most often runs this window)
         branches = self.tree_pays(window)
+        tree = want_tree > 0 and branches
+        self.tree_steps += tree
         fresh = window > self.reach  # drafts no earlier step of the last two made: not the window's steady rate
         scored = bool(window) and self.prev_step is not None and self.prev_step[3] == init
         self.reach = max(window, self.window)
