@@ -32,6 +32,7 @@ import torch
 from ..model_loaders.contract import ARImageModel, EncodedPrompt, Session
 from .backends import BackendConfig
 from .drafters.base import Drafter, DraftTree, LoopState, SequenceLayout, Verdict
+from ..model_loaders.buffer_homes import BufferHomes
 from ..model_loaders.compiled import (ShapeCompiled, copy_graph_outputs, is_static_address, set_static_addresses,
                                       tensor_paths, uses_graph_buffers)
 from .randomness import Draws, ReplayedDraws, make_generator
@@ -108,6 +109,8 @@ class StepGraphs:
         # graphs' static addresses, compiled.py), and the keys whose graph was compiled
         self.static_paths: dict = {}
         self.compiled: set = set()
+        # CUDA graphs: the static buffers' homes, the same addresses in every generation (buffer_homes.py)
+        self.homes = BufferHomes()
 
     def run(self, engine: "SpeculativeEngine", plan, state: LoopState, session: Session, at_step, log: StepLog):
         key = engine._graph_key(plan, session)
@@ -138,9 +141,12 @@ class StepGraphs:
         self.compiled.add(key)
         if buffers:
             paths = tensor_paths(state, session, at_step)
+            self.homes.move_in(paths)  # this generation's buffers into the addresses the graphs were recorded with
             kept = {id(t): t for t in paths.values()}  # what exists before the step: not its outputs
-            if compiling:  # its static inputs now
-                set_static_addresses(paths, self.static_paths.get(key, set()), engine.model.device)
+            if compiling:  # its static inputs now, and their homes
+                static = self.static_paths.get(key, set())
+                set_static_addresses(paths, static, engine.model.device)
+                self.homes.adopt(paths, static)
         t = time.perf_counter()
         try:
             out = self.graphs(key, engine, plan, state, session, at_step, drawn)
@@ -206,6 +212,33 @@ class SpeculativeEngine:
         t1 = time.perf_counter()
         at_step = torch.zeros_like(state.seq)
         log = StepLog()
+        homes = None if self.step_graphs is None else self.step_graphs.homes
+        moved_before = 0 if homes is None else homes.moved
+        if homes is not None:
+            homes.begin()
+        try:
+            self._loop(state, session, at_step, bad, log, progress, interrupt, preview)
+        finally:
+            if homes is not None:
+                homes.end()
+        sync()
+        t2 = time.perf_counter()
+        forward_s = self.forward_s if self.timed else None
+        stats = self._stats(log, at_step, state.step, t1 - t0, t2 - t1, forward_s)
+        if compile_before is not None:  # this generation's compiles, not the process's (model_total has those)
+            stats.compile = self.compile_stats.run_report(compile_before)
+            stats.compile["step_graph_s"] = log.graph_s  # decode time inside the compiled step's graphs
+            stats.compile["eager_steps"] = log.eager_steps  # steps of plans not compiled yet
+            stats.compile["buffers_rehomed"] = homes.moved - moved_before  # CUDA graphs: buffers moved to their homes
+        return self._tokens_out(state), stats
+
+    def _tokens_out(self, state: LoopState) -> torch.Tensor:
+        """The generation's tokens, a copy: the sequence may live in a buffer home (CUDA graphs, buffer_homes.py)
+        that the next generation on the model overwrites."""
+        return state.seq[:, : self.model.geometry.seq_len].clone()
+
+    def _loop(self, state, session, at_step, bad, log: StepLog, progress, interrupt, preview) -> None:
+        """The decode steps: host read, plan, the step (compiled or eager), until every row is done."""
         while self._host_read(state, bad, progress, interrupt):
             if preview is not None and preview.due():  # a host clock read; the copy only when due
                 N = self.model.geometry.seq_len
@@ -219,15 +252,6 @@ class SpeculativeEngine:
             bad = bad | step_bad
             log.committed.append(committed)
             log.active.append(active)
-        sync()
-        t2 = time.perf_counter()
-        forward_s = self.forward_s if self.timed else None
-        stats = self._stats(log, at_step, state.step, t1 - t0, t2 - t1, forward_s)
-        if compile_before is not None:  # this generation's compiles, not the process's (model_total has those)
-            stats.compile = self.compile_stats.run_report(compile_before)
-            stats.compile["step_graph_s"] = log.graph_s  # decode time inside the compiled step's graphs
-            stats.compile["eager_steps"] = log.eager_steps  # steps of plans not compiled yet
-        return state.seq[:, : self.model.geometry.seq_len], stats
 
     # -- phases --------------------------------------------------------------------------------
     def _prefill(self, prompt):

@@ -9,7 +9,8 @@ import torch
 
 import specar
 from specar.model_loaders import compiled as compiled_mod
-from specar.model_loaders.compiled import copy_graph_outputs, mark_static_addresses, reachable_tensors
+from specar.model_loaders.buffer_homes import BufferHomes
+from specar.model_loaders.compiled import copy_graph_outputs, mark_static_addresses, reachable_tensors, tensor_paths
 from specar.samplers import engine as engine_mod
 from specar.testing import tiny_model
 
@@ -94,6 +95,9 @@ class StepWatch:
     def __init__(self, monkeypatch):
         self.unmarked_writes, self.moved, self.compiles = [], [], 0
         self.seen, self.static = set(), {}
+        # across generations: per key, the addresses of its static paths when it compiled; later generations'
+        # compiled steps whose static buffers are elsewhere (a CUDA graph would record again), and how many ran
+        self.home_ptrs, self.rerecorded, self.later_steps = {}, [], 0
         original = compiled_mod.ShapeCompiled.__call__
         watch = self
 
@@ -102,14 +106,21 @@ class StepWatch:
                 return original(compiled, key, *args)
             engine, plan, state, session, at_step, drawn = args
             before = reachable_tensors(state, session, at_step)
+            static_paths = engine.step_graphs.static_paths.get(key, set())
+            ptrs = {p: t.data_ptr() for p, t in tensor_paths(state, session, at_step).items() if p in static_paths}
             compiling = key not in watch.seen
             if compiling:
                 watch.seen.add(key)
                 watch.static[key] = (state, sorted(t.data_ptr() for t in before.values() if _marked(t)))
+                watch.home_ptrs[key] = ptrs
                 values = {i: t.clone() for i, t in before.items()}
             elif watch.static[key][0] is state:  # the generation that compiled it
                 if sorted(t.data_ptr() for t in before.values() if _marked(t)) != watch.static[key][1]:
                     watch.moved.append(key)
+            else:  # a later generation: its buffers in the homes the graph was recorded with
+                watch.later_steps += 1
+                if ptrs != watch.home_ptrs[key]:
+                    watch.rerecorded.append(key)
             out = original(compiled, key, *args)
             if compiling:
                 watch.compiles += 1
@@ -136,30 +147,36 @@ GRAPH_CASES = [
 ]
 
 
-def _watched_generations(monkeypatch, backend, params, seeds=(21, 22)):
+def _watched_generations(monkeypatch, backend, params, seeds=(21, 22, 23)):
     kw = dict(vocab_size=16, grid=(4, 4), seed=5, row_end=True)
     eager, comp = tiny_model(**kw), tiny_model(**kw)
     watch = StepWatch(monkeypatch)
+    handed_out = []  # every generation's tokens as returned, and a copy taken then
     for seed in seeds:
         args = dict(backend=backend, seed=seed, batch_size=2, cfg_scale=2.0, **params)
         got = specar.generate(comp, "a cat", compile=True, **args)
         assert torch.equal(got.tokens, specar.generate(eager, "a cat", **args).tokens), backend  # copies change nothing
+        handed_out.append((got.sequence, got.sequence.clone()))  # (the tokens are a gather: a copy anyway)
+    watch.overwritten = [i for i, (now, then) in enumerate(handed_out) if not torch.equal(now, then)]
     return watch
+
+
+def _check_watch(watch):
+    assert watch.compiles > 0 and watch.later_steps > 0
+    assert watch.unmarked_writes == [] and watch.moved == []
+    assert watch.rerecorded == []  # later generations: every static buffer where its graph was recorded
+    assert watch.overwritten == []  # a generation's tokens are its own, whatever runs after it
 
 
 @pytest.mark.parametrize("backend,params", GRAPH_CASES[:2], ids=[c[0] for c in GRAPH_CASES[:2]])
 def test_compiled_steps_write_only_static_buffers(monkeypatch, backend, params):
-    watch = _watched_generations(monkeypatch, backend, params)
-    assert watch.compiles > 0
-    assert watch.unmarked_writes == [] and watch.moved == []
+    _check_watch(_watched_generations(monkeypatch, backend, params))
 
 
 @pytest.mark.long
 @pytest.mark.parametrize("backend,params", GRAPH_CASES[2:], ids=[c[0] for c in GRAPH_CASES[2:]])
 def test_every_backend_writes_only_static_buffers(monkeypatch, backend, params):
-    watch = _watched_generations(monkeypatch, backend, params)
-    assert watch.compiles > 0
-    assert watch.unmarked_writes == [] and watch.moved == []
+    _check_watch(_watched_generations(monkeypatch, backend, params))
 
 
 def test_the_watch_catches_unmarked_writes(monkeypatch):
@@ -173,3 +190,53 @@ def test_the_watch_catches_static_inputs_that_move(monkeypatch):
     monkeypatch.setattr(engine_mod, "set_static_addresses", lambda paths, static, device:
                         compiled_mod.set_static_addresses(paths, set(paths), device))
     assert _watched_generations(monkeypatch, "scd", dict(window=3), seeds=(21,)).moved
+
+
+def test_the_watch_catches_buffers_that_leave_their_homes(monkeypatch):
+    # planted: no homes (each generation's own buffers, the GPU runs' re-record per generation)
+    monkeypatch.setattr(BufferHomes, "move_in", lambda homes, paths: 0)
+    assert _watched_generations(monkeypatch, "scd", dict(window=3), seeds=(21, 22)).rerecorded
+
+
+def test_the_watch_catches_tokens_handed_out_from_a_home(monkeypatch):
+    # planted: the engine hands out a view of its sequence, which lives in a home the next generation overwrites
+    monkeypatch.setattr(engine_mod.SpeculativeEngine, "_tokens_out",
+                        lambda engine, state: state.seq[:, : engine.model.geometry.seq_len])
+    assert _watched_generations(monkeypatch, "ar", {}, seeds=(21, 22)).overwritten == [0]
+
+
+# -- BufferHomes on its own -------------------------------------------------------------------------------
+
+def _homes_with(path, t):
+    homes = BufferHomes()
+    homes.adopt({path: t}, {path})
+    homes.begin()
+    return homes
+
+
+def test_a_buffer_moves_into_its_home_with_its_values():
+    home = torch.zeros(2, 3)
+    homes = _homes_with(("seq",), home)
+    new = torch.arange(6.0).view(2, 3).clone()
+    alias = new  # another reference to the same tensor object sees the home too
+    assert homes.move_in({("seq",): new}) == 1
+    assert new.data_ptr() == home.data_ptr() and alias.data_ptr() == home.data_ptr()
+    assert torch.equal(home, torch.arange(6.0).view(2, 3))
+    assert homes.move_in({("seq",): new}) == 0  # already home
+    other = torch.zeros(3, 2)  # another shape at that path: no home for it
+    assert homes.move_in({("seq",): other}) == 0 and other.data_ptr() != home.data_ptr()
+
+
+def test_views_bases_and_busy_homes_stay_where_they_are():
+    home = torch.zeros(4)
+    homes = _homes_with(("a",), home)
+    base = torch.ones(8)
+    view = base[:4]  # a view: not the whole of its storage
+    assert homes.move_in({("a",): view}) == 0
+    own = torch.ones(4)
+    assert homes.move_in({("a",): own, ("b",): own.view(2, 2)}) == 0  # a base with a view reachable
+    assert homes.move_in({("a",): torch.ones(4), ("b",): home}) == 0  # the home is still in use
+    homes.begin()  # a second generation in flight: both would write the one home
+    assert homes.move_in({("a",): own}) == 0
+    homes.end()
+    assert homes.move_in({("a",): own}) == 1
