@@ -206,16 +206,27 @@ class LogCapture(logging.Handler):
     # re-record per step ("static input data pointer changed": the second H200 run) names its input
     ARTIFACTS = ("graph_breaks", "recompiles", "cudagraphs", "perf_hints", "cudagraph_static_inputs")
 
+    # messages counted apart from the kept ones (never cut by LOG_KEEP): a stage reads them before and after
+    # a generation (`count`), e.g. CUDA graph trees' re-recordings in a generation after the first
+    COUNTED = ("Re-recording",)
+
     def __init__(self):
         super().__init__(logging.DEBUG)
         self.messages: dict = {}
         self.loggers: list = []
+        self.counts = dict.fromkeys(self.COUNTED, 0)
+
+    def count(self, text: str) -> int:
+        return self.counts.get(text, 0)
 
     def emit(self, record):
         try:
             text = record.getMessage().strip()
         except Exception:  # noqa: BLE001 -- a malformed record must not break the stage
             return
+        for c in self.COUNTED:
+            if c in text:
+                self.counts[c] += 1
         key = f"{record.name}: {text[:600]}"
         if key in self.messages or len(self.messages) < LOG_KEEP:
             self.messages[key] = self.messages.get(key, 0) + 1
@@ -550,12 +561,13 @@ def _md_exactness(r: dict) -> list:
 def _md_backends(r: dict) -> list:
     lines = [f"## Backends on {r.get('model')} ({r.get('dtype')}, {r.get('device')}, one run each)", "",
              "| backend | eager s | eager x AR | forwards | compression | compiled s | compiled x AR | x eager | "
-             "compile s | graphs | recompiles | breaks | cudagraph skips | tokens = eager |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "compile s | graphs | recompiles | breaks | cudagraph skips | re-recordings, 2nd generation | "
+             "buffers rehomed, 2nd generation | tokens = eager |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for b, row in r.get("rows", {}).items():
         e, c = row.get("eager", {}), row.get("compiled", {})
         if c.get("error") or c.get("skipped"):
-            c_cells = [c.get("error") or c.get("skipped")] + [""] * 8
+            c_cells = [c.get("error") or c.get("skipped")] + [""] * 10
         elif c:
             same = c.get("tokens_equal_eager")
             same_text = ("not compared (timing-dependent)" if not c.get("tokens_compared", True) else
@@ -565,10 +577,11 @@ def _md_backends(r: dict) -> list:
             skips = c.get("counters", {}).get("inductor", {}).get("cudagraph_skips", 0)
             c_cells = [_fmt(c.get("latency_s")), _fmt(c.get("speedup_vs_ar"), ".2f"), _fmt(c.get("speedup_vs_eager"), ".2f"),
                        _fmt(c.get("compile_s")), _fmt(c.get("compiles")), _fmt(c.get("recompiles")),
-                       _fmt(c.get("graph_breaks")), _fmt(skips), same_text + (f"; EAGER FALLBACK: {c['eager_fallback']}"
-                                                                            if c.get("eager_fallback") else "")]
+                       _fmt(c.get("graph_breaks")), _fmt(skips), _fmt(c.get("rerecords_replay")),
+                       _fmt(c.get("buffers_rehomed")),
+                       same_text + (f"; EAGER FALLBACK: {c['eager_fallback']}" if c.get("eager_fallback") else "")]
         else:
-            c_cells = ["not compiled"] + [""] * 8
+            c_cells = ["not compiled"] + [""] * 10
         e_cells = ([e.get("error") or e.get("skipped"), "", "", ""] if (e.get("error") or e.get("skipped")) else
                    [_fmt(e.get("latency_s")), _fmt(e.get("speedup_vs_ar"), ".2f"), _fmt(e.get("forwards")),
                     _fmt(e.get("step_compression"), ".2f")])

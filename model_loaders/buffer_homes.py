@@ -40,6 +40,7 @@ class BufferHomes:
 
     def __init__(self):
         self.homes: dict = {}  # (path, shape, stride, dtype, device) -> tensor
+        self.paths: set = set()  # the paths that have a home (a cheap first test per step)
         self.in_flight = 0
         self.moved = 0  # buffers moved into their homes (all generations): the report's count
 
@@ -55,19 +56,26 @@ class BufferHomes:
             t = paths.get(p)
             if t is not None and owns_storage(t):
                 self.homes.setdefault(_home_key(p, t), t)
+                self.paths.add(p)
 
     def move_in(self, paths: dict) -> int:
         """Move the buffers of `paths` (path -> tensor: the step's state) into their homes; returns how many moved."""
         if self.in_flight != 1 or not self.homes:
             return 0
+        # a step's host work: a set lookup per path; the rest only for a buffer not in its home yet
+        away = []
+        for p, t in paths.items():
+            if p in self.paths:
+                home = self.homes.get(_home_key(p, t))
+                if home is not None and home.data_ptr() != t.data_ptr():
+                    away.append((t, home))
+        if not away:
+            return 0
         users: dict = {}  # storage address -> how many reachable tensors use it
         for t in paths.values():
             users[t.untyped_storage().data_ptr()] = users.get(t.untyped_storage().data_ptr(), 0) + 1
         n = 0
-        for p, t in paths.items():
-            home = self.homes.get(_home_key(p, t))
-            if home is None or home.data_ptr() == t.data_ptr():
-                continue
+        for t, home in away:
             if not owns_storage(t) or users[t.untyped_storage().data_ptr()] > 1 \
                     or users.get(home.untyped_storage().data_ptr(), 0) > 0:
                 continue  # a view, a base with views, or a home some tensor of this state still uses
