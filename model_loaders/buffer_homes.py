@@ -7,9 +7,10 @@ per generation, every step of the next generation first checks the old recording
 (the first GPU runs, docs/BENCHMARKS.md "GPU check": "static input data pointer changed", x255 for AR), and
 the recordings pile up in a long session (ComfyUI runs many generations on one loaded model).
 
-The buffers of the generation that compiled a graph become the homes of their paths in the step's state
-(`tensor_paths`: root, then field names and keys). A later generation's buffer at a home's path, with the
-home's shape, strides and dtype, moves into the home at its first compiled step: its values are copied in
+The buffers at a graph's static paths in the step's state (`tensor_paths`: root, then field names and keys)
+become the homes of those paths when no home is there yet (the generation that compiled the graph). A later
+generation's buffer at a home's path, with the home's shape, strides and dtype, moves into the home at its
+first compiled step: its values are copied in
 and the tensor object is re-pointed at the home's storage (`Tensor.set_`), so every reference to it (the
 state's fields, the engine's locals) sees the home, and its own allocation is freed. Nothing moves when
 that would change what a read sees: a buffer that shares its storage with another reachable tensor (a
@@ -35,39 +36,46 @@ def _home_key(path: tuple, t: torch.Tensor) -> tuple:
 
 
 class BufferHomes:
-    """Per model (one per compiled decode step, engine.StepGraphs): path -> the tensor whose storage is
-    that path's home, and how many generations are in flight."""
+    """Per model (one per compiled decode step, engine.StepGraphs): the homes of the static buffers, and how many
+    generations are in flight. Homes no compiled step used in the last generation are let go when it ends, so
+    the model holds one set (the KV cache's among them) for the backend and shapes it runs now, not one per
+    backend it ever ran; a generation of those again records its graphs once more and takes new homes."""
 
     def __init__(self):
         self.homes: dict = {}  # (path, shape, stride, dtype, device) -> tensor
-        self.paths: set = set()  # the paths that have a home (a cheap first test per step)
         self.in_flight = 0
+        self.used: set = set()  # keys of the homes this generation's compiled steps used
         self.moved = 0  # buffers moved into their homes (all generations): the report's count
 
     def begin(self) -> None:
         self.in_flight += 1
+        if self.in_flight == 1:
+            self.used = set()
 
     def end(self) -> None:
         self.in_flight -= 1
+        if self.in_flight == 0 and self.used:  # a generation that ran compiled steps: the homes it did not use go
+            self.homes = {k: h for k, h in self.homes.items() if k in self.used}
 
-    def adopt(self, paths: dict, static: set) -> None:
-        """At a graph's compile: the buffers at its static paths become their paths' homes (where none is yet)."""
+    def settle(self, paths: dict, static) -> int:
+        """Before a compiled step: each buffer at a static path of its graph (`static`, of `paths`: path -> tensor,
+        the step's state) moves into its home, or becomes the home where there is none. Returns how many moved."""
+        if self.in_flight != 1:
+            return 0
+        away = []
         for p in static:
             t = paths.get(p)
-            if t is not None and owns_storage(t):
-                self.homes.setdefault(_home_key(p, t), t)
-                self.paths.add(p)
-
-    def move_in(self, paths: dict) -> int:
-        """Move the buffers of `paths` (path -> tensor: the step's state) into their homes; returns how many moved."""
-        if self.in_flight != 1 or not self.homes:
-            return 0
-        # a step's host work: a set lookup per path; the rest only for a buffer not in its home yet
-        away = []
-        for p, t in paths.items():
-            if p in self.paths:
-                home = self.homes.get(_home_key(p, t))
-                if home is not None and home.data_ptr() != t.data_ptr():
+            if t is None:
+                continue
+            k = _home_key(p, t)
+            home = self.homes.get(k)
+            if home is None:
+                if owns_storage(t):
+                    self.homes[k] = t
+                    self.used.add(k)
+            else:
+                self.used.add(k)
+                if home.data_ptr() != t.data_ptr():
                     away.append((t, home))
         if not away:
             return 0

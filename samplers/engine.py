@@ -141,12 +141,11 @@ class StepGraphs:
         self.compiled.add(key)
         if buffers:
             paths = tensor_paths(state, session, at_step)
-            self.homes.move_in(paths)  # this generation's buffers into the addresses the graphs were recorded with
+            static = self.static_paths.get(key, set())
+            self.homes.settle(paths, static)  # this generation's buffers into the addresses the graph recorded
             kept = {id(t): t for t in paths.values()}  # what exists before the step: not its outputs
-            if compiling:  # its static inputs now, and their homes
-                static = self.static_paths.get(key, set())
+            if compiling:  # its static inputs now
                 set_static_addresses(paths, static, engine.model.device)
-                self.homes.adopt(paths, static)
         t = time.perf_counter()
         try:
             out = self.graphs(key, engine, plan, state, session, at_step, drawn)

@@ -194,7 +194,7 @@ def test_the_watch_catches_static_inputs_that_move(monkeypatch):
 
 def test_the_watch_catches_buffers_that_leave_their_homes(monkeypatch):
     # planted: no homes (each generation's own buffers, the GPU runs' re-record per generation)
-    monkeypatch.setattr(BufferHomes, "move_in", lambda homes, paths: 0)
+    monkeypatch.setattr(BufferHomes, "settle", lambda homes, paths, static: 0)
     assert _watched_generations(monkeypatch, "scd", dict(window=3), seeds=(21, 22)).rerecorded
 
 
@@ -205,12 +205,27 @@ def test_the_watch_catches_tokens_handed_out_from_a_home(monkeypatch):
     assert _watched_generations(monkeypatch, "ar", {}, seeds=(21, 22)).overwritten == [0]
 
 
+def test_the_model_keeps_the_homes_of_the_backend_it_runs_now(monkeypatch):
+    """Homes the last generation did not use are let go: switching backends does not pile up KV caches."""
+    monkeypatch.setattr(compiled_mod, "GRAPH_BUFFERS_ON_CPU", True)
+    model = tiny_model(vocab_size=16, grid=(4, 4), seed=5, row_end=True)
+    runs = [("scd", dict(window=3)), ("ar", {}), ("scd", dict(window=3)), ("ar", {})]
+    held = []
+    for seed, (backend, params) in enumerate(runs):
+        specar.generate(model, "a cat", backend=backend, seed=seed, compile=True, **params)
+        homes = engine_mod._STEP_GRAPHS[model].homes
+        held.append({k[:2]: h.data_ptr() for k, h in homes.homes.items()})  # (path, shape) -> address
+    assert set(held[0]) == set(held[2]) and set(held[1]) == set(held[3])  # the same homes per backend
+    assert not set(held[0]) & set(held[1])  # nothing of scd's is held while AR runs (its cache is wider too)
+    assert any("cache" in path for path, shape in held[1])  # the KV cache has a home
+
+
 # -- BufferHomes on its own -------------------------------------------------------------------------------
 
 def _homes_with(path, t):
     homes = BufferHomes()
-    homes.adopt({path: t}, {path})
     homes.begin()
+    assert homes.settle({path: t}, {path}) == 0  # no home yet: t becomes it
     return homes
 
 
@@ -219,24 +234,39 @@ def test_a_buffer_moves_into_its_home_with_its_values():
     homes = _homes_with(("seq",), home)
     new = torch.arange(6.0).view(2, 3).clone()
     alias = new  # another reference to the same tensor object sees the home too
-    assert homes.move_in({("seq",): new}) == 1
+    assert homes.settle({("seq",): new}, {("seq",)}) == 1
     assert new.data_ptr() == home.data_ptr() and alias.data_ptr() == home.data_ptr()
     assert torch.equal(home, torch.arange(6.0).view(2, 3))
-    assert homes.move_in({("seq",): new}) == 0  # already home
-    other = torch.zeros(3, 2)  # another shape at that path: no home for it
-    assert homes.move_in({("seq",): other}) == 0 and other.data_ptr() != home.data_ptr()
+    assert homes.settle({("seq",): new}, {("seq",)}) == 0  # already home
+    assert homes.settle({("seq",): torch.ones(2, 3)}, set()) == 0  # not a static path of this graph: left
+    other = torch.zeros(3, 2)  # another shape at that path: its own home
+    assert homes.settle({("seq",): other}, {("seq",)}) == 0 and other.data_ptr() != home.data_ptr()
+    assert len(homes.homes) == 2
 
 
 def test_views_bases_and_busy_homes_stay_where_they_are():
     home = torch.zeros(4)
     homes = _homes_with(("a",), home)
+    a = {("a",)}
     base = torch.ones(8)
     view = base[:4]  # a view: not the whole of its storage
-    assert homes.move_in({("a",): view}) == 0
+    assert homes.settle({("a",): view}, a) == 0
     own = torch.ones(4)
-    assert homes.move_in({("a",): own, ("b",): own.view(2, 2)}) == 0  # a base with a view reachable
-    assert homes.move_in({("a",): torch.ones(4), ("b",): home}) == 0  # the home is still in use
+    assert homes.settle({("a",): own, ("b",): own.view(2, 2)}, a) == 0  # a base with a view reachable
+    assert homes.settle({("a",): torch.ones(4), ("b",): home}, a) == 0  # the home is still in use
     homes.begin()  # a second generation in flight: both would write the one home
-    assert homes.move_in({("a",): own}) == 0
+    assert homes.settle({("a",): own}, a) == 0
     homes.end()
-    assert homes.move_in({("a",): own}) == 1
+    assert homes.settle({("a",): own}, a) == 1
+
+
+def test_homes_a_generation_did_not_use_are_let_go():
+    homes = _homes_with(("a",), torch.zeros(4))
+    homes.end()
+    homes.begin()
+    homes.settle({("b",): torch.zeros(2)}, {("b",)})  # this generation's graphs use ("b",) only
+    homes.end()
+    assert [k[0] for k in homes.homes] == [("b",)]
+    homes.begin()  # a generation with no compiled step (all eager) lets nothing go
+    homes.end()
+    assert [k[0] for k in homes.homes] == [("b",)]
