@@ -45,6 +45,9 @@ class BufferHomes:
         self.homes: dict = {}  # (path, shape, stride, dtype, device) -> tensor
         self.in_flight = 0
         self.used: set = set()  # keys of the homes this generation's compiled steps used
+        # path -> (tensor, its home, the home's key) as last settled in this generation: a step's check is then an
+        # identity and an address comparison per static path (a 7B model's cache alone is 64 of them)
+        self.settled: dict = {}
         self.moved = 0  # buffers moved into their homes (all generations): the report's count
 
     def begin(self) -> None:
@@ -54,8 +57,10 @@ class BufferHomes:
 
     def end(self) -> None:
         self.in_flight -= 1
-        if self.in_flight == 0 and self.used:  # a generation that ran compiled steps: the homes it did not use go
-            self.homes = {k: h for k, h in self.homes.items() if k in self.used}
+        if self.in_flight == 0:
+            self.settled = {}  # (the generation's tensors: not kept past it)
+            if self.used:  # a generation that ran compiled steps: the homes it did not use go
+                self.homes = {k: h for k, h in self.homes.items() if k in self.used}
 
     def settle(self, paths: dict, static) -> int:
         """Before a compiled step: each buffer at a static path of its graph (`static`, of `paths`: path -> tensor,
@@ -67,28 +72,35 @@ class BufferHomes:
             t = paths.get(p)
             if t is None:
                 continue
+            last = self.settled.get(p)
+            if last is not None and last[0] is t and t.data_ptr() == last[1].data_ptr():
+                continue  # in its home since an earlier step of this generation
             k = _home_key(p, t)
             home = self.homes.get(k)
             if home is None:
                 if owns_storage(t):
                     self.homes[k] = t
                     self.used.add(k)
+                    self.settled[p] = (t, t, k)
             else:
                 self.used.add(k)
                 if home.data_ptr() != t.data_ptr():
-                    away.append((t, home))
+                    away.append((p, t, home, k))
+                else:
+                    self.settled[p] = (t, home, k)
         if not away:
             return 0
         users: dict = {}  # storage address -> how many reachable tensors use it
         for t in paths.values():
             users[t.untyped_storage().data_ptr()] = users.get(t.untyped_storage().data_ptr(), 0) + 1
         n = 0
-        for t, home in away:
+        for p, t, home, k in away:
             if not owns_storage(t) or users[t.untyped_storage().data_ptr()] > 1 \
                     or users.get(home.untyped_storage().data_ptr(), 0) > 0:
                 continue  # a view, a base with views, or a home some tensor of this state still uses
             home.copy_(t)
             t.set_(home)
+            self.settled[p] = (t, home, k)
             n += 1
         self.moved += n
         return n
