@@ -10,10 +10,9 @@ the recordings pile up in a long session (ComfyUI runs many generations on one l
 The buffers at a graph's static paths in the step's state (`tensor_paths`: root, then field names and keys)
 become the homes of those paths when no home is there yet (the generation that compiled the graph). A later
 generation's buffer at a home's path, with the home's shape, strides and dtype, moves into the home at its
-first compiled step: its values are copied in
-and the tensor object is re-pointed at the home's storage (`Tensor.set_`), so every reference to it (the
-state's fields, the engine's locals) sees the home, and its own allocation is freed. Nothing moves when
-that would change what a read sees: a buffer that shares its storage with another reachable tensor (a
+first compiled step: its values are copied in and the tensor object is re-pointed at the home's storage
+(`Tensor.set_`), so every reference to it (the state's fields, the engine's locals) sees the home, and its
+own allocation is freed. Nothing moves when that would change what a read sees: a buffer that shares its storage with another reachable tensor (a
 view, or a base with views) stays where it is (its graph records once more, as without homes), and
 nothing moves while another generation on the model is in flight (both would write one home).
 
