@@ -36,12 +36,14 @@ def _home_key(path: tuple, t: torch.Tensor) -> tuple:
 
 class BufferHomes:
     """Per model (one per compiled decode step, engine.StepGraphs): the homes of the static buffers, and how many
-    generations are in flight. Homes no compiled step used in the last generation are let go when it ends, so
-    the model holds one set (the KV cache's among them) for the backend and shapes it runs now, not one per
-    backend it ever ran; a generation of those again records its graphs once more and takes new homes."""
+    generations are in flight. One home per path (a buffer of a new shape there replaces it), and homes no
+    compiled step used in the last generation are let go when it ends, so the model holds one set for the
+    backend and shapes it runs now, not one per backend it ever ran; a generation of those again records its
+    graphs once more and takes new homes. (The KV cache itself is kept by the model: slot_model.py.)"""
 
     def __init__(self):
         self.homes: dict = {}  # (path, shape, stride, dtype, device) -> tensor
+        self.key_of: dict = {}  # path -> its home's key: one home per path (a new shape there replaces it)
         self.in_flight = 0
         self.used: set = set()  # keys of the homes this generation's compiled steps used
         # path -> (tensor, its home, the home's key) as last settled in this generation: a step's check is then an
@@ -60,6 +62,7 @@ class BufferHomes:
             self.settled = {}  # (the generation's tensors: not kept past it)
             if self.used:  # a generation that ran compiled steps: the homes it did not use go
                 self.homes = {k: h for k, h in self.homes.items() if k in self.used}
+                self.key_of = {p: k for p, k in self.key_of.items() if k in self.homes}
 
     def settle(self, paths: dict, static) -> int:
         """Before a compiled step: each buffer at a static path of its graph (`static`, of `paths`: path -> tensor,
@@ -78,7 +81,11 @@ class BufferHomes:
             home = self.homes.get(k)
             if home is None:
                 if owns_storage(t):
+                    # a home of another shape at this path goes now, not when the generation ends: a KV cache
+                    # of another width (another backend's draft slots) is not held beside this one
+                    self.homes.pop(self.key_of.get(p), None)
                     self.homes[k] = t
+                    self.key_of[p] = k
                     self.used.add(k)
                     self.settled[p] = (t, t, k)
             else:

@@ -181,6 +181,13 @@ class SlotKV:
                        for _ in range(cfg.n_layer)]
         self.pos0 = None  # [R] position of image code 0 (the prompt length), set by the prefill
 
+    def reset_for_next_session(self) -> None:
+        """As new, for the next session (slot_model.reset_cache: a compiled session's cache reused)."""
+        for k, v in self.layers:
+            k.zero_()
+            v.zero_()
+        self.pos0 = None
+
 
 class LlamaGenImageModel(SlotCacheModel):
     family = "llamagen"

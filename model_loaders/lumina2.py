@@ -241,6 +241,12 @@ class Lumina2KV:
         self.layers = [(torch.zeros(shape, dtype=dtype, device=device), torch.zeros(shape, dtype=dtype, device=device))
                        for _ in range(c.n_layer)]
 
+    def reset_for_next_session(self) -> None:
+        """As new, for the next session (slot_model.reset_cache: a compiled session's cache reused)."""
+        for k, v in self.layers:
+            k.zero_()
+            v.zero_()
+
 
 class Lumina2ImageModel(SlotCacheModel):
     family = "lumina2"

@@ -7,12 +7,13 @@ path, hidden states of both CFG branches for drafters) is implemented here once.
 """
 from __future__ import annotations
 
+import weakref
 from typing import Callable, Optional, Sequence, Union
 
 import torch
 
 from .compiled import (CompileStats, ShapeCompiled, inference_mode_unless_compiling, mark_static_addresses,
-                       reachable_tensors)
+                       reachable_tensors, uses_graph_buffers)
 from .contract import ARImageModel, EncodedPrompt, ForwardOutput, Session
 from .few_rows_matmul import MAX_ROWS
 from .slots import SlotState, batched_tree_tensors, cfg_rows, draft_layout, path_moves, prefill_layout, tree_tensors
@@ -93,12 +94,32 @@ class SlotCacheModel(ARImageModel):
             if self.__dict__.get("_compiled_step") is None:
                 self.compile_step()
             state.compiled, state.target_head = True, target_head
-        state.cache = self._new_cache(state.rows, state.S)
+        state.cache = self._session_cache(state, reuse=bool(compile) and uses_graph_buffers(dev))
         if compile:  # CUDA graphs need the cache's address static (compiled.mark_static_addresses)
             mark_static_addresses(reachable_tensors(state.cache).values(), dev)
         h = self._run(self._embed_prompt(tokens), positions, allowed, state.cache, slots)
         return Session(batch=batch, cfg=cfg, committed=torch.zeros(batch, dtype=torch.long, device=dev),
                        first=self._output(h[:, -1:], batch, cfg), state=state)
+
+    def _session_cache(self, state: SlotState, reuse: bool):
+        """The session's KV cache: `_new_cache`; or, for a compiled step that runs as CUDA graphs (`reuse`), the
+        model's cache of the last such session, zeroed, when it has this session's shape and no live session uses
+        it. Then the cache keeps its addresses from one generation to the next (the graphs replay without
+        recording again: buffer_homes.py) and the model never holds two (a 7B model's is gigabytes). Caches whose
+        kind `reset_cache` does not know (transformers' `SlotCache`) are made anew each time."""
+        key = (state.rows, state.S)
+        pooled = self.__dict__.pop("_graph_cache", None)  # (key, cache, weak reference to the session state using it)
+        if pooled is not None and pooled[2]() is not None:  # a live session uses it: it stays that session's
+            pooled = None
+        if reuse and pooled is not None and pooled[0] == key:
+            cache = pooled[1]
+            reset_cache(cache)
+        else:
+            pooled = None  # (let go before allocating: never two caches held at once)
+            cache = self._new_cache(state.rows, state.S)
+        if reuse and resettable_cache(cache):
+            self.__dict__["_graph_cache"] = (key, cache, weakref.ref(state))
+        return cache
 
     @inference_mode_unless_compiling
     def forward(self, session: Session, tokens: torch.Tensor,
@@ -148,3 +169,24 @@ class SlotCacheModel(ARImageModel):
             rows, dst, src = path_moves(st, *cfg_rows(session.cfg, session.committed, path.to(self.device)))
             self._gather(st.cache, rows, dst, src)
         session.committed = session.committed + length
+
+
+def resettable_cache(cache) -> bool:
+    """Whether `reset_cache` can bring `cache` back to what `_new_cache` makes: a cache with a
+    `reset_for_next_session()` (not transformers' `Cache.reset`, which knows nothing of our slots), or (layers of)
+    tensors only."""
+    if hasattr(cache, "reset_for_next_session"):
+        return True
+    return isinstance(cache, (list, tuple)) and all(
+        isinstance(layer, (list, tuple)) and all(isinstance(t, torch.Tensor) for t in layer) for layer in cache)
+
+
+def reset_cache(cache) -> None:
+    """Zero a cache for a new session, as `_new_cache` makes it (every slot a new session reads is written by
+    its prefill or masked; zeros keep a masked slot from carrying a NaN of an earlier session into 0 * NaN)."""
+    if hasattr(cache, "reset_for_next_session"):
+        cache.reset_for_next_session()
+        return
+    for layer in cache:
+        for t in layer:
+            t.zero_()

@@ -12,7 +12,7 @@ from specar.model_loaders import compiled as compiled_mod
 from specar.model_loaders.buffer_homes import BufferHomes
 from specar.model_loaders.compiled import copy_graph_outputs, mark_static_addresses, reachable_tensors, tensor_paths
 from specar.samplers import engine as engine_mod
-from specar.testing import tiny_model
+from specar.testing import reused_cache_differences, tiny_model
 
 Pair = namedtuple("Pair", "a b")
 
@@ -241,7 +241,8 @@ def test_a_buffer_moves_into_its_home_with_its_values():
     assert homes.settle({("seq",): torch.ones(2, 3)}, set()) == 0  # not a static path of this graph: left
     other = torch.zeros(3, 2)  # another shape at that path: its own home
     assert homes.settle({("seq",): other}, {("seq",)}) == 0 and other.data_ptr() != home.data_ptr()
-    assert len(homes.homes) == 2
+    homed = list(homes.homes.values())
+    assert len(homed) == 1 and homed[0] is other  # one home per path: the new shape's replaces the old
 
 
 def test_views_bases_and_busy_homes_stay_where_they_are():
@@ -270,3 +271,37 @@ def test_homes_a_generation_did_not_use_are_let_go():
     homes.begin()  # a generation with no compiled step (all eager) lets nothing go
     homes.end()
     assert [k[0] for k in homes.homes] == [("b",)]
+
+
+# -- the KV cache: one per model on the CUDA-graph path (slot_model._session_cache) ------------------------
+
+def test_the_kv_cache_is_made_once_and_reused_unseen(monkeypatch):
+    model = tiny_model(vocab_size=16, grid=(4, 4), seed=5, row_end=True)
+    assert reused_cache_differences(model, ["a cat", "a much longer prompt about a dog", "x"]) == ([], True)
+    made = []
+    new_cache = model._new_cache
+    monkeypatch.setattr(model, "_new_cache", lambda rows, capacity: made.append(rows) or new_cache(rows, capacity))
+    monkeypatch.setattr(compiled_mod, "GRAPH_BUFFERS_ON_CPU", True)
+    per_generation = []
+    for seed in (1, 2, 3, 4):
+        specar.generate(model, "a cat", backend="scd", window=3, seed=seed, compile=True, cfg_scale=2.0)
+        per_generation.append(len(made))
+    # the generation that compiles the graphs stays referenced by dynamo's trace (a LazyCache) until a later
+    # call: the next one makes its own cache (moved into the homes); from then on, one cache
+    assert per_generation[0] == 1 and per_generation[1] <= 2 and per_generation[3] == per_generation[1]
+
+
+def test_a_cache_a_live_session_uses_is_not_handed_to_another(monkeypatch):
+    model = tiny_model(vocab_size=16, grid=(4, 4), seed=5, row_end=True)
+    monkeypatch.setattr(compiled_mod, "GRAPH_BUFFERS_ON_CPU", True)
+    start = lambda: model.start(model.encode_prompt("a cat"), 1, True, draft_capacity=2, compile="caller")  # noqa
+    with torch.inference_mode():
+        first = start()
+        second = start()  # `first` is alive: its cache is its own
+        assert second.state.cache is not first.state.cache
+        cache = second.state.cache
+        del second
+        assert start().state.cache is cache  # `second` ended: the next session takes its cache
+    monkeypatch.setattr(compiled_mod, "GRAPH_BUFFERS_ON_CPU", False)
+    with torch.inference_mode():
+        assert start().state.cache is not cache  # off the CUDA-graph path: every session its own

@@ -25,6 +25,7 @@ import specar
 from specar.model_loaders.conformance import check_commit_path, check_hidden_states, check_per_row_trees, \
     check_tree_forward
 from specar.model_loaders.llamagen_vq import LlamaGenVQDecoder
+from specar.testing import reused_cache_differences
 
 TOL = 1e-5
 DIM, HEADS, KV, LAYERS, FFN, CODES, CLASSES, CAP = 32, 4, 2, 2, 128, 16, 10, 16  # FFN: the authors' SwiGLU width for dim 32, multiple_of 128
@@ -309,3 +310,11 @@ def test_against_the_authors_code(c2i, tmp_path):
     with torch.no_grad():
         pix = vq.decode_code(grid.flatten(), (1, 8, 4, 4))
         assert torch.allclose(ours(grid), pix, atol=1e-4)
+
+
+def test_a_compiled_sessions_cache_is_reused_unseen(c2i, t2i):
+    # the CUDA-graph path keeps one KV cache per model (slot_model._session_cache): SlotKV.reset_for_next_session
+    # must leave nothing of the last session (its pos0, the prompt's length, included)
+    assert reused_cache_differences(c2i[2], ["class:3", "class:7"]) == ([], True)
+    assert reused_cache_differences(t2i[2], ["a red cat", "a very long prompt about a small red cat in the snow",
+                                              "dog"]) == ([], True)

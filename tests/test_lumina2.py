@@ -33,6 +33,7 @@ from specar.model_loaders.lumina2 import IMAGE_TOKEN_OFFSET, is_lumina2
 from specar.model_loaders.lumina2_vq import MoVQDecoder
 from specar.model_loaders.registry import FAMILIES, detect_family
 from specar.model_loaders.resolutions import load_options
+from specar.testing import reused_cache_differences
 
 DIM, HEADS, KV, GROUPS, LAYERS, FFN, CODES = 32, 4, 2, 2, 2, 64, 8
 VOCAB = IMAGE_TOKEN_OFFSET + CODES + 8  # the image codes are not the last ids (the real vocabulary pads past them)
@@ -499,3 +500,9 @@ def test_quantized_int4_weights_generate_and_stay_exact_to_their_own_ar(tiny):
     ar = specar.generate(m, PROMPT, backend="ar", seed=5)
     sjd = specar.generate(m, PROMPT, backend="sjd", seed=5)
     assert torch.equal(ar.tokens, sjd.tokens) and sjd.stats.nfe <= ar.stats.nfe
+
+
+def test_a_compiled_sessions_cache_is_reused_unseen(tiny):
+    # the CUDA-graph path keeps one KV cache per model (slot_model._session_cache): Lumina2KV.reset_for_next_session
+    assert reused_cache_differences(tiny[3], [PROMPT, "a very long prompt about a small red cat in the snow"]) \
+        == ([], True)
