@@ -181,11 +181,10 @@ class SlotKV:
                        for _ in range(cfg.n_layer)]
         self.pos0 = None  # [R] position of image code 0 (the prompt length), set by the prefill
 
-    def reset_for_next_session(self) -> None:
-        """As new, for the next session (slot_model.reset_cache: a compiled session's cache reused)."""
-        for k, v in self.layers:
-            k.zero_()
-            v.zero_()
+    reusable_for_sessions = True  # slot_model.reset_cache zeroes its tensors, `forget_session` the rest
+
+    def forget_session(self) -> None:
+        """What besides its tensors a new session must not inherit (slot_model.reset_cache)."""
         self.pos0 = None
 
 

@@ -241,11 +241,7 @@ class Lumina2KV:
         self.layers = [(torch.zeros(shape, dtype=dtype, device=device), torch.zeros(shape, dtype=dtype, device=device))
                        for _ in range(c.n_layer)]
 
-    def reset_for_next_session(self) -> None:
-        """As new, for the next session (slot_model.reset_cache: a compiled session's cache reused)."""
-        for k, v in self.layers:
-            k.zero_()
-            v.zero_()
+    reusable_for_sessions = True  # tensors only: slot_model.reset_cache zeroes them for the next session
 
 
 class Lumina2ImageModel(SlotCacheModel):

@@ -172,10 +172,10 @@ class SlotCacheModel(ARImageModel):
 
 
 def resettable_cache(cache) -> bool:
-    """Whether `reset_cache` can bring `cache` back to what `_new_cache` makes: a cache with a
-    `reset_for_next_session()` (not transformers' `Cache.reset`, which knows nothing of our slots), or (layers of)
-    tensors only."""
-    if hasattr(cache, "reset_for_next_session"):
+    """Whether `reset_cache` can bring `cache` back to what `_new_cache` makes: (layers of) tensors only, or a
+    cache class that says so (`reusable_for_sessions`, with a `forget_session()` where it holds more than
+    tensors; not transformers' `Cache`, whose `reset` knows nothing of our slots)."""
+    if getattr(cache, "reusable_for_sessions", False):
         return True
     return isinstance(cache, (list, tuple)) and all(
         isinstance(layer, (list, tuple)) and all(isinstance(t, torch.Tensor) for t in layer) for layer in cache)
@@ -183,10 +183,10 @@ def resettable_cache(cache) -> bool:
 
 def reset_cache(cache) -> None:
     """Zero a cache for a new session, as `_new_cache` makes it (every slot a new session reads is written by
-    its prefill or masked; zeros keep a masked slot from carrying a NaN of an earlier session into 0 * NaN)."""
-    if hasattr(cache, "reset_for_next_session"):
-        cache.reset_for_next_session()
-        return
-    for layer in cache:
-        for t in layer:
-            t.zero_()
+    its prefill or masked; zeros keep a masked slot from carrying a NaN of an earlier session into 0 * NaN),
+    and let it forget the rest of the last session (`forget_session`, where it has one)."""
+    for t in reachable_tensors(cache).values():
+        t.zero_()
+    forget = getattr(cache, "forget_session", None)
+    if forget is not None:
+        forget()

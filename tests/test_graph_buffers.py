@@ -105,9 +105,10 @@ class StepWatch:
             if compiled.name != "decode step":
                 return original(compiled, key, *args)
             engine, plan, state, session, at_step, drawn = args
-            before = reachable_tensors(state, session, at_step)
+            paths = tensor_paths(state, session, at_step)
+            before = {id(t): t for t in paths.values()}  # (reachable_tensors: the same walk)
             static_paths = engine.step_graphs.static_paths.get(key, set())
-            ptrs = {p: t.data_ptr() for p, t in tensor_paths(state, session, at_step).items() if p in static_paths}
+            ptrs = {p: t.data_ptr() for p, t in paths.items() if p in static_paths}
             compiling = key not in watch.seen
             if compiling:
                 watch.seen.add(key)
