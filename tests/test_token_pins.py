@@ -43,6 +43,40 @@ BACKEND_CASES += [("sjd_pac", dict(window=w, tree_depth=d, tree_width=k, **{"ini
 BACKEND_CASES += [("ar", dict(reproducible=True))]
 
 
+# every registered backend (samplers/backends.py, so a new one is pinned too) at its defaults and at its paper
+# preset, in both modes (reproducible: "same image as AR", the default; and each backend's own rejection
+# sampling), with CFG, on a row-end model and a larger grid; auto with its deterministic cost model (its
+# measured one follows the clock). Recorded before the restructuring of issue 47, so it lands on them.
+REGISTRY_MODELS = {"v16-4x5-rowend": MODELS["v16-4x5-rowend"], "v8-6x7": dict(vocab_size=8, grid=(6, 7), seed=5)}
+REGISTRY_SETTING = dict(cfg_scale=2.0, temperature=0.9, top_k=6)
+
+
+def registry_cases():
+    from specar.samplers.backends import BACKENDS
+    out = []
+    for backend in BACKENDS:
+        for preset in ("default", "paper"):
+            for reproducible in (True, False):
+                for m in REGISTRY_MODELS:
+                    out.append((backend, preset, reproducible, m))
+    return out
+
+
+def registry_case_id(case):
+    backend, preset, reproducible, m = case
+    return f"registry-{backend}-{preset}-{'same' if reproducible else 'own'}-{m}"
+
+
+def registry_token_hash(case) -> str:
+    backend, preset, reproducible, m = case
+    if m not in _models:
+        _models[m] = tiny_model(**REGISTRY_MODELS[m])
+    extra = dict(cost_model="forwards") if backend == "auto" else {}
+    res = specar.generate(_models[m], "hi", backend=backend, preset=preset, seed=77, batch_size=6,
+                          reproducible=reproducible, **REGISTRY_SETTING, **extra)
+    return hashlib.sha256(res.sequence.numpy().tobytes()).hexdigest()[:16]
+
+
 def cases():
     out = []
     for i, (backend, params) in enumerate(BACKEND_CASES):
@@ -87,9 +121,18 @@ def test_tokens_unchanged(case):
     assert token_hash(case) == pins[key], f"{key}: the sampled tokens changed"
 
 
+@pytest.mark.parametrize("case", registry_cases(), ids=registry_case_id)
+def test_registry_tokens_unchanged(case):
+    pins = _pins()
+    key = registry_case_id(case)
+    assert key in pins, f"no pinned hash for {key}: record with python tests/test_token_pins.py --record"
+    assert registry_token_hash(case) == pins[key], f"{key}: the sampled tokens changed"
+
+
 if __name__ == "__main__" and "--record" in sys.argv:
     torch.set_num_threads(1)
     pins = {case_id(c): token_hash(c) for c in cases()}
+    pins.update({registry_case_id(c): registry_token_hash(c) for c in registry_cases()})
     os.makedirs(os.path.dirname(PINS), exist_ok=True)
     with open(PINS, "w") as f:
         json.dump(pins, f, indent=1, sort_keys=True)
