@@ -114,28 +114,31 @@ def test_a_trial_block_of_the_other_init_and_its_margin():
 
 
 def test_the_memory_primes_the_next_generation():
-    """A first generation on a machine where drafting commits nothing (1 token per step) and window 16's steps run
-    2x its calibration; the next generation bound to the same memory starts from those measurements: AR at its
-    first choice and 16's relative cost above its calibration before any step; without the memory, 16 and the
-    calibration."""
+    """Generations on one model and setting, drafting steps at 5-7x an AR step's cost: the first finds that window 16
+    commits 17 tokens per step (the formula's prior says 4.4), so the second, bound to the same memory, chooses 16
+    at its first step where one without the memory chooses AR; the second finds window 16's steps at twice its
+    calibration, so the third starts with 16's relative cost above its calibration."""
     class Model:  # the memory is kept per model (a weak reference)
         pass
     model, windows = Model(), candidate_windows(16)
-    costs = {w: 0.010 + 0.001 * w for w in windows}
-    first = _policy(costs=costs)
-    first.bind(AutoMemory.recall(model, "setting", windows))
-    _count(first, 16, 1.0, 64)
-    for s in range(16):  # window 16 against AR, alternately: 16 at twice its calibrated time
-        first.cost.measure(16 if s % 2 else 0, 2 * costs[16] if s % 2 else costs[0], s)
-    assert _policy(costs=costs).choose() == 16  # without the memory: the formula's prior, 16
-    second = _policy(costs=costs)
-    memory = AutoMemory.recall(model, "setting", windows)
-    second.bind(memory)
-    assert memory.generations == 2
-    assert second.choose() == 0
+    costs = {w: 0.050 + 0.001 * w if w else 0.010 for w in windows}
     calibrated = costs[16] / costs[0]
-    assert second.cost.cost(16) / second.cost.cost(0) > 1.5 * calibrated  # 16's rel samples carried over
-    assert _policy(costs=costs).cost.cost(16) / _policy(costs=costs).cost.cost(0) == calibrated
+
+    def generation():
+        policy = _policy(costs=costs)
+        policy.bind(AutoMemory.recall(model, "setting", windows))
+        return policy
+    _count(generation(), 16, 17.0, 64)
+    assert _policy(costs=costs).choose() == 0  # without the memory: the formula's prior, AR
+    second = generation()
+    assert second.choose() == 16
+    for s in range(16):  # window 16 against AR, alternately: 16 at twice its calibrated time
+        second.cost.measure(16 if s % 2 else 0, 2 * costs[16] if s % 2 else costs[0], s)
+    fresh = _policy(costs=costs).cost
+    assert fresh.cost(16) / fresh.cost(0) == calibrated
+    third = generation()
+    assert third.cost.cost(16) / third.cost.cost(0) > 1.5 * calibrated  # 16's rel samples carried over
+    assert third.memory.generations == 3
     assert AutoMemory.recall(model, "another setting", windows).generations == 1  # per setting
 
 

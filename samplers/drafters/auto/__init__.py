@@ -4,8 +4,7 @@ host from the acceptance seen so far and the step cost measured during the gener
 
 Lossless: the choices of step t are functions of what happened before it (the counts of the step's host read, the
 clock), never of step t's drafts or draws; conditioned on that history each draft is distributed as the q recorded
-for it (whichever init drew it), so every MRS check is exact. Drafts beyond a shrunken window keep their tokens and
-q until a later window reaches them.
+for it (whichever init drew it; drafts beyond a shrunken window keep theirs), so every MRS check is exact.
 """
 from __future__ import annotations
 

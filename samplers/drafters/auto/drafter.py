@@ -80,13 +80,11 @@ class AutoDrafter(JacobiDrafter):
 
     def start(self, state: LoopState, first, p0):
         self.reset_policy()
-        # the memory (`AutoMemory`): measured costs in the same-image-as-AR mode only (with it off a seed gives the
-        # same image again, docs/REPRODUCIBLE.md, which a prior each generation moves would break); its key without
-        # the calibration, which the engine sets after `start`
+        # the memory (`AutoMemory`), measured costs in the same-image-as-AR mode only: with it off a seed gives the
+        # same image again (docs/REPRODUCIBLE.md). Its key without the calibration, set by the engine after `start`
         if self.cost.measured and state.reproducible:
-            self.memory_at = weakref.ref(state.model), (dataclasses.astuple(self.sampling),
-                                                        dataclasses.astuple(self.params), state.batch,
-                                                        state.reproducible, torch.get_num_threads())
+            setting = dataclasses.astuple(self.sampling), dataclasses.astuple(self.params), state.batch, True
+            self.memory_at = weakref.ref(state.model), setting + (torch.get_num_threads(),)
         self.row_codes = state.layout.geometry.row_stride
         return super().start(state, first, p0)
 
