@@ -63,7 +63,8 @@ class MadClock(auto_mod.AutoDrafter):
 
 def patch_auto(monkeypatch, name, value):
     """Set one of auto's constants in every module of the package that reads it (each imports its own binding)."""
-    modules = [importlib.import_module(f"{auto_mod.__name__}.{m.name}") for m in pkgutil.iter_modules(auto_mod.__path__)]
+    names = [f"{auto_mod.__name__}.{m.name}" for m in pkgutil.iter_modules(auto_mod.__path__)]
+    modules = [importlib.import_module(name) for name in names]
     holders = [m for m in modules if hasattr(m, name)]
     assert holders, name
     for module in holders:

@@ -18,7 +18,7 @@ def _policy(kind="measured", max_window=16, costs=None) -> WindowPolicy:
 
 
 def _count(policy, window, tokens, steps):
-    """`steps` counted steps of `window` that committed `tokens` per row (every smaller window credited min(n, W + 1))."""
+    """`steps` counted steps of `window` committing `tokens` per row (each smaller window credited min(n, W + 1))."""
     for _ in range(steps):
         policy.count_step(window, tokens, [min(tokens, w + 1) for w in policy.order])
 

@@ -32,7 +32,8 @@ class HostCounts:
         return cls(hint[0], hint[1], tuple(hint[2:2 + windows]), *(list(hint[2 + windows:5 + windows]) + [0] * 3)[:3])
 
 
-# what `plan` decided for a step (`started`: the clock then; `scored`: drafted by the init of the step before it)
+# what `plan` decided for a step: `started`, the clock then; `fresh`, its window reached positions no step of the
+# last two drafted (not counted); `scored`, it drafted by the init of the step before it (scores that init)
 Step = namedtuple("Step", "window started fresh init scored tree")
 
 

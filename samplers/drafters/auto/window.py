@@ -1,8 +1,8 @@
 """auto's window policy: each step's window, the one of the best predicted rate E[tokens | W] / cost(W), kept
-unless another is predicted SWITCH_MARGIN better (a switch verifies fresh drafts), or a probe; and `AutoMemory`.
-E[tokens | W]: the mean tokens per row of W's counted steps, shrunk towards a prior by PRIOR_STEPS pseudo-steps; a
-step of a larger window V also counts for each smaller W with min(n, W + 1) tokens per row (its first W drafts are
-what a W-window step would have verified)."""
+unless another is predicted SWITCH_MARGIN better (a switch verifies fresh drafts), or a probe; whether the proactive
+branches pay; and the memory across generations (`AutoMemory`). E[tokens | W]: the mean tokens per row of W's counted
+steps, shrunk towards a prior by PRIOR_STEPS pseudo-steps; a step of a larger window V also counts for each smaller
+W with min(n, W + 1) tokens per row (its first W drafts are what a W-window step would have verified)."""
 from __future__ import annotations
 
 import math
