@@ -8,6 +8,8 @@ planted bug caught: drafts of the step's init recorded with another init's q. Ho
 cost policy: one load spike does not send auto to AR for the rest of a generation, and a calibration
 that one busy moment distorted is corrected by probes (auto leaves AR).
 """
+import importlib
+import pkgutil
 import random
 
 import pytest
@@ -29,7 +31,7 @@ class InitSwitching(auto_mod.AutoDrafter):
         return 0 if state.step % 3 == 2 else max(self.shapes)  # an AR step one time in three (then a grow)
 
     def choose_init(self, state, window):
-        return self.inits[state.step % len(self.inits)]
+        return self.trials.inits[state.step % len(self.trials.inits)]
 
 
 class RecordsTheConfiguredQ(InitSwitching):
@@ -59,12 +61,23 @@ class MadClock(auto_mod.AutoDrafter):
         self.clock = clock
 
 
+def patch_auto(monkeypatch, name, value):
+    """Set one of auto's constants in every module of the package that reads it (each imports its own binding)."""
+    names = [f"{auto_mod.__name__}.{m.name}" for m in pkgutil.iter_modules(auto_mod.__path__)]
+    modules = [importlib.import_module(name) for name in names]
+    holders = [m for m in modules if hasattr(m, name)]
+    assert holders, name
+    for module in holders:
+        monkeypatch.setattr(module, name, value)
+
+
 @pytest.fixture
 def eager_schedule(monkeypatch):
-    """Auto's schedules shortened so that its choices act within these 2x2 / 2x3 images."""
+    """Auto's schedules shortened so that its choices act within these 2x2 / 2x3 images (in every module of the
+    package that reads them)."""
     for name, value in (("WARMUP_STEPS", 0), ("PROBE_EVERY", 1), ("INIT_TRIAL_AFTER", 0), ("INIT_TRIAL_EVERY", 2),
                         ("INIT_TRIAL_STEPS", 1), ("INIT_TRIAL_SEEN", 0), ("TRIAL_BELOW", 10.0)):
-        monkeypatch.setattr(auto_mod, name, value)
+        patch_auto(monkeypatch, name, value)
 
 
 # max_window=2 (windows 2 and 0): positions enter the window during the generation, drafted by the step's init
@@ -124,13 +137,13 @@ def _run(drafter, step_time, tokens, steps: int) -> list:
     (one row); returns the windows chosen."""
     now, chosen = [0.0], []
     drafter.clock = lambda: now[0]
-    hint = [0, 0] + [0] * len(drafter.order)
+    hint = [0, 0] + [0] * len(drafter.policy.order)
     for s in range(steps):
         w = drafter.plan(_Step(s), hint).window
         chosen.append(w)
         now[0] += step_time(s, w)
         n = tokens(w)
-        hint = [n, 1] + [min(n, v + 1) for v in drafter.order]
+        hint = [n, 1] + [min(n, v + 1) for v in drafter.policy.order]
     return chosen
 
 
@@ -191,8 +204,8 @@ def test_the_next_generation_starts_where_the_last_one_ended(monkeypatch):
     plan = auto_mod.AutoDrafter.plan
 
     def timed_plan(self, state, hint):  # the step that just ended took its window's time
-        if self.prev_step is not None:
-            now[0] += 0.001 if self.prev_step[0] == 0 else 0.040
+        if self.last is not None:
+            now[0] += 0.001 if self.last.window == 0 else 0.040
         out = plan(self, state, hint)
         windows[-1].append(out.window)
         return out
@@ -224,9 +237,9 @@ def test_a_larger_window_the_prior_underrates_is_explored():
     drafter = make_backend("auto").make_drafter(exactness_model("v4-2x2"), SamplingParams())  # max_window 16
     drafter.set_costs(true_cost)
     drafter.reset_policy()
-    for w in drafter.order:  # as if earlier steps had measured the windows up to 8
+    for w in drafter.policy.order:  # as if earlier steps had measured the windows up to 8
         if w <= 8:
-            drafter.tokens[w], drafter.counted[w] = 50 * min(w + 1, 15), 50
-    drafter.window = drafter.reach = drafter.choice = 8
+            drafter.policy.tokens[w], drafter.policy.counted[w] = 50 * min(w + 1, 15), 50
+    drafter.window = drafter.reach = drafter.policy.choice = 8
     chosen = _run(drafter, lambda s, w: true_cost[w], lambda w: min(w + 1, 15), 120)
     assert chosen[-40:].count(16) >= 35, chosen

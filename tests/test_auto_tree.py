@@ -53,20 +53,20 @@ def _policy(**params):
 def test_the_branches_ride_where_they_pay():
     # forwards: every window at least D deep carries them (a forward costs 1 with or without them)
     drafter = _policy(cost_model="forwards", tree_depth=4, tree_width=3)
-    assert [w for w in sorted(drafter.shapes) if drafter.tree_pays(w)] == [4, 8]
+    assert [w for w in sorted(drafter.shapes) if drafter.policy.tree_pays(w)] == [4, 8]
     # measured: a step with the branches at 3x the chain's cost does not pay for a quarter token ...
     drafter = _policy(tree_depth=2, tree_width=3)
     chain = {w: 0.010 + 0.001 * w for w in drafter.shapes}
-    drafter.set_costs({**chain, **{("tree", w): 3 * chain[w] for w in drafter.tree_windows}})
-    assert not any(drafter.tree_pays(w) for w in drafter.shapes)
+    drafter.set_costs({**chain, **{("tree", w): 3 * chain[w] for w in drafter.policy.tree_windows}})
+    assert not any(drafter.policy.tree_pays(w) for w in drafter.shapes)
     # ... at 1.05x the chain's cost the prior gain (a quarter token on ~3 tokens per step) pays; a measured gain
     # of nothing turns them off
-    drafter.set_costs({**chain, **{("tree", w): 1.05 * chain[w] for w in drafter.tree_windows}})
-    assert all(drafter.tree_pays(w) for w in drafter.tree_windows)
-    drafter.tree_rows, drafter.tree_added = 10_000, 0.0
-    assert not any(drafter.tree_pays(w) for w in drafter.shapes)
+    drafter.set_costs({**chain, **{("tree", w): 1.05 * chain[w] for w in drafter.policy.tree_windows}})
+    assert all(drafter.policy.tree_pays(w) for w in drafter.policy.tree_windows)
+    drafter.policy.tree_rows, drafter.policy.tree_added = 10_000, 0.0
+    assert not any(drafter.policy.tree_pays(w) for w in drafter.shapes)
     # tree_width=1: none
-    assert not _policy(cost_model="forwards", tree_width=1).tree_windows
+    assert not _policy(cost_model="forwards", tree_width=1).policy.tree_windows
 
 
 def test_the_engine_times_the_branches_shapes():
