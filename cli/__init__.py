@@ -13,10 +13,7 @@ from .args import Commands
 COMMANDS = Commands("python -m specar", __package__, {
     "demo": "demo", "bench": "bench", "train-drafter": "train_drafter",
     "convert-checkpoint": "convert_checkpoint", "convert-drafter": "convert_drafter",
-}, description=(
-    "SpecAR: lossless speculative decoding for autoregressive image models.\n\n"
-    "Run `python -m specar <command> --help` for a command's options. Errors are one `error:` line "
-    "(exit code 2); add --debug anywhere to see the traceback instead."))
+}, "SpecAR: lossless speculative decoding for autoregressive image models.")
 main, call, parser = COMMANDS.main, COMMANDS.call, COMMANDS.parser
 
 __all__ = ["COMMANDS", "call", "main", "parser"]

@@ -64,8 +64,10 @@ class Commands:
     imported (the modules import torch: `--help` and `--version` must not wait for it); the others are
     listed by the summary read from their source."""
 
-    def __init__(self, prog: str, package: str, modules: dict, description: str):
-        self.prog, self.package, self.modules, self.description = prog, package, dict(modules), description
+    def __init__(self, prog: str, package: str, modules: dict, title: str):
+        self.prog, self.package, self.modules = prog, package, dict(modules)
+        self.description = (f"{title}\n\nRun `{prog} <command> --help` for a command's options. Errors are one "
+                            "`error:` line (exit code 2); add --debug anywhere to see the traceback instead.")
 
     def __iter__(self):
         return iter(self.modules)

@@ -1,11 +1,5 @@
-"""The bench's measurement (`python -m specar bench`, cli/bench.py): every configuration on the same prompts and
-seeds in one run, and its table.
-
-Configurations are interleaved (for each repeat, prompt and seed, every configuration runs once)
-after one warm-up generation each, so slow drifts of a shared machine hit all of them alike, and
-every ratio (speedup over AR) is measured within the run. A configuration is `backend[:key=value,...]`,
-parsed and validated against the registry (`parse_config`).
-"""
+"""The bench's measurement (cli/bench.py is the command): its configurations (`backend[:key=value,...]`,
+validated against the registry), the interleaved run of all of them, and its table."""
 from __future__ import annotations
 
 import statistics

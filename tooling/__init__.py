@@ -14,10 +14,7 @@ from ..cli.args import Commands
 COMMANDS = Commands("python -m specar.tooling", __package__, {
     "gpu-check": "gpu_check", "real-size": "real_size", "shape-bench": "shape_bench",
     "compile-rows": "compile_rows", "calibrate-regime": "calibrate_regime", "evaluate-demo": "evaluate_demo",
-}, description=(
-    "SpecAR's maintainer tooling: measurements behind the docs and the GPU check.\n\n"
-    "Run `python -m specar.tooling <command> --help` for a command's options. Errors are one `error:` line "
-    "(exit code 2); add --debug anywhere to see the traceback instead."))
+}, "SpecAR's maintainer tooling: the measurements behind docs/ and the GPU check.")
 main, call, parser = COMMANDS.main, COMMANDS.call, COMMANDS.parser
 
 __all__ = ["COMMANDS", "call", "main", "parser"]

@@ -305,7 +305,8 @@ def had_cuda_error(record: dict) -> bool:
     return any(m in text for m in CUDA_ERROR_MARKERS)
 
 
-def run_check(options: dict, in_process: bool = False, log=None, command: str = "", on_update=None) -> dict:
+def run_check(options: dict, in_process: bool = False, log=None, command: str = "python -m specar.tooling gpu-check",
+              on_update=None) -> dict:
     """Every selected stage, in order, within the total budget; then, with what is left of it, each
     stage that met a CUDA error once more with blocking launches (CUDA reports a kernel's error at a
     later call: the rerun's traceback names the kernel). The report as a dict; `on_update(report)` with
