@@ -33,15 +33,16 @@ bench: $(STAMP)
 	mkdir -p output
 	$(PY) -m specar bench --threads 2 --json output/bench.json
 
-# the CUDA path in one command (docs/BENCHMARKS.md "GPU check"): needs a Python whose torch sees the GPU, GPU_PY
-# (default: the venv's, else python3); specar is imported from this checkout through a link in a temporary folder,
-# so nothing is installed. GPU_CHECK_ARGS: more options (e.g. --dry-run on a machine without a GPU).
+# the CUDA path in one command (docs/BENCHMARKS.md "GPU check"; the maintainers' tooling, `python -m specar.tooling`):
+# needs a Python whose torch sees the GPU, GPU_PY (default: the venv's, else python3); specar is imported from this
+# checkout through a link in a temporary folder, so nothing is installed. GPU_CHECK_ARGS: more options (e.g.
+# --dry-run on a machine without a GPU, --plan-only for the plan and its predicted seconds).
 GPU_PY ?= $(shell test -x $(PY) && echo $(PY) || echo $(PYTHON))
 GPU_CHECK_OUT ?= output/gpu-check
 GPU_CHECK_ARGS ?=
 gpu-check:
 	d=$$(mktemp -d) && ln -s "$(CURDIR)" "$$d/specar" && \
-	PYTHONPATH="$$d$${PYTHONPATH:+:$$PYTHONPATH}" $(GPU_PY) -m specar gpu-check --out "$(GPU_CHECK_OUT)" $(GPU_CHECK_ARGS); \
+	PYTHONPATH="$$d$${PYTHONPATH:+:$$PYTHONPATH}" $(GPU_PY) -m specar.tooling gpu-check --out "$(GPU_CHECK_OUT)" $(GPU_CHECK_ARGS); \
 	rc=$$?; rm -f "$$d/specar"; rmdir "$$d"; exit $$rc
 
 clean:

@@ -1,8 +1,16 @@
-"""`python -m specar <command>`: demo, bench, shape-bench, evaluate-demo, train-drafter, convert-checkpoint,
-convert-drafter (`python -m specar --help` lists them). The commands and the dispatcher live in cli/."""
+"""`python -m specar <command>`: the user's commands (cli/; `python -m specar --help` lists them). A maintainer's
+command (tooling/, `python -m specar.tooling --help` lists them) is passed on to tooling/, unlisted here."""
 import sys
 
-from .cli import main
+from .cli import COMMANDS
+from .tooling import COMMANDS as TOOLING
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command = next((a for a in argv if not a.startswith("-")), None)
+    return (TOOLING if command in TOOLING else COMMANDS).main(argv)
+
 
 if __name__ == "__main__":
     sys.exit(main())

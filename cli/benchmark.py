@@ -1,61 +1,34 @@
-"""`python -m specar bench`: every backend side by side on the same prompts and seeds, one run.
-
-Configurations are interleaved (for each repeat, prompt and seed, every configuration runs once)
-after one warm-up generation each, so slow drifts of a shared machine hit all of them alike, and
-every ratio (speedup over AR) is measured within the run.
-"""
+"""The bench's measurement (cli/bench.py is the command): its configurations (`backend[:key=value,...]`,
+validated against the registry), the interleaved run of all of them, and its table."""
 from __future__ import annotations
 
-import json
-import os
-import platform
 import statistics
-import sys
 import time
 from typing import List, Optional
 
 import torch
 
-from ..model_loaders.registry import load_model
-from .args import command_parser, non_negative_float, non_negative_int, positive_int
 from ..samplers.api import generate
-from ..samplers.backends import SCHEMAS, make_backend
-from ..samplers.stats import busy_machine_note
+from ..samplers.backends import SCHEMAS, bench_configs, make_backend
 from ..samplers.stats import acceptance_by_depth
-from .regimes import REGIMES, regime
 
 # the default run: every registered backend at its defaults, then the settings each method adds to the bench
-# (`Method.bench_variants`: e.g. the SJD-PAC ablation of the paper, SJD -> +PD -> +PD+AC -> L=64); the
-# drafter-based backends need their drafter beside the model (the demo model ships them)
-DEFAULT_CONFIGS = [config for method in SCHEMAS.values() for config in method.bench_configs()]
+# (`Method.bench_variants`); the drafter-based backends need their drafter beside the model (the demo model's are)
+DEFAULT_CONFIGS = bench_configs()
 DEFAULT_PROMPTS = [
     "a large red circle on a blue background",
     "a small yellow striped star on a noisy green background",
     "a white square on a black background",
     "a purple triangle on a noisy orange background",
 ]
-
-
 # generate() options a configuration may set beside the backend's parameters (booleans)
 RUN_KEYS = ("compile", "reproducible")
 
 
-def in_both_modes(configs: List[dict]) -> List[dict]:
-    """--both-modes: each configuration that does not set `reproducible` runs once in each mode
-    (reproducible=false, then true: the same image as AR), so a backend's two modes sit side by side."""
-    out = []
-    for cfg in configs:
-        out += [cfg] if "reproducible" in cfg else [{**cfg, "reproducible": False}, {**cfg, "reproducible": True}]
-    return out
-
-
-def same_tokens_as_ar(tokens: dict, label: str, ar_label: Optional[str]):
-    """For a reproducible configuration: how many of its images are token-identical to the
-    reproducible AR configuration's image of the same prompt and seed (None when there is none)."""
-    if ar_label is None:
-        return None
-    mine, ar = tokens[label], tokens[ar_label]
-    return sum(torch.equal(t, ar[key]) for key, t in mine.items() if key in ar)
+def label(cfg: dict) -> str:
+    """{'backend': 'sjd', 'window': 8} -> 'sjd:window=8' (what parse_config reads back)."""
+    rest = ",".join(f"{k}={v}" for k, v in cfg.items() if k != "backend")
+    return cfg["backend"] + (f":{rest}" if rest else "")
 
 
 def parse_config(text: str) -> dict:
@@ -65,13 +38,13 @@ def parse_config(text: str) -> dict:
     if name not in SCHEMAS:
         raise ValueError(f"unknown backend {name!r} in {text!r}; backends: {', '.join(SCHEMAS)}")
     declared = {p.name: p for p in SCHEMAS[name].params}
-    kinds = {k: p.kind for k, p in declared.items()}
     params = {}
     for item in filter(None, (s.strip() for s in rest.split(","))):
         key, eq, value = item.partition("=")
         if not eq:
             raise ValueError(f"expected key=value in {text!r}, got {item!r}")
-        kind = bool if key in RUN_KEYS else kinds.get(key, str)  # an unknown key: make_backend names it
+        # an unknown key: make_backend names it
+        kind = bool if key in RUN_KEYS else (declared[key].kind if key in declared else str)
         if kind is bool:
             if value.lower() not in ("true", "false", "1", "0"):
                 raise ValueError(f"{key} must be true or false in {text!r}, got {value!r}")
@@ -99,71 +72,28 @@ def with_windows(configs: List[dict], windows: Optional[List[int]]) -> List[dict
     out = []
     for cfg in configs:
         if any(p.name == "window" for p in SCHEMAS[cfg["backend"]].params) and "window" not in cfg:
-            for w in windows:
-                out.append(parse_config(_label({**cfg, "window": w})))  # validated like the rest
+            out += [parse_config(label({**cfg, "window": w})) for w in windows]  # validated like the rest
         else:
             out.append(cfg)
     return out
 
 
-def _load_average():
-    try:
-        return [round(x, 2) for x in os.getloadavg()]
-    except (AttributeError, OSError):  # Windows: none
+def in_both_modes(configs: List[dict]) -> List[dict]:
+    """--both-modes: each configuration that does not set `reproducible` runs once in each mode
+    (reproducible=false, then true: the same image as AR), so a backend's two modes sit side by side."""
+    out = []
+    for cfg in configs:
+        out += [cfg] if "reproducible" in cfg else [{**cfg, "reproducible": False}, {**cfg, "reproducible": True}]
+    return out
+
+
+def same_tokens_as_ar(tokens: dict, name: str, ar_label: Optional[str]):
+    """For a reproducible configuration: how many of its images are token-identical to the
+    reproducible AR configuration's image of the same prompt and seed (None when there is none)."""
+    if ar_label is None:
         return None
-
-
-def cpu_name() -> str:
-    """The CPU model (Linux: /proc/cpuinfo), else what `platform` knows: figures differ a lot
-    between CPU models, so every benchmark file records it."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def _label(cfg: dict) -> str:
-    rest = ",".join(f"{k}={v}" for k, v in cfg.items() if k != "backend")
-    return cfg["backend"] + (f":{rest}" if rest else "")
-
-
-# tiny:...,key=value options: testing.tiny_model's keyword and its type
-TINY_OPTIONS = {"hidden": ("hidden_size", int), "layers": ("num_layers", int), "heads": ("num_heads", int),
-                "scale": ("logit_scale", float), "seed": ("seed", int)}
-
-
-def _tiny_model(spec: str, device):
-    """tiny:vocab,HxW[,row_end][,hidden=..,layers=..,heads=..,scale=..,seed=..]: a random-weight model
-    (testing.tiny_model; the options default to its own, seed 0)."""
-    from ..testing import tiny_model
-    parts = [p.strip() for p in spec[5:].split(",")]
-    try:
-        vocab = int(parts[0])
-        h, w = (int(x) for x in parts[1].split("x"))
-        kwargs = {"seed": 0}
-        for part in parts[2:]:
-            if part == "row_end":
-                kwargs["row_end"] = True
-                continue
-            key, eq, value = part.partition("=")
-            if not eq or key not in TINY_OPTIONS:
-                raise ValueError(part)
-            name, kind = TINY_OPTIONS[key]
-            kwargs[name] = kind(value)
-    except (ValueError, IndexError):
-        raise ValueError(f"bad tiny model spec {spec!r}; expected tiny:VOCAB,HxW[,row_end][,key=value...] with keys "
-                         f"{', '.join(TINY_OPTIONS)}") from None
-    return tiny_model(vocab, (h, w), device=device or "cpu", **kwargs)
-
-
-def _model(spec: str, device, dtype, quantize="none"):
-    if spec.startswith("tiny:"):  # random weights: for testing the command, and the `flat` regime
-        return _tiny_model(spec, device)
-    return load_model(spec, device=device, dtype=dtype, quantize=quantize)
+    mine, ar = tokens[name], tokens[ar_label]
+    return sum(torch.equal(t, ar[key]) for key, t in mine.items() if key in ar)
 
 
 PREVIEW_SUFFIX = " +preview"
@@ -188,44 +118,44 @@ def run(model, configs: List[dict], prompts: List[str], seeds: List[int], repeat
     interleaved with the run without it, so that the preview's overhead is a ratio within the run."""
     sampling = sampling or {}
     variants = [(c, False) for c in configs] + ([(c, True) for c in configs] if preview else [])
-    label = lambda c, p: _label(c) + (PREVIEW_SUFFIX if p else "")  # noqa: E731
+    vlabel = lambda c, p: label(c) + (PREVIEW_SUFFIX if p else "")  # noqa: E731
     warmup_s, warmup_compile = {}, {}
     if warmup:  # also where a compiled configuration compiles and auto calibrates: timed apart
         for cfg, _ in variants[:len(configs)]:
             t = time.perf_counter()
             res = generate(model, prompts[0], seed=seeds[0], **sampling, **cfg)
-            warmup_s[_label(cfg)] = time.perf_counter() - t
-            warmup_compile[_label(cfg)] = res.stats.compile
+            warmup_s[label(cfg)] = time.perf_counter() - t
+            warmup_compile[label(cfg)] = res.stats.compile
     total = repeats * len(prompts) * len(seeds) * len(variants)
     done, t_start = 0, time.perf_counter()
-    runs = {label(c, p): [] for c, p in variants}
-    tokens = {_label(c): {} for c in configs}  # label -> {(prompt, seed, repeat): tokens} (runs without preview)
-    shown = {label(c, p): 0 for c, p in variants}
-    spent = {label(c, p): 0.0 for c, p in variants}  # seconds inside the preview (decode + JPEG) per variant
+    runs = {vlabel(c, p): [] for c, p in variants}
+    tokens = {label(c): {} for c in configs}  # label -> {(prompt, seed, repeat): tokens} (runs without preview)
+    shown = {vlabel(c, p): 0 for c, p in variants}
+    spent = {vlabel(c, p): 0.0 for c, p in variants}  # seconds inside the preview (decode + JPEG) per variant
     for rep in range(repeats):
         for prompt in prompts:
             for seed in seeds:
                 for cfg, with_preview in variants:
                     pv = _jpeg_preview(model) if with_preview else None
                     res = generate(model, prompt, seed=seed, preview=pv, **sampling, **cfg)
-                    runs[label(cfg, with_preview)].append(res.stats)
+                    runs[vlabel(cfg, with_preview)].append(res.stats)
                     if not with_preview:
-                        tokens[_label(cfg)][(prompt, seed, rep)] = res.sequence
-                    shown[label(cfg, with_preview)] += pv.shown if pv else 0
-                    spent[label(cfg, with_preview)] += pv.spent_s if pv else 0.0
+                        tokens[label(cfg)][(prompt, seed, rep)] = res.sequence
+                    shown[vlabel(cfg, with_preview)] += pv.shown if pv else 0
+                    spent[vlabel(cfg, with_preview)] += pv.spent_s if pv else 0.0
                     done += 1
                     if log:
                         eta = (time.perf_counter() - t_start) / done * (total - done)
-                        log(f"[{done}/{total}, ETA {eta:.0f} s] {label(cfg, with_preview):45s} seed={seed} "
+                        log(f"[{done}/{total}, ETA {eta:.0f} s] {vlabel(cfg, with_preview):45s} seed={seed} "
                             f"nfe={res.stats.nfe} {res.stats.latency_s:.3f}s")
-    plain_ar = [_label(c) for c in configs if c["backend"] == "ar" and set(c) <= {"backend", "reproducible"}]
+    plain_ar = [label(c) for c in configs if c["backend"] == "ar" and set(c) <= {"backend", "reproducible"}]
     ar_repro = next((a for a in plain_ar if runs[a][0].reproducible), None)
     ar = runs[plain_ar[0]] if plain_ar else None  # the speed-up baseline: the first plain AR configuration
     ar_latency = statistics.mean(s.latency_s for s in ar) if ar else None
     ar_nfe = statistics.mean(s.nfe + 1 for s in ar) if ar else None
     rows = []
     for cfg, with_preview in variants:
-        stats = runs[label(cfg, with_preview)]
+        stats = runs[vlabel(cfg, with_preview)]
         hist = {}
         for s in stats:
             for k, v in s.accepted_length_histogram.items():
@@ -237,14 +167,14 @@ def run(model, configs: List[dict], prompts: List[str], seeds: List[int], repeat
         rows.append({
             "backend": cfg["backend"],
             "params": stats[0].params,
-            "label": label(cfg, with_preview) + (" (LOSSY)" if any(s.lossy for s in stats) else ""),
-            "previews": shown[label(cfg, with_preview)] / len(stats) if with_preview else None,
+            "label": vlabel(cfg, with_preview) + (" (LOSSY)" if any(s.lossy for s in stats) else ""),
+            "previews": shown[vlabel(cfg, with_preview)] / len(stats) if with_preview else None,
             # medians: one run slowed 10x by another job on a shared machine must not decide a 3% figure
             "preview_overhead": (statistics.median(s.latency_s for s in stats) /
-                                 statistics.median(s.latency_s for s in runs[_label(cfg)]) - 1) if with_preview else None,
+                                 statistics.median(s.latency_s for s in runs[label(cfg)]) - 1) if with_preview else None,
             # the preview's own time over the generation time of the same runs: a ratio within each run,
             # which another job slowing the machine down does not move (the median difference above it can)
-            "preview_time_share": (spent[label(cfg, with_preview)] / sum(s.latency_s for s in stats))
+            "preview_time_share": (spent[vlabel(cfg, with_preview)] / sum(s.latency_s for s in stats))
             if with_preview else None,
             "lossy": any(s.lossy for s in stats),  # relaxed acceptance: not the AR distribution
             "samples": len(stats),
@@ -257,7 +187,7 @@ def run(model, configs: List[dict], prompts: List[str], seeds: List[int], repeat
             "mean_accepted_length": statistics.mean(s.mean_accepted_length for s in stats),
             "reproducible": stats[0].reproducible,
             # reproducible configurations: images token-identical to reproducible AR's (same prompt and seed)
-            "same_tokens_as_ar": same_tokens_as_ar(tokens, _label(cfg), ar_repro)
+            "same_tokens_as_ar": same_tokens_as_ar(tokens, label(cfg), ar_repro)
             if stats[0].reproducible and not with_preview else None,
             "acceptance_by_depth": acceptance_by_depth(hist),
             "accepted_length_histogram": {str(k): v for k, v in sorted(hist.items())},
@@ -267,9 +197,10 @@ def run(model, configs: List[dict], prompts: List[str], seeds: List[int], repeat
             "latency_median_s": statistics.median(s.latency_s for s in stats),
             "latency_stdev_s": statistics.stdev(s.latency_s for s in stats) if len(stats) > 1 else 0.0,
             "speedup_vs_ar": None if ar_latency is None else ar_latency / latency,
-            "warmup_s": warmup_s.get(_label(cfg)),
-            "compile": compile_row(warmup_compile.get(_label(cfg)), stats),
-            "auto": [s.backend_report for s in stats] if cfg["backend"] == "auto" else None,
+            "warmup_s": warmup_s.get(label(cfg)),
+            "compile": compile_row(warmup_compile.get(label(cfg)), stats),
+            # an adaptive backend's reports of what it chose (GenerationStats.backend_report), under its name
+            **({cfg["backend"]: [s.backend_report for s in stats]} if stats[0].backend_report is not None else {}),
             "overhead_share": (statistics.mean(overhead) / decode) if overhead and decode > 0 else None,
             "peak_memory_bytes": max(peak) if peak else None,
         })
@@ -327,12 +258,12 @@ def format_table(rows: List[dict]) -> str:
             lines.append(f"{r['label']:44s} warm-up compiled {c['warmup_compiles']} graphs in {c['warmup_compile_s']:.1f} s "
                          f"(warm-up run {warm}), timed runs compiled {c['timed_compiles']}, {c['recompiles']} "
                          f"recompiles, {c['graph_breaks']} graph breaks, {share} of decode outside the graphs{note}")
-    autos = [r for r in rows if r.get("auto")]
-    if autos:
-        lines += ["", "auto: steps per window, summed over the configuration's runs"]
-        for r in autos:
+    adaptive = [r for r in rows if any("steps_per_window" in rep for rep in r.get(r["backend"]) or ())]
+    if adaptive:
+        lines += ["", "adaptive backends: steps per window, summed over the configuration's runs"]
+        for r in adaptive:
             used = {}
-            for rep in r["auto"]:
+            for rep in r[r["backend"]]:
                 for w, n in rep["steps_per_window"].items():
                     used[w] = used.get(w, 0) + n
             steps = sorted(used.items(), key=lambda x: int(x[0]))
@@ -360,100 +291,5 @@ def format_table(rows: List[dict]) -> str:
     return "\n".join(lines)
 
 
-def chosen_regime(name: Optional[str], model: Optional[str], sampling: dict):
-    """The run's regime: --regime NAME (which fixes the model and the sampling: ValueError if either is
-    also given), `demo` when neither a regime, a model nor a sampling setting is given, else None (a custom
-    run, which the output says)."""
-    if name is not None:
-        given = (["--model"] if model is not None else []) + [f"--{k.replace('_', '-')}" for k in sampling]
-        if given:
-            raise ValueError(f"--regime {name} fixes the model and the sampling settings; drop {', '.join(given)} "
-                             f"(or drop --regime for a custom run)")
-        return regime(name)
-    return regime("demo") if model is None and not sampling else None
-
-
-def main(argv=None):
-    ap = command_parser("bench", __doc__)
-    ap.add_argument("--regime", choices=list(REGIMES), default=None,
-                    help="fixes the model and its sampling settings (cli/regimes.py): demo (the demo model as it "
-                    "samples), paper (the demo model calibrated to SJD's commit rate on Lumina-mGPT), flat (a "
-                    "random-weight 8192-code target); without --regime and --model: demo")
-    ap.add_argument("--model", default=None, help="built-in name, model folder, or tiny:V,HxW[,row_end][,key=value] "
-                    "(keys: hidden, layers, heads, scale, seed); default: demo")
-    ap.add_argument("--backends", nargs="+", default=DEFAULT_CONFIGS,
-                    help="configurations like ar  sjd:window=32  sjd_pac:window=64,tree_width=4  ar:compile=true "
-                    "(a parameter left out takes the backend's default; include `ar` for the speed-up column)")
-    ap.add_argument("--windows", type=positive_int, nargs="+",
-                    help="run each configuration without an explicit window once per window (e.g. 16 32 64)")
-    ap.add_argument("--prompts", help="file with one prompt per line (default: 4 built-in prompts)")
-    ap.add_argument("--seeds", type=non_negative_int, nargs="+", default=[0, 1],
-                    help="seeds; every configuration runs every prompt with every seed")
-    ap.add_argument("--repeats", type=positive_int, default=1,
-                    help="times the whole interleaved round runs (more samples per configuration)")
-    ap.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: the model's own choice)")
-    ap.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"],
-                    help="weights precision (default: the model's own)")
-    ap.add_argument("--quantize", default="none", choices=["none", "int8", "int4"],
-                    help="weight-only quantization of the model folder's linear layers (docs/MODELS.md)")
-    ap.add_argument("--threads", type=positive_int, default=2,
-                    help="torch CPU threads (1: steadier timings on a machine shared with other jobs)")
-    ap.add_argument("--cfg-scale", type=non_negative_float, default=None,
-                    help="classifier-free guidance scale (default: the model's recommended one; 1: no guidance)")
-    ap.add_argument("--top-k", type=non_negative_int, default=None,
-                    help="keep the k most likely image tokens (default: the model's recommended one; 0: off, "
-                    "every token)")
-    ap.add_argument("--temperature", type=non_negative_float, default=None, help="sampling temperature (default 1)")
-    ap.add_argument("--top-p", type=non_negative_float, default=None, help="nucleus sampling (default 1: off)")
-    ap.add_argument("--json", help="write the rows (and the run's settings) to this file")
-    ap.add_argument("--both-modes", action="store_true", help="run each configuration that does not set "
-                    "reproducible twice: reproducible=false and reproducible=true (same image as AR), side by side")
-    ap.add_argument("--preview", action="store_true", help="also run each configuration with the node's live "
-                    "preview (interleaved) and report its overhead")
-    ap.add_argument("--quiet", action="store_true", help="no progress line per generation on stderr")
-    args = ap.parse_args(argv)
-    sampling = {k: v for k, v in (("cfg_scale", args.cfg_scale), ("top_k", args.top_k),
-                                  ("temperature", args.temperature), ("top_p", args.top_p)) if v is not None}
-    try:
-        the_regime = chosen_regime(args.regime, args.model, sampling)
-        configs = with_windows([parse_config(c) for c in args.backends], args.windows)
-        if args.both_modes:
-            configs = in_both_modes(configs)
-        if the_regime is not None:
-            configs = the_regime.apply_run_options(configs)
-    except ValueError as e:
-        ap.error(str(e))
-    if the_regime is not None:
-        args.model, sampling = the_regime.model, dict(the_regime.sampling)
-    args.model = args.model or "demo"
-    torch.set_num_threads(args.threads)  # after the checks: a refused command changes nothing
-    prompts = DEFAULT_PROMPTS
-    if args.prompts:
-        with open(args.prompts) as f:
-            prompts = [line.strip() for line in f if line.strip()]
-    model = _model(args.model, args.device, args.dtype, args.quantize)
-    t0 = time.time()
-    rows = run(model, configs, prompts, args.seeds, args.repeats, sampling=sampling, preview=args.preview,
-               log=None if args.quiet else (lambda s: print(s, file=sys.stderr)))
-    meta = {"command": "python -m specar bench " + " ".join(argv if argv is not None else sys.argv[1:]),
-            "model": args.model, "regime": the_regime.as_dict() if the_regime else None, "sampling": sampling,
-            "prompts": prompts, "seeds": args.seeds, "repeats": args.repeats,
-            "threads": args.threads, "device": str(model.device), "machine": platform.platform(),
-            "processor": cpu_name(), "cpu_count": os.cpu_count(), "torch": torch.__version__,
-            "date": time.strftime("%Y-%m-%d"), "wall_s": round(time.time() - t0, 1),
-            "load_average": _load_average()}  # other processes' load: a busy machine's latencies are longer
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"meta": meta, "rows": rows}, f, indent=1)
-    print(format_table(rows))  # after the file: a closed stdout (| head) must not lose the run
-    print("\n" + (the_regime.summary() if the_regime else f"regime: none (model {args.model}, sampling "
-                                                              f"{sampling or 'the model' + chr(39) + 's own'})"))
-    busy = busy_machine_note()
-    if busy:
-        print("\n" + busy[2:].capitalize() + " (the speed-ups are ratios within this run and hold better than the "
-              "seconds)")
-    return rows
-
-
-if __name__ == "__main__":
-    main()
+__all__ = ["DEFAULT_CONFIGS", "DEFAULT_PROMPTS", "compile_row", "format_table", "in_both_modes", "label",
+           "parse_config", "run", "with_windows"]

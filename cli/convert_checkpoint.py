@@ -1,3 +1,17 @@
-"""`python -m specar convert-checkpoint SRC DST`: a released .pt/.ckpt (loaded with weights_only=True) -> safetensors.
-The conversion itself lives in model_loaders/checkpoints.py, next to the loaders that read those files."""
-from ..model_loaders.checkpoints import main  # noqa: F401
+"""`python -m specar convert-checkpoint`: a released .pt/.ckpt checkpoint (loaded with weights_only=True) ->
+safetensors.
+
+The conversion lives in model_loaders/checkpoints.py, next to the loaders that read those files."""
+from __future__ import annotations
+
+
+def add_arguments(ap) -> None:
+    ap.add_argument("src", help="the released .pt / .ckpt file")
+    ap.add_argument("dst", help="the .safetensors file to write")
+
+
+def run(args) -> int:
+    from ..model_loaders.checkpoints import convert_checkpoint
+    n = convert_checkpoint(args.src, args.dst)
+    print(f"wrote {n} tensors to {args.dst}")
+    return n

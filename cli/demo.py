@@ -1,21 +1,23 @@
-"""`python -m specar demo` (what `make demo` runs): generate images with the embedded demo model,
-plain AR and the fastest lossless backend, on a CPU; save PNGs and a side-by-side grid under
-`output/`, and print per image the backend, decode forward passes, step compression, latency
-and the speedup over AR measured in the same run.
+"""`python -m specar demo`: images of the embedded demo model, plain AR and the fastest lossless backend, with
+the speed-up measured in the same run (what `make demo` runs).
+
+On a CPU: saves PNGs and a side-by-side grid under `--out`, and prints per image the backend, decode forward
+passes, step compression, latency and the speedup over AR measured in the same run.
 """
 from __future__ import annotations
 
 import json
 import os
-import sys
 import time
 
 import torch
 
-from .args import parse_command, non_negative_int, positive_int
-from .benchmark import _load_average, _model, cpu_name, parse_config
 from ..samplers.api import generate
 from ..samplers.stats import busy_machine_note
+from .args import non_negative_int, positive_int
+from .benchmark import parse_config
+from .machine import cpu_name, load_average
+from .model_spec import model_from_spec
 
 PROMPTS = [
     "a large red circle on a blue background",
@@ -74,18 +76,14 @@ def add_arguments(ap) -> None:
     ap.add_argument("--threads", type=positive_int, default=2, help="torch CPU threads")
 
 
-def main(argv=None):
-    return run(parse_command("demo", __doc__, add_arguments, argv), argv)
-
-
-def run(args, argv=None):
+def run(args):
     try:  # a bad --fast fails before any work
         configs = [{"backend": "ar"}, parse_config(args.fast)]
     except ValueError as e:
         raise ValueError(f"--fast {args.fast!r}: {e}") from None
     torch.set_num_threads(args.threads)
     os.makedirs(args.out, exist_ok=True)
-    model = _model(args.model, None, None)
+    model = model_from_spec(args.model)
     for cfg in configs:  # warm-up, so neither side pays first-call costs in the comparison
         generate(model, args.prompts[0], seed=args.seed, **cfg)
     pictures = {0: [], 1: []}
@@ -125,13 +123,8 @@ def run(args, argv=None):
         print(f"The two rows differ image by image: {configs[1]['backend']} draws its own random samples, from the same "
               f"distribution as AR's (lossless), not AR's images.")
     with open(os.path.join(args.out, "demo.json"), "w") as f:
-        command = ["demo", *argv] if argv is not None else sys.argv[1:]  # argv None: the dispatcher's command line
-        json.dump({"command": "python -m specar " + " ".join(command),
+        json.dump({"command": args.command_line,
                    "date": time.strftime("%Y-%m-%d"), "processor": cpu_name(), "threads": args.threads,
-                   "load_average": _load_average(),
+                   "load_average": load_average(),
                    "speedup_vs_ar": speedup, "images_equal_to_ar": same, "runs": report}, f, indent=1)
     return speedup
-
-
-if __name__ == "__main__":
-    main()

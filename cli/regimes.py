@@ -1,5 +1,5 @@
-"""Benchmark regimes (`python -m specar bench --regime NAME`); `python -m specar calibrate-regime` (the paper
-regime's temperature) is cli/calibrate_regime.py.
+"""Benchmark regimes (`python -m specar bench --regime NAME`); `python -m specar.tooling calibrate-regime` (the
+paper regime's temperature, written to cli/regime_paper.json) is tooling/calibrate_regime.py.
 
 A regime fixes what a benchmark's counts depend on besides the backend: the target model, its sampling
 settings (and with the model, the grid), and the verification mode where the regime's figures need one.
@@ -25,23 +25,6 @@ from dataclasses import dataclass, field
 from typing import List, Optional
 
 CALIBRATION_DIR = os.path.dirname(os.path.abspath(__file__))
-# the published figure the `paper` regime is calibrated to: SJD (L=16, random init) on Lumina-mGPT 7B,
-# MS-COCO 2017, step compression 2.22x (Teng et al., "Speculative Jacobi Decoding", Table 1, row C)
-PAPER_TARGET = 2.22
-PAPER_TARGET_SOURCE = "SJD (Teng et al.) Table 1, Lumina-mGPT, MS-COCO 2017: SJD L=16 step compression 2.22x"
-# the configuration the calibration measures: the SJD paper's setting, each backend's own rejection sampling
-PAPER_PROBE = "sjd:preset=paper,reproducible=false"
-# the settings the calibration keeps fixed (its command's defaults): at the papers' CFG 3 (top-k 256) no
-# temperature in [1, 16] brings the demo model's SJD below about 2.6 tokens per forward (per-image mean,
-# 16 images; docs/BENCHMARKS.md)
-PAPER_FIXED = {"cfg_scale": 6.0, "top_k": 0}
-# what the papers' step figures are: AR's forwards / the method's mean forwards per image (SCD Table 1 gives the
-# NFE itself), i.e. the bench's `step_compression_total` (all image tokens / all forwards), not the mean of
-# per-image ratios (which easy images pull up: 2.60 against 2.25 on the 8 images of
-# docs/figures/bench_regime_paper_1126.json)
-CALIBRATED_METRIC = "step_compression_total"
-# the prompts and seeds the calibration measures on: the bench's 4 default prompts x these seeds
-CALIBRATION_SEEDS = (0, 1, 2, 3)
 
 
 @dataclass(frozen=True)
@@ -83,15 +66,19 @@ def read_calibration(name: str, path: Optional[str] = None) -> dict:
         with open(path) as f:
             data = json.load(f)
     except FileNotFoundError:
-        raise ValueError(f"regime {name!r} needs its calibration {path}; run `python -m specar calibrate-regime "
-                         f"{name}`") from None
+        raise ValueError(f"regime {name!r} needs its calibration {path}; run `python -m specar.tooling "
+                         f"calibrate-regime {name}`") from None
     except (OSError, json.JSONDecodeError) as e:
         raise ValueError(f"regime {name!r}: cannot read its calibration {path}: {e}") from None
     sampling = data.get("sampling") if isinstance(data, dict) else None
     temperature = sampling.get("temperature") if isinstance(sampling, dict) else None
     if not isinstance(temperature, (int, float)) or isinstance(temperature, bool) or not temperature > 0:
         raise ValueError(f"regime {name!r}: calibration {path} has no positive sampling.temperature "
-                         f"(got {temperature!r}); re-run `python -m specar calibrate-regime {name}`")
+                         f"(got {temperature!r}); re-run `python -m specar.tooling calibrate-regime {name}`")
+    missing = [k for k in ("probe", "target") if k not in data]
+    if missing:
+        raise ValueError(f"regime {name!r}: calibration {path} lacks {', '.join(missing)}; re-run "
+                         f"`python -m specar.tooling calibrate-regime {name}`")
     return data
 
 
@@ -109,8 +96,8 @@ def _demo() -> Regime:
 
 def _paper() -> Regime:
     cal = read_calibration("paper")
-    return Regime("paper", f"the demo model at sampling settings where {PAPER_PROBE.split(',')[0]} commits "
-                  f"{cal.get('target', PAPER_TARGET)} tokens per forward as SJD does on Lumina-mGPT (each backend's "
+    return Regime("paper", f"the demo model at sampling settings where {cal['probe'].split(',')[0]} commits "
+                  f"{cal['target']} tokens per forward as SJD does on Lumina-mGPT (each backend's "
                   "own rejection sampling)", "demo", {**DEMO_SAMPLING, **cal["sampling"]},
                   {"reproducible": False}, source="cli/" + os.path.basename(calibration_path("paper")))
 

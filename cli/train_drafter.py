@@ -1,6 +1,7 @@
-"""`python -m specar train-drafter --kind {hawk,eagle,spatial} --model <demo|folder> --out <dir>`: train a
-drafter on the frozen target by self-distillation (training/). The kinds and their training functions
-(training/<module>.py, taking (model, args)) are the registered methods' (`Method.train`)."""
+"""`python -m specar train-drafter`: train a backend's drafter on a frozen model by self-distillation.
+
+The kinds (`--kind`) and their training functions (training/<module>.py, taking (model, args)) are the
+registered methods' (`Method.drafter_kind`, `Method.train`)."""
 from __future__ import annotations
 
 import importlib
@@ -8,25 +9,25 @@ import importlib
 import torch
 
 from ..samplers.backends import METHODS
-from .args import parse_command, non_negative_int, positive_float, positive_int
+from .args import non_negative_int, positive_float, positive_int
 
 KINDS = {m.drafter_kind: m.train for m in METHODS if m.train}  # kind -> "module:function" under training/
 
 
 def add_arguments(ap) -> None:
-    ap.add_argument("--kind", required=True, choices=sorted(KINDS), help="hawk: draft heads; eagle: an EAGLE layer; "
-                    "spatial: the spatial backend's heads")
+    ap.add_argument("--kind", required=True, choices=sorted(KINDS), help="the drafter: " + "; ".join(
+        f"{m.drafter_kind}: {m.label}'s ({m.name})" for m in METHODS if m.train))
     ap.add_argument("--model", default="demo", help="demo, or a model folder")
     ap.add_argument("--out", required=True, help="output folder (drafter.safetensors, drafter.json, checkpoint/)")
     ap.add_argument("--prompts", default=None,
-                    help="text file, one prompt per line (default for demo: its data generator)")
+                    help="text file, one prompt per line (unset, for demo: its data generator)")
     ap.add_argument("--images", type=positive_int, default=512, help="images the target samples for distillation")
     ap.add_argument("--steps", type=non_negative_int, default=2000,
                     help="optimiser steps (0: write the initial drafter, e.g. --init's, with its evaluation)")
     ap.add_argument("--batch", type=positive_int, default=32, help="training rows per step")
     ap.add_argument("--lr", type=positive_float, default=1e-3, help="learning rate")
     ap.add_argument("--attn-band", "--window", dest="attn_band", type=positive_int, default=None,
-                    help="eagle: committed positions the layer attends to (default: 2 image rows; --window: the "
+                    help="eagle: committed positions the layer attends to (unset: 2 image rows; --window: the "
                          "older name)")
     ap.add_argument("--intermediate-size", type=non_negative_int, default=0,
                     help="eagle: the layer's MLP width (0: the llama default for the hidden size)")
@@ -40,7 +41,7 @@ def add_arguments(ap) -> None:
                          "temperature, top-k), the distributions verification compares (0: off)")
     ap.add_argument("--seed", type=non_negative_int, default=0, help="random seed of sampling and training")
     ap.add_argument("--threads", type=positive_int, default=2, help="torch CPU threads")
-    ap.add_argument("--device", default=None, help="cpu, cuda, cuda:N (default: a GPU when there is one)")
+    ap.add_argument("--device", default=None, help="cpu, cuda, cuda:N (unset: a GPU when there is one)")
     ap.add_argument("--resume", action="store_true", help="continue from <out>/checkpoint")
 
 
@@ -53,11 +54,3 @@ def run(args) -> None:
     training = __package__.rpartition(".")[0] + ".training"  # the pack's own name, whatever its folder
     train = getattr(importlib.import_module(f".{module}", training), fn)
     train(model, args)
-
-
-def main(argv=None):
-    run(parse_command("train-drafter", __doc__, add_arguments, argv))
-
-
-if __name__ == "__main__":
-    main()

@@ -20,7 +20,7 @@ def test_parse_config_types_and_validation():
 
 def test_windows_expand_configs_without_a_window():
     configs = [benchmark.parse_config(c) for c in ("ar", "sjd", "scd:coupling=gumbel", "sjd_pac:window=8")]
-    labels = [benchmark._label(c) for c in benchmark.with_windows(configs, [4, 16])]
+    labels = [benchmark.label(c) for c in benchmark.with_windows(configs, [4, 16])]
     assert labels == ["ar", "sjd:window=4", "sjd:window=16", "scd:coupling=gumbel,window=4",
                       "scd:coupling=gumbel,window=16", "sjd_pac:window=8"]
     assert benchmark.with_windows(configs, None) == configs
@@ -53,7 +53,7 @@ def test_bench_command_writes_json(tmp_path):
 @pytest.mark.long  # a CLI run of minutes on a loaded 2-core machine: make test-long
 def test_shape_bench_small_runs(tmp_path):
     out = tmp_path / "shape.json"
-    cmd = [sys.executable, "-m", "specar", "shape-bench", "--small", "--device", "cpu", "--dtype", "float32",
+    cmd = [sys.executable, "-m", "specar.tooling", "shape-bench", "--small", "--device", "cpu", "--dtype", "float32",
            "--context", "64", "--windows", "1", "16", "--repeats", "2", "--json", str(out)]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
@@ -74,7 +74,7 @@ def test_shape_bench_small_runs(tmp_path):
 @pytest.mark.long  # make test-long
 def test_compile_rows_times_both_product_forms(tmp_path):
     out = tmp_path / "rows.json"
-    cmd = [sys.executable, "-m", "specar", "compile-rows", "--model", "tiny:16,4x4", "--tokens", "1", "3",
+    cmd = [sys.executable, "-m", "specar.tooling", "compile-rows", "--model", "tiny:16,4x4", "--tokens", "1", "3",
            "--calls", "2", "--rounds", "1", "--threads", "1", "--json", str(out)]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr

@@ -18,7 +18,8 @@ import pytest
 import torch
 
 import specar
-from specar.cli import benchmark
+from specar.cli import benchmark, call
+from specar.cli.model_spec import model_from_spec
 from specar.nodes import core, layouts, report, spec
 from specar.nodes.widgets import flatten
 from specar.testing import tiny_model
@@ -60,11 +61,11 @@ def test_help_imports_no_torch():
 def test_bench_takes_top_k_0_as_off_as_the_api_does(capsys, tmp_path):
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("a red circle\n")
-    rows = benchmark.main(["--model", "tiny:16,4x4", "--backends", "ar", "sjd:window=2", "--seeds", "0",
-                           "--prompts", str(prompts), "--top-k", "0", "--threads", "1", "--quiet"])
+    rows = call(["bench", "--model", "tiny:16,4x4", "--backends", "ar", "sjd:window=2", "--seeds", "0",
+                 "--prompts", str(prompts), "--top-k", "0", "--threads", "1", "--quiet"])
     assert [r["backend"] for r in rows] == ["ar", "sjd"]
     # top-k 0 samples every token: the API's top_k=0 run of the same seed needs the same forwards
-    model = benchmark._model("tiny:16,4x4", None, None)
+    model = model_from_spec("tiny:16,4x4")
     want = specar.generate(model, "a red circle", backend="sjd", window=2, seed=0, top_k=0)
     assert rows[1]["nfe"] == want.stats.nfe
 
@@ -78,7 +79,7 @@ def test_a_bad_number_in_a_configuration_names_the_allowed_range():
 
 def test_bench_help_and_the_hint_without_an_ar_row(capsys):
     with pytest.raises(SystemExit):
-        benchmark.main(["--help"])
+        call(["bench", "--help"])
     out = capsys.readouterr().out
     for option in ("--seeds", "--repeats", "--device", "--dtype", "--cfg-scale", "--top-k", "--quiet"):
         line = out[out.index(option):].split("\n--")[0]

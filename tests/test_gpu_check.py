@@ -1,24 +1,30 @@
-"""`python -m specar gpu-check`: its dry run end to end on the CPU (the report's structure), stage
-isolation (a failing stage is recorded and the next one runs; a stage past its budget is cut),
-the compiled path of one tiny case, and the roofline refit recovering known constants.
+"""`python -m specar.tooling gpu-check` (also `python -m specar gpu-check`): its dry run end to end on the CPU
+(the report's structure), stage isolation (a failing stage is recorded and the next one runs; a stage past its
+budget is cut, keeping what it measured), the plan (every registered backend, predictions from committed
+reports), the compiled path of one tiny case, and the roofline refit recovering known constants.
 
 No GPU here: these tests check the command itself; its CUDA figures come from a GPU (docs/BENCHMARKS.md)."""
+import dataclasses
 import json
 import subprocess
 import sys
 
 import pytest
 
-from specar.cli import gpu_check, gpu_refit, gpu_stages
-from specar.cli import roofline as rl
-from specar.cli.args import parse_command
+from specar import tooling
 from specar.model_loaders import compiled as compiled_mod
+from specar.samplers import backends as registry
 from specar.samplers.backends import SCHEMAS
+from specar.tooling import gpu_check
+from specar.tooling import roofline as rl
+from specar.tooling.gpu_check import exactness, plan, refit, report, runner, stages
+from specar.tooling.shapes import SHAPES
 
 
-def options(*argv):
-    return gpu_check.options_from_args(parse_command("gpu-check", gpu_check.__doc__, gpu_check.add_arguments,
-                                                     ["--dry-run", *argv]))
+def options(*argv, dry=True, reports=None):
+    ap = tooling.parser("gpu-check")
+    args = ap.parse_args(["gpu-check", *(["--dry-run"] if dry else []), *argv])
+    return gpu_check.options_from_args(args, reports)
 
 
 def cli(tmp_path, *argv, timeout=240):
@@ -44,17 +50,23 @@ def test_dry_run_end_to_end_writes_the_json_and_the_markdown(tmp_path):
     env = st["environment"]["result"]
     assert env["torch"] and env["peaks"]["copy_bytes_per_s"] > 0 and "MATH" in env["sdpa"]
     ex = st["exactness"]["result"]
-    assert [c["backend"] for c in ex["cases"]] == ["ar", "scd", "sjd_pac", "hawk", "adt_tree", "sjd_pac"]
-    # each backend's own rejection sampling (what the planted residual bug breaks), then the agreement mode
-    assert [c["params"]["reproducible"] for c in ex["cases"]] == [False] * 5 + [True]
+    cases = exactness.exactness_cases()
+    assert [c["backend"] for c in ex["cases"]] == [c[0] for c in cases]
+    assert {c["backend"] for c in ex["cases"]} == {m.name for m in SCHEMAS.values() if m.lossless}
+    # each backend's own rejection sampling (what the planted residual bug breaks), but for the agreement mode's case
+    assert [c["params"]["reproducible"] for c in ex["cases"]] == [p.get("reproducible", False) for _, p, _, _ in cases]
+    assert sum(c["params"]["reproducible"] for c in ex["cases"]) == 1
     for c in ex["cases"]:
         assert 0 <= c["p_value"] <= 1 and c["samples"] == 300 and c["passed"] == (c["p_value"] > ex["p_fail"])
-    assert len(ex["cases"]) * ex["p_fail"] < 1e-4  # the stage's false-failure bound
+    # the stage's false-failure bound (a union bound over its cases)
+    assert len(ex["cases"]) * ex["p_fail"] == pytest.approx(exactness.STAGE_P_FAIL) and exactness.STAGE_P_FAIL <= 1e-4
     assert "p_value" in ex["planted_wrong_residual"]
     rows = st["backends"]["result"]["rows"]
-    assert set(rows) == set(SCHEMAS)
+    assert list(rows) == report["plan"]["backend_order"] and set(rows) == set(SCHEMAS)
+    base = rows[plan.RATIO_BASE]["eager"]["latency_s"]
     for b, row in rows.items():
         assert row["eager"]["latency_s"] > 0 and row["eager"]["forwards"] >= 1, b
+        assert row["eager"]["speedup_vs_ar"] == base / row["eager"]["latency_s"]
         assert "compiled" not in row  # --no-compile
     fw = st["forward_7b"]["result"]
     timed = {int(T) for T, v in fw["eager"].items() if "forward_ms" in v}
@@ -71,6 +83,7 @@ def test_dry_run_end_to_end_writes_the_json_and_the_markdown(tmp_path):
         assert f"| {name} | ok |" in md
     for head in ("## Environment", "## Exactness on cpu", "## Backends on", "## Forward latency", "PROJECTION"):
         assert head in md
+    assert set(report["plan"]["stages"]) == set(gpu_check.STAGE_NAMES)
 
 
 def test_a_failing_stage_is_recorded_and_the_next_stage_still_runs(monkeypatch):
@@ -78,28 +91,28 @@ def test_a_failing_stage_is_recorded_and_the_next_stage_still_runs(monkeypatch):
         ctx.result["before_the_failure"] = 1
         raise RuntimeError("planted failure in the environment stage")
 
-    monkeypatch.setitem(gpu_stages.STAGES, "environment", broken)
-    report = gpu_check.run_check(options("--no-compile", "--stages", "environment", "exactness", "--samples", "200"),
-                                 in_process=True)
-    env, ex = report["stages"]["environment"], report["stages"]["exactness"]
+    monkeypatch.setitem(stages.STAGES, "environment", broken)
+    rep = runner.run_check(options("--no-compile", "--stages", "environment", "exactness", "--samples", "200"),
+                           in_process=True)
+    env, ex = rep["stages"]["environment"], rep["stages"]["exactness"]
     assert env["status"] == "failed"
     err = env["result"]["error"]
     assert err["type"] == "RuntimeError" and "planted failure" in err["message"] and not err["cuda_error"]
     assert any("broken" in line for line in err["traceback"])
     assert env["result"]["before_the_failure"] == 1  # what the stage had recorded is kept
-    assert ex["status"] == "ok" and len(ex["result"]["cases"]) == len(gpu_stages.EXACTNESS_CASES)
-    md = gpu_check.markdown(report)
+    assert ex["status"] == "ok" and len(ex["result"]["cases"]) == len(exactness.exactness_cases())
+    md = report.markdown(rep)
     assert "| environment | failed |" in md and "planted failure" in md and "| exactness | ok |" in md
 
 
 def test_a_stage_past_its_budget_is_cut_and_the_next_stage_still_runs(monkeypatch, tmp_path):
     # in this process (SIGALRM), a stage that would run for a minute
-    monkeypatch.setitem(gpu_stages.STAGES, "environment", lambda ctx: __import__("time").sleep(60))
-    report = gpu_check.run_check(options("--no-compile", "--stages", "environment", "exactness", "--samples", "200",
-                                         "--stage-budget", "environment=1"), in_process=True)
-    assert report["stages"]["environment"]["status"] == "timed out"
-    assert report["stages"]["environment"]["seconds"] < 10
-    assert report["stages"]["exactness"]["status"] == "ok"
+    monkeypatch.setitem(stages.STAGES, "environment", lambda ctx: __import__("time").sleep(60))
+    rep = runner.run_check(options("--no-compile", "--stages", "environment", "exactness", "--samples", "200",
+                                   "--stage-budget", "environment=1"), in_process=True)
+    assert rep["stages"]["environment"]["status"] == "timed out"
+    assert rep["stages"]["environment"]["seconds"] < 10
+    assert rep["stages"]["exactness"]["status"] == "ok"
     # in its own process (the default): killed at its budget, what follows runs
     report, md = cli(tmp_path, "--no-compile", "--stages", "exactness", "environment", "--stage-budget", "exactness=1")
     cut, env = report["stages"]["exactness"], report["stages"]["environment"]
@@ -109,7 +122,7 @@ def test_a_stage_past_its_budget_is_cut_and_the_next_stage_still_runs(monkeypatc
 
 
 def test_bad_arguments_are_one_error_line(capsys):
-    from specar.cli import main
+    main = tooling.main
     assert main(["gpu-check", "--dry-run", "--stage-budget", "warp=3"]) == 2
     assert "--stage-budget must be STAGE=SECONDS" in capsys.readouterr().err
     assert main(["gpu-check", "--dry-run", "--stage-budget", "backends=-1"]) == 2
@@ -125,8 +138,8 @@ def test_bad_arguments_are_one_error_line(capsys):
 def test_the_compiled_path_of_one_tiny_case():
     """The backends stage with AR compiled (the dry run's only compiled backend): one graph, no break,
     no recompile, the eager tokens, and dynamo's counters recorded."""
-    report = gpu_check.run_check(options("--stages", "backends"), in_process=True)
-    rec = report["stages"]["backends"]
+    rep = runner.run_check(options("--stages", "backends"), in_process=True)
+    rec = rep["stages"]["backends"]
     assert rec["status"] == "ok", rec["result"].get("error")
     c = rec["result"]["rows"]["ar"]["compiled"]
     assert "error" not in c, c
@@ -145,7 +158,7 @@ def test_the_compiled_path_of_one_tiny_case():
 def _synthetic(bw_eff, fl_eff, launch_s, launches=900):
     """Forward latencies made by the roofline model itself with known constants, on a card known
     only by its (measured) peaks, slow enough in FLOPs that long chains are compute-bound."""
-    shape = gpu_stages.SHAPE_7B
+    shape = SHAPES["chameleon-7b"]
     env = {"device_name": "Test GPU", "peaks": {"copy_bytes_per_s": 1.0e12, "matmul_flops_per_s": 2.0e13}}
     S = 2480
     s = rl.replace(rl.LUMINA_MGPT_7B, qk_norm=False, head_rows_read=shape["image_codes"])
@@ -161,7 +174,7 @@ def _synthetic(bw_eff, fl_eff, launch_s, launches=900):
 
 def test_the_roofline_refit_recovers_known_constants():
     measured, env = _synthetic(0.75, 0.6, 12e-6)
-    fit = gpu_refit.refit_roofline(measured, env, gpu_check.DEFAULT_BENCH_JSON)
+    fit = refit.refit_roofline(measured, env, rl.DEFAULT_BENCH_JSON)
     assert fit["card_source"] == "measured" and fit["card"] == "Test GPU"
     assert (fit["compiled_fit"]["bandwidth_eff"], fit["compiled_fit"]["flops_eff"]) == (0.75, 0.6)
     assert fit["compiled_fit"]["max_abs_rel_error"] < 1e-9
@@ -175,11 +188,11 @@ def test_the_roofline_refit_recovers_known_constants():
     # on a card whose FLOPs no measured forward reaches, the FLOPs efficiency is not determined: said so,
     # and the assumed default kept
     fast = dict(env, peaks={"copy_bytes_per_s": 1.0e12, "matmul_flops_per_s": 1.0e16})
-    memory_bound = gpu_refit.refit_roofline(measured, fast, gpu_check.DEFAULT_BENCH_JSON)["compiled_fit"]
+    memory_bound = refit.refit_roofline(measured, fast, rl.DEFAULT_BENCH_JSON)["compiled_fit"]
     assert not memory_bound["flops_eff_identified"] and memory_bound["flops_eff"] == rl.EFFICIENCY.flops_eff
     # a planted error in the measurements moves the fit
     measured["eager"] = {T: {"forward_ms": v["forward_ms"] * 2} for T, v in measured["eager"].items()}
-    assert gpu_refit.refit_roofline(measured, env, gpu_check.DEFAULT_BENCH_JSON)["eager_fit"]["launch_s"] > 20e-6
+    assert refit.refit_roofline(measured, env, rl.DEFAULT_BENCH_JSON)["eager_fit"]["launch_s"] > 20e-6
 
 
 @pytest.mark.parametrize("name,key", [("NVIDIA H100 80GB HBM3", "h100"), ("NVIDIA A100-SXM4-80GB", "a100"),
@@ -187,7 +200,7 @@ def test_the_roofline_refit_recovers_known_constants():
                                       ("NVIDIA H200", None)])
 def test_the_card_is_the_datasheet_one_or_the_measured_one(name, key):
     peaks = {"copy_bytes_per_s": 4e12, "matmul_flops_per_s": 7e14}
-    gpu, source = gpu_refit.card_of(name, peaks)
+    gpu, source = refit.card_of(name, peaks)
     if key:
         assert gpu is rl.GPUS[key] and source == "datasheet"
     else:
@@ -197,27 +210,27 @@ def test_the_card_is_the_datasheet_one_or_the_measured_one(name, key):
 def test_a_stage_failing_with_a_cuda_error_is_rerun_with_blocking_launches(monkeypatch):
     calls = []
 
-    def fake_process(name, options, budget, previous, workdir, extra_env=None):
+    def fake_process(name, options, budget, previous, workdir, extra_env=None, progress=None):
         calls.append((name, extra_env))
         err = {"type": "RuntimeError", "message": "CUDA error: device-side assert triggered", "cuda_error": True,
                "traceback": []}
         failed = name == "exactness"
         return {"status": "failed" if failed else "ok", "result": {"error": err} if failed else {}, "seconds": 1.0}
 
-    monkeypatch.setattr(gpu_check, "run_stage_process", fake_process)
-    report = gpu_check.run_check(options("--no-compile", "--stages", "exactness", "backends"))
+    monkeypatch.setattr(runner, "run_stage_process", fake_process)
+    rep = runner.run_check(options("--no-compile", "--stages", "exactness", "backends"))
     # the rerun comes after every stage has had its turn: it cannot starve a later stage of its budget
     assert calls == [("exactness", None), ("backends", None), ("exactness", {"CUDA_LAUNCH_BLOCKING": "1"})]
-    assert report["stages"]["exactness"]["blocking_rerun"]["status"] == "failed"
-    assert "blocking_rerun" not in report["stages"]["backends"]
-    assert "exactness (rerun, CUDA_LAUNCH_BLOCKING=1)" in gpu_check.markdown(report)
+    assert rep["stages"]["exactness"]["blocking_rerun"]["status"] == "failed"
+    assert "blocking_rerun" not in rep["stages"]["backends"]
+    assert "exactness (rerun, CUDA_LAUNCH_BLOCKING=1)" in report.markdown(rep)
 
 
 def test_a_cuda_error_recorded_for_one_item_also_counts():
     ok_with_item_error = {"status": "ok", "result": {"rows": {"ar": {"compiled": {"error": "RuntimeError: CUDA error: "
                                                                                             "an illegal memory access"}}}}}
-    assert gpu_check.had_cuda_error(ok_with_item_error)
-    assert not gpu_check.had_cuda_error({"status": "failed", "result": {"error": {"message": "ValueError: bad",
+    assert runner.had_cuda_error(ok_with_item_error)
+    assert not runner.had_cuda_error({"status": "failed", "result": {"error": {"message": "ValueError: bad",
                                                                                   "cuda_error": False}}})
 
 
@@ -225,5 +238,132 @@ def test_backends_and_compiled_token_counts_can_be_chosen():
     """A GPU lease is short: `--backends` and `--compiled-tokens-7b` pick what the stages run, in order."""
     opt = options("--backends", "scd", "ar", "--compiled-tokens-7b", "33", "1")
     assert opt["backends"] == ["scd", "ar"] and opt["compiled_tokens_7b"] == [33, 1]
-    report = gpu_check.run_check(dict(opt, stages=["backends"], compile=False), in_process=True)
-    assert list(report["stages"]["backends"]["result"]["rows"]) == ["scd", "ar"]
+    rep = runner.run_check(dict(opt, stages=["backends"], compile=False), in_process=True)
+    assert list(rep["stages"]["backends"]["result"]["rows"]) == ["scd", "ar"]
+
+
+@pytest.fixture
+def ninth_backend():
+    """A 9th backend in the registry (SJD's Method under another name: it runs), patched in and restored."""
+    ninth = dataclasses.replace(SCHEMAS["sjd"], name="sjd_ninth", label="SJD, registered again")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(registry, "METHODS", registry.METHODS + (ninth,))
+        mp.setitem(registry.SCHEMAS, ninth.name, ninth)
+        mp.setattr(registry, "BACKENDS", tuple(registry.SCHEMAS))
+        yield ninth.name
+
+
+def test_a_backend_registered_in_methods_is_in_the_gpu_check(ninth_backend):
+    """No list of backends in gpu-check: a 9th registered backend is planned (eager and, on CUDA, compiled among
+    those no GPU has compiled, right after AR's), gets an exactness case, and runs in the backends stage."""
+    dry = options("--no-compile", "--stages", "exactness", "backends")
+    assert ninth_backend in dry["backends"]
+    items = [i["item"] for i in dry["plan"]["stages"]["backends"]["items"]]
+    assert f"eager {ninth_backend}" in items
+    cases = [i["item"] for i in dry["plan"]["stages"]["exactness"]["items"]]
+    assert any(case.startswith(f"chi-square {ninth_backend} ") for case in cases)
+    gpu = options("--plan-only", dry=False)
+    measured = plan.compiled_on_a_gpu(plan.committed_reports())
+    order = gpu["compile_backends"]
+    assert order[0] == plan.RATIO_BASE and ninth_backend in order
+    assert all(order.index(ninth_backend) < order.index(b) for b in measured if b != plan.RATIO_BASE)
+    assert f"compiled {ninth_backend}" in [i["item"] for i in gpu["plan"]["stages"]["backends"]["items"]]
+    rep = runner.run_check(dict(dry, stages=["backends"]), in_process=True)
+    row = rep["stages"]["backends"]["result"]["rows"][ninth_backend]
+    assert row["eager"]["latency_s"] > 0 and row["eager"]["speedup_vs_ar"] > 0
+
+
+def test_a_backends_stage_cut_mid_way_keeps_the_ratios_of_its_finished_rows(monkeypatch):
+    """The stage's budget ends during the third backend (the cut as SIGALRM delivers it): the rows before it
+    already carry their ratio to AR's latency."""
+    from specar.samplers import api
+    real, calls = api.generate, []
+
+    def cut_on_the_fourth_call(*a, **kw):  # the untimed first generation, then AR, then one more backend
+        calls.append(kw.get("backend"))
+        if len(calls) == 4:
+            raise runner.StageTimeout("planted: the stage's budget ends here")
+        return real(*a, **kw)
+
+    monkeypatch.setattr(api, "generate", cut_on_the_fourth_call)
+    rep = runner.run_check(options("--no-compile", "--stages", "backends"), in_process=True)
+    rec = rep["stages"]["backends"]
+    assert rec["status"] == "timed out"
+    done = {b: row for b, row in rec["result"]["rows"].items() if "latency_s" in row.get("eager", {})}
+    assert list(done) == calls[1:3] and done[plan.RATIO_BASE]["eager"]["speedup_vs_ar"] == 1.0
+    other = done[calls[2]]["eager"]
+    assert other["speedup_vs_ar"] == done[plan.RATIO_BASE]["eager"]["latency_s"] / other["latency_s"]
+    assert f"| {calls[2]} | " in report.markdown(rep)  # the partial stage's table is written
+
+
+def test_the_report_is_written_while_a_stage_process_runs(monkeypatch, tmp_path):
+    """A command killed from outside (a lease's time limit) leaves the report of what ran so far."""
+    monkeypatch.setattr(runner, "PROGRESS_S", 0.5)
+    seen = []
+
+    def update(rep):
+        seen.append(json.loads(json.dumps(rep, default=runner.json_default)))
+        gpu_check.write_report(rep, str(tmp_path))
+
+    rep = runner.run_check(options("--no-compile", "--stages", "environment"), on_update=update)
+    assert rep["stages"]["environment"]["status"] == "ok"
+    assert any(r["stages"].get("environment", {}).get("status") == "running" for r in seen), seen
+    assert seen[-1]["stages"]["environment"]["status"] == "ok"
+    assert "| environment | ok |" in (tmp_path / "gpu_check.md").read_text()
+    assert json.loads((tmp_path / "gpu_check.json").read_text())["stages"]["environment"]["status"] == "ok"
+
+
+def _report(order, eager_s, compiled_s, cut=None, stage_s=100.0):
+    """A committed report: the backends stage with these eager and compiled seconds, `cut` compiling when its budget
+    ended; an exactness stage whose process start is 3 s."""
+    rows = {b: {"eager": {"wall_s": eager_s[b]}} for b in order}
+    for b, s in compiled_s.items():
+        rows[b]["compiled"] = {"first_run_s": s - 1.0, "wall_s": 1.0, "latency_s": 1.0}
+    cases = [{"backend": "ar", "seconds": 2.0, "samples": 1000}]
+    return {"meta": {"dry_run": False}, "stages": {
+        "exactness": {"status": "ok", "seconds": 5.0, "result": {"cases": cases}},
+        "backends": {"status": "timed out" if cut else "ok", "seconds": stage_s,
+                     "result": {"first_generation_s": 4.0, "rows": rows}}}}
+
+
+def test_the_plan_predicts_each_stage_from_committed_reports():
+    order = list(SCHEMAS)
+    measured = order[:3]  # AR and two others compiled, the fourth cut while compiling
+    eager_s = {b: 1.0 + i for i, b in enumerate(order)}
+    compiled_s = {b: 10.0 * (i + 1) for i, b in enumerate(measured)}
+    committed = _report(order, eager_s, compiled_s, cut=order[3], stage_s=200.0)
+    opt = options("--plan-only", "--stages", "exactness", "backends", "--stage-budget", "backends=100",
+                  "--samples", "500", dry=False, reports=[("committed.json", committed)])
+    want_order = [order[0]] + [b for b in order[1:] if b not in measured] + measured[1:]
+    assert opt["backends"] == want_order
+    p = opt["plan"]["stages"]
+    ex = {i["item"]: i for i in p["exactness"]["items"]}
+    assert ex["process start"]["predicted_s"] == 5.0 - 2.0
+    assert next(i for k, i in ex.items() if k.startswith("chi-square ar "))["predicted_s"] == 2.0 / 1000 * 500
+    items = {i["item"]: i for i in p["backends"]["items"]}
+    for b in order:
+        assert items[f"eager {b}"]["predicted_s"] == eager_s[b]
+    for b in measured:
+        assert items[f"compiled {b}"]["predicted_s"] == compiled_s[b] and "estimated" not in items[f"compiled {b}"]
+    # the compile cut by the budget took at least what was left of the stage; the others: the slowest measured
+    left = 200.0 - 3.0 - 4.0 - sum(eager_s.values()) - sum(compiled_s.values())
+    assert items[f"compiled {order[3]}"]["predicted_s"] == round(max(left, max(compiled_s.values())), 1)
+    assert all(items[f"compiled {b}"]["predicted_s"] == max(compiled_s.values()) and items[f"compiled {b}"]["estimated"]
+               for b in order[4:])
+    total = sum(i["predicted_s"] for i in p["backends"]["items"])
+    assert p["backends"]["predicted_s"] == pytest.approx(total, abs=0.1)
+    # the items past the stage's budget, in order
+    spent, cut = 0.0, []
+    for i in p["backends"]["items"]:
+        spent += i["predicted_s"]
+        cut += [i["item"]] if spent > 100.0 else []
+    assert p["backends"]["cut"] == cut and cut
+    assert "PREDICTED PAST ITS BUDGET" in plan.plan_text(opt["plan"])
+
+
+def test_plan_only_needs_no_gpu_and_prints_every_stage_against_its_budget(capsys):
+    assert tooling.main(["gpu-check", "--plan-only", "--out", "never-written"]) == 0
+    out = capsys.readouterr().out
+    for name, budget in gpu_check.PROFILES["cuda"]["budgets"].items():
+        assert any(line.split()[:2] == [name, f"{budget:.0f}"] for line in out.splitlines()), (name, out)
+    assert "backends, in order: " + " ".join(plan.backend_order(plan.committed_reports())) in out

@@ -65,7 +65,7 @@ def test_missing_repo_is_a_clear_error_naming_the_cache(cache):
 
 def test_load_model_finds_a_real_folder_in_the_cache(cache):
     # a tiny LlamaGen checkpoint in the cache layout loads by its repo id
-    from specar.cli.real_size import build_folder
+    from specar.tooling.real_size_builders import build_folder
     src = build_folder("llamagen-xl", str(cache.parent / "src"), layers=1, reduced=True, dtype=torch.float32)
     snap = cache / "models--FoundationVision--LlamaGen" / "snapshots" / "r1"
     shutil.copytree(src, snap)

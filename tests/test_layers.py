@@ -1,7 +1,7 @@
 """The product modules' imports: no upward import between layers and no import cycle, between
 modules and between folders.
 
-Layers, top to bottom: nodes/, cli/ > training/, testing.py > samplers/ > model_loaders/. A module
+Layers, top to bottom: tooling/ > nodes/, cli/ > training/, testing.py > samplers/ > model_loaders/. A module
 imports only its own layer or those below it. Every import counts, also one inside a function (a lazy
 import hides a cycle from Python, not from the reader). The folders' graph (one node per top folder,
 testing.py its own) has no cycle either: two folders of one layer may not import each other, even
@@ -12,7 +12,7 @@ import os
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-LAYERS = {"nodes": 3, "cli": 3, "training": 2, "testing": 2, "samplers": 1, "model_loaders": 0}
+LAYERS = {"tooling": 4, "nodes": 3, "cli": 3, "training": 2, "testing": 2, "samplers": 1, "model_loaders": 0}
 PRODUCT = tuple(LAYERS)  # folders, and testing.py (the test-side helpers the bench's tiny models use)
 
 
@@ -114,7 +114,7 @@ def test_the_graph_is_read():
     assert "samplers.drafters.jacobi" in graph["samplers.backends"]
     assert "model_loaders.drafter_files" in graph["samplers.drafters.eagle.files"]
     assert "samplers.drafters.eagle.lantern_conversion" in graph["cli.convert_drafter"]
-    assert "testing" in graph["cli.benchmark"] and "samplers.api" in graph["testing"]
+    assert "testing" in graph["cli.model_spec"] and "samplers.api" in graph["testing"]
     assert "samplers.drafters.hawk.network" in graph["training.hawk"]
     folders = folder_graph(graph)
     assert folders["cli"] >= {"testing", "samplers", "model_loaders"} and "samplers" in folders["training"]

@@ -134,7 +134,7 @@ def test_compiled_step_on_a_quantized_model_gives_eager_tokens():
 
 def test_family_loader_quantizes_before_the_device(tmp_path):
     # a LlamaGen folder in the authors' format (the fast real-size test builds one at reduced size)
-    from specar.cli.real_size import SPECS, build_folder
+    from specar.tooling.real_size_builders import SPECS, build_folder
     folder = build_folder("llamagen-xl", str(tmp_path), layers=1, reduced=True, dtype=torch.float32)
     full = specar.load_model(folder, dtype="fp32", n_head=4)  # n_head: the reduced test's width is no GPT size
     q = specar.load_model(folder, dtype="fp32", quantize="int8", n_head=4)

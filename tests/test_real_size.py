@@ -1,11 +1,12 @@
 """The real-size command's path at reduced widths (what CI can run): every family's folder is written in
-its real format by `python -m specar real-size`'s builders, loaded through `specar.load_model`,
+its real format by `python -m specar.tooling real-size`'s builders, loaded through `specar.load_model`,
 generates a few speculative steps, decodes a full grid, and its forwards are timed; int4 holds
 fewer bytes per decoder layer than the unquantized model."""
 import pytest
 import torch
 
-from specar.cli.real_size import REDUCED, SPECS, build_folder, measure, real_params
+from specar.tooling.real_size import measure, real_params
+from specar.tooling.real_size_builders import REDUCED, SPECS, build_folder
 
 
 def test_every_published_spec_has_a_reduced_twin_and_a_source():

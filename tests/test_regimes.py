@@ -1,13 +1,16 @@
 """Benchmark regimes (cli/regimes.py): each builds and runs, the bench shows it, the paper regime's
-calibration search lands where it says."""
+calibration search (tooling/calibrate_regime.py) lands where it says."""
 import json
 import subprocess
 import sys
 
 import pytest
 
-from specar.cli import benchmark, calibrate_regime, regimes
-from specar.cli.benchmark import _model, parse_config
+from specar import tooling
+from specar.cli import bench, benchmark, call, regimes
+from specar.cli.benchmark import parse_config
+from specar.cli.model_spec import model_from_spec as _model
+from specar.tooling import calibrate_regime
 
 
 def test_every_regime_builds_and_names_its_settings():
@@ -36,11 +39,11 @@ def test_checked_in_calibration_is_one_of_its_evaluations():
     chosen = [e for e in cal["evaluations"] if e["temperature"] == cal["sampling"]["temperature"]]
     assert len(chosen) == 1 and chosen[0]["step_compression"] == cal["step_compression"]
     assert cal["reached"] and abs(cal["step_compression"] - cal["target"]) <= cal["tolerance"] * cal["target"]
-    assert cal["metric"] == regimes.CALIBRATED_METRIC and cal["probe"] == regimes.PAPER_PROBE
+    assert cal["metric"] == calibrate_regime.CALIBRATED_METRIC and cal["probe"] == calibrate_regime.PAPER_PROBE
 
 
 def test_bad_calibration_file_is_reported(tmp_path):
-    with pytest.raises(ValueError, match="run `python -m specar calibrate-regime paper`"):
+    with pytest.raises(ValueError, match="run `python -m specar.tooling calibrate-regime paper`"):
         regimes.read_calibration("paper", str(tmp_path / "missing.json"))
     bad = tmp_path / "bad.json"
     bad.write_text('{"sampling": {"temperature": -1}}')
@@ -68,12 +71,12 @@ def test_tiny_spec_options_and_errors():
 
 
 def test_regime_excludes_model_and_sampling_options():
-    assert benchmark.chosen_regime(None, None, {}).name == "demo"  # nothing given: today's bench
-    assert benchmark.chosen_regime(None, "tiny:8,4x4", {}) is None  # a custom run
-    assert benchmark.chosen_regime("flat", None, {}).model == regimes.FLAT_MODEL
+    assert bench.chosen_regime(None, None, {}).name == "demo"  # nothing given: today's bench
+    assert bench.chosen_regime(None, "tiny:8,4x4", {}) is None  # a custom run
+    assert bench.chosen_regime("flat", None, {}).model == regimes.FLAT_MODEL
     with pytest.raises(ValueError, match="--regime paper fixes the model and the sampling settings; drop --model, "
                                          "--temperature"):
-        benchmark.chosen_regime("paper", "demo", {"temperature": 2.0})
+        bench.chosen_regime("paper", "demo", {"temperature": 2.0})
 
 
 @pytest.mark.parametrize("name", list(regimes.REGIMES))
@@ -103,8 +106,8 @@ def test_bench_command_shows_the_regime(tmp_path):
     assert meta["sampling"] == regimes.FLAT_SAMPLING
     summary = regimes.regime("flat").summary()
     assert summary.startswith("regime: flat (model tiny:8192,16x16") and summary in res.stdout.splitlines()
-    with pytest.raises(SystemExit):
-        benchmark.main(["--regime", "flat", "--model", "demo", "--backends", "ar"])
+    with pytest.raises(ValueError, match="--regime flat fixes the model"):
+        call(["bench", "--regime", "flat", "--model", "demo", "--backends", "ar"])
 
 
 def test_calibration_lands_where_it_says_on_a_tiny_target():
@@ -129,10 +132,9 @@ def test_calibration_lands_where_it_says_on_a_tiny_target():
 
 
 def test_calibrate_command_refuses_bad_bounds(tmp_path, capsys):
-    """`python -m specar calibrate-regime`: bad bounds are one error line, before any model is loaded."""
-    from specar.cli import main
+    """`python -m specar.tooling calibrate-regime`: bad bounds are one error line, before any model is loaded."""
     out = tmp_path / "cal.json"
-    assert main(["calibrate-regime", "paper", "--lo", "4", "--hi", "2", "--out", str(out)]) == 2
+    assert tooling.main(["calibrate-regime", "paper", "--lo", "4", "--hi", "2", "--out", str(out)]) == 2
     assert "--lo (4.0) must be below --hi (2.0)" in capsys.readouterr().err
-    assert main(["calibrate-regime", "flat"]) == 2  # only `paper` is calibrated
+    assert tooling.main(["calibrate-regime", "flat"]) == 2  # only `paper` is calibrated
     assert not out.exists()

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from specar.cli import benchmark, roofline
+from specar.cli import benchmark
+from specar.tooling import roofline
 from specar.nodes import spec, v1
 from specar.samplers import backends
 from specar.samplers.drafters.base import Drafter

@@ -1,4 +1,4 @@
-"""The roofline projection (cli/roofline.py): its byte / FLOP accounting against hand computations,
+"""The roofline projection (tooling/roofline.py): its byte / FLOP accounting against hand computations,
 its regimes, the launch-cost fit, the bench-row plans, and the published rows it claims to reproduce.
 Nothing here is timed: the model is pure arithmetic."""
 import json
@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from specar.cli import roofline as rl
+from specar.tooling import roofline as rl
 
 # a shape small enough to count by hand
 TINY = rl.ModelShape("tiny", hidden=8, layers=2, mlp=12, vocab=32, bytes_per_param=2)
@@ -175,7 +175,7 @@ def test_shape_bench_roofline_command(tmp_path):
     # AR is not the first row: the speedups are still against it
     bench.write_text(json.dumps({"rows": [bench_row("scd", {"window": 16}, 5.0), bench_row("ar", {}, 1.0)]}))
     out = tmp_path / "roof.json"
-    cmd = [sys.executable, "-m", "specar", "shape-bench", "--roofline", "--bench-json", str(bench), "--json", str(out)]
+    cmd = [sys.executable, "-m", "specar.tooling", "shape-bench", "--roofline", "--bench-json", str(bench), "--json", str(out)]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
     assert "PROJECTION" in res.stdout

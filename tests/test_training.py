@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import specar
-from specar.cli import train_drafter
+from specar.cli import call
 from specar.model_loaders.registry import load_model
 from specar.training import eagle as eagle_training
 
@@ -21,8 +21,8 @@ def demo():
 @pytest.mark.parametrize("kind, backend, param", [("eagle", "adt_tree", "drafter"), ("hawk", "hawk", "heads")])
 def test_train_drafter_writes_a_drafter_its_backend_loads(kind, backend, param, demo, tmp_path):
     out = tmp_path / kind
-    train_drafter.main(["--kind", kind, "--model", "demo", "--out", str(out), "--images", "2", "--steps", "2",
-                        "--batch", "2", "--threads", "1"])
+    call(["train-drafter", "--kind", kind, "--model", "demo", "--out", str(out), "--images", "2", "--steps", "2",
+          "--batch", "2", "--threads", "1"])
     meta = json.loads((out / "drafter.json").read_text())
     assert meta["kind"] == kind and meta["training"]["steps"] == 2 and meta["training"]["images"] == 2
     res = specar.generate(demo, "a red circle", backend=backend, seed=0, **{param: str(out)})
@@ -116,14 +116,14 @@ def test_guided_fine_tuning_from_init_lowers_the_guided_kl(demo, tmp_path):
     shipped = demo.folder + "/eagle_drafter"
     common = ["--kind", "eagle", "--model", "demo", "--images", "4", "--batch", "8", "--threads", "1",
               "--init", shipped, "--guided-weight", "1", "--lr", "3e-4"]
-    train_drafter.main(common + ["--out", str(tmp_path / "before"), "--steps", "0"])
-    train_drafter.main(common + ["--out", str(tmp_path / "after"), "--steps", "8"])
+    call(["train-drafter"] + common + ["--out", str(tmp_path / "before"), "--steps", "0"])
+    call(["train-drafter"] + common + ["--out", str(tmp_path / "after"), "--steps", "8"])
     before = json.loads((tmp_path / "before" / "drafter.json").read_text())["training"]
     after = json.loads((tmp_path / "after" / "drafter.json").read_text())["training"]
     assert after["init"] == shipped and after["guided_weight"] == 1.0
     # step 0 is the shipped drafter itself (same weights, same data): its KL is the reference
     assert after["eval_guided_kl"] < 0.9 * before["eval_guided_kl"], (before, after)
     with pytest.raises(ValueError, match="--intermediate-size 999 conflicts with --init"):
-        train_drafter.main(common + ["--out", str(tmp_path / "x"), "--steps", "1", "--intermediate-size", "999"])
+        call(["train-drafter"] + common + ["--out", str(tmp_path / "x"), "--steps", "1", "--intermediate-size", "999"])
     with pytest.raises(ValueError, match="--guided-weight must be >= 0.*-1"):
-        train_drafter.main(common[:-4] + ["--guided-weight", "-1", "--out", str(tmp_path / "y"), "--steps", "1"])
+        call(["train-drafter"] + common[:-4] + ["--guided-weight", "-1", "--out", str(tmp_path / "y"), "--steps", "1"])

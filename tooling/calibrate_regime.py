@@ -1,20 +1,38 @@
-"""`python -m specar calibrate-regime paper`: the `paper` bench regime's temperature (cli/regimes.py reads
-the result). Its own module: it runs the bench's models and prompts (cli/benchmark.py), which itself reads
-the regimes (so the regimes cannot import the bench back)."""
+"""`python -m specar.tooling calibrate-regime`: the temperature of the `paper` bench regime.
+
+A scan of temperatures, then bisection on log-temperature (CFG and top-k fixed), for the demo model until
+the probe configuration (PAPER_PROBE) commits the target step compression (all image tokens / all forwards,
+as the papers' NFE ratios; PAPER_TARGET_SOURCE) on the bench's default prompts x the seeds; writes
+cli/regime_paper.json, which `python -m specar bench --regime paper` reads (cli/regimes.py).
+"""
 from __future__ import annotations
 
 import json
 import math
-import os
-import platform
 import statistics
 import sys
 import time
 from typing import Callable
 
-from .args import non_negative_int, parse_command, positive_float, positive_int
-from .regimes import (CALIBRATED_METRIC, CALIBRATION_SEEDS, PAPER_FIXED, PAPER_PROBE, PAPER_TARGET,
-                      PAPER_TARGET_SOURCE, calibration_path)
+from ..cli.args import non_negative_int, positive_float, positive_int
+from ..cli.regimes import DEMO_SAMPLING, calibration_path
+
+# the published figure the `paper` regime is calibrated to: SJD (L=16, random init) on Lumina-mGPT 7B,
+# MS-COCO 2017, step compression 2.22x (Teng et al., "Speculative Jacobi Decoding", Table 1, row C)
+PAPER_TARGET = 2.22
+PAPER_TARGET_SOURCE = "SJD (Teng et al.) Table 1, Lumina-mGPT, MS-COCO 2017: SJD L=16 step compression 2.22x"
+# the configuration the calibration measures: the SJD paper's setting, each backend's own rejection sampling
+PAPER_PROBE = "sjd:preset=paper,reproducible=false"
+# the settings the calibration keeps fixed: at the papers' CFG (the demo model's own) no temperature in [1, 16]
+# brings the demo model's SJD below about 2.6 tokens per forward (per-image mean, 16 images; docs/BENCHMARKS.md)
+PAPER_FIXED = {"cfg_scale": 6.0, "top_k": 0}
+# what the papers' step figures are: AR's forwards / the method's mean forwards per image (SCD Table 1 gives the
+# NFE itself), i.e. the bench's `step_compression_total` (all image tokens / all forwards), not the mean of
+# per-image ratios (which easy images pull up: 2.60 against 2.25 on the 8 images of
+# docs/figures/bench_regime_paper_1126.json)
+CALIBRATED_METRIC = "step_compression_total"
+# the prompts and seeds the calibration measures on: the bench's default prompts x these seeds
+CALIBRATION_SEEDS = (0, 1, 2, 3)
 
 
 # -- calibration --------------------------------------------------------------------------------------------
@@ -75,24 +93,15 @@ def calibrate_temperature(measure: Callable[[float], float], target: float, lo: 
             "evaluations": history}
 
 
-CALIBRATE_DOC = f"""`python -m specar calibrate-regime paper`: the temperature of the `paper` regime.
-
-A scan of temperatures, then bisection on log-temperature (CFG and top-k fixed), for the demo model until
-`{PAPER_PROBE}` commits the target step compression (all image tokens / all forwards, as
-the papers' NFE ratios; default {PAPER_TARGET}: {PAPER_TARGET_SOURCE}) on the bench's
-4 default prompts x the seeds; writes cli/regime_paper.json, which `bench --regime paper` reads.
-"""
-
-
 def add_arguments(ap) -> None:
     ap.add_argument("name", choices=["paper"], help="the regime to calibrate")
     ap.add_argument("--target", type=positive_float, default=PAPER_TARGET,
                     help=f"step compression to reach ({PAPER_TARGET_SOURCE})")
     ap.add_argument("--seeds", type=non_negative_int, nargs="+", default=list(CALIBRATION_SEEDS),
-                    help="seeds; every one of the bench's 4 default prompts runs with every seed")
+                    help="seeds; every one of the bench's default prompts runs with every seed")
     ap.add_argument("--cfg-scale", type=positive_float, default=PAPER_FIXED["cfg_scale"],
-                    help="CFG scale, fixed during the search (at the papers' 3.0 no temperature reaches 2.22 on the "
-                    "demo model: docs/BENCHMARKS.md)")
+                    help=f"CFG scale, fixed during the search (at the papers' {DEMO_SAMPLING['cfg_scale']} no "
+                    f"temperature reaches {PAPER_TARGET} on the demo model: docs/BENCHMARKS.md)")
     ap.add_argument("--top-k", type=non_negative_int, default=PAPER_FIXED["top_k"],
                     help="top-k, fixed during the search (0: every code)")
     ap.add_argument("--lo", type=positive_float, default=1.0, help="lowest temperature searched")
@@ -102,25 +111,24 @@ def add_arguments(ap) -> None:
     ap.add_argument("--tolerance", type=positive_float, default=0.03, help="relative tolerance on the target")
     ap.add_argument("--max-evaluations", type=positive_int, default=12, help="most temperatures measured")
     ap.add_argument("--threads", type=positive_int, default=1, help="torch CPU threads")
-    ap.add_argument("--out", default=None, help="the calibration file (default: cli/regime_paper.json, which the "
-                    "`paper` regime reads)")
+    ap.add_argument("--out", default=None, help=f"the calibration file (unset: {calibration_path('paper')}, which "
+                    "the `paper` regime reads)")
 
 
-def main(argv=None):
-    """`python -m specar calibrate-regime paper`: search the temperature, write the calibration file."""
+def run(args):
+    """Search the temperature, write the calibration file."""
     import torch
 
-    argv = list(sys.argv[1:] if argv is None else argv)
-    args = parse_command("calibrate-regime", CALIBRATE_DOC, add_arguments, argv)
-
-    from .benchmark import DEFAULT_PROMPTS, _load_average, _model, cpu_name, parse_config
+    from ..cli.benchmark import DEFAULT_PROMPTS, parse_config
+    from ..cli.machine import machine
+    from ..cli.model_spec import model_from_spec
     if args.lo >= args.hi:
         raise ValueError(f"--lo ({args.lo}) must be below --hi ({args.hi})")
-    torch.set_num_threads(args.threads)
-    model = _model("demo", None, None)
-    probe = parse_config(PAPER_PROBE)
     if args.scan < 2:
         raise ValueError(f"--scan must be at least 2, got {args.scan}")
+    torch.set_num_threads(args.threads)
+    model = model_from_spec("demo")
+    probe = parse_config(PAPER_PROBE)
     fixed = {"cfg_scale": args.cfg_scale, "top_k": args.top_k}
     t0 = time.time()
     found = calibrate_temperature(
@@ -137,12 +145,10 @@ def main(argv=None):
         "model": "demo", "sampling": {**fixed, "temperature": found["temperature"]},
         "metric": CALIBRATED_METRIC, "step_compression": round(found["step_compression"], 4),
         "reached": found["reached"],
-        "tolerance": args.tolerance, "prompts": "bench default (4)", "seeds": args.seeds,
+        "tolerance": args.tolerance, "prompts": f"bench default ({len(DEFAULT_PROMPTS)})", "seeds": args.seeds,
         "evaluations": [{k: round(v, 4) for k, v in h.items()} for h in found["evaluations"]],
-        "command": "python -m specar calibrate-regime " + " ".join(argv),
-        "machine": f"{cpu_name()}, {os.cpu_count()} cores, torch {torch.__version__}, {platform.platform()}",
+        "command": args.command_line, **machine(),  # counts do not depend on the load; the wall time does
         "date": time.strftime("%Y-%m-%d"), "wall_s": round(time.time() - t0, 1),
-        "load_average": _load_average(),  # counts do not depend on it; the wall time does
     }
     with open(out, "w") as f:
         json.dump(result, f, indent=1)
@@ -152,4 +158,4 @@ def main(argv=None):
     return result
 
 
-__all__ = ["calibrate_temperature", "measure_step_compression"]
+__all__ = ["CALIBRATED_METRIC", "PAPER_PROBE", "PAPER_TARGET", "calibrate_temperature", "measure_step_compression"]

@@ -1,13 +1,13 @@
-"""The roofline projection (cli/roofline.py) re-fitted to the forward latencies that
-`python -m specar gpu-check` measures on a GPU (its forward_7b stage). Uses roofline.py's API only
-(its kernels, device time, plans and published fit); pure Python, no torch.
+"""The roofline projection (tooling/roofline.py) re-fitted to the forward latencies that gpu-check measures on a
+GPU (its forward_7b stage). Uses roofline.py's API only (its kernels, device time, plans and published fit);
+pure Python, no torch.
 """
 from __future__ import annotations
 
 import json
 from dataclasses import replace
 
-from . import roofline as rl
+from .. import roofline as rl
 
 BANDWIDTH_EFFS = [round(0.30 + 0.05 * i, 2) for i in range(15)]  # 0.30 .. 1.00
 FLOPS_EFFS = [round(0.20 + 0.05 * i, 2) for i in range(17)]  # 0.20 .. 1.00

@@ -1,7 +1,7 @@
-"""How well the demo model follows prompts: generate the 16 fixed prompts of judge.JUDGE_PROMPTS,
-judge each image automatically, save a grid.
+"""`python -m specar.tooling evaluate-demo`: how well the demo model follows prompts, judged automatically.
 
-    python -m specar evaluate-demo --out docs/figures/demo_prompts.png
+Generates the fixed prompts of model_loaders/demo/judge.py (JUDGE_PROMPTS), judges each image, saves a grid:
+`python -m specar.tooling evaluate-demo --out docs/figures/demo_prompts.png`.
 """
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ import os
 
 import torch
 
+from ..cli.args import positive_int
+from ..model_loaders.demo.judge import JUDGE_PROMPTS, PromptJudge
+from ..model_loaders.registry import load_model
 from ..samplers.api import generate
 from ..samplers.backends import BACKENDS
-from .args import parse_command, positive_int
-from ..model_loaders.registry import load_model
-from ..model_loaders.demo.judge import JUDGE_PROMPTS, PromptJudge
 
 
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".webp")
@@ -42,10 +42,6 @@ def output_paths(out: str, json_path=None):
         if not os.access(folder, os.W_OK):
             raise ValueError(f"cannot write into {folder!r} (for {path!r})")
     return out, json_path
-
-
-def main(argv=None):
-    return run(parse_command("evaluate-demo", __doc__, add_arguments, argv))
 
 
 def run(args):
@@ -78,7 +74,3 @@ def run(args):
         with open(args.json, "w") as f:
             json.dump({"passed": passed, "total": total, "backend": args.backend, "rows": rows}, f, indent=1)
     return passed, total
-
-
-if __name__ == "__main__":
-    main()

@@ -13,8 +13,14 @@ comes from datasheets (GPUS) and the model's shape (LUMINA_MGPT_7B).
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, replace
 from typing import Optional, Sequence
+
+# the `bench --json` run whose step compressions the projections use by default (the defaults run of 2026-11-25 on
+# the demo model; docs/ lies beside the code in the repository root)
+DEFAULT_BENCH_JSON = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "figures",
+                                  "bench_defaults_1125.json")
 
 
 @dataclass(frozen=True)
@@ -60,7 +66,7 @@ class ModelShape:
 
 
 # Lumina-mGPT 7B = Chameleon 7B: hidden 4096, 32 layers, 32 heads, MLP 11008, vocabulary 65536
-# (the chameleon-7b shape of cli/shape_bench.py). 768x768: 48 x 48 codes + 48 row ends + the
+# (the chameleon-7b shape of tooling/shapes.py). 768x768: 48 x 48 codes + 48 row ends + the
 # image-start / height / width / end tokens = 2357 generated tokens (SJD paper, appendix C).
 LUMINA_MGPT_7B = ModelShape("Lumina-mGPT 7B", hidden=4096, layers=32, mlp=11008, vocab=65536)
 IMAGE_TOKENS_768 = 2357

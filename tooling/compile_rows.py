@@ -1,4 +1,4 @@
-"""`python -m specar compile-rows`: where the compiled CPU step should stop writing matrix products
+"""`python -m specar.tooling compile-rows`: where the compiled CPU step should stop writing matrix products
 as a multiply-and-sum (model_loaders/few_rows_matmul.py) and leave them to BLAS.
 
 Times the model's compiled forward of a chain of T tokens, with CFG as a batch of two (2T rows
@@ -12,14 +12,13 @@ The last row count at which the multiply-and-sum still wins is the limit to use
 from __future__ import annotations
 
 import json
-import os
-import platform
 import time
 
 import torch
 
-from .args import parse_command, positive_int
-from .benchmark import _model, cpu_name
+from ..cli.args import positive_int
+from ..cli.machine import machine
+from ..cli.model_spec import model_from_spec
 
 ALL_ROWS = 1 << 30  # a limit no forward reaches: every product as the multiply-and-sum
 SETTINGS = {"eager": None, "gemm": 0, "mul-sum": ALL_ROWS}
@@ -57,7 +56,7 @@ def run(args):
     torch.set_num_threads(args.threads)
     models = {}
     for name, few_rows in SETTINGS.items():  # one model object per setting: each keeps its own graphs
-        models[name] = _model(args.model, None, None)
+        models[name] = model_from_spec(args.model)
         if few_rows is not None:
             models[name].compile_step(few_rows=few_rows)
     rows = []
@@ -76,15 +75,8 @@ def run(args):
               f"{r['gemm_ms'] / r['mul-sum_ms']:12.2f}")
     print(f"multiply-and-sum faster at rows: {wins or 'none'}")
     if args.json:
-        command = (f"python -m specar compile-rows --model {args.model} --tokens {' '.join(map(str, args.tokens))} "
-                   f"--threads {args.threads} --calls {args.calls} --rounds {args.rounds} --json {args.json}")
-        meta = {"command": command, "model": args.model, "threads": args.threads,
-                "calls": args.calls, "rounds": args.rounds, "machine": platform.platform(), "processor": cpu_name(),
-                "cpu_count": os.cpu_count(), "torch": torch.__version__, "date": time.strftime("%Y-%m-%d")}
+        meta = {"command": args.command_line, "model": args.model, "threads": args.threads, "calls": args.calls,
+                "rounds": args.rounds, **machine(), "date": time.strftime("%Y-%m-%d")}
         with open(args.json, "w") as f:
             json.dump({"meta": meta, "rows": rows}, f, indent=1)
     return rows
-
-
-def main(argv=None):
-    return run(parse_command("compile-rows", __doc__, add_arguments, argv))

@@ -1,5 +1,5 @@
-"""`python -m specar shape-bench`: forward latency of L-token windows on a real 7B AR image model's
-shape (random weights), and the sampling core's per-step cost against it.
+"""`python -m specar.tooling shape-bench`: forward latency of L-token windows on a real 7B AR image model's shape
+(random weights), and the sampling core's per-step cost against it.
 
 Trained 7B weights cannot be downloaded here, and speed does not depend on the weights: a
 random-weight model of Lumina-mGPT / Chameleon 7B's shape (hidden 4096, 32 layers, 32 heads,
@@ -13,17 +13,16 @@ time, with CFG as a batch of two on a context of `--context` tokens:
     (profile=True) and subtracted. What is left is everything the engine does besides the
     forward: target distribution, verification, coupling re-drafts, tree building, drafting of
     new positions, bookkeeping and the step's one host read.
-`--small` runs a tiny shape so the script itself is testable on a CPU.
+`--small` runs a tiny shape so the script itself is testable on a CPU (tooling/shapes.py).
 
 `--roofline` times nothing: it prints a PROJECTION of GPU latency from a roofline model
-(cli/roofline.py) for Lumina-mGPT 7B at 768x768 in bf16 on A100 / H100: first published
+(tooling/roofline.py) for Lumina-mGPT 7B at 768x768 in bf16 on A100 / H100: first published
 latencies of the seeds' papers against the model's, then every backend of a `bench --json`
 file (`--bench-json`) projected from its measured step compression and window / tree sizes.
 """
 from __future__ import annotations
 
 import json
-import platform
 import time
 from dataclasses import replace
 from typing import Sequence
@@ -31,53 +30,24 @@ from typing import Sequence
 import torch
 
 from . import roofline as rl
-from .args import parse_command, positive_int
-from .benchmark import cpu_name
+from ..cli.args import positive_int
+from ..cli.machine import machine
 from ..model_loaders.contract import ARImageModel, EncodedPrompt, ForwardOutput, ImageGeometry, Session
-from ..model_loaders.llama import LlamaConfig, LlamaDecoder, rope_tables
 from ..samplers.backends import make_backend
 from ..samplers.engine import SpeculativeEngine
 from ..samplers.target import SamplingParams
-
-SHAPES = {
-    "chameleon-7b": dict(vocab_size=65536, hidden_size=4096, num_layers=32, num_heads=32, intermediate_size=11008,
-                         image_codes=8192, top_k=2000, grid=48),
-    "small": dict(vocab_size=2048, hidden_size=64, num_layers=2, num_heads=4, intermediate_size=176,
-                  image_codes=1024, top_k=200, grid=8),
-}
+from .shapes import SHAPES, random_decoder, sync
 
 
-def _timer(device):
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-
-    def measure(fn, repeats):
-        fn()  # warm-up
-        sync()
-        t = time.perf_counter()
-        for _ in range(repeats):
-            fn()
-        sync()
-        return (time.perf_counter() - t) / repeats
-
-    return measure
-
-
-def build(shape: dict, device, dtype, max_positions: int) -> LlamaDecoder:
-    cfg = LlamaConfig(vocab_size=shape["vocab_size"], hidden_size=shape["hidden_size"], num_layers=shape["num_layers"],
-                      num_heads=shape["num_heads"], intermediate_size=shape["intermediate_size"],
-                      max_positions=max_positions)
-    with torch.device("meta"):
-        model = LlamaDecoder(cfg)
-    model = model.to_empty(device=device)
-    g = torch.Generator(device=device).manual_seed(0)
-    with torch.no_grad():
-        for name, prm in model.named_parameters():
-            if prm.dim() == 1:
-                prm.fill_(1.0)
-            else:
-                prm.normal_(0.0, prm.shape[-1] ** -0.5, generator=g)
-        model.rope_cos, model.rope_sin = rope_tables(cfg, device)
-    return model.to(dtype).eval()
+def timed(fn, repeats: int, device) -> float:
+    """Seconds per call of `fn` (after one warm-up call), the device's queue drained before and after."""
+    fn()
+    sync(device)
+    t = time.perf_counter()
+    for _ in range(repeats):
+        fn()
+    sync(device)
+    return (time.perf_counter() - t) / repeats
 
 
 class FreeForwardModel(ARImageModel):
@@ -123,9 +93,8 @@ def forward_cost(shape: dict, device, dtype, context: int, windows, repeats: int
     """Forward latency of a chain of L+1 tokens (L=1: one token) after `context` cached tokens,
     CFG as a batch of two, per window L."""
     T_max = max(windows) + 1
-    model = build(shape, device, dtype, context + T_max + 8)
+    model = random_decoder(shape, device, dtype, context + T_max + 8)
     image_rows = slice(4, 4 + shape["image_codes"])
-    measure = _timer(device)
     rows = 2  # CFG: conditional and unconditional
     S = context + T_max + 1
     cache = model.new_cache(rows, S)
@@ -146,7 +115,7 @@ def forward_cost(shape: dict, device, dtype, context: int, windows, repeats: int
                 h = model.hidden_states(tok, slots, m, cache, slots)
                 return h @ model.lm_head.weight[image_rows].T
 
-            results.append({"window": L, "tokens_per_forward": T, "forward_ms": 1e3 * measure(fwd, repeats)})
+            results.append({"window": L, "tokens_per_forward": T, "forward_ms": 1e3 * timed(fwd, repeats, device)})
     return results
 
 
@@ -179,7 +148,7 @@ def core_cost(shape: dict, device, seeds=(0, 1)) -> list:
 def add_arguments(ap) -> None:
     ap.add_argument("--shape", default="chameleon-7b", choices=list(SHAPES), help="the model shape timed")
     ap.add_argument("--small", action="store_true", help="the tiny 'small' shape (CPU check of the script)")
-    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", help="cpu, cuda or cuda:N")
+    ap.add_argument("--device", default=None, help="cpu, cuda or cuda:N (unset: cuda where there is one, else cpu)")
     ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"], help="weights precision")
     ap.add_argument("--context", type=positive_int, default=2000, help="tokens already in the KV cache")
     ap.add_argument("--windows", type=positive_int, nargs="+", default=[1, 16, 32, 64], help="chain lengths timed")
@@ -188,19 +157,16 @@ def add_arguments(ap) -> None:
     ap.add_argument("--roofline", action="store_true",
                     help="time nothing: print the roofline PROJECTION of GPU latency (published vs projected, "
                          "then each backend of --bench-json)")
-    ap.add_argument("--bench-json", default="docs/figures/bench_issue26_defaults.json",
+    ap.add_argument("--bench-json", default=rl.DEFAULT_BENCH_JSON,
                     help="--roofline: the `bench --json` file whose step compressions are projected")
     ap.add_argument("--gpus", nargs="+", default=["a100", "h100"], choices=list(rl.GPUS),
                     help="--roofline: the GPUs our backends are projected on")
 
 
-def main(argv=None):
-    return run(parse_command("shape-bench", __doc__, add_arguments, argv))
-
-
 def run(args):
     if args.roofline:
         return roofline_report(args)
+    args.device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     try:
         device = torch.device(args.device)
     except RuntimeError:
@@ -229,10 +195,9 @@ def run(args):
         label = c["backend"] + "".join(f" {k}={v}" for k, v in c["params"].items() if k in ("window", "coupling"))
         print(f"{label:34s} {c['core_ms']:8.2f} {c['forward_ms_at_window']:10.2f} {100 * c['core_share']:9.1f}%")
     if args.json:
-        meta = {"shape": "small" if args.small else args.shape, "dtype": args.dtype, "device": str(device),
-                "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
-                "machine": platform.platform(), "processor": cpu_name(), "torch": torch.__version__, "context": args.context,
-                "date": time.strftime("%Y-%m-%d")}
+        meta = {"command": args.command_line, "shape": "small" if args.small else args.shape, "dtype": args.dtype,
+                "device": str(device), "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
+                **machine(), "context": args.context, "date": time.strftime("%Y-%m-%d")}
         with open(args.json, "w") as f:
             json.dump({"meta": meta, "rows": results, "core": core}, f, indent=1)
     return results, core
@@ -321,7 +286,3 @@ def roofline_report(args) -> dict:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)
     return result
-
-
-if __name__ == "__main__":
-    main()

@@ -1,0 +1,114 @@
+"""`python -m specar bench`: every backend side by side on the same prompts and seeds, one run.
+
+Configurations are interleaved (for each repeat, prompt and seed, every configuration runs once)
+after one warm-up generation each, so slow drifts of a shared machine hit all of them alike, and
+every ratio (speedup over AR) is measured within the run (cli/benchmark.py).
+"""
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Optional
+
+from .args import non_negative_float, non_negative_int, positive_int
+from .benchmark import (DEFAULT_CONFIGS, DEFAULT_PROMPTS, format_table, in_both_modes, parse_config, run as measure,
+                        with_windows)
+from .machine import machine
+from .regimes import REGIMES, regime
+
+# the sampling options: (option, generate()'s keyword, type, help); unset, each is the model's own
+SAMPLING = (("--cfg-scale", "cfg_scale", non_negative_float, "classifier-free guidance scale (1: no guidance)"),
+            ("--top-k", "top_k", non_negative_int, "keep the k most likely image tokens (0: off, every token)"),
+            ("--temperature", "temperature", non_negative_float, "sampling temperature"),
+            ("--top-p", "top_p", non_negative_float, "nucleus sampling (1: off)"))
+
+
+def add_arguments(ap) -> None:
+    ap.add_argument("--regime", choices=list(REGIMES), default=None,
+                    help="fixes the model and its sampling settings (cli/regimes.py): demo (the demo model as it "
+                    "samples), paper (the demo model calibrated to SJD's commit rate on Lumina-mGPT), flat (a "
+                    "random-weight 8192-code target); without --regime and --model: demo")
+    ap.add_argument("--model", default=None, help="built-in name, model folder, or tiny:V,HxW[,row_end][,key=value] "
+                    "(cli/model_spec.py); unset: the regime's model")
+    ap.add_argument("--backends", nargs="+", default=DEFAULT_CONFIGS,
+                    help="configurations like ar  sjd:window=32  sjd_pac:window=64,tree_width=4  ar:compile=true "
+                    "(a parameter left out takes the backend's default; include `ar` for the speed-up column)")
+    ap.add_argument("--windows", type=positive_int, nargs="+",
+                    help="run each configuration without an explicit window once per window (e.g. 16 32 64)")
+    ap.add_argument("--prompts", help=f"file with one prompt per line (unset: {len(DEFAULT_PROMPTS)} built-in prompts)")
+    ap.add_argument("--seeds", type=non_negative_int, nargs="+", default=[0, 1],
+                    help="seeds; every configuration runs every prompt with every seed")
+    ap.add_argument("--repeats", type=positive_int, default=1,
+                    help="times the whole interleaved round runs (more samples per configuration)")
+    ap.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (unset: the model's own choice)")
+    ap.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"],
+                    help="weights precision (unset: the model's own)")
+    ap.add_argument("--quantize", default="none", choices=["none", "int8", "int4"],
+                    help="weight-only quantization of the model folder's linear layers (docs/MODELS.md)")
+    ap.add_argument("--threads", type=positive_int, default=2,
+                    help="torch CPU threads (1: steadier timings on a machine shared with other jobs)")
+    for option, _, kind, text in SAMPLING:
+        ap.add_argument(option, type=kind, default=None, help=text + "; unset: the model's recommended one")
+    ap.add_argument("--json", help="write the rows (and the run's settings) to this file")
+    ap.add_argument("--both-modes", action="store_true", help="run each configuration that does not set "
+                    "reproducible twice: reproducible=false and reproducible=true (same image as AR), side by side")
+    ap.add_argument("--preview", action="store_true", help="also run each configuration with the node's live "
+                    "preview (interleaved) and report its overhead")
+    ap.add_argument("--quiet", action="store_true", help="no progress line per generation on stderr")
+
+
+def chosen_regime(name: Optional[str], model: Optional[str], sampling: dict):
+    """The run's regime: --regime NAME (which fixes the model and the sampling: ValueError if either is
+    also given), `demo` when neither a regime, a model nor a sampling setting is given, else None (a custom
+    run, which the output says)."""
+    if name is not None:
+        given = (["--model"] if model is not None else []) + [f"--{k.replace('_', '-')}" for k in sampling]
+        if given:
+            raise ValueError(f"--regime {name} fixes the model and the sampling settings; drop {', '.join(given)} "
+                             f"(or drop --regime for a custom run)")
+        return regime(name)
+    return regime("demo") if model is None and not sampling else None
+
+
+def run(args):
+    import torch
+
+    from ..samplers.stats import busy_machine_note
+    from .model_spec import model_from_spec
+    sampling = {key: getattr(args, key) for _, key, _, _ in SAMPLING if getattr(args, key) is not None}
+    the_regime = chosen_regime(args.regime, args.model, sampling)
+    configs = with_windows([parse_config(c) for c in args.backends], args.windows)
+    if args.both_modes:
+        configs = in_both_modes(configs)
+    if the_regime is not None:
+        configs = the_regime.apply_run_options(configs)
+        args.model, sampling = the_regime.model, dict(the_regime.sampling)
+    args.model = args.model or "demo"
+    torch.set_num_threads(args.threads)  # after the checks: a refused command changes nothing
+    prompts = DEFAULT_PROMPTS
+    if args.prompts:
+        with open(args.prompts) as f:
+            prompts = [line.strip() for line in f if line.strip()]
+    model = model_from_spec(args.model, args.device, args.dtype, args.quantize)
+    t0 = time.time()
+    rows = measure(model, configs, prompts, args.seeds, args.repeats, sampling=sampling, preview=args.preview,
+                   log=None if args.quiet else (lambda s: print(s, file=sys.stderr)))
+    meta = {"command": args.command_line, "model": args.model, "regime": the_regime.as_dict() if the_regime else None,
+            "sampling": sampling, "prompts": prompts, "seeds": args.seeds, "repeats": args.repeats,
+            "threads": args.threads, "device": str(model.device), **machine(),
+            "date": time.strftime("%Y-%m-%d"), "wall_s": round(time.time() - t0, 1)}
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"meta": meta, "rows": rows}, f, indent=1)
+    print(format_table(rows))  # after the file: a closed stdout (| head) must not lose the run
+    print("\n" + (the_regime.summary() if the_regime else f"regime: none (model {args.model}, sampling "
+                                                              f"{sampling or 'the model' + chr(39) + 's own'})"))
+    busy = busy_machine_note()
+    if busy:
+        print("\n" + busy[2:].capitalize() + " (the speed-ups are ratios within this run and hold better than the "
+              "seconds)")
+    return rows
+
+
+__all__ = ["add_arguments", "chosen_regime", "run"]

@@ -1,0 +1,20 @@
+"""The maintainers' commands, `python -m specar.tooling <command>` (also run, unlisted, by `python -m specar
+<command>`): the measurements behind docs/ and the GPU check. Modules may exceed the product's 400 lines.
+
+- gpu_check/: `gpu-check`, the CUDA path in one command: the command and its plan (__init__.py, plan.py), the
+  isolated stage runner (runner.py), the stages (stages.py and one module each), the report (report.py), the
+  roofline refit (refit.py)
+- real_size.py, real_size_builders.py: `real-size`, every family at a released checkpoint's widths
+- shape_bench.py: `shape-bench`, 7B-shape forwards vs the sampling core (and `--roofline`: roofline.py's
+  projection); shapes.py: the random-weight 7B shape it shares with gpu-check
+- compile_rows.py, calibrate_regime.py, evaluate_demo.py: one measurement each
+"""
+from ..cli.args import Commands
+
+COMMANDS = Commands("python -m specar.tooling", __package__, {
+    "gpu-check": "gpu_check", "real-size": "real_size", "shape-bench": "shape_bench",
+    "compile-rows": "compile_rows", "calibrate-regime": "calibrate_regime", "evaluate-demo": "evaluate_demo",
+}, "SpecAR's maintainer tooling: the measurements behind docs/ and the GPU check.")
+main, call, parser = COMMANDS.main, COMMANDS.call, COMMANDS.parser
+
+__all__ = ["COMMANDS", "call", "main", "parser"]

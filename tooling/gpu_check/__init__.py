@@ -1,0 +1,174 @@
+"""`python -m specar.tooling gpu-check`: the CUDA path exercised in one command, each stage isolated.
+
+Stages (stages.py), each in its own Python process with its own time budget (runner.py), so that a
+failure (an exception, a CUDA error or device-side assert that poisons the process's CUDA context,
+an out-of-memory, a crash) or a stage that runs past its budget is recorded and the next stage
+still runs:
+  environment  torch / CUDA / driver versions, the device, bf16, SDPA kernels, a compile smoke test,
+               measured copy bandwidth and bf16 matrix-product rate
+  exactness    chi-square vs exact enumeration for every registered lossless backend on tiny models on
+               the device (a correct sampler fails the stage with probability < 1e-4), and a planted
+               bug the same test must catch
+  backends     every registered backend eager vs compiled (the model's compiled step: CUDA graphs, mode
+               reduce-overhead) on the demo model: latency and its ratio to AR's, forwards, compression,
+               compile time, graph breaks, recompiles, dynamo's counters, tokens equal to eager's;
+               compiled in the plan's order: AR, then what no committed GPU report has compiled
+  forward_7b   forward latency of a random-weight Lumina-mGPT-7B-shape model in bf16 for 1..65
+               tokens x 2 CFG rows over a full static KV cache, eager and compiled, and the roofline
+               projection (tooling/roofline.py) re-fitted to them
+Every stage records its peak device memory (torch.cuda.max_memory_allocated, reset per stage),
+what torch logged about graph breaks, recompiles and CUDA graphs, and torch._dynamo's counters.
+A stage that met a CUDA error is run once more with CUDA_LAUNCH_BLOCKING=1 after the other stages
+(with what is left of the total budget), so that its traceback names the kernel that failed.
+
+Writes gpu_check.json and gpu_check.md to --out, and again while each stage runs, so that a command killed
+from outside leaves what it measured. `--plan-only` prints each stage's plan and its predicted seconds
+against the budget (plan.py: from the committed GPU reports) and runs nothing. `--dry-run` runs the same
+stages on the CPU at tiny shapes (a tiny Llama in place of the 7B shape, few samples, compiled AR only).
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from ...cli.args import non_negative_int, positive_float, positive_int
+from ..roofline import DEFAULT_BENCH_JSON
+
+# what a run does on CUDA and in the dry run (on the CPU, tiny shapes): the defaults of the options that differ.
+# CUDA budgets: seconds per stage, from the stage times of the committed H200 runs (plan.py predicts them); the
+# whole check ends within 9 minutes with process starts. Dry run: generous, a loaded shared machine must not cut a
+# tiny stage; compiles only where quick (AR's one shape, one 7B-shape token count)
+PROFILES = {
+    "cuda": dict(device="cuda", total_budget=520.0, samples=16000, dtype="bfloat16", compile_all=True,
+                 budgets={"environment": 30.0, "exactness": 30.0, "backends": 290.0, "forward_7b": 170.0},
+                 tokens_7b=list(range(1, 66)), compiled_tokens_7b=[1, 33, 65, 17, 9, 2, 49, 5], repeats_7b=10),
+    "dry": dict(device="cpu", total_budget=1200.0, samples=1500, dtype="float32", compile_all=False,
+                budgets={"environment": 120.0, "exactness": 240.0, "backends": 400.0, "forward_7b": 300.0},
+                tokens_7b=[1, 2, 3, 5, 9, 17, 33], compiled_tokens_7b=[1], repeats_7b=3),
+}
+STAGE_NAMES = list(PROFILES["cuda"]["budgets"])  # the stages in the order they run (stages.STAGES)
+
+
+def _both(key: str, fmt=str) -> str:
+    """An option's two defaults, for its help: '<on CUDA>; with --dry-run: <dry run>'."""
+    return f"{fmt(PROFILES['cuda'][key])}; with --dry-run: {fmt(PROFILES['dry'][key])}"
+
+
+def add_arguments(ap) -> None:
+    words = lambda xs: " ".join(map(str, xs))  # noqa: E731
+    ap.add_argument("--out", default="output/gpu-check", help="folder for gpu_check.json and gpu_check.md")
+    ap.add_argument("--dry-run", action="store_true",
+                    help="no GPU: the same stages on the CPU at tiny shapes (checks the command itself)")
+    ap.add_argument("--plan-only", action="store_true", help="print each stage's plan and its predicted seconds "
+                    "against the budget (from the committed GPU reports), run nothing; needs no GPU")
+    ap.add_argument("--device", default=None, help=f"cuda, cuda:N (unset: {_both('device')})")
+    ap.add_argument("--stages", nargs="+", choices=STAGE_NAMES, default=STAGE_NAMES, help="stages to run, in order")
+    ap.add_argument("--no-compile", action="store_true", help="skip every torch.compile (eager only)")
+    ap.add_argument("--budget", type=positive_float, default=None,
+                    help=f"total seconds (unset: {_both('total_budget', '{:g}'.format)})")
+    ap.add_argument("--stage-budget", action="append", default=None, metavar="STAGE=SECONDS",
+                    help="one stage's time budget (repeatable), e.g. backends=400 (unset: " +
+                    ", ".join(f"{n}={PROFILES['cuda']['budgets'][n]:g}" for n in STAGE_NAMES) + " on CUDA)")
+    ap.add_argument("--samples", type=positive_int, default=None,
+                    help=f"images per chi-square case (unset: {_both('samples')})")
+    ap.add_argument("--backends", nargs="+", default=None, metavar="BACKEND",
+                    help="the backends stage's backends, in order; compiled runs in this order too (unset: every "
+                    "registered backend, AR first, then those no committed GPU report has compiled)")
+    ap.add_argument("--compiled-tokens-7b", nargs="+", type=positive_int, default=None, metavar="T",
+                    help="the forward_7b stage's compiled token counts, in order "
+                    f"(unset: {_both('compiled_tokens_7b', words)})")
+    ap.add_argument("--seed", type=non_negative_int, default=0, help="seed of the backends stage's generations")
+    ap.add_argument("--bench-json", default=DEFAULT_BENCH_JSON,
+                    help="the `bench --json` file whose step compressions the refitted projection uses")
+    ap.add_argument("--in-process", action="store_true",
+                    help="run the stages in this process (no crash isolation; time budgets by SIGALRM): for tests "
+                         "and debugging")
+
+
+def parse_budgets(items) -> dict:
+    out = {}
+    for item in items:
+        name, eq, value = item.partition("=")
+        if not eq or name not in STAGE_NAMES:
+            raise ValueError(f"--stage-budget must be STAGE=SECONDS with STAGE one of {', '.join(STAGE_NAMES)}, "
+                             f"got {item!r}")
+        try:
+            out[name] = float(value)
+        except ValueError:
+            raise ValueError(f"--stage-budget {item!r}: SECONDS must be a number") from None
+        if out[name] <= 0:
+            raise ValueError(f"--stage-budget {item!r}: SECONDS must be > 0")
+    return out
+
+
+def options_from_args(args, reports=None) -> dict:
+    """The run's options as plain data (what each stage process receives), with its plan (plan.py) from
+    `reports` (default: the committed GPU reports)."""
+    import torch
+
+    from ...samplers.backends import SCHEMAS
+    from .plan import RATIO_BASE, backend_order, committed_reports, plan
+    profile = PROFILES["dry" if args.dry_run else "cuda"]
+    device = args.device or profile["device"]
+    try:
+        dev = torch.device(device)
+    except RuntimeError:
+        raise ValueError(f"--device must be cpu, cuda or cuda:N, got {device!r}") from None
+    if dev.type == "cuda" and not torch.cuda.is_available() and not args.plan_only:
+        raise ValueError(f"--device {device}: no CUDA GPU is available here; run with --dry-run to check the "
+                         f"command on the CPU, or --plan-only to see the plan")
+    if dev.type != "cuda" and not args.dry_run:
+        raise ValueError(f"--device {device}: gpu-check measures a CUDA device; use --dry-run for the CPU")
+    budgets = {**profile["budgets"], **parse_budgets(args.stage_budget or ())}
+    unknown = [b for b in args.backends or () if b not in SCHEMAS]
+    if unknown:
+        raise ValueError(f"--backends: unknown backend(s) {unknown}; allowed: {sorted(SCHEMAS)}")
+    reports = committed_reports() if reports is None else reports
+    backends = list(args.backends or backend_order(reports))
+    options = {
+        "dry_run": args.dry_run, "device": device, "stages": list(args.stages), "compile": not args.no_compile,
+        "budgets": budgets, "total_budget": args.budget or profile["total_budget"], "seed": args.seed,
+        "bench_json": args.bench_json, "samples": args.samples or profile["samples"],
+        "dtype": profile["dtype"],  # the backends stage's model (CUDA: the product's bf16)
+        "dtype_7b": "bfloat16",  # the 7B shape: bf16 on the CPU too, so that the dry run goes through the bf16 path
+        "backends": backends, "ratio_base": RATIO_BASE,
+        "compile_backends": [b for b in backends if profile["compile_all"] or b == RATIO_BASE],
+        "tokens_7b": list(profile["tokens_7b"]),
+        "compiled_tokens_7b": list(args.compiled_tokens_7b or profile["compiled_tokens_7b"]),
+        "repeats_7b": profile["repeats_7b"],
+    }
+    options["plan"] = plan(options, reports)
+    return options
+
+
+def write_report(report: dict, out: str) -> str:
+    """gpu_check.json and gpu_check.md in `out` (atomic: a kill mid-write leaves the previous ones); the markdown."""
+    from .report import markdown
+    from .runner import json_default
+    text = markdown(report)
+    for name, content in (("gpu_check.json", json.dumps(report, indent=1, default=json_default)),
+                          ("gpu_check.md", text)):
+        path = os.path.join(out, name)
+        with open(path + ".tmp", "w") as f:
+            f.write(content)
+        os.replace(path + ".tmp", path)
+    return text
+
+
+def run(args):
+    from .plan import plan_text
+    from .runner import run_check
+    options = options_from_args(args)
+    print(plan_text(options["plan"], verbose=args.plan_only), file=sys.stdout if args.plan_only else sys.stderr)
+    if args.plan_only:
+        return options["plan"]
+    os.makedirs(args.out, exist_ok=True)
+    report = run_check(options, in_process=args.in_process, log=lambda s: print(s, file=sys.stderr, flush=True),
+                       command=args.command_line, on_update=lambda r: write_report(r, args.out))
+    print(write_report(report, args.out))
+    print(f"wrote {os.path.join(args.out, 'gpu_check.json')} and gpu_check.md", file=sys.stderr)
+    return report
+
+
+__all__ = ["PROFILES", "STAGE_NAMES", "add_arguments", "options_from_args", "run", "write_report"]

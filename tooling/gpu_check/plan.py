@@ -1,0 +1,200 @@
+"""gpu-check's plan: what each stage runs, in which order, and its predicted seconds against its budget, from the
+stage times of the GPU reports committed in docs/figures/gpu_*/gpu_check.json (`--plan-only` prints it; the
+report keeps it beside the measured times).
+
+The backends come from the registry (samplers.backends.SCHEMAS), in this order: AR first (every ratio's base),
+then the backends that no committed report has compiled, then the others, so that a short lease measures what no
+GPU has run first. A backend registered in METHODS is in the plan with no other change. A committed report's
+timings: the time a stage process takes to start (an exactness stage's seconds less its cases'), each item's
+seconds (an eager or compiled generation, a chi-square case per sample, a 7B-shape forward per token count);
+an item no report timed is predicted at the slowest of its kind, and marked so."""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import statistics
+
+# the reports of GPU runs: docs/ lies beside the code in the repository root
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REPORTS_GLOB = os.path.join(REPO_ROOT, "docs", "figures", "gpu_*", "gpu_check.json")
+RATIO_BASE = "ar"  # every latency ratio's base: the plain AR backend
+
+
+def committed_reports(pattern: str = REPORTS_GLOB) -> list:
+    """(path, report) of every committed GPU run (dry runs left out), by path."""
+    out = []
+    for path in sorted(glob.glob(pattern)):
+        try:
+            with open(path) as f:
+                report = json.load(f)
+        except (OSError, ValueError):
+            continue
+        if not report.get("meta", {}).get("dry_run"):
+            out.append((path, report))
+    return out
+
+
+def _result(report: dict, stage: str) -> dict:
+    return (report["stages"].get(stage) or {}).get("result") or {}
+
+
+def compiled_on_a_gpu(reports: list) -> set:
+    """The backends with a compiled generation measured in a committed report."""
+    return {b for _, r in reports for b, row in _result(r, "backends").get("rows", {}).items()
+            if (row.get("compiled") or {}).get("latency_s")}
+
+
+def backend_order(reports: list) -> list:
+    """Every registered backend: AR, those no committed report has compiled, then the others (registry order)."""
+    from ...samplers.backends import SCHEMAS
+    done = compiled_on_a_gpu(reports)
+    rest = [b for b in SCHEMAS if b != RATIO_BASE]
+    return [RATIO_BASE] + [b for b in rest if b not in done] + [b for b in rest if b in done]
+
+
+class Timings:
+    """What the committed reports measured, per item (the slowest where several did: a plan errs long)."""
+
+    def __init__(self, reports: list):
+        self.sources = [path for path, _ in reports]
+        self.eager, self.compiled, self.compile_cut, self.case_rate = {}, {}, {}, {}
+        self.fwd = {"eager": {}, "compiled": {}}
+        self.first_generation, self.build, starts, env = [], [], [], []
+        for _, r in reports:
+            ex, st = _result(r, "exactness"), r["stages"]
+            if st.get("exactness", {}).get("status") == "ok":
+                cases = ex.get("cases", []) + [ex.get("planted_wrong_residual") or {}]
+                starts.append(st["exactness"]["seconds"] - sum(c.get("seconds", 0) for c in cases))
+                for c in cases:
+                    if c.get("seconds") and c.get("samples"):
+                        self._slowest(self.case_rate, c["backend"], c["seconds"] / c["samples"])
+            if st.get("environment", {}).get("status") == "ok":
+                env.append(st["environment"]["seconds"])
+        self.start = statistics.median(starts) if starts else None
+        self.environment = max(env) if env else None
+        for _, r in reports:
+            self._backends(r["stages"].get("backends") or {}, self.start or 0.0)
+            f = _result(r, "forward_7b")
+            if "build_s" in f:
+                self.build.append(f["build_s"])
+            for mode in ("eager", "compiled"):
+                for T, v in f.get(mode, {}).items():
+                    if isinstance(v, dict) and "forward_ms" in v:  # first call, then 2 + repeats timed ones
+                        self._slowest(self.fwd[mode], int(T), (v["first_call_s"], v["forward_ms"] / 1e3))
+
+    def _backends(self, stage: dict, start: float) -> None:
+        """Each row's eager and compiled times; in a stage cut for time, the compile that was running (the first
+        row without a compiled time: rows are in the stage's order) took at least what was left of the stage."""
+        b = stage.get("result") or {}
+        if "first_generation_s" not in b:
+            return
+        spent = start + b["first_generation_s"] + b.get("load_s", 0.0)
+        self.first_generation.append(b["first_generation_s"] + b.get("load_s", 0.0))
+        running = None
+        for name, row in b.get("rows", {}).items():
+            e, c = row.get("eager") or {}, row.get("compiled") or {}
+            if e.get("wall_s"):
+                self._slowest(self.eager, name, e["wall_s"])
+                spent += e["wall_s"]
+            if c.get("wall_s") and c.get("first_run_s"):
+                self._slowest(self.compiled, name, c["first_run_s"] + c["wall_s"])
+                spent += c["first_run_s"] + c["wall_s"]
+            elif running is None and not c.get("error"):
+                running = name
+        if stage.get("status") == "timed out" and running is not None:
+            self._slowest(self.compile_cut, running, stage["seconds"] - spent)
+
+    @staticmethod
+    def _slowest(table: dict, key, value) -> None:
+        table[key] = max(table[key], value) if key in table else value
+
+    def item(self, table: dict, key):
+        """(seconds, estimated): the item's own time, else the slowest of its kind, or more for a compile cut
+        while it ran (None: nothing measured)."""
+        if key in table:
+            return table[key], False
+        slowest = max(table.values()) if table else None
+        if table is self.compiled and key in self.compile_cut:
+            slowest = max(slowest or 0.0, self.compile_cut[key])
+        return slowest, True
+
+
+def _stage(budget: float, fixed: list, items: list) -> dict:
+    """A stage's plan: its fixed costs, its items in order, the predicted seconds and the items past the budget."""
+    known = [s for _, s, _ in fixed + items if s is not None]
+    out = {"budget_s": budget, "items": [{"item": n, "predicted_s": None if s is None else round(s, 1),
+                                          **({"estimated": True} if est else {})} for n, s, est in fixed + items]}
+    out["predicted_s"] = round(sum(known), 1) if known and len(known) == len(fixed + items) else None
+    spent, cut = 0.0, []
+    for n, s, _ in fixed + items:
+        spent += s or 0.0
+        if spent > budget:
+            cut.append(n)
+    out["cut"] = cut
+    return out
+
+
+def plan(options: dict, reports: list) -> dict:
+    """Each selected stage's items with their predicted seconds (None in a dry run: the committed times are a
+    GPU's) against its budget."""
+    from .exactness import PLANTED_CASE, exactness_cases
+    t = Timings(reports)
+    gpu = not options["dry_run"]
+    at = (lambda table, key: t.item(table, key)) if gpu else (lambda table, key: (None, False))  # noqa: E731
+    start = [("process start", t.start if gpu else None, False)]
+    stages = {}
+    for name in options["stages"]:
+        budget = options["budgets"][name]
+        if name == "environment":
+            stages[name] = _stage(budget, [("versions, SDPA kernels, compile smoke test, CUDA-graph probe, peaks",
+                                            t.environment if gpu else None, False)], [])
+        elif name == "exactness":
+            items = []
+            for backend, params, model, setting in exactness_cases() + [PLANTED_CASE]:
+                rate, est = at(t.case_rate, backend)
+                label = f"chi-square {backend} {json.dumps(params)} on {model}, {setting}"
+                items.append((label, None if rate is None else rate * options["samples"], est))
+            stages[name] = _stage(budget, start, items)
+        elif name == "backends":
+            first = max(t.first_generation) if gpu and t.first_generation else None
+            fixed = start + [("load the model, first generation", first, False)]
+            items = [(f"eager {b}", *at(t.eager, b)) for b in options["backends"]]
+            items += [(f"compiled {b}", *at(t.compiled, b))
+                      for b in (options["compile_backends"] if options["compile"] else [])]
+            stages[name] = _stage(budget, fixed, items)
+        elif name == "forward_7b":
+            build = max(t.build) if gpu and t.build else None
+            def forward(mode, T):  # its first call, then 2 + repeats more
+                got, est = at(t.fwd[mode], T)
+                return (None if got is None else got[0] + (2 + options["repeats_7b"]) * got[1]), est
+
+            eager = [forward("eager", T) for T in options["tokens_7b"]]
+            items = [(f"eager forwards of {len(eager)} token counts", None if any(s is None for s, _ in eager) else
+                      sum(s for s, _ in eager), any(est for _, est in eager))]
+            items += [(f"compiled forward, {T} tokens", *forward("compiled", T))
+                      for T in (options["compiled_tokens_7b"] if options["compile"] else [])]
+            stages[name] = _stage(budget, start + [("build the 7B shape", build, False)], items)
+    known = [s["predicted_s"] for s in stages.values()]
+    return {"sources": t.sources, "backend_order": options["backends"], "total_budget_s": options["total_budget"],
+            "predicted_total_s": round(sum(known), 1) if known and None not in known else None, "stages": stages}
+
+
+def plan_text(p: dict, verbose: bool = True) -> str:
+    """The plan as text: per stage its budget, prediction and items (those predicted past the budget marked)."""
+    src = ", ".join(os.path.relpath(s, REPO_ROOT) for s in p["sources"]) or "none (no committed GPU report)"
+    fmt = lambda s: "-" if s is None else f"{s:.0f}" if s >= 10 else f"{s:.1f}"  # noqa: E731
+    lines = [f"gpu-check plan: predictions from {src}", f"backends, in order: {' '.join(p['backend_order'])}", "",
+             f"{'stage':12s} {'budget s':>8s} {'predicted s':>11s}"]
+    for name, s in p["stages"].items():
+        lines.append(f"{name:12s} {fmt(s['budget_s']):>8s} {fmt(s['predicted_s']):>11s}"
+                     + (f"  PREDICTED PAST ITS BUDGET: {len(s['cut'])} item(s) cut" if s["cut"] else ""))
+        for it in s["items"] if verbose else []:
+            mark = " (cut)" if it["item"] in s["cut"] else ""
+            est = " (estimated: the slowest of its kind)" if it.get("estimated") else ""
+            lines.append(f"    {fmt(it['predicted_s']):>6s} s  {it['item']}{mark}{est}")
+    lines.append(f"{'total':12s} {fmt(p['total_budget_s']):>8s} {fmt(p['predicted_total_s']):>11s}")
+    return "\n".join(lines)
+
+
+__all__ = ["RATIO_BASE", "backend_order", "committed_reports", "compiled_on_a_gpu", "plan", "plan_text"]
