@@ -27,12 +27,12 @@ depth; alpha >= beta: the next deeper shape, else the next bushier one. `adaptiv
 shape of `accept_guess`.
 
 Verification: candidates are deterministic top-k choices, so q is one-hot and siblings are
-independent (the rejected token is removed from the residual); the default `verify_tree` walks
+independent (the rejected token is removed from the residual); the tree rule (`verify_tree`) walks
 the tree. `candidate_mode="sampled"` (sampled.py): children drawn without replacement
 from the drafter's q, verified with q; the tree's slots are allocated before drawing (no rerank
 by a node's own score). Forced row ends: the structure token is the single child. LANTERN relaxed acceptance
-(`relaxed=True`, LOSSY) overrides `verify` with lantern.py. The EAGLE network, its files and the LANTERN conversion live in
-samplers/drafters/eagle/.
+(`relaxed=True`, LOSSY): the proposal names the relaxed rule (samplers/verification/relaxed.py). The EAGLE
+network, its files and the LANTERN conversion live in samplers/drafters/eagle/.
 """
 from __future__ import annotations
 
@@ -41,7 +41,9 @@ from dataclasses import dataclass, replace
 import torch
 
 from ....model_loaders.contract import ForwardOutput
-from ...verify import gumbel_top_k, one_hot
+from ...verification.agreement import gumbel_top_k
+from ...verification.rejection import one_hot
+from ...verification.relaxed import Relaxed, neighbour_table
 from ..base import BEYOND_IMAGE, SIBLINGS_INDEPENDENT, SIBLINGS_WITHOUT_REPLACEMENT, DraftTree, Drafter, LoopState, Verdict
 from ..eagle import load_eagle
 from ..hidden_states import DraftsFromHiddenStates, HiddenStates
@@ -107,18 +109,16 @@ class ADTTreeDrafter(SampledTrees, DraftsFromHiddenStates, Drafter):
             self.d0 = 1 + min(range(len(guesses)), key=lambda i: abs(guesses[i] - guess))
             self.d_lo, self.d_hi = 1, len(guesses)
             self.slack = max(len(plan) for plan in self.plans) + 3
-        self.relaxed = params.relaxed
-        self.lossless = not self.relaxed
+        self.lossless = not params.relaxed
         dev = model.device
         self.net = load_eagle(model, params.drafter).to(dev).float().eval()
         self.attn_band = self.net.cfg.attn_band  # committed positions the EAGLE layer attends to
         # band positions run through the layer per step (`_band_pass`): at least what one step
         # commits (the deepest tree + 1; slack is that depth + 3)
         self.fresh = min(self.attn_band, self.slack - 2)
-        if self.relaxed:
-            from ..lantern import neighbour_table
-            self.neighbours = neighbour_table(model, params.relaxed_k).to(dev)
-            self.delta = params.relaxed_delta
+        # LOSSY, opt-in: LANTERN's relaxed acceptance, named in every proposal
+        self.relaxed = Relaxed(neighbour_table(model, params.relaxed_k).to(dev), params.relaxed_delta) \
+            if params.relaxed else None
 
     # -- helpers -----------------------------------------------------------------------------
     def _embed(self, tokens: torch.Tensor) -> torch.Tensor:
@@ -323,19 +323,7 @@ class ADTTreeDrafter(SampledTrees, DraftsFromHiddenStates, Drafter):
             q = torch.cat([qn.new_zeros(B, 1, V), qn], 1)
             siblings = self.sampled_siblings
         return DraftTree(tokens=tokens, parents=parents, q=q, valid=valid, depth=depth, siblings=siblings,
-                         max_children=max_children, max_depth=dmax)
-
-    # -- verify ------------------------------------------------------------------------------
-    def verify(self, state: LoopState, plan, tree: DraftTree, p: torch.Tensor, out: ForwardOutput) -> Verdict:
-        if not self.relaxed:
-            return super().verify(state, plan, tree, p, out)
-        from ..base import verify_tree_step
-        from ..lantern import verify_tree_relaxed
-        nb, delta = self.neighbours, self.delta
-
-        def relaxed(*args, **kw):
-            return verify_tree_relaxed(*args, neighbours=nb, delta=delta, **kw)
-        return verify_tree_step(state, tree, p, relaxed)
+                         max_children=max_children, max_depth=dmax, relaxed=self.relaxed)
 
     # -- observe -----------------------------------------------------------------------------
     def observe(self, state: LoopState, plan, tree: DraftTree, verdict: Verdict, p: torch.Tensor,
@@ -374,8 +362,6 @@ class ADTTreeDrafter(SampledTrees, DraftsFromHiddenStates, Drafter):
         nk = torch.where(up_, k - L_K, k + L_K).clamp(self.k_lo, self.k_hi)
         ds.d, ds.k = torch.where(act, nd, ds.d), torch.where(act, nk, ds.k)
         return ds
-
-
 
 
 def adt_tree_step_cost(p: dict, row_codes: int, reports: list) -> StepCost:

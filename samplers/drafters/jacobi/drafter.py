@@ -1,0 +1,223 @@
+"""The Jacobi family: AR, SJD, SCD and SJD-PAC as one drafter (`JacobiDrafter`).
+
+One step feeds the chain ``[pending, d_1, ..., d_{T-1}]`` (the previous step's samples beyond the
+frontier: Jacobi iteration); verification accepts a prefix of it, all positions at once
+(samplers/verification/step.py). `observe` re-drafts the positions it did not reach and drafts the
+positions entering the window (drafting.py). SJD-PAC adds proactive drafting: after a rejection the
+next forward also carries K-1 branches of depth D under the pending token, drawn without replacement
+with the chain's draft at depth 1 (`DraftChain`'s branches). AR is this drafter with an empty window:
+one slot, the pending token, and no drafts.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar, NamedTuple, Optional
+
+import torch
+
+from ....model_loaders.contract import ForwardOutput
+from ..base import BEYOND_IMAGE, ChainVerdict, DraftChain, Drafter, LoopState
+from ..params import Method, StepCost, chain_tokens
+from .drafting import JacobiDrafting
+from .params import ARParams, JacobiParams, SCDParams, SJDPACParams, SJDParams
+
+
+def slot_count(forced: torch.Tensor, window: int) -> int:
+    """Slots per forward: the pending token plus the longest run of positions holding `window`
+    image tokens (and the forced tokens between and right after them)."""
+    n = forced.numel()
+    count = (forced < 0).long().cumsum(0)  # image tokens at positions <= j
+    last = torch.searchsorted(count, count + window, right=True) - 1  # last j with count <= count[c] + window
+    last = last.clamp(max=n - 1)
+    return int((last - torch.arange(n)).max()) + 1
+
+
+class JacobiPlan(NamedTuple):
+    """A Jacobi step's shape, chosen on the host from the last host read (`Drafter.plan`): the window, whether
+    the proactive branches ride along (a row had a rejection), whether positions the window reaches for
+    the first time are drafted before the step (`auto` growing its window), the `init` rule of the
+    positions the step drafts afresh (None: the drafter's own; `auto` chooses it per step), and whether the step
+    builds the proactive branches a next step may carry (`auto` skips them where they would not ride)."""
+
+    window: int
+    tree: bool = False
+    grow: bool = False
+    init: Optional[str] = None
+    branches: bool = True
+
+
+@dataclass
+class JacobiState:
+    """The Jacobi drafter's tensors that cross steps, passed to every phase in `LoopState.draft` and returned
+    anew by `start` / `observe` (the ring of q is written by index in place: rollback is free)."""
+
+    dist: torch.Tensor  # [B, ring + 1, V] q of each drafted position (target p of committed ones) at pos % ring
+    drafted: torch.Tensor  # [B] last position that holds a draft
+    in_tree: torch.Tensor  # [B] bool: rows whose next step carries the proactive branches
+    stall: torch.Tensor  # [B] steps in a row that committed one token (stall restart)
+    branch_tok: Optional[torch.Tensor] = None  # [B, K-1, D] the proactive branches (after a rejection)
+    branch_valid: Optional[torch.Tensor] = None  # [B, K-1, D] bool
+
+
+class JacobiDrafter(JacobiDrafting, Drafter):
+    state_class: ClassVar[type] = JacobiState  # what `_new_state` makes (a subclass's state extends JacobiState)
+
+    def __init__(self, params: JacobiParams, model, sampling):
+        geo = model.geometry
+        self.init = params.init
+        # how positions verification did not reach are re-drafted: independent (SJD), maximal or gumbel
+        self.redraft, self.coupling_strength = params.redraft, params.coupling_strength
+        self.K, self.D = params.tree_width, params.tree_depth  # proactive tree: K candidates, depth D
+        self.restart_after = params.restart_after
+        if self.K > geo.vocab_size:
+            raise ValueError(f"tree_width must be in [1, {geo.vocab_size}] (the image vocabulary), got {self.K}")
+        self.shapes = {w: self._shape(geo, w) for w in params.windows}  # window -> (T, chain, tree parents)
+        T_max = max(shape[0] for shape in self.shapes.values())
+        self.slack = T_max + 2  # positions past the end of the image a window may reach
+        self.node_budget = max(len(shape[2]) for shape in self.shapes.values())
+        # ring of per-position draft distributions q (and targets of committed positions):
+        # a position's entry lives at pos % ring; one spare entry at the end takes masked-out writes
+        self.ring = geo.row_stride + T_max + 2
+        self.window = next(iter(self.shapes))  # the window of the first step (`auto` changes it in `plan`)
+
+    def _shape(self, geo, window: int) -> tuple:
+        """(T, chain parents, tree parents) of a window: T chain slots (the pending token, `window`
+        image drafts and the forced tokens among them); the tree adds K-1 branches of D nodes after
+        the chain, each rooted at the pending slot (proactive drafting)."""
+        T = min(slot_count(geo.forced_tokens(), window), geo.seq_len)
+        chain = [-1] + list(range(T - 1))
+        tree = list(chain)
+        for _ in range(self.K - 1):
+            for d in range(self.D):
+                tree.append(0 if d == 0 else len(tree) - 1)
+        return T, chain, tree
+
+    # -- start -------------------------------------------------------------------------------
+    def _new_state(self, state: LoopState, first: ForwardOutput) -> JacobiState:
+        """The drafter's state at the start (`state_class`: a subclass fills its own fields after this)."""
+        B, V, dev = state.batch, state.vocab_size, state.device
+        return self.state_class(dist=torch.zeros(B, self.ring + 1, V, device=dev), drafted=state.frontier.clone(),
+                           in_tree=torch.zeros(B, dtype=torch.bool, device=dev),
+                           stall=torch.zeros(B, dtype=torch.long, device=dev))
+
+    def start(self, state: LoopState, first: ForwardOutput, p0: torch.Tensor) -> JacobiState:
+        B, dev = state.batch, state.device
+        ds = state.draft = self._new_state(state, first)
+        self._write(state, state.frontier[:, None], state.active[:, None], dists=p0[:, None])
+        T = self.shapes[self.window][0]
+        self._init(state, self.window, state.frontier[:, None] + torch.arange(1, T, device=dev),
+                   torch.ones(B, T - 1, dtype=torch.bool, device=dev))
+        ds.drafted = ds.drafted + T - 1
+        return ds
+
+    def host_hint(self, state: LoopState):
+        """How many rows want the proactive tree in the next forward."""
+        return (state.draft.in_tree & state.active).sum() if self.K > 1 else None
+
+    def plan(self, state: LoopState, hint: int = 0) -> JacobiPlan:
+        return JacobiPlan(self.window, tree=hint > 0)
+
+    # -- propose -----------------------------------------------------------------------------
+    def propose(self, state: LoopState, plan: JacobiPlan) -> DraftChain:
+        T, chain_parents, tree_parents = self.shapes[plan.window]
+        ds, rows = state.draft, state.rows
+        if plan.grow:  # positions the window reaches for the first time get drafted by `init`
+            pos = state.frontier[:, None] + torch.arange(1, T, device=state.device)
+            self._init(state, plan.window, pos, (pos > ds.drafted[:, None]) & state.active[:, None], plan.init)
+            ds.drafted = torch.where(state.active, torch.maximum(ds.drafted, state.frontier + T - 1), ds.drafted)
+        pos = state.frontier[:, None] + torch.arange(T, device=state.device)
+        chain = DraftChain(tokens=state.seq.gather(1, pos), parents=chain_parents, length=T)
+        if T > 1:  # the drafts' q (by agreement: unused) and the slots this step verifies: the window's image
+            # drafts (and the forced tokens among them), none past the end of the image
+            chain.q = None if state.reproducible else ds.dist[rows[:, None], pos % self.ring]
+            forced, is_img = state.layout.forced[pos[:, 1:]], state.layout.is_img[pos[:, 1:]]
+            chain.enabled = (is_img.long().cumsum(-1) <= plan.window) & (forced != BEYOND_IMAGE)
+        if plan.tree:  # proactive drafting: K-1 extra branches of depth D under the pending token
+            chain.tokens = torch.cat([chain.tokens, ds.branch_tok.flatten(1)], 1)
+            chain.parents, chain.branch_depth = tree_parents, self.D
+            chain.branch_valid = ds.branch_valid[:, :, 0] & ds.in_tree[:, None]
+        return chain
+
+    # -- observe -----------------------------------------------------------------------------
+    def observe(self, state: LoopState, plan: JacobiPlan, tree: DraftChain, verdict: ChainVerdict,
+                p_all: torch.Tensor, out: ForwardOutput, previous_frontier: torch.Tensor) -> JacobiState:
+        dev, active, ds = state.device, state.active, state.draft
+        T = self.shapes[plan.window][0]
+        frontier, new_frontier, n_acc, p = previous_frontier, state.frontier, verdict.n_accepted, verdict.p_path
+        slot = torch.arange(T, device=dev)
+        tpos = frontier[:, None] + 1 + slot  # positions of p's targets
+        newly = (slot[None] <= n_acc[:, None]) & active[:, None]
+        self._write(state, tpos, newly, dists=p)
+        # re-draft the positions verification did not reach (we have their stale-context p)
+        n_en = verdict.n_enabled
+        refine = (tpos > new_frontier[:, None]) & (tpos <= (frontier + n_en + 1)[:, None]) & active[:, None] \
+            & state.layout.is_img[tpos]
+        y, q_y = self._redraft(state, p, tpos, verdict.mrs_out, verdict.noise)
+        self._write(state, tpos, refine, y, q_y)
+        # drafts for positions entering the window, then the proactive tree after a rejection
+        # (and the whole window of a row the stall restart re-drafts: the same call, so no extra draws)
+        npos = new_frontier[:, None] + slot[1:]
+        need = (npos > ds.drafted[:, None]) & active[:, None]
+        if self.restart_after:
+            need = need | self._stalled_rows(state, verdict.n_accepted)[:, None]
+        self._init(state, plan.window, npos, need, plan.init)
+        ds.drafted = torch.where(active, torch.maximum(ds.drafted, new_frontier + T - 1), ds.drafted)
+        if self.K > 1 and plan.branches:
+            ds.in_tree = verdict.rejected & active
+            self._build_tree(state)
+        elif self.K > 1:  # no branches built: no row may carry the old ones (drafted for an earlier frontier)
+            ds.in_tree = torch.zeros_like(ds.in_tree)
+        return ds
+
+    def _stalled_rows(self, state, n_accepted):
+        """Stall restart: the rows whose last `restart_after` steps each committed one token (the counts
+        are the drafter state's `stall`); their whole window is drafted afresh by `init`. Coupled re-drafts keep a
+        draft wherever the new p still gives it mass, so drafts made under a wrong prefix can stay wrong step
+        after step (a fixed point of the coupled iteration: docs/BENCHMARKS.md). Lossless: the decision
+        reads only the steps' counts (never a draft), and the fresh drafts record their q like any init.
+        The re-draft is the entering positions' `init` call with a wider mask: `init` draws the same
+        noise whichever positions it writes, so a generation in which no row restarts keeps its
+        tokens, and the restart costs no call of its own."""
+        active, ds = state.active, state.draft
+        stall = torch.where(active, torch.where(n_accepted == 0, ds.stall + 1, 0), ds.stall)
+        restart = (stall >= self.restart_after) & active
+        ds.stall = torch.where(restart, 0, stall)
+        return restart
+
+
+def jacobi_step_cost(p: dict, row_codes: int, reports: list) -> StepCost:
+    """A chain of `window` drafts, plus the proactive branches ((K - 1) x D nodes) where the method has them
+    (they follow a rejection only: counted on every step, an upper bound)."""
+    tree = (p.get("tree_width", 1) - 1) * p.get("tree_depth", 0)
+    return StepCost(((chain_tokens(p["window"], row_codes) + tree, 1.0),))
+
+
+SJD = Method("sjd", "SJD", "Speculative Jacobi Decoding (Teng et al.)", SJDParams, JacobiDrafter,
+             paper_preset=(("init", "random"), ("restart_after", 0)), step_cost=jacobi_step_cost,
+             bench_variants=("window=32",))
+SCD = Method("scd", "SCD", "Speculative Jacobi Decoding with coupled re-drafts (So et al.)", SCDParams, JacobiDrafter,
+             paper_preset=(("init", "random"), ("restart_after", 0)), step_cost=jacobi_step_cost,
+             bench_variants=("window=32,coupling=maximal", "window=64,coupling=maximal", "window=32,coupling=gumbel"))
+SJD_PAC = Method("sjd_pac", "SJD-PAC", "SJD with proactive drafting and adaptive continuation (Kang et al.)",
+                 SJDPACParams, JacobiDrafter,
+                 paper_preset=(("window", 64), ("tree_depth", 3), ("tree_width", 4), ("init", "random"),
+                               ("restart_after", 0)), step_cost=jacobi_step_cost,
+                 # the paper's ablation: SJD -> + proactive drafting -> + adaptive continuation -> L=64
+                 bench_variants=("window=32,continuation=false", "window=32", "window=64"))
+
+
+
+class ARDrafter(JacobiDrafter):
+    """AR: the pending token's forward gives the next token, a sample of its p (verification's chain of the
+    pending token alone). Nothing to re-draft or record: `observe` skips the window's bookkeeping (AR's step
+    is mostly overhead on a CPU, and every speed-up is measured against it). Models with row-end tokens keep
+    the Jacobi step: their chain also carries the forced token after the pending one (T = 2)."""
+
+    def observe(self, state, plan, tree, verdict, p_all, out, previous_frontier):
+        if self.shapes[plan.window][0] > 1:
+            return super().observe(state, plan, tree, verdict, p_all, out, previous_frontier)
+        return state.draft
+
+
+AR = Method("ar", "AR (baseline)", "plain autoregressive sampling, one token per forward (the baseline)", ARParams,
+            ARDrafter, step_cost=lambda p, row_codes, reports: StepCost(((1, 1.0),)))
