@@ -127,16 +127,20 @@ class JacobiDrafter(JacobiDrafting, Drafter):
             ds.drafted = torch.where(state.active, torch.maximum(ds.drafted, state.frontier + T - 1), ds.drafted)
         pos = state.frontier[:, None] + torch.arange(T, device=state.device)
         chain = DraftChain(tokens=state.seq.gather(1, pos), parents=chain_parents, length=T)
-        if T > 1:  # the drafts' q (by agreement: unused) and the slots this step verifies: the window's image
-            # drafts (and the forced tokens among them), none past the end of the image
+        if T > 1:  # the drafts' q (by agreement: unused) and the slots this step verifies
             chain.q = None if state.reproducible else ds.dist[rows[:, None], pos % self.ring]
-            forced, is_img = state.layout.forced[pos[:, 1:]], state.layout.is_img[pos[:, 1:]]
-            chain.enabled = (is_img.long().cumsum(-1) <= plan.window) & (forced != BEYOND_IMAGE)
+            chain.enabled = self._enabled(state, plan, pos[:, 1:])
         if plan.tree:  # proactive drafting: K-1 extra branches of depth D under the pending token
             chain.tokens = torch.cat([chain.tokens, ds.branch_tok.flatten(1)], 1)
             chain.parents, chain.branch_depth = tree_parents, self.D
             chain.branch_valid = ds.branch_valid[:, :, 0] & ds.in_tree[:, None]
         return chain
+
+    def _enabled(self, state: LoopState, plan: JacobiPlan, dpos: torch.Tensor) -> torch.Tensor:
+        """[B, T-1] the chain slots this step verifies: the window's image drafts (and the forced tokens
+        among them), none past the end of the image."""
+        layout = state.layout
+        return (layout.is_img[dpos].long().cumsum(-1) <= plan.window) & (layout.forced[dpos] != BEYOND_IMAGE)
 
     # -- observe -----------------------------------------------------------------------------
     def observe(self, state: LoopState, plan: JacobiPlan, tree: DraftChain, verdict: ChainVerdict,
