@@ -139,8 +139,9 @@ class DraftTree:
 
     tokens: torch.Tensor  # [B, N] engine ids
     parents: Union[Sequence[int], torch.Tensor]  # one tree for all rows (list) or [B, N] per row
+    # what the tree rule reads (a `DraftChain` has its own)
     q: Optional[torch.Tensor] = None  # [B, N, V]
-    valid: Optional[torch.Tensor] = None  # [B, N] bool; None: all valid
+    valid: Optional[torch.Tensor] = None  # [B, N] bool
     siblings: str = SIBLINGS_INDEPENDENT
     depth: Optional[torch.Tensor] = None  # [B, N] or [N] depth of each node (0: the pending token)
     max_children: int = 1  # most valid children of any node (bounds the sibling loop)
@@ -150,11 +151,10 @@ class DraftTree:
 
 @dataclass
 class DraftChain(DraftTree):
-    """A Jacobi step's proposal: the chain [pending, d_1, ..., d_{T-1}] as nodes 0..T-1 (T = `length`), then,
-    when `branch_depth` = D > 0 (proactive drafting), K - 1 branches of D nodes under the pending token (node
-    T + (k - 1) D + d - 1 at depth d of branch k), whose first tokens are d_1's siblings, drawn with it without
-    replacement from one q. A node's q is its depth's: ``q`` [B, T, V] (entry 0 unused); None where verification
-    does not read it (by agreement, or no drafts)."""
+    """A Jacobi step's proposal: the chain [pending, d_1, ..., d_{T-1}] as nodes 0..T-1 (T = `length`), then, when
+    `branch_depth` = D > 0, K - 1 proactive branches of D nodes under the pending token (node T + (k - 1) D + d - 1
+    at depth d of branch k), whose first tokens are d_1's siblings drawn with it without replacement from one q.
+    A node's q is its depth's: ``q`` [B, T, V] (None where not read: by agreement, or no drafts)."""
 
     length: int = 1
     enabled: Optional[torch.Tensor] = None  # [B, T - 1] the drafts this step may accept (a prefix of each row)
@@ -185,8 +185,7 @@ class ChainVerdict(Verdict):
     # by agreement: [B, T] the target's own sample after every line node
     noise: Optional[torch.Tensor]  # [B, T, V] the step's exponential noise (noise[:, i-1] served position
     # frontier + i); None when verified by agreement (re-drafts then read the position noise)
-    n_enabled: torch.Tensor  # [B] positions the window verified
-    rejected: torch.Tensor  # [B] bool: a draft was rejected (the proactive tree follows)
+    n_enabled: torch.Tensor  # [B] positions the window verified (fewer accepted: a rejection)
 
 
 class Drafter:

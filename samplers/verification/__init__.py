@@ -1,13 +1,9 @@
-"""Every acceptance rule, apart from the drafters that propose (they propose and observe only).
+"""Every acceptance rule, apart from the drafters (which propose and observe only).
 
-- rejection.py: rejection sampling of chains, sibling candidates and trees (mrs, residual, verify_chain,
-  verify_candidates, verify_tree, maximal_coupling); lossless in distribution
-- agreement.py: verification by agreement with the target's own sample ("same image as AR": race_keys,
-  agree_chain, agree_tree, agree_candidates) and the Gumbel couplings drafters draw with
+- rejection.py: rejection sampling of chains, sibling candidates and trees (lossless in distribution)
+- agreement.py: agreement with the target's own sample ("same image as AR") and the Gumbel couplings
 - relaxed.py: LANTERN's relaxed acceptance (LOSSY, opt-in)
-- step.py: `verify`, the engine's one entry point: a proposal and the target p -> the step's `Verdict`,
-  the step's randomness drawn from the loop state
+- step.py: `verify`, the engine's entry point: a proposal and the target p -> the step's `Verdict`
 
-The first three are pure batched tensor functions (randomness passed in): the statistical tests drive
-them directly.
+The first three are pure batched tensor functions (randomness passed in): the statistical tests drive them.
 """

@@ -1,11 +1,9 @@
 """Verification by agreement: the "same image as AR" mode (docs/REPRODUCIBLE.md). Pure, batched.
 
-The target's own sample of a position is argmax(log p + G) with G the position's noise
-(randomness.PositionNoise: a function of seed, image row and absolute position only), exactly what
-plain AR draws there. A draft is accepted only where it IS that sample, and the pending token is the
-target's sample at the first node with no agreeing child, so the committed tokens are AR's whatever
-was drafted: the drafts change only how many forwards it takes. The same keys draw coupled drafts
-(`gumbel_coupling`, `gumbel_top_k`).
+The target's own sample of a position is argmax(log p + G), G the position's noise (randomness.PositionNoise:
+a function of seed, image row and absolute position only), exactly what plain AR draws there. A draft is
+accepted only where it IS that sample, and the pending token is the target's sample after the last accepted
+node, so the committed tokens are AR's whatever was drafted. The same keys draw coupled drafts.
 """
 from __future__ import annotations
 
@@ -13,7 +11,7 @@ from typing import Optional
 
 import torch
 
-from .rejection import tree_children
+from .rejection import walk_tree
 
 
 def race_keys(p: torch.Tensor, gumbel: torch.Tensor) -> torch.Tensor:
@@ -74,26 +72,14 @@ def agree_tree(p: torch.Tensor, tokens: torch.Tensor, parents: torch.Tensor, val
     gumbel [B, N, V]: the noise of the position after each node. Returns ``(n_accepted [B],
     path [B, D + 1], pending [B])`` like `verify_tree`; pending is the target's sample after the
     last accepted node (whether no child agreed there or the tree ended)."""
-    B, N, V = p.shape
-    rows = torch.arange(B, device=p.device)
+    rows = torch.arange(p.shape[0], device=p.device)
     keys = race_keys(p, gumbel)
-    kids = tree_children(parents, valid, max_children)  # [B, N, K]
-    cur = torch.zeros(B, dtype=torch.long, device=p.device)
-    path = torch.zeros(B, max_depth + 1, dtype=torch.long, device=p.device)
-    n_acc = torch.zeros(B, dtype=torch.long, device=p.device)
-    open_ = torch.ones(B, dtype=torch.bool, device=p.device)
-    for d in range(max_depth):
-        c = kids[rows, cur]  # [B, K]
-        present = c >= 0
-        cc = c.clamp(min=0)
+
+    def choose(d, cur, cc, present):
         match = agreeing(tokens.gather(1, cc), keys[rows, cur]) | forced.gather(1, cc)
-        idx = first_true(present & match)
-        acc = open_ & (idx >= 0)
-        child = cc.gather(1, idx.clamp(min=0)[:, None]).squeeze(1)
-        cur = torch.where(acc, child, cur)
-        path[:, d + 1] = torch.where(acc, child, 0)
-        n_acc = n_acc + acc.long()
-        open_ = acc
+        return first_true(present & match), None
+
+    n_acc, path, cur, _, _ = walk_tree(parents, valid, max_depth, max_children, choose)
     return n_acc, path, keys[rows, cur].argmax(-1)
 
 

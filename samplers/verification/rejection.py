@@ -137,6 +137,33 @@ def tree_children(parents: torch.Tensor, valid: torch.Tensor, max_children: int)
     return torch.where(vals > 0, idx, -1)
 
 
+def walk_tree(parents: torch.Tensor, valid: torch.Tensor, max_depth: int, max_children: int, choose):
+    """The walk of a tree rule, root (node 0) down, one depth at a time. ``choose(d, cur, children, present)``
+    (children [B, K] of each row's current node, present [B, K]) -> (the accepted child's index or -1, and
+    the token to commit where none is, or None); the accepted child becomes the current node. Returns
+    ``(n_accepted [B], path [B, D + 1], last node [B], pending [B], accepted down to depth D [B])``."""
+    B, dev = parents.shape[0], parents.device
+    rows = torch.arange(B, device=dev)
+    kids = tree_children(parents, valid, max_children)  # [B, N, K]
+    cur, n_acc, pending = (torch.zeros(B, dtype=torch.long, device=dev) for _ in range(3))
+    path = torch.zeros(B, max_depth + 1, dtype=torch.long, device=dev)
+    open_ = torch.ones(B, dtype=torch.bool, device=dev)
+    for d in range(max_depth):
+        c = kids[rows, cur]  # [B, K]
+        present = c >= 0
+        cc = c.clamp(min=0)
+        idx, tok = choose(d, cur, cc, present)
+        acc = open_ & (idx >= 0)
+        child = cc.gather(1, idx.clamp(min=0)[:, None]).squeeze(1)
+        if tok is not None:
+            pending = torch.where(open_ & ~acc, tok, pending)
+        cur = torch.where(acc, child, cur)
+        path[:, d + 1] = torch.where(acc, child, 0)
+        n_acc = n_acc + acc.long()
+        open_ = acc
+    return n_acc, path, cur, pending, open_
+
+
 def verify_tree(p: torch.Tensor, tokens: torch.Tensor, parents: torch.Tensor, q: torch.Tensor, valid: torch.Tensor,
                 forced: torch.Tensor, u: torch.Tensor, noise: torch.Tensor, max_depth: int, max_children: int,
                 without_replacement: bool = False, siblings=None):
@@ -156,18 +183,9 @@ def verify_tree(p: torch.Tensor, tokens: torch.Tensor, parents: torch.Tensor, q:
     u, noise, qs, valid) -> (index, token)`` replaces the lossless rule at every depth (only for
     an explicitly lossy option: LANTERN's relaxed acceptance)."""
     B, N, V = p.shape
-    dev = p.device
-    rows = torch.arange(B, device=dev)
-    kids = tree_children(parents, valid, max_children)  # [B, N, K]
-    cur = torch.zeros(B, dtype=torch.long, device=dev)
-    path = torch.zeros(B, max_depth + 1, dtype=torch.long, device=dev)
-    n_acc = torch.zeros(B, dtype=torch.long, device=dev)
-    pending = torch.zeros(B, dtype=torch.long, device=dev)
-    open_ = torch.ones(B, dtype=torch.bool, device=dev)
-    for d in range(max_depth):
-        c = kids[rows, cur]  # [B, K]
-        present = c >= 0
-        cc = c.clamp(min=0)
+    rows = torch.arange(B, device=p.device)
+
+    def choose(d, cur, cc, present):
         cand = tokens.gather(1, cc).clamp(0, V - 1)  # structure ids are past the image vocabulary
         p_cur = p[rows, cur]
         if siblings is not None:  # another acceptance rule for a node's children (LANTERN's relaxed one)
@@ -177,13 +195,8 @@ def verify_tree(p: torch.Tensor, tokens: torch.Tensor, parents: torch.Tensor, q:
         else:
             idx, tok = verify_candidates(p_cur, cand, u[:, d], noise[:, d], qs=q[rows[:, None], cc], valid=present)
         at_forced = forced.gather(1, cc[:, :1]).squeeze(1) & present[:, 0]
-        idx = torch.where(at_forced, 0, idx)
-        acc = open_ & (idx >= 0)
-        child = cc.gather(1, idx.clamp(min=0)[:, None]).squeeze(1)
-        pending = torch.where(open_ & ~acc, tok, pending)
-        cur = torch.where(acc, child, cur)
-        path[:, d + 1] = torch.where(acc, child, 0)
-        n_acc = n_acc + acc.long()
-        open_ = acc
+        return torch.where(at_forced, 0, idx), tok
+
+    n_acc, path, cur, pending, open_ = walk_tree(parents, valid, max_depth, max_children, choose)
     bonus = sample_by_race(p[rows, cur], noise[:, max_depth])
     return n_acc, path, torch.where(open_, bonus, pending)

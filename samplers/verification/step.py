@@ -1,28 +1,19 @@
-"""The step level: a drafter's proposal and the target p of its nodes -> the step's `Verdict`.
+"""The step level: `verify`, the engine's one entry point (propose -> forward -> verify -> commit -> observe).
 
-`verify` is the one entry point of the engine's step (propose -> forward -> verify -> commit -> observe).
-It reads what the rule needs from the proposal (`DraftTree`, `DraftChain`: samplers/drafters/base.py) and
-the loop state, and draws the step's randomness from `state` (the uniforms and Exp(1) noise the pure rules
-of rejection.py take) in a fixed order per shape, which a compiled step replays. In the "same image as AR"
-mode (`state.reproducible`) it verifies by agreement (agreement.py) and draws nothing.
-
-- a tree (Hawk, ADT-Tree): `verify_tree` from the root down (`agree_tree`); LANTERN's relaxed rule where
-  the proposal names it (LOSSY, relaxed.py)
-- a chain (the Jacobi family): `verify_chain` on all positions at once; with proactive branches, depth 1
-  first (the chain's draft and the branches' first tokens are siblings), then the winner's line
-- a chain of the pending token alone (AR): the target's sample of the next position
+A proposal (`DraftTree`, `DraftChain`: samplers/drafters/base.py) and every node's target p -> the step's
+`Verdict`. The step's randomness (the uniforms and Exp(1) noise of rejection.py's pure rules) is drawn from
+`state` in a fixed order per shape, which a compiled step replays; in the "same image as AR" mode
+(`state.reproducible`) verification is by agreement (agreement.py) and draws nothing.
 """
 from __future__ import annotations
 
 import torch
 
-from ...model_loaders.slots import batched_tree_tensors
 from ..drafters.base import (BEYOND_IMAGE, SIBLINGS_WITHOUT_REPLACEMENT, ChainVerdict, DraftChain, DraftTree,
                              LoopState, Verdict)
 from ..randomness import sample_by_race
 from .agreement import agree_candidates, agree_chain, agree_tree, race_keys
 from .rejection import verify_candidates, verify_chain, verify_tree
-from .relaxed import verify_tree_relaxed
 
 
 def verify(state: LoopState, proposal: DraftTree, p: torch.Tensor) -> Verdict:
@@ -33,103 +24,84 @@ def verify(state: LoopState, proposal: DraftTree, p: torch.Tensor) -> Verdict:
 
 
 def verify_tree_step(state: LoopState, tree: DraftTree, p: torch.Tensor) -> Verdict:
-    """A tree, root (the pending token) down: the rule's draws, then `verify_tree` (or its relaxed twin);
-    by agreement `agree_tree`. Nodes at structure positions are forced, nodes past the image invalid."""
+    """A tree, root (the pending token) down: the rule's draws, then `verify_tree` (with LANTERN's relaxed
+    siblings where the proposal names them); by agreement `agree_tree`. Nodes at structure positions are forced, nodes past the image invalid."""
     B, N = tree.tokens.shape
     D, K, V = tree.max_depth, max(tree.max_children, 1), state.vocab_size
     parents = tree.parents
     if not isinstance(parents, torch.Tensor):
         parents = torch.tensor(list(parents), device=state.device).expand(B, N)
-    depth = tree.depth.expand(B, N) if tree.depth is not None else batched_tree_tensors(parents)[0]
-    pos = state.frontier[:, None] + depth
+    pos = state.frontier[:, None] + tree.depth.expand(B, N)
     kind = state.layout.forced[pos.clamp(max=state.layout.ext - 1)]  # forced id, IMAGE_POSITION or BEYOND_IMAGE
-    forced = kind >= 0
-    valid = tree.valid if tree.valid is not None else torch.ones(B, N, dtype=torch.bool, device=state.device)
-    valid = valid & (kind != BEYOND_IMAGE)
+    forced, valid = kind >= 0, tree.valid & (kind != BEYOND_IMAGE)
     if state.reproducible:
         n_acc, path, pending = agree_tree(p, tree.tokens, parents, valid, forced, state.position_noise(pos + 1),
                                           D, K)
     else:
         u = state.uniform(B, D, K)
         noise = state.noise(B, D + 1, V)
-        args = (p, tree.tokens, parents, tree.q, valid, forced, u, noise, D, K,
-                tree.siblings == SIBLINGS_WITHOUT_REPLACEMENT)
-        n_acc, path, pending = verify_tree(*args) if tree.relaxed is None else \
-            verify_tree_relaxed(*args, rule=tree.relaxed)
+        n_acc, path, pending = verify_tree(p, tree.tokens, parents, tree.q, valid, forced, u, noise, D, K,
+                                           tree.siblings == SIBLINGS_WITHOUT_REPLACEMENT,
+                                           siblings=None if tree.relaxed is None else tree.relaxed.siblings)
     return Verdict(n_accepted=n_acc, path=path, pending=pending, tokens=tree.tokens.gather(1, path),
                    p_path=p[state.rows[:, None], path])
 
 
 def verify_chain_step(state: LoopState, chain: DraftChain, p_all: torch.Tensor) -> ChainVerdict:
-    """A chain, every position at once (`verify_chain`; by agreement `agree_chain`). The new pending token is
-    the correction after a rejection, else a fresh sample of the p after the last draft."""
-    B, V, dev, rows, T = state.batch, state.vocab_size, state.device, state.rows, chain.length
+    """A chain, every position at once (`verify_chain`; by agreement `agree_chain`, the re-drafts' `mrs_out` then
+    the target's sample after every line node). With branches, depth 1 first: the winner's line follows."""
+    B, V, dev, rows, T, D = state.batch, state.vocab_size, state.device, state.rows, chain.length, chain.branch_depth
     if T == 1:
         return _pending_only(state, chain, p_all)
     pos = state.frontier[:, None] + torch.arange(T, device=dev)
     forced = state.layout.forced[pos[:, 1:]] >= 0
     if state.reproducible:
-        return _chain_by_agreement(state, chain, pos, p_all, forced)
-    noise = state.noise(B, T, V)  # noise[:, i-1] serves position frontier+i
-    u = state.uniform(B, T - 1)
-    q = chain.q[:, 1:]
-    line, first, k_star = torch.arange(T, device=dev).expand(B, T), None, None
-    x_line, p = chain.tokens, p_all
-    if chain.branch_depth:  # depth 1: the chain's draft and the branches' first tokens, drawn without replacement
-        cands, valid = _siblings(state, chain)
-        k_star, token = verify_candidates(p_all[:, 0], cands, state.uniform(B, cands.shape[1]), noise[:, 0],
-                                          q=q[:, 0], valid=valid)
+        gumbel = state.position_noise(pos + 1)  # [B, T, V]: the position after each chain slot
+        if D:
+            k_star = agree_candidates(race_keys(p_all[:, 0], gumbel[:, 0]), *_siblings(state, chain))
+    else:
+        noise = state.noise(B, T, V)  # noise[:, i-1] serves position frontier+i
+        u = state.uniform(B, T - 1)
+        q = chain.q[:, 1:]
+        if D:  # the chain's draft and the branches' first tokens, drawn without replacement from q
+            cands, valid = _siblings(state, chain)
+            k_star, token = verify_candidates(p_all[:, 0], cands, state.uniform(B, cands.shape[1]), noise[:, 0],
+                                              q=q[:, 0], valid=valid)
+    line, x_line, p, first = None, chain.tokens, p_all, None
+    if D:
         k_star, line = _winner(chain, k_star, forced)
         x_line, p = chain.tokens.gather(1, line), p_all[rows[:, None], line]
-        first = (k_star >= 0, torch.where(k_star >= 0, x_line[:, 1], token))
-    n_acc, mrs_out = verify_chain(p[:, :-1], q, x_line[:, 1:], u, noise[:, :-1], chain.enabled, forced, first=first)
-    if chain.branch_depth:
-        n_acc = cap_branch_acceptance(n_acc, k_star, chain.branch_depth)
-    n_acc = torch.where(state.active, n_acc, 0)
-    n_en = chain.enabled.sum(-1)
-    fresh_next = sample_by_race(p[rows, n_acc], noise[rows, n_acc])
-    rejected = n_acc < n_en
-    correction = torch.cat([mrs_out, fresh_next[:, None]], 1)[rows, n_acc]
-    pending = torch.where(rejected, correction, fresh_next)
-    return ChainVerdict(n_accepted=n_acc, path=line if chain.branch_depth else None, pending=pending,
-                        tokens=x_line, p_path=p, mrs_out=mrs_out, noise=noise, n_enabled=n_en, rejected=rejected)
-
-
-def _chain_by_agreement(state, chain, pos, p_all, forced) -> ChainVerdict:
-    """The chain step by agreement (docs/REPRODUCIBLE.md): a draft is accepted where it is the target's own
-    sample of its position, the pending token is the target's sample after the last accepted draft.
-    `mrs_out` holds the target's sample after every line node: the Gumbel-coupled re-draft of each position."""
-    rows = state.rows
-    gumbel = state.position_noise(pos + 1)  # [B, T, V]: the position after each chain slot
-    line, first, k_star = pos - state.frontier[:, None], None, None
-    if chain.branch_depth:
-        cands, valid = _siblings(state, chain)
-        k_star, line = _winner(chain, agree_candidates(race_keys(p_all[:, 0], gumbel[:, 0]), cands, valid), forced)
         first = k_star >= 0
-    x_line, p = chain.tokens.gather(1, line), p_all[rows[:, None], line]
-    n_acc, samples = agree_chain(p, x_line[:, 1:], gumbel, chain.enabled, forced, first=first)
-    if chain.branch_depth:
-        n_acc = cap_branch_acceptance(n_acc, k_star, chain.branch_depth)
+    if state.reproducible:
+        n_acc, mrs_out = agree_chain(p, x_line[:, 1:], gumbel, chain.enabled, forced, first=first)
+        noise = None
+    else:
+        if D:  # the depth-1 outcome: the winner's token, or the residual sample after every sibling
+            first = (first, torch.where(first, x_line[:, 1], token))
+        n_acc, mrs_out = verify_chain(p[:, :-1], q, x_line[:, 1:], u, noise[:, :-1], chain.enabled, forced, first)
+    if D:
+        n_acc = cap_branch_acceptance(n_acc, k_star, D)
     n_acc = torch.where(state.active, n_acc, 0)
     n_en = chain.enabled.sum(-1)
-    return ChainVerdict(n_accepted=n_acc, path=line if chain.branch_depth else None, pending=samples[rows, n_acc],
-                        tokens=x_line, p_path=p, mrs_out=samples, noise=None, n_enabled=n_en, rejected=n_acc < n_en)
+    if state.reproducible:
+        pending = mrs_out[rows, n_acc]
+    else:  # the correction after a rejection, else a fresh sample of the p after the last draft
+        fresh_next = sample_by_race(p[rows, n_acc], noise[rows, n_acc])
+        correction = torch.cat([mrs_out, fresh_next[:, None]], 1)[rows, n_acc]
+        pending = torch.where(n_acc < n_en, correction, fresh_next)
+    return ChainVerdict(n_accepted=n_acc, path=line, pending=pending, tokens=x_line, p_path=p, mrs_out=mrs_out,
+                        noise=noise, n_enabled=n_en)
 
 
 def _pending_only(state, chain, p) -> ChainVerdict:
-    """A chain with no drafts (AR): the new pending token is the target's sample of the next position, drawn
-    as the chain rule would (the same noise)."""
-    B = state.batch
-    zero = torch.zeros(B, dtype=torch.long, device=state.device)
-    if state.reproducible:
-        pending = state.sample_at(p[:, 0], state.frontier + 1)
-        out, noise = pending[:, None], None
-    else:
-        noise = state.noise(B, 1, state.vocab_size)
-        pending = sample_by_race(p[:, 0], noise[:, 0])
-        out = zero[:, None][:, :0]
-    return ChainVerdict(n_accepted=zero, path=None, pending=pending, tokens=chain.tokens, p_path=p, mrs_out=out,
-                        noise=noise, n_enabled=zero, rejected=zero.bool())
+    """A chain with no drafts (AR): the new pending token is the target's sample of the next position, with the
+    chain rule's draws (`mrs_out`: by agreement that sample, else empty: no draft to couple with)."""
+    zero = torch.zeros(state.batch, dtype=torch.long, device=state.device)
+    noise = None if state.reproducible else state.noise(state.batch, 1, state.vocab_size)
+    pending = state.sample_at(p[:, 0], state.frontier + 1) if noise is None else sample_by_race(p[:, 0], noise[:, 0])
+    return ChainVerdict(n_accepted=zero, path=None, pending=pending, tokens=chain.tokens, p_path=p,
+                        mrs_out=pending[:, None] if noise is None else pending[:, None][:, :0],
+                        noise=noise, n_enabled=zero)
 
 
 def _siblings(state, chain):

@@ -26,13 +26,11 @@ deeper and thinner as the guess grows) instead of along (d, k): alpha = accepted
 depth; alpha >= beta: the next deeper shape, else the next bushier one. `adaptive=False`: the one
 shape of `accept_guess`.
 
-Verification: candidates are deterministic top-k choices, so q is one-hot and siblings are
-independent (the rejected token is removed from the residual); the tree rule (`verify_tree`) walks
-the tree. `candidate_mode="sampled"` (sampled.py): children drawn without replacement
-from the drafter's q, verified with q; the tree's slots are allocated before drawing (no rerank
-by a node's own score). Forced row ends: the structure token is the single child. LANTERN relaxed acceptance
-(`relaxed=True`, LOSSY): the proposal names the relaxed rule (samplers/verification/relaxed.py). The EAGLE
-network, its files and the LANTERN conversion live in samplers/drafters/eagle/.
+Verification (the tree rule, samplers/verification/): top-k candidates are deterministic, so q is one-hot and
+siblings are independent. `candidate_mode="sampled"` (sampled.py): children drawn without replacement from
+the drafter's q, verified with q; the tree's slots are allocated before drawing (no rerank by a node's own
+score). Forced row ends: the structure token is the single child. `relaxed=True` (LOSSY): the proposal names
+LANTERN's relaxed rule. The EAGLE network, its files and the LANTERN conversion: samplers/drafters/eagle/.
 """
 from __future__ import annotations
 
@@ -372,7 +370,7 @@ def adt_tree_step_cost(p: dict, row_codes: int, reports: list) -> StepCost:
 
 
 # default: the fastest lossless setting measured on the demo model (an adaptive chain of sampled
-# drafts, 8 nodes: docs/BENCHMARKS.md, issue 26); preset="paper": EAGLE-2's top-k trees of 32 nodes
+# drafts, 8 nodes: docs/BENCHMARKS.md); preset="paper": EAGLE-2's top-k trees of 32 nodes
 ADT_TREE = Method("adt_tree", "ADT-Tree", "EAGLE drafter with adjacency-adaptive dynamic draft trees (Lei et al.)",
                   ADTTreeParams, ADTTreeDrafter, drafter_kind="eagle", train="eagle:train_eagle",
                   step_cost=adt_tree_step_cost,

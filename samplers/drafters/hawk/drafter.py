@@ -37,10 +37,8 @@ full pool; with `vertical_reach` r > 0 (an extension, 0 = the paper) levels n+1.
 from the vertical cache alone (their pool has no horizontal entry). The topology is fixed for a generation; validity is per row. A forced
 row-end position gets the structure token as its single child (always accepted).
 
-Verification: the tree rule (`verify_tree`, samplers/verification/): siblings independent, each with
-its own q (the pool's horizontal or vertical q it was drawn from), the target moving to the
-residual after each rejection (the paper's appendix A); children of different parents are
-independent samples. Each node's q depends only on committed hidden states, never on the
+Verification: the tree rule (samplers/verification/): independent siblings, each with the pool q it was
+drawn from (the paper's appendix A). Each node's q depends only on committed hidden states, never on the
 speculative tokens before it in the tree, which is what makes the per-node q exact.
 """
 from __future__ import annotations

@@ -1,6 +1,4 @@
 """Hawk's parameters (samplers/drafters/params.py)."""
-from __future__ import annotations
-
 from dataclasses import dataclass
 
 from ..params import param

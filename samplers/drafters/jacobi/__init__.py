@@ -1,8 +1,7 @@
 """The Jacobi family (AR, SJD, SCD, SJD-PAC): one drafter over a window of drafts beyond the frontier.
 
 - params.py: the typed parameters of each method and the help texts auto and spatial share
-- drafting.py: how drafts are made (init, re-drafts, couplings, proactive branches)
-- drafter.py: the drafter (window shapes, propose, observe, stall restart) and the Methods
+- drafter.py: the drafter (window shapes, propose, observe, drafting, stall restart) and the Methods
 """
 from .drafter import AR, SCD, SJD, SJD_PAC, ARDrafter, JacobiDrafter, JacobiPlan, JacobiState, jacobi_step_cost
 from .params import (INIT_ABOVE_PAPER, INIT_HELP, WINDOW_HELP, JacobiParams, ProactiveParams, SJDPACParams,

@@ -1,12 +1,14 @@
 """The Jacobi family: AR, SJD, SCD and SJD-PAC as one drafter (`JacobiDrafter`).
 
-One step feeds the chain ``[pending, d_1, ..., d_{T-1}]`` (the previous step's samples beyond the
-frontier: Jacobi iteration); verification accepts a prefix of it, all positions at once
-(samplers/verification/step.py). `observe` re-drafts the positions it did not reach and drafts the
-positions entering the window (drafting.py). SJD-PAC adds proactive drafting: after a rejection the
-next forward also carries K-1 branches of depth D under the pending token, drawn without replacement
-with the chain's draft at depth 1 (`DraftChain`'s branches). AR is this drafter with an empty window:
-one slot, the pending token, and no drafts.
+Drafts live in the engine's sequence buffer beyond each row's frontier (the previous step's
+samples: Jacobi iteration) with the q each was drawn from in a ring of per-position
+distributions. One step feeds the chain ``[pending, d_1, ..., d_{T-1}]``; verification accepts a
+prefix of it, all positions at once (samplers/verification/step.py); positions it did not reach are
+re-drafted from their new p (SJD: independently; SCD / adaptive continuation: coupled with the old
+draft), and positions entering the window are initialised by `init`. SJD-PAC adds proactive drafting:
+after a rejection the next forward also carries K-1 branches of depth D under the pending token,
+drawn without replacement with the chain's draft at depth 1 (`_build_tree`). AR is this drafter with
+an empty window: one slot, the pending token, and no drafts.
 """
 from __future__ import annotations
 
@@ -16,9 +18,11 @@ from typing import ClassVar, NamedTuple, Optional
 import torch
 
 from ....model_loaders.contract import ForwardOutput
+from ...randomness import sample_by_race
+from ...verification.agreement import gumbel_coupling, race_keys
+from ...verification.rejection import one_hot
 from ..base import BEYOND_IMAGE, ChainVerdict, DraftChain, Drafter, LoopState
 from ..params import Method, StepCost, chain_tokens
-from .drafting import JacobiDrafting
 from .params import ARParams, JacobiParams, SCDParams, SJDPACParams, SJDParams
 
 
@@ -56,10 +60,10 @@ class JacobiState:
     in_tree: torch.Tensor  # [B] bool: rows whose next step carries the proactive branches
     stall: torch.Tensor  # [B] steps in a row that committed one token (stall restart)
     branch_tok: Optional[torch.Tensor] = None  # [B, K-1, D] the proactive branches (after a rejection)
-    branch_valid: Optional[torch.Tensor] = None  # [B, K-1, D] bool
+    branch_valid: Optional[torch.Tensor] = None  # [B, K-1] bool: each branch's first node is a live candidate
 
 
-class JacobiDrafter(JacobiDrafting, Drafter):
+class JacobiDrafter(Drafter):
     state_class: ClassVar[type] = JacobiState  # what `_new_state` makes (a subclass's state extends JacobiState)
 
     def __init__(self, params: JacobiParams, model, sampling):
@@ -133,7 +137,7 @@ class JacobiDrafter(JacobiDrafting, Drafter):
         if plan.tree:  # proactive drafting: K-1 extra branches of depth D under the pending token
             chain.tokens = torch.cat([chain.tokens, ds.branch_tok.flatten(1)], 1)
             chain.parents, chain.branch_depth = tree_parents, self.D
-            chain.branch_valid = ds.branch_valid[:, :, 0] & ds.in_tree[:, None]
+            chain.branch_valid = ds.branch_valid & ds.in_tree[:, None]
         return chain
 
     def _enabled(self, state: LoopState, plan: JacobiPlan, dpos: torch.Tensor) -> torch.Tensor:
@@ -167,26 +171,117 @@ class JacobiDrafter(JacobiDrafting, Drafter):
         self._init(state, plan.window, npos, need, plan.init)
         ds.drafted = torch.where(active, torch.maximum(ds.drafted, new_frontier + T - 1), ds.drafted)
         if self.K > 1 and plan.branches:
-            ds.in_tree = verdict.rejected & active
+            ds.in_tree = (n_acc < verdict.n_enabled) & active  # a rejection: the branches follow
             self._build_tree(state)
         elif self.K > 1:  # no branches built: no row may carry the old ones (drafted for an earlier frontier)
             ds.in_tree = torch.zeros_like(ds.in_tree)
         return ds
 
     def _stalled_rows(self, state, n_accepted):
-        """Stall restart: the rows whose last `restart_after` steps each committed one token (the counts
-        are the drafter state's `stall`); their whole window is drafted afresh by `init`. Coupled re-drafts keep a
-        draft wherever the new p still gives it mass, so drafts made under a wrong prefix can stay wrong step
-        after step (a fixed point of the coupled iteration: docs/BENCHMARKS.md). Lossless: the decision
-        reads only the steps' counts (never a draft), and the fresh drafts record their q like any init.
-        The re-draft is the entering positions' `init` call with a wider mask: `init` draws the same
-        noise whichever positions it writes, so a generation in which no row restarts keeps its
-        tokens, and the restart costs no call of its own."""
+        """Stall restart: the rows whose last `restart_after` steps each committed one token (counted in `stall`) get
+        their whole window drafted afresh by `init` (coupled re-drafts can keep drafts made under a wrong prefix
+        step after step: a fixed point, docs/BENCHMARKS.md). Lossless: the decision reads only the steps' counts.
+        It widens the entering positions' `init` mask, which draws the same noise whichever positions it writes:
+        a generation in which no row restarts keeps its tokens."""
         active, ds = state.active, state.draft
         stall = torch.where(active, torch.where(n_accepted == 0, ds.stall + 1, 0), ds.stall)
         restart = (stall >= self.restart_after) & active
         ds.stall = torch.where(restart, 0, stall)
         return restart
+
+    # -- drafting ------------------------------------------------------------------------------
+    def _write(self, state, pos, mask, tokens=None, dists=None):
+        """Masked writes of draft tokens into `seq` and their q into the ring (positions in one
+        call are distinct per row; masked-out entries go to the spare column / slot)."""
+        if tokens is not None:
+            state.write_tokens(pos, mask, tokens)
+        if dists is not None:
+            r = state.rows[:, None].expand_as(pos)
+            state.draft.dist[r, torch.where(mask, pos % self.ring, self.ring)] = dists
+
+    def _init(self, state, window, pos, need, init=None):
+        """Draft positions `pos` [B, K] (consecutive per row) where `need` by the rule `init` (None: the
+        drafter's own); record their q."""
+        if window == 0:  # AR drafts nothing
+            return
+        layout, V, strat = state.layout, state.vocab_size, init or self.init
+        need = need & layout.is_img[pos]
+        B, K = pos.shape
+        # the last image position before the first one to draft: the source of left-initialisation
+        first = torch.where(need, pos, pos[:, -1:]).min(-1).values
+        left = layout.prev_img[first].clamp(min=0)
+        if strat == "random":
+            uniform = torch.full((B, K, V), 1.0 / V, device=state.device)
+            x = state.sample_at(uniform, pos) if state.reproducible else state.randint(0, V, B, K)
+            self._write(state, pos, need, x, uniform)
+            return
+        stride = layout.geometry.row_stride
+        chunks = [(0, K)] if strat.endswith("_left") else [(s, min(s + stride, K)) for s in range(0, K, stride)]
+        for s, e in chunks:  # sources of a chunk lie before it (row above, or the left source)
+            p = pos[:, s:e]
+            src = left[:, None].expand_as(p)
+            if strat.endswith("_above"):
+                above = p - stride
+                src = torch.where(above >= 0, above, src)
+            if strat.startswith("repeat"):
+                x = state.seq.gather(1, src).clamp(0, V - 1)  # clamp: sources of masked-out slots may be structure
+                q = one_hot(x, V)
+            else:
+                q = state.draft.dist[state.rows[:, None], src % self.ring]
+                x = state.sample_at(q, p)
+            self._write(state, p, need[:, s:e], x, q)
+
+    def _redraft(self, state, p, tpos, mrs_out, noise):
+        """Next step's draft at each target position (used where verification stopped short) and
+        the q it is distributed as: always the new p, whether drawn independently or coupled."""
+        return self._coupled_draft(state, p, tpos, mrs_out, noise), p
+
+    def _coupled_draft(self, state, p, tpos, mrs_out, noise):
+        if state.reproducible:  # the target's own samples at tpos (agreement verification): argmax(log p + G)
+            return mrs_out
+        fresh = sample_by_race(p, noise)
+        kind, alpha = self.redraft, self.coupling_strength
+        if kind == "independent":
+            return fresh
+        if kind == "maximal":
+            # slots 1..T-1 had an old draft: MRS output couples it with the new p; the position
+            # after the last slot had none, so it is drafted fresh
+            coupled = torch.cat([mrs_out, fresh[:, -1:]], dim=1)
+        else:  # Gumbel coupling: the noise of each (row, position), fixed for the generation
+            coupled = gumbel_coupling(p, state.position_noise(tpos))
+        if alpha < 1.0:
+            coin = state.uniform(*coupled.shape) < alpha
+            coupled = torch.where(coin, coupled, fresh)
+        return coupled
+
+    def _build_tree(self, state):
+        """K-1 extra branches for positions frontier+1 .. frontier+D, built without a forward from
+        the distributions recorded there. Depth 1: candidates drawn WITHOUT replacement from q
+        at frontier+1, excluding the chain's own draft (which is the first draw); deeper nodes:
+        drawn independently for every branch from that position's q."""
+        B, K, D, V, layout = state.batch, self.K, self.D, state.vocab_size, state.layout
+        bpos = state.frontier[:, None] + torch.arange(1, D + 1, device=state.device)  # [B, D]
+        q = state.draft.dist[state.rows[:, None], bpos % self.ring]  # [B, D, V]
+        first = state.seq.gather(1, bpos[:, :1]).clamp(0, V - 1)  # the chain's draft at depth 1
+        if state.reproducible:
+            # the best K-1 of log q + G after the chain's draft (its own best when drafted from this q);
+            # deeper: every branch the position's coupled draft (only the branch that agrees is followed)
+            gumbel = state.position_noise(bpos)
+            keys = race_keys(q[:, 0], gumbel[:, 0]).scatter(1, first, float("-inf"))
+            order = keys.topk(K - 1, dim=-1).indices
+            ok1 = q[:, 0].gather(1, order) > 0
+            deeper = gumbel_coupling(q[:, 1:], gumbel[:, 1:])[:, None].expand(B, K - 1, D - 1)
+        else:
+            keys = state.noise(B, V) / q[:, 0]  # exponential race keys: ascending order = draws w/o replacement
+            keys = keys.scatter(1, first, float("inf"))
+            order = keys.topk(K - 1, dim=-1, largest=False).indices  # [B, K-1], ascending: the first K-1 draws
+            ok1 = torch.isfinite(keys.gather(1, order)) & (q[:, 0].gather(1, order) > 0)
+            deeper = sample_by_race(q[:, None, 1:].expand(B, K - 1, D - 1, V), state.noise(B, K - 1, D - 1, V))
+        tok = torch.cat([order[:, :, None], deeper], 2)  # [B, K-1, D]
+        forced = layout.forced[bpos]
+        tok = torch.where(forced[:, None] >= 0, forced[:, None], tok)
+        valid = (forced[:, :1] != BEYOND_IMAGE) & (ok1 | (forced[:, :1] >= 0))  # deeper: the chain's enabled slots
+        state.draft.branch_tok, state.draft.branch_valid = tok, valid
 
 
 def jacobi_step_cost(p: dict, row_codes: int, reports: list) -> StepCost:
@@ -212,10 +307,9 @@ SJD_PAC = Method("sjd_pac", "SJD-PAC", "SJD with proactive drafting and adaptive
 
 
 class ARDrafter(JacobiDrafter):
-    """AR: the pending token's forward gives the next token, a sample of its p (verification's chain of the
-    pending token alone). Nothing to re-draft or record: `observe` skips the window's bookkeeping (AR's step
-    is mostly overhead on a CPU, and every speed-up is measured against it). Models with row-end tokens keep
-    the Jacobi step: their chain also carries the forced token after the pending one (T = 2)."""
+    """AR: nothing to re-draft or record, so `observe` skips the window's bookkeeping (AR's step is mostly
+    overhead on a CPU, and every speed-up is measured against it). Models with row-end tokens keep the Jacobi
+    step: their chain also carries the forced token after the pending one (T = 2)."""
 
     def observe(self, state, plan, tree, verdict, p_all, out, previous_frontier):
         if self.shapes[plan.window][0] > 1:

@@ -1,8 +1,6 @@
 """The Jacobi family's parameters (samplers/drafters/params.py): what a Jacobi-family drafter reads, and
 each method's typed dataclass (AR, SJD, SCD, SJD-PAC; spatial's extends `ProactiveParams`, auto's
 `JacobiParams`), with the help texts they share."""
-from __future__ import annotations
-
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -10,22 +8,16 @@ from ..params import COUPLINGS, INITS, MAX_TREE_WIDTH, MAX_WINDOW, param
 
 WINDOW_HELP = "draft tokens verified per forward (shrinks near the end of the image)"
 INIT_HELP = "how new window positions are drafted: " + ", ".join(INITS)
-# sample_above (from the distribution recorded one row above): the fastest lossless init on the demo model
-# for sjd, scd, sjd_pac and auto (docs/BENCHMARKS.md, issue 26); the papers' random is preset='paper'
+# sample_above (from the distribution recorded one row above): the fastest lossless init on the demo model for sjd,
+# scd, sjd_pac and auto, >= 0.97x the papers' random at window 16 in every bench regime (docs/BENCHMARKS.md)
 INIT_ABOVE_PAPER = "SJD paper: random (preset='paper'); sample_above is the fastest on the demo model"
-# the defaults' init (issue 36): sample_above with no stall restart commits >= 0.977x its paper preset at window 16
-# in every bench regime (seed sets pooled), 1.5x sample_left's tokens per forward on the demo model;
-# docs/BENCHMARKS.md, "Defaults chosen on every regime"
 INIT_ABOVE_REGIMES = ("SJD paper: random (preset='paper'); sample_above: >= 0.97x the paper's setting at window 16 in "
                       "every bench regime (docs/BENCHMARKS.md)")
 
 
 def restart_param(default: int):
-    """Stall restart (`JacobiDrafter._stalled_rows`): ours, not the papers' (preset='paper': off). sjd, scd and
-    sjd_pac default to 0 (issue 36: a restart after 5 one-token steps costs 6-18% on the flat regime's target,
-    docs/BENCHMARKS.md, "Defaults chosen on every regime"); auto to 16 (after 5 it cost 27% on the flat regime
-    at window 64; after 16 nothing there, and it frees a demo image stuck at window 64); spatial keeps 5 (not
-    measured there)."""
+    """Stall restart (`JacobiDrafter._stalled_rows`): ours, not the papers' (preset='paper': off). Its default per
+    method is what docs/BENCHMARKS.md measured ("Defaults chosen on every regime")."""
     return param(default, "re-draft the window by `init` after this many steps in a row that committed one token each "
                  "(a coupled Jacobi window stuck in a fixed point); 0: never", lo=0, hi=1024,
                  paper="not in the papers (preset='paper': 0); docs/BENCHMARKS.md, stall restart")

@@ -1,4 +1,4 @@
-"""Spatial speculative decoding (issue 27): a Jacobi window over a 2-D band ahead of the frontier,
+"""Spatial speculative decoding: a Jacobi window over a 2-D band ahead of the frontier,
 drafted by trained spatial heads and refined by the target (docs/SPATIAL.md).
 
 - params.py: the typed parameters

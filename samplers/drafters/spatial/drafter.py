@@ -1,4 +1,4 @@
-"""SpatialDrafter: the `spatial` backend (issue 27, docs/SPATIAL.md).
+"""SpatialDrafter: the `spatial` backend (docs/SPATIAL.md).
 
 A Jacobi window over a 2-D band ahead of the frontier (with a window of W image drafts on rows of
 stride S: the rest of the current row and about W / S rows below it), whose NEW positions are
@@ -10,21 +10,15 @@ older positions are refined every step by the target itself:
   forward: committed, or drafts of an earlier window); q = `target_probs` of the head's logits
   (both CFG branches), the draft a sample of q. Positions no head reaches (the first rows, and
   the far end of a window that jumped by more than a row) use `init` (SJD's rules).
-- every step: the chain [pending, drafts] is verified by `verify_chain`; positions it did not
-  reach are re-drafted from their new target p by maximal coupling with the old draft (SCD,
-  SJD-PAC's adaptive continuation), q = that p; after a rejection the next forward also carries
-  K - 1 branches of depth D drawn without replacement from the recorded q (SJD-PAC's proactive
-  drafting, `verify_candidates` on the siblings).
-
-All of the window, re-drafting and proactive branches is `JacobiDrafter`'s (samplers/drafters/jacobi/),
-verification the chain step's (samplers/verification/step.py); this class adds the heads, the store of
-hidden states they read, and the choice of q for entering positions.
+- every step: the window, its verification, re-drafts (maximal coupling with the old draft) and
+  proactive branches are SJD-PAC's (`JacobiDrafter`, samplers/drafters/jacobi/); this class adds the
+  heads, the store of hidden states they read, and the choice of q for entering positions.
 
 Exactness: every draft is a sample of the q recorded beside it, and every q is a function of
 forwards that already ran (hidden states of committed positions or of earlier drafts: any
 deterministic function of the past is a valid draft distribution). Hidden states of draft
 positions are only ever used to DRAFT, never to verify: verification uses the current forward's
-p, computed after the committed prefix (docs/ARCHITECTURE.md, "Proactive drafting", issue 18).
+p, computed after the committed prefix (docs/ARCHITECTURE.md, "Proactive drafting").
 """
 from __future__ import annotations
 
@@ -155,6 +149,6 @@ def spatial_step_cost(p: dict, row_codes: int, reports: list) -> StepCost:
 
 
 SPATIAL = Method("spatial", "Spatial", "a Jacobi window over the rows ahead, drafted by trained spatial heads from the "
-                 "rows above and refined by the target, with proactive branches (issue 27: Hawk + SJD-PAC + SCD)",
+                 "rows above and refined by the target, with proactive branches (Hawk + SJD-PAC + SCD)",
                  SpatialParams, SpatialDrafter, drafter_kind="spatial", train="spatial:train_spatial",
                  step_cost=spatial_step_cost)

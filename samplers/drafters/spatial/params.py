@@ -1,7 +1,5 @@
 """Spatial's parameters (samplers/drafters/params.py): a Jacobi window with SJD-PAC's proactive drafting
 and adaptive continuation, and the trained heads that draft entering positions."""
-from __future__ import annotations
-
 from dataclasses import dataclass
 
 from ..jacobi import WINDOW_HELP, ProactiveParams, SJDPACParams
@@ -26,7 +24,7 @@ class SpatialParams(ProactiveParams):
     tree_width: int = same_param(SJDPACParams, "tree_width")
     continuation: bool = same_param(SJDPACParams, "continuation")
     coupling: str = same_param(SJDPACParams, "coupling")
-    # 5, not sjd_pac's 0 since issue 36: spatial's restart was not measured across regimes (its figures are at 5)
+    # 5, not sjd_pac's 0: spatial's restart was not measured across regimes (its figures are at 5)
     restart_after: int = same_param(SJDPACParams, "restart_after", default=5)
     heads: str = param("", "spatial heads folder; empty: spatial_heads/ beside the model's weights",
                        folder_of="spatial", essential=True)
