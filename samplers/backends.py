@@ -14,11 +14,10 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from .drafters import adt_tree, ar, auto, hawk, jacobi
+from .drafters import adt_tree, auto, hawk, jacobi, spatial
 from .drafters.params import COUPLINGS, INITS, MAX_TREE_WIDTH, MAX_WINDOW, Method, Param
-from .drafters.spatial import drafter as spatial
 
-METHODS = (ar.AR, jacobi.SJD, jacobi.SCD, jacobi.SJD_PAC, auto.AUTO, hawk.HAWK, adt_tree.ADT_TREE, spatial.SPATIAL)
+METHODS = (jacobi.AR, jacobi.SJD, jacobi.SCD, jacobi.SJD_PAC, auto.AUTO, hawk.HAWK, adt_tree.ADT_TREE, spatial.SPATIAL)
 
 
 @dataclass(frozen=True)

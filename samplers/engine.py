@@ -38,6 +38,7 @@ from ..model_loaders.compiled import (ShapeCompiled, copy_graph_outputs, is_stat
 from .randomness import Draws, ReplayedDraws, make_generator
 from .stats import GenerationStats
 from .target import SamplingParams, invalid_rows, target_probs
+from .verification.step import verify
 
 
 # the engine's calibration of forward costs (`_calibrate`), per model: kept while the model lives, never
@@ -71,7 +72,7 @@ def decode_step(engine: "SpeculativeEngine", plan, state: LoopState, session: Se
     drafter, active = engine.drafter, state.active
     tree = drafter.propose(state, plan)
     out, p = engine._forward(session, tree)
-    verdict = drafter.verify(state, plan, tree, p, out)
+    verdict = verify(state, tree, p)
     previous = state.frontier
     bad, committed = engine._commit(session, state, verdict, at_step)
     state.draft = drafter.observe(state, plan, tree, verdict, p, out, previous)

@@ -14,7 +14,7 @@ import torch
 
 import specar
 from specar.model_loaders.drafter_files import save_drafter
-from specar.samplers import verify as verify_mod
+from specar.samplers.verification import rejection as rejection_mod
 from specar.samplers.drafters.adt_tree import ADTTreeDrafter
 from specar.samplers.drafters.base import SIBLINGS_INDEPENDENT
 from specar.samplers.drafters.eagle import EagleConfig, EagleNet, load_eagle
@@ -207,7 +207,7 @@ def test_candidate_mode_is_validated():
 def test_planted_sibling_bug_is_caught(monkeypatch):
     # planted bug: a rejected sibling does not update the target (p instead of the residual), so
     # the next sibling is verified against the un-updated p
-    monkeypatch.setattr(verify_mod, "residual", lambda p, q: p)
+    monkeypatch.setattr(rejection_mod, "residual", lambda p, q: p)
     (p_value, stat, dof, tv), _ = check_exact("v3-2x2", "plain", node_budget=6, candidate_mode="topk")
     print(f"\nplanted sibling bug: p={p_value:.3g} TV={tv:.4f}")
     assert p_value < P_FAIL, f"planted sibling bug went unnoticed: p={p_value:.2e} TV={tv:.4f}"

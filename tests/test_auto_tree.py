@@ -10,7 +10,7 @@ import torch
 import specar
 from specar.samplers.backends import make_backend
 from specar.samplers.drafters import auto as auto_mod
-from specar.samplers.drafters import jacobi as jacobi_mod
+from specar.samplers.verification import step as step_mod
 from specar.samplers.drafters.jacobi import JacobiDrafter
 from specar.samplers.target import SamplingParams
 from specar.testing import check_exact, exactness_model, tiny_model
@@ -32,12 +32,12 @@ def test_auto_with_the_branches_is_exact(model_name, setting):
 def test_planted_sibling_bug_is_caught_in_auto(monkeypatch):
     """Planted bug: the branches' first tokens (drawn without replacement) verified as if each came from the
     unchanged q (the rejected siblings not removed from it)."""
-    real = jacobi_mod.verify_candidates
+    real = step_mod.verify_candidates
 
     def no_q_update(p, cands, u, noise, q=None, qs=None, valid=None):
         return real(p, cands, u, noise, qs=q[..., None, :].expand(*cands.shape, q.shape[-1]), valid=valid)
 
-    monkeypatch.setattr(jacobi_mod, "verify_candidates", no_q_update)
+    monkeypatch.setattr(step_mod, "verify_candidates", no_q_update)
     (p_value, stat, dof, tv), res = check_exact("auto", "v3-2x2", "plain", **BRANCHES)
     print(f"\nplanted sibling bug in auto: p={p_value:.3g} TV={tv:.4f}")
     assert res.stats.backend_report["tree_steps"] > 0

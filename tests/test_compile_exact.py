@@ -11,7 +11,7 @@ comparisons of tests/test_compile.py.
 """
 import pytest
 
-from specar.samplers import verify as verify_mod
+from specar.samplers.verification import rejection as rejection_mod
 from specar.testing import check_exact
 
 P_FAIL = 1e-6
@@ -43,7 +43,7 @@ def test_compiled_backend_is_exact(backend, params, model_name, setting):
 @pytest.mark.long
 def test_planted_wrong_residual_in_the_compiled_step_is_caught(monkeypatch):
     # planted bug: after a rejection resample from p instead of norm(max(0, p - q)), traced into the graph
-    monkeypatch.setattr(verify_mod, "residual", lambda p, q: p)
+    monkeypatch.setattr(rejection_mod, "residual", lambda p, q: p)
     (p_value, stat, dof, tv), res = check_exact("scd", "v3-2x2", "plain", compile=True, window=3,
                                                 init="repeat_left")
     assert res.stats.compile["eager_fallback"] == "" and res.stats.compile["step_graph_s"] > 0

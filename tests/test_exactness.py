@@ -10,7 +10,8 @@ import torch
 
 import specar
 from specar.samplers.drafters import jacobi as jacobi_mod
-from specar.samplers import verify as verify_mod
+from specar.samplers.verification import rejection as rejection_mod
+from specar.samplers.verification import step as step_mod
 from specar.testing import EXACTNESS_MODELS, EXACTNESS_SETTINGS, exactness_model, tiny_model
 from specar.testing import greedy_and_argmax, mark_long
 from specar.testing import check_exact as sample_and_test
@@ -90,7 +91,7 @@ def test_planted_stale_q_is_caught(monkeypatch):
 
 def test_planted_wrong_residual_is_caught(monkeypatch):
     # planted bug: after a rejection resample from p instead of norm(max(0, p - q))
-    monkeypatch.setattr(verify_mod, "residual", lambda p, q: p)
+    monkeypatch.setattr(rejection_mod, "residual", lambda p, q: p)
     (p_value, stat, dof, tv), _ = check_exact("sjd", dict(window=3, init="repeat_left"), "v3-2x2", "plain")
     assert p_value < P_FAIL, f"planted residual bug went unnoticed: p={p_value:.2e} TV={tv:.4f}"
 
@@ -104,12 +105,12 @@ def test_planted_bug_in_coupling_is_caught(monkeypatch):
 
 def test_planted_sibling_bug_is_caught(monkeypatch):
     # planted bug: verify tree siblings without zeroing the rejected ones in q
-    real = jacobi_mod.verify_candidates
+    real = step_mod.verify_candidates
 
     def no_q_update(p, cands, u, noise, q=None, qs=None, valid=None):
         return real(p, cands, u, noise, qs=q[..., None, :].expand(*cands.shape, q.shape[-1]), valid=valid)
 
-    monkeypatch.setattr(jacobi_mod, "verify_candidates", no_q_update)
+    monkeypatch.setattr(step_mod, "verify_candidates", no_q_update)
     (p_value, stat, dof, tv), _ = check_exact("sjd_pac", dict(window=3, tree_depth=2, tree_width=3, init="random"),
                                               "v3-2x2", "plain")
     assert p_value < P_FAIL, f"planted sibling bug went unnoticed: p={p_value:.2e} TV={tv:.4f}"

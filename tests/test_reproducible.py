@@ -17,7 +17,7 @@ import pytest
 import torch
 
 import specar
-from specar.samplers import verify as verify_mod
+from specar.samplers.verification import agreement as agreement_mod
 from specar.samplers.engine import _FORWARD_COSTS
 from specar.samplers.randomness import GUMBEL_TABLE_BYTES, PositionNoise, position_gumbel
 from specar.testing import EXACTNESS_SETTINGS, check_exact, exactness_model, greedy_and_argmax, tiny_model
@@ -124,13 +124,13 @@ def near_miss(tokens, keys):
 def test_planted_near_miss_gives_other_tokens(monkeypatch, backend, params):
     name = "v3-2x3-rowend"
     want = _ar(name, 3, 64)
-    monkeypatch.setattr(verify_mod, "agreeing", near_miss)
+    monkeypatch.setattr(agreement_mod, "agreeing", near_miss)
     got = specar.generate(model(name), "hi", backend=backend, seed=3, batch_size=64, reproducible=True, **params)
     assert not torch.equal(got.sequence, want.sequence), "a near-miss acceptance went unnoticed"
 
 
 def test_planted_near_miss_fails_the_chi_square(monkeypatch):
-    monkeypatch.setattr(verify_mod, "agreeing", near_miss)
+    monkeypatch.setattr(agreement_mod, "agreeing", near_miss)
     (p_value, stat, dof, tv), _ = check_exact("sjd", "v3-2x2", "plain", reproducible=True, window=3)
     assert p_value < P_FAIL, f"planted near-miss went unnoticed: p={p_value:.2e} TV={tv:.4f}"
 

@@ -2,9 +2,27 @@
 import pytest
 import torch
 
-from specar.samplers.drafters.static_tree import best_first_shape, expected_accepted
+from specar.samplers.drafters.static_tree import best_first_shape
 
 GUESS = dict(accept=0.88, accept_root=0.72, accept_sibling=0.25)
+
+
+def expected_accepted(layers, accept: float, accept_root: float, accept_sibling: float) -> float:
+    """Expected accepted drafts of a shape under the acceptance model of static_tree.py (the objective the
+    greedy shape maximises)."""
+    vals = torch.ones(1, dtype=torch.float64)
+    total = 0.0
+    for d, layer in enumerate(layers, start=1):
+        s0 = accept_root if d == 1 else accept
+        j = torch.arange(layer.children, dtype=torch.float64)
+        s = torch.where(j == 0, torch.tensor(s0, dtype=torch.float64),
+                        (1 - s0) * (1 - accept_sibling) ** (j - 1).clamp(min=0) * accept_sibling)
+        v = vals[:, None] * s[None] * layer.alloc
+        total += float(v.sum())
+        if layer.order is None:
+            break
+        vals = v.flatten()[layer.order]
+    return total
 
 
 def _nodes(layers):

@@ -19,17 +19,14 @@ test_exactness.py) shows a much smaller effect (chi2 - dof ~ 144 at N = 30000 fo
 ~40-85 at N = 100000 for the default window 64 / depth 3), so it is run at N = 60000 for the
 window-1 case only (expected chi2 ~ 400 vs a threshold ~ 200).
 
-The planted-bug test replaces the fix's hook `_cap_branch_acceptance` (on whichever class
-defines it: the engine, or a drafter under samplers/drafters/) by the identity, i.e. restores
-the old behaviour, and shows the same chi-square catches it.
+The planted-bug test replaces the fix, `cap_branch_acceptance` of the chain step
+(samplers/verification/step.py), by the identity, i.e. restores the old behaviour, and shows the
+same chi-square catches it.
 """
-import importlib
-import inspect
-import pkgutil
-
 import pytest
 
 import specar
+from specar.samplers.verification import step as step_mod
 from specar.testing import chi_square_test, exact_distribution, mark_long, tiny_model
 
 P_FAIL = 1e-6
@@ -86,30 +83,8 @@ def test_sjd_pac_tree_is_exact(case):
 
 # -- planted bug: the old behaviour (acceptance continues past the branch into the chain) ---------
 
-def find_cap_hook_owner():
-    """The class defining `_cap_branch_acceptance` (the fix of issue 18) in specar.samplers.engine
-    or any module of specar.samplers.drafters, or None on code without the fix."""
-    modules = [importlib.import_module("specar.samplers.engine")]
-    try:
-        drafters = importlib.import_module("specar.samplers.drafters")
-    except ImportError:
-        drafters = None
-    if drafters is not None:
-        modules.append(drafters)
-        for info in pkgutil.iter_modules(drafters.__path__):
-            modules.append(importlib.import_module(f"specar.samplers.drafters.{info.name}"))
-    for mod in modules:
-        for _, cls in inspect.getmembers(mod, inspect.isclass):
-            if "_cap_branch_acceptance" in vars(cls):
-                return cls
-    return None
-
-
 def test_planted_uncapped_branch_acceptance_is_caught(monkeypatch):
-    owner = find_cap_hook_owner()
-    if owner is None:
-        pytest.skip("no class defines _cap_branch_acceptance (code before the issue-18 fix): nothing to plant")
-    monkeypatch.setattr(owner, "_cap_branch_acceptance", lambda self, n_acc, k_star: n_acc)
+    monkeypatch.setattr(step_mod, "cap_branch_acceptance", lambda n_acc, k_star, depth: n_acc)
     params = dict(window=6, tree_depth=2, tree_width=3, coupling="gumbel")
     (p_value, stat, dof, tv), _ = run_case(params, "v3-2x3-rowend-s0", N, 104)
     print(f"planted: N={N} chi2={stat:.1f} dof={dof} p={p_value:.2e} TV={tv:.4f}")

@@ -7,8 +7,10 @@ import pytest
 import torch
 
 from specar.samplers.randomness import exponential_noise, position_gumbel, sample_by_race
-from specar.samplers.verify import (gumbel_coupling, maximal_coupling, mrs, one_hot, residual, verify_candidates,
-                                    verify_chain)
+from specar.samplers.verification import rejection as rejection_mod
+from specar.samplers.verification.agreement import gumbel_coupling
+from specar.samplers.verification.rejection import (maximal_coupling, mrs, one_hot, residual, verify_candidates,
+                                                  verify_chain)
 
 P_FAIL = 1e-6
 N = 200_000
@@ -167,7 +169,7 @@ TREE_PARENTS = [-1, 0, 0, 1, 2, 2]  # root (pending) -> {1, 2}; 1 -> {3}; 2 -> {
 def _tree_trial(n, seed, one_hot_nodes=()):
     """Two positions drafted as a tree; returns (pairs [n, 2], P1, P2) where the pair is the two
     tokens the verified tree (continued by plain sampling where it stopped) commits."""
-    from specar.samplers.verify import verify_tree
+    from specar.samplers.verification.rejection import verify_tree
     V = 4
     g = torch.Generator().manual_seed(seed)
     P1 = torch.softmax(torch.randn(V, generator=g) * 1.5, -1)
@@ -208,8 +210,7 @@ def test_verify_tree_commits_the_exact_joint(one_hot_nodes):
 
 
 def test_verify_tree_catches_a_missing_residual_update(monkeypatch):
-    import specar.samplers.verify as verify_mod
-    monkeypatch.setattr(verify_mod, "residual", lambda p, q: p)  # planted bug: siblings see the old p
+    monkeypatch.setattr(rejection_mod, "residual", lambda p, q: p)  # planted bug: siblings see the old p
     pairs, P1, P2, _ = _tree_trial(N, 11)
     joint = (P1[:, None] * P2).flatten()
     counts = torch.bincount(pairs[:, 0] * 4 + pairs[:, 1], minlength=16).double()

@@ -6,9 +6,10 @@ One engine loop (samplers/engine.py) serves every backend:
 
 A drafter owns everything method-specific: how draft tokens are made (Jacobi iteration, Hawk's
 heads, an EAGLE layer), the exact q each was drawn from, its own caches, and the shape of its
-trees. The engine owns the committed sequence, the model session, the target distribution,
-statistics and the host read of each step. Verification is done with the pure functions of
-`samplers/verify.py`; `Drafter.verify` defaults to the general tree rule (`verify_tree`).
+trees. It proposes and observes only: its proposal (`DraftTree`, `DraftChain`) carries what
+verification needs, and `samplers/verification/` (one home for every acceptance rule) turns it and
+the target p into the `Verdict`. The engine owns the committed sequence, the model session, the
+target distribution, statistics and the host read of each step.
 
 Fixed shapes: a drafter proposes exactly `node_budget` nodes every step (pending token
 included); a smaller tree is padded with nodes marked invalid (they ride in the forward, attend
@@ -23,10 +24,10 @@ from typing import Any, Hashable, List, Optional, Sequence, Union
 import torch
 
 from ...model_loaders.contract import ARImageModel, ForwardOutput, ImageGeometry
-from ...model_loaders.slots import batched_tree_tensors
 from ..randomness import Draws, PositionNoise, exponential_from_uniform, sample_by_race
-from ..verify import agree_tree, gumbel_coupling
 from ..target import SamplingParams
+from ..verification.agreement import gumbel_coupling
+from ..verification.relaxed import Relaxed
 
 # sentinels of `SequenceLayout.forced` (engine ids >= 0 are forced structure tokens)
 IMAGE_POSITION = -1  # a position the model samples
@@ -138,12 +139,27 @@ class DraftTree:
 
     tokens: torch.Tensor  # [B, N] engine ids
     parents: Union[Sequence[int], torch.Tensor]  # one tree for all rows (list) or [B, N] per row
+    # what the tree rule reads (a `DraftChain` has its own)
     q: Optional[torch.Tensor] = None  # [B, N, V]
-    valid: Optional[torch.Tensor] = None  # [B, N] bool; None: all valid
+    valid: Optional[torch.Tensor] = None  # [B, N] bool
     siblings: str = SIBLINGS_INDEPENDENT
     depth: Optional[torch.Tensor] = None  # [B, N] or [N] depth of each node (0: the pending token)
     max_children: int = 1  # most valid children of any node (bounds the sibling loop)
     max_depth: int = 0  # deepest node
+    relaxed: Optional[Relaxed] = None  # LOSSY: LANTERN's relaxed acceptance (verification/relaxed.py)
+
+
+@dataclass
+class DraftChain(DraftTree):
+    """A Jacobi step's proposal: the chain [pending, d_1, ..., d_{T-1}] as nodes 0..T-1 (T = `length`), then, when
+    `branch_depth` = D > 0, K - 1 proactive branches of D nodes under the pending token (node T + (k - 1) D + d - 1
+    at depth d of branch k), whose first tokens are d_1's siblings drawn with it without replacement from one q.
+    A node's q is its depth's: ``q`` [B, T, V] (None where not read: by agreement, or no drafts)."""
+
+    length: int = 1
+    enabled: Optional[torch.Tensor] = None  # [B, T - 1] the drafts this step may accept (a prefix of each row)
+    branch_depth: int = 0
+    branch_valid: Optional[torch.Tensor] = None  # [B, K - 1] each branch's first node is a live sibling
 
 
 # what `propose` receives of `host_hint`: an int (0-dim hint; 0 without one) or a list of ints (1-D)
@@ -161,14 +177,25 @@ class Verdict:
     p_path: torch.Tensor  # [B, Dmax + 1, V] target of the position after each path node
 
 
+@dataclass
+class ChainVerdict(Verdict):
+    """The verdict on a `DraftChain`, with what the Jacobi re-drafts need of the verification."""
+
+    mrs_out: torch.Tensor  # [B, T - 1] verify_chain's output per position (the draft, or a residual sample);
+    # by agreement: [B, T] the target's own sample after every line node
+    noise: Optional[torch.Tensor]  # [B, T, V] the step's exponential noise (noise[:, i-1] served position
+    # frontier + i); None when verified by agreement (re-drafts then read the position noise)
+    n_enabled: torch.Tensor  # [B] positions the window verified (fewer accepted: a rejection)
+
+
 class Drafter:
     """Base class of drafting methods. Subclasses set `name`, `node_budget` and implement
-    `start`, `propose` and `observe`; `verify` defaults to the general tree rule.
+    `start`, `propose` and `observe`.
 
     A drafter object holds its configuration (and, for an adaptive one, its host-side policy); what
     changes on the device during a generation lives in its state object (`LoopState.draft`): made by
     `start`, read by every phase, returned anew by `observe`. A step is `plan` on the host (from the last
-    host read: the step's shapes, a hashable value), then `propose` -> forward -> `verify` -> commit ->
+    host read: the step's shapes, a hashable value), then `propose` -> forward -> verify -> commit ->
     `observe` on the device, which read only the plan, `state` and their arguments: the compiled step
     (engine.decode_step) captures them as one graph per plan."""
 
@@ -217,11 +244,6 @@ class Drafter:
         """What an adaptive drafter chose and why (GenerationStats.backend_report), or None."""
         return None
 
-    def verify(self, state: LoopState, plan: Hashable, tree: DraftTree, p: torch.Tensor,
-               out: ForwardOutput) -> Verdict:
-        from ..verify import verify_tree
-        return verify_tree_step(state, tree, p, verify_tree)
-
     def observe(self, state: LoopState, plan: Hashable, tree: DraftTree, verdict: Verdict, p: torch.Tensor,
                 out: ForwardOutput, previous_frontier: torch.Tensor) -> Any:
         """Told after the commit (``state.frontier`` already moved; ``state.active`` still the
@@ -229,33 +251,3 @@ class Drafter:
         states of both CFG branches included) and each row's frontier before the step. Returns
         the drafter's next state (`LoopState.draft`)."""
         return state.draft
-
-
-def verify_tree_step(state: LoopState, tree: DraftTree, p: torch.Tensor, verify_fn) -> Verdict:
-    """Draw the step's randomness and run the general tree verification (see verify.verify_tree);
-    reproducible: verification by agreement (verify.agree_tree), no draws."""
-    B, N = tree.tokens.shape
-    D, K, V = tree.max_depth, max(tree.max_children, 1), state.vocab_size
-    parents = tree.parents
-    if not isinstance(parents, torch.Tensor):
-        parents = torch.tensor(list(parents), device=state.device).expand(B, N)
-    depth = tree.depth.expand(B, N) if tree.depth is not None else None
-    if depth is None:
-        depth = batched_tree_tensors(parents)[0]
-    pos = state.frontier[:, None] + depth
-    kind = state.layout.forced[pos.clamp(max=state.layout.ext - 1)]  # forced id, IMAGE_POSITION or BEYOND_IMAGE
-    forced = kind >= 0
-    valid = tree.valid if tree.valid is not None else torch.ones(B, N, dtype=torch.bool, device=state.device)
-    valid = valid & (kind != BEYOND_IMAGE)
-    if state.reproducible:
-        n_acc, path, pending = agree_tree(p, tree.tokens, parents, valid, forced, state.position_noise(pos + 1),
-                                          D, K)
-        return Verdict(n_accepted=n_acc, path=path, pending=pending, tokens=tree.tokens.gather(1, path),
-                       p_path=p[state.rows[:, None], path])
-    u = state.uniform(B, D, K)
-    noise = state.noise(B, D + 1, V)
-    n_acc, path, pending = verify_fn(p, tree.tokens, parents, tree.q, valid, forced, u, noise, D, K,
-        without_replacement=tree.siblings == SIBLINGS_WITHOUT_REPLACEMENT)
-    tokens = tree.tokens.gather(1, path)
-    p_path = p[state.rows[:, None], path]
-    return Verdict(n_accepted=n_acc, path=path, pending=pending, tokens=tokens, p_path=p_path)

@@ -85,21 +85,4 @@ def best_first_shape(n_nodes: int, accept: float, accept_root: float, accept_sib
     return layers
 
 
-def expected_accepted(layers: List[Layer], accept: float, accept_root: float, accept_sibling: float) -> float:
-    """Expected accepted drafts of a shape under the model (docs and tests: best_first beats a chain)."""
-    vals = torch.ones(1, dtype=torch.float64)
-    total = 0.0
-    for d, layer in enumerate(layers, start=1):
-        s0 = accept_root if d == 1 else accept
-        j = torch.arange(layer.children, dtype=torch.float64)
-        s = torch.where(j == 0, torch.tensor(s0, dtype=torch.float64),
-                        (1 - s0) * (1 - accept_sibling) ** (j - 1).clamp(min=0) * accept_sibling)
-        v = vals[:, None] * s[None] * layer.alloc
-        total += float(v.sum())
-        if layer.order is None:
-            break
-        vals = v.flatten()[layer.order]
-    return total
-
-
-__all__ = ["Layer", "best_first_shape", "expected_accepted"]
+__all__ = ["Layer", "best_first_shape"]

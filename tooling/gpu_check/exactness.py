@@ -53,7 +53,7 @@ def _chi_square_case(device, backend, params, model_name, setting, n, seed, mode
 
 
 def stage_exactness(ctx) -> None:
-    from ...samplers import verify as verify_mod
+    from ...samplers.verification import rejection as verify_mod
     dev = torch.device(ctx.options["device"])
     n, seed = ctx.options["samples"], 1234
     r = ctx.result

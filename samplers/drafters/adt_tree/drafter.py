@@ -26,13 +26,11 @@ deeper and thinner as the guess grows) instead of along (d, k): alpha = accepted
 depth; alpha >= beta: the next deeper shape, else the next bushier one. `adaptive=False`: the one
 shape of `accept_guess`.
 
-Verification: candidates are deterministic top-k choices, so q is one-hot and siblings are
-independent (the rejected token is removed from the residual); the default `verify_tree` walks
-the tree. `candidate_mode="sampled"` (sampled.py): children drawn without replacement
-from the drafter's q, verified with q; the tree's slots are allocated before drawing (no rerank
-by a node's own score). Forced row ends: the structure token is the single child. LANTERN relaxed acceptance
-(`relaxed=True`, LOSSY) overrides `verify` with lantern.py. The EAGLE network, its files and the LANTERN conversion live in
-samplers/drafters/eagle/.
+Verification (the tree rule, samplers/verification/): top-k candidates are deterministic, so q is one-hot and
+siblings are independent. `candidate_mode="sampled"` (sampled.py): children drawn without replacement from
+the drafter's q, verified with q; the tree's slots are allocated before drawing (no rerank by a node's own
+score). Forced row ends: the structure token is the single child. `relaxed=True` (LOSSY): the proposal names
+LANTERN's relaxed rule. The EAGLE network, its files and the LANTERN conversion: samplers/drafters/eagle/.
 """
 from __future__ import annotations
 
@@ -41,7 +39,9 @@ from dataclasses import dataclass, replace
 import torch
 
 from ....model_loaders.contract import ForwardOutput
-from ...verify import gumbel_top_k, one_hot
+from ...verification.agreement import gumbel_top_k
+from ...verification.rejection import one_hot
+from ...verification.relaxed import Relaxed, neighbour_table
 from ..base import BEYOND_IMAGE, SIBLINGS_INDEPENDENT, SIBLINGS_WITHOUT_REPLACEMENT, DraftTree, Drafter, LoopState, Verdict
 from ..eagle import load_eagle
 from ..hidden_states import DraftsFromHiddenStates, HiddenStates
@@ -107,18 +107,16 @@ class ADTTreeDrafter(SampledTrees, DraftsFromHiddenStates, Drafter):
             self.d0 = 1 + min(range(len(guesses)), key=lambda i: abs(guesses[i] - guess))
             self.d_lo, self.d_hi = 1, len(guesses)
             self.slack = max(len(plan) for plan in self.plans) + 3
-        self.relaxed = params.relaxed
-        self.lossless = not self.relaxed
+        self.lossless = not params.relaxed
         dev = model.device
         self.net = load_eagle(model, params.drafter).to(dev).float().eval()
         self.attn_band = self.net.cfg.attn_band  # committed positions the EAGLE layer attends to
         # band positions run through the layer per step (`_band_pass`): at least what one step
         # commits (the deepest tree + 1; slack is that depth + 3)
         self.fresh = min(self.attn_band, self.slack - 2)
-        if self.relaxed:
-            from ..lantern import neighbour_table
-            self.neighbours = neighbour_table(model, params.relaxed_k).to(dev)
-            self.delta = params.relaxed_delta
+        # LOSSY, opt-in: LANTERN's relaxed acceptance, named in every proposal
+        self.relaxed = Relaxed(neighbour_table(model, params.relaxed_k).to(dev), params.relaxed_delta) \
+            if params.relaxed else None
 
     # -- helpers -----------------------------------------------------------------------------
     def _embed(self, tokens: torch.Tensor) -> torch.Tensor:
@@ -323,19 +321,7 @@ class ADTTreeDrafter(SampledTrees, DraftsFromHiddenStates, Drafter):
             q = torch.cat([qn.new_zeros(B, 1, V), qn], 1)
             siblings = self.sampled_siblings
         return DraftTree(tokens=tokens, parents=parents, q=q, valid=valid, depth=depth, siblings=siblings,
-                         max_children=max_children, max_depth=dmax)
-
-    # -- verify ------------------------------------------------------------------------------
-    def verify(self, state: LoopState, plan, tree: DraftTree, p: torch.Tensor, out: ForwardOutput) -> Verdict:
-        if not self.relaxed:
-            return super().verify(state, plan, tree, p, out)
-        from ..base import verify_tree_step
-        from ..lantern import verify_tree_relaxed
-        nb, delta = self.neighbours, self.delta
-
-        def relaxed(*args, **kw):
-            return verify_tree_relaxed(*args, neighbours=nb, delta=delta, **kw)
-        return verify_tree_step(state, tree, p, relaxed)
+                         max_children=max_children, max_depth=dmax, relaxed=self.relaxed)
 
     # -- observe -----------------------------------------------------------------------------
     def observe(self, state: LoopState, plan, tree: DraftTree, verdict: Verdict, p: torch.Tensor,
@@ -376,8 +362,6 @@ class ADTTreeDrafter(SampledTrees, DraftsFromHiddenStates, Drafter):
         return ds
 
 
-
-
 def adt_tree_step_cost(p: dict, row_codes: int, reports: list) -> StepCost:
     """A padded tree of node_budget nodes; the EAGLE layer runs once per tree layer (depth) on `width` nodes,
     attending to its default band of two image rows (EagleConfig.for_model)."""
@@ -386,7 +370,7 @@ def adt_tree_step_cost(p: dict, row_codes: int, reports: list) -> StepCost:
 
 
 # default: the fastest lossless setting measured on the demo model (an adaptive chain of sampled
-# drafts, 8 nodes: docs/BENCHMARKS.md, issue 26); preset="paper": EAGLE-2's top-k trees of 32 nodes
+# drafts, 8 nodes: docs/BENCHMARKS.md); preset="paper": EAGLE-2's top-k trees of 32 nodes
 ADT_TREE = Method("adt_tree", "ADT-Tree", "EAGLE drafter with adjacency-adaptive dynamic draft trees (Lei et al.)",
                   ADTTreeParams, ADTTreeDrafter, drafter_kind="eagle", train="eagle:train_eagle",
                   step_cost=adt_tree_step_cost,

@@ -37,10 +37,8 @@ full pool; with `vertical_reach` r > 0 (an extension, 0 = the paper) levels n+1.
 from the vertical cache alone (their pool has no horizontal entry). The topology is fixed for a generation; validity is per row. A forced
 row-end position gets the structure token as its single child (always accepted).
 
-Verification: the default `verify_tree` (base.Drafter.verify): siblings independent, each with
-its own q (the pool's horizontal or vertical q it was drawn from), the target moving to the
-residual after each rejection (the paper's appendix A); children of different parents are
-independent samples. Each node's q depends only on committed hidden states, never on the
+Verification: the tree rule (samplers/verification/): independent siblings, each with the pool q it was
+drawn from (the paper's appendix A). Each node's q depends only on committed hidden states, never on the
 speculative tokens before it in the tree, which is what makes the per-node q exact.
 """
 from __future__ import annotations
@@ -53,11 +51,12 @@ import torch
 
 from ....model_loaders.contract import ForwardOutput
 from ...randomness import sample_by_race
-from ...verify import gumbel_top_k
+from ...verification.agreement import gumbel_top_k
 from ..base import DraftTree, Drafter, LoopState, Verdict
 from ..hidden_states import DraftsFromHiddenStates, HiddenStates
-from ..params import DraftNetworkCost, Method, StepCost, param
+from ..params import DraftNetworkCost, Method, StepCost
 from .network import load_heads
+from .params import HawkParams
 
 SLOT_ACCEPT = 0.6  # prior acceptance of child slot 0; slot m: SLOT_ACCEPT * SLOT_DECAY ** m
 SLOT_DECAY = 0.6
@@ -86,24 +85,6 @@ def tree_topology(budget: int, width: int, depth: int, prior: float = SLOT_ACCEP
         slots.append(key[-1])
         depths.append(len(key))
     return parents, slots, depths
-
-
-@dataclass(frozen=True)
-class HawkParams:
-    horizontal_heads: int = param(3, "horizontal heads: positions T+1..T+n after the pending token", lo=1, hi=16,
-                                  paper="Hawk paper: Medusa-style heads (preset='paper': 4, our tree of docs/HAWK.md)")
-    vertical_depth: int = param(1, "vertical heads: rows below (T + d * row) kept in the speculation cache", lo=0,
-                                hi=4, paper="Hawk paper: VSD")
-    candidates: int = param(2, "candidates drawn from each head's distribution at a position", lo=1, hi=16,
-                            essential=True)
-    node_budget: int = param(8, "nodes per forward (pending token included); the tree is padded to it", lo=2,
-                             hi=512, paper="preset='paper': 32", sizes=True, essential=True)
-    vertical_reach: int = param(0, "tree levels past the horizontal heads drafted from the vertical cache alone "
-                                "(0: the paper's tree; needs vertical_depth >= 1)", lo=0, hi=64, paper="Hawk paper: 0")
-    chain_prior: float = param(0.6, "tree shape: assumed acceptance of a node's first child (higher: deeper, "
-                               "narrower trees within node_budget)", lo=0.05, hi=0.95)
-    heads: str = param("", "heads folder; empty: hawk_heads/ beside the model's weights", folder_of="hawk",
-                       essential=True)
 
 
 @dataclass
@@ -249,4 +230,4 @@ HAWK = Method("hawk", "Hawk", "spatial (horizontal + vertical) draft heads with 
               HawkParams, HawkDrafter, paper_preset=(("horizontal_heads", 4), ("node_budget", 32)),
               drafter_kind="hawk", train="hawk:train_hawk", step_cost=hawk_step_cost)
 
-__all__ = ["HAWK", "HawkDrafter", "HawkParams", "tree_topology"]
+__all__ = ["HAWK", "HawkDrafter", "tree_topology"]

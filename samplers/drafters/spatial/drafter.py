@@ -1,4 +1,4 @@
-"""SpatialDrafter: the `spatial` backend (issue 27, docs/SPATIAL.md).
+"""SpatialDrafter: the `spatial` backend (docs/SPATIAL.md).
 
 A Jacobi window over a 2-D band ahead of the frontier (with a window of W image drafts on rows of
 stride S: the rest of the current row and about W / S rows below it), whose NEW positions are
@@ -10,21 +10,15 @@ older positions are refined every step by the target itself:
   forward: committed, or drafts of an earlier window); q = `target_probs` of the head's logits
   (both CFG branches), the draft a sample of q. Positions no head reaches (the first rows, and
   the far end of a window that jumped by more than a row) use `init` (SJD's rules).
-- every step: the chain [pending, drafts] is verified by `verify_chain`; positions it did not
-  reach are re-drafted from their new target p by maximal coupling with the old draft (SCD,
-  SJD-PAC's adaptive continuation), q = that p; after a rejection the next forward also carries
-  K - 1 branches of depth D drawn without replacement from the recorded q (SJD-PAC's proactive
-  drafting, `verify_candidates` on the siblings).
-
-All of the window, verification, re-drafting and proactive branches is `JacobiDrafter`'s
-(samplers/drafters/jacobi.py); this class adds the heads, the store of hidden states they read,
-and the choice of q for entering positions.
+- every step: the window, its verification, re-drafts (maximal coupling with the old draft) and
+  proactive branches are SJD-PAC's (`JacobiDrafter`, samplers/drafters/jacobi/); this class adds the
+  heads, the store of hidden states they read, and the choice of q for entering positions.
 
 Exactness: every draft is a sample of the q recorded beside it, and every q is a function of
 forwards that already ran (hidden states of committed positions or of earlier drafts: any
 deterministic function of the past is a valid draft distribution). Hidden states of draft
 positions are only ever used to DRAFT, never to verify: verification uses the current forward's
-p, computed after the committed prefix (docs/ARCHITECTURE.md, "Proactive drafting", issue 18).
+p, computed after the committed prefix (docs/ARCHITECTURE.md, "Proactive drafting").
 """
 from __future__ import annotations
 
@@ -36,33 +30,10 @@ import torch
 from ...randomness import sample_by_race
 from ..base import LoopState
 from ..hidden_states import DraftsFromHiddenStates, HiddenStates
-from ..jacobi import WINDOW_HELP, JacobiDrafter, JacobiState, ProactiveParams, SJDPACParams, jacobi_step_cost
-from ..params import INITS, MAX_WINDOW, DraftNetworkCost, Method, StepCost, param, same_param
+from ..jacobi import JacobiDrafter, JacobiState, jacobi_step_cost
+from ..params import DraftNetworkCost, Method, StepCost
 from .network import load_heads
-
-
-@dataclass(frozen=True)
-class SpatialParams(ProactiveParams):
-    window: int = param(64, WINDOW_HELP, lo=1, hi=MAX_WINDOW, paper="SJD-PAC paper: 64", sizes=True, essential=True)
-    head_depths: int = param(2, "spatial heads used: a position entering the window is drafted from the target's "
-                             "states 1..head_depths rows above it (0: no heads, `init` alone)", lo=0, hi=4,
-                             paper="Hawk paper: vertical heads", essential=True)
-    head_below: float = param(0.2, "a head drafts an entering position only where the draft distribution recorded "
-                              "one row above has its largest probability below this (flat regions keep `init`; 1: "
-                              "heads wherever they reach)", lo=0.0, hi=1.0)
-    init: str = param("sample_above", "how entering positions no head reaches (the first rows) are drafted: "
-                      + ", ".join(INITS), choices=INITS, paper="SJD paper: random")
-    # proactive drafting and adaptive continuation: SJD-PAC's parameters
-    # depth 3 (SJD-PAC's paper) compresses most with spatial's 64-token window (11.57x vs 9.85x at depth 2,
-    # docs/figures/spatial_tree_depth.json), unlike sjd_pac's window 16
-    tree_depth: int = same_param(SJDPACParams, "tree_depth", default=3, paper="SJD-PAC paper: D = 3")
-    tree_width: int = same_param(SJDPACParams, "tree_width")
-    continuation: bool = same_param(SJDPACParams, "continuation")
-    coupling: str = same_param(SJDPACParams, "coupling")
-    # 5, not sjd_pac's 0 since issue 36: spatial's restart was not measured across regimes (its figures are at 5)
-    restart_after: int = same_param(SJDPACParams, "restart_after", default=5)
-    heads: str = param("", "spatial heads folder; empty: spatial_heads/ beside the model's weights",
-                       folder_of="spatial", essential=True)
+from .params import SpatialParams
 
 
 @dataclass
@@ -170,9 +141,6 @@ class SpatialDrafter(DraftsFromHiddenStates, JacobiDrafter):
         return drafted
 
 
-__all__ = ["SpatialDrafter"]
-
-
 def spatial_step_cost(p: dict, row_codes: int, reports: list) -> StepCost:
     """SJD-PAC's chain and branches; the spatial heads (head_depths of them) run once per step."""
     chain = jacobi_step_cost(p, row_codes, reports)
@@ -181,6 +149,6 @@ def spatial_step_cost(p: dict, row_codes: int, reports: list) -> StepCost:
 
 
 SPATIAL = Method("spatial", "Spatial", "a Jacobi window over the rows ahead, drafted by trained spatial heads from the "
-                 "rows above and refined by the target, with proactive branches (issue 27: Hawk + SJD-PAC + SCD)",
+                 "rows above and refined by the target, with proactive branches (Hawk + SJD-PAC + SCD)",
                  SpatialParams, SpatialDrafter, drafter_kind="spatial", train="spatial:train_spatial",
                  step_cost=spatial_step_cost)

@@ -19,11 +19,24 @@ exact AR in total variation. delta = 0 is exact.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from ..randomness import sample_by_race
-from ..verify import residual, take
-from .base import DraftTree  # noqa: F401  (documentation of the tree format)
+from .rejection import residual, take
+
+
+@dataclass(frozen=True)
+class Relaxed:
+    """The relaxed rule of a proposal's tree (`DraftTree.relaxed`): A(x) = neighbours[x], budget delta; it
+    replaces `verify_candidates` at every depth of `verify_tree` (independent siblings only)."""
+
+    neighbours: torch.Tensor  # [V, k] (`neighbour_table`)
+    delta: float
+
+    def siblings(self, p, candidates, u, noise, qs, valid):
+        return relaxed_candidates(p, candidates, u, noise, qs, valid, self.neighbours, self.delta)
 
 
 def neighbour_table(model, k: int) -> torch.Tensor:
@@ -77,16 +90,3 @@ def relaxed_candidates(p, candidates, u, noise, qs, valid, neighbours, delta):
         r = torch.where(rej.unsqueeze(-1), residual(rt, q_k), r)
     token = torch.where(open_, sample_by_race(r, noise), token)
     return index, token
-
-
-def verify_tree_relaxed(p, tokens, parents, q, valid, forced, u, noise, max_depth, max_children,
-                        without_replacement=False, *, neighbours, delta):
-    """`verify.verify_tree` with `relaxed_candidates` at each depth (independent siblings only)."""
-    from ..verify import verify_tree
-    if without_replacement:
-        raise ValueError("relaxed acceptance needs independent siblings")
-
-    def siblings(p_cur, cand, u_d, noise_d, qs, present):
-        return relaxed_candidates(p_cur, cand, u_d, noise_d, qs, present, neighbours, delta)
-
-    return verify_tree(p, tokens, parents, q, valid, forced, u, noise, max_depth, max_children, siblings=siblings)

@@ -1,4 +1,4 @@
-"""Verification and coupling primitives (DESIGN.md 3): pure, batched tensor functions.
+"""Rejection sampling of drafts (DESIGN.md 3): chains, sibling candidates and trees; pure, batched.
 
 No function here reads a value back to the host, touches a model, or draws random numbers: the
 caller passes the uniforms ``u`` and the Exp(1) noise ``noise`` in, so every function is a
@@ -12,7 +12,7 @@ from typing import Optional
 
 import torch
 
-from .randomness import sample_by_race
+from ..randomness import sample_by_race
 
 # A residual with less mass than this is rounding noise of p == q: the draft is then accepted
 # with probability 1 - O(eps), and on the (numerical) rejection we fall back to p itself.
@@ -53,12 +53,6 @@ def maximal_coupling(p_new: torch.Tensor, q_old: torch.Tensor, x_old: torch.Tens
     """A draft for p_new maximally coupled with x_old ~ q_old: P[same token] = 1 - TV(p_new, q_old).
     It is MRS itself (SCD, Thm. 2); the result is distributed as p_new, so p_new is its q."""
     return mrs(p_new, q_old, x_old, u, noise)[1]
-
-
-def gumbel_coupling(p: torch.Tensor, gumbel: torch.Tensor) -> torch.Tensor:
-    """argmax(log p + G) with G fixed per position for the whole generation: distributed as p,
-    and two drafts of one position under nearby p's agree with high probability (SCD, Alg. 4)."""
-    return race_keys(p, gumbel).argmax(-1)
 
 
 def verify_chain(p: torch.Tensor, q: torch.Tensor, x: torch.Tensor, u: torch.Tensor, noise: torch.Tensor,
@@ -143,6 +137,33 @@ def tree_children(parents: torch.Tensor, valid: torch.Tensor, max_children: int)
     return torch.where(vals > 0, idx, -1)
 
 
+def walk_tree(parents: torch.Tensor, valid: torch.Tensor, max_depth: int, max_children: int, choose):
+    """The walk of a tree rule, root (node 0) down, one depth at a time. ``choose(d, cur, children, present)``
+    (children [B, K] of each row's current node, present [B, K]) -> (the accepted child's index or -1, and
+    the token to commit where none is, or None); the accepted child becomes the current node. Returns
+    ``(n_accepted [B], path [B, D + 1], last node [B], pending [B], accepted down to depth D [B])``."""
+    B, dev = parents.shape[0], parents.device
+    rows = torch.arange(B, device=dev)
+    kids = tree_children(parents, valid, max_children)  # [B, N, K]
+    cur, n_acc, pending = (torch.zeros(B, dtype=torch.long, device=dev) for _ in range(3))
+    path = torch.zeros(B, max_depth + 1, dtype=torch.long, device=dev)
+    open_ = torch.ones(B, dtype=torch.bool, device=dev)
+    for d in range(max_depth):
+        c = kids[rows, cur]  # [B, K]
+        present = c >= 0
+        cc = c.clamp(min=0)
+        idx, tok = choose(d, cur, cc, present)
+        acc = open_ & (idx >= 0)
+        child = cc.gather(1, idx.clamp(min=0)[:, None]).squeeze(1)
+        if tok is not None:
+            pending = torch.where(open_ & ~acc, tok, pending)
+        cur = torch.where(acc, child, cur)
+        path[:, d + 1] = torch.where(acc, child, 0)
+        n_acc = n_acc + acc.long()
+        open_ = acc
+    return n_acc, path, cur, pending, open_
+
+
 def verify_tree(p: torch.Tensor, tokens: torch.Tensor, parents: torch.Tensor, q: torch.Tensor, valid: torch.Tensor,
                 forced: torch.Tensor, u: torch.Tensor, noise: torch.Tensor, max_depth: int, max_children: int,
                 without_replacement: bool = False, siblings=None):
@@ -162,18 +183,9 @@ def verify_tree(p: torch.Tensor, tokens: torch.Tensor, parents: torch.Tensor, q:
     u, noise, qs, valid) -> (index, token)`` replaces the lossless rule at every depth (only for
     an explicitly lossy option: LANTERN's relaxed acceptance)."""
     B, N, V = p.shape
-    dev = p.device
-    rows = torch.arange(B, device=dev)
-    kids = tree_children(parents, valid, max_children)  # [B, N, K]
-    cur = torch.zeros(B, dtype=torch.long, device=dev)
-    path = torch.zeros(B, max_depth + 1, dtype=torch.long, device=dev)
-    n_acc = torch.zeros(B, dtype=torch.long, device=dev)
-    pending = torch.zeros(B, dtype=torch.long, device=dev)
-    open_ = torch.ones(B, dtype=torch.bool, device=dev)
-    for d in range(max_depth):
-        c = kids[rows, cur]  # [B, K]
-        present = c >= 0
-        cc = c.clamp(min=0)
+    rows = torch.arange(B, device=p.device)
+
+    def choose(d, cur, cc, present):
         cand = tokens.gather(1, cc).clamp(0, V - 1)  # structure ids are past the image vocabulary
         p_cur = p[rows, cur]
         if siblings is not None:  # another acceptance rule for a node's children (LANTERN's relaxed one)
@@ -183,101 +195,8 @@ def verify_tree(p: torch.Tensor, tokens: torch.Tensor, parents: torch.Tensor, q:
         else:
             idx, tok = verify_candidates(p_cur, cand, u[:, d], noise[:, d], qs=q[rows[:, None], cc], valid=present)
         at_forced = forced.gather(1, cc[:, :1]).squeeze(1) & present[:, 0]
-        idx = torch.where(at_forced, 0, idx)
-        acc = open_ & (idx >= 0)
-        child = cc.gather(1, idx.clamp(min=0)[:, None]).squeeze(1)
-        pending = torch.where(open_ & ~acc, tok, pending)
-        cur = torch.where(acc, child, cur)
-        path[:, d + 1] = torch.where(acc, child, 0)
-        n_acc = n_acc + acc.long()
-        open_ = acc
+        return torch.where(at_forced, 0, idx), tok
+
+    n_acc, path, cur, pending, open_ = walk_tree(parents, valid, max_depth, max_children, choose)
     bonus = sample_by_race(p[rows, cur], noise[:, max_depth])
     return n_acc, path, torch.where(open_, bonus, pending)
-
-
-# -- verification by agreement (the "same image as AR" mode, docs/REPRODUCIBLE.md) -----------------
-# The target's own sample of a position is argmax(log p + G) with G the position's noise
-# (randomness.PositionNoise: a function of seed, image row and absolute position only), exactly
-# what plain AR draws there. A draft is accepted only where it IS that sample, and the pending
-# token is the target's sample at the first node with no agreeing child, so the committed tokens
-# are AR's whatever was drafted: the drafts change only how many forwards it takes.
-
-def race_keys(p: torch.Tensor, gumbel: torch.Tensor) -> torch.Tensor:
-    """log p + G [..., V]: the target's sample is its argmax (a zero-probability token has key -inf)."""
-    return p.clamp(min=0).log() + gumbel
-
-
-def agreeing(tokens: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
-    """tokens [..., K] that equal the target's sample argmax(keys) (keys [..., V]) -> bool [..., K]."""
-    return tokens == keys.argmax(-1, keepdim=True)
-
-
-def first_true(mask: torch.Tensor) -> torch.Tensor:
-    """Index of the first True along the last dim, -1 where there is none."""
-    return torch.where(mask.any(-1), mask.to(torch.uint8).argmax(-1), -1)
-
-
-def agree_candidates(keys: torch.Tensor, candidates: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
-    """The first valid candidate [..., K] that is the target's sample (keys [..., V]), else -1."""
-    return first_true(valid & agreeing(candidates, keys))
-
-
-def agree_chain(p: torch.Tensor, x: torch.Tensor, gumbel: torch.Tensor, enabled: torch.Tensor,
-                forced: Optional[torch.Tensor] = None, first: Optional[torch.Tensor] = None):
-    """Verify draft chains by agreement, all positions at once.
-
-    p [B, T, V]: target of the position after each chain node (node 0: the pending token);
-    x [B, T - 1]: the drafts of nodes 1..T-1; gumbel [B, T, V]: the noise of the position after
-    each node; enabled [B, T - 1]; forced [B, T - 1]: structure tokens, always accepted;
-    ``first`` [B]: the outcome of node 1 when it was decided elsewhere (a sibling check).
-
-    Returns ``(n_accepted [B], samples [B, T])``: the leading drafts equal to the target's sample,
-    and the target's sample after every node; the new pending token is ``samples[b, n_accepted]``.
-    """
-    keys = race_keys(p, gumbel)
-    accepted = agreeing(x.unsqueeze(-1), keys[:, :-1]).squeeze(-1)
-    if forced is not None:
-        accepted = accepted | forced
-    if first is not None:
-        accepted = torch.cat([first[:, None], accepted[:, 1:]], 1)
-    n_accepted = (accepted & enabled).long().cumprod(-1).sum(-1)
-    return n_accepted, keys.argmax(-1)
-
-
-def agree_tree(p: torch.Tensor, tokens: torch.Tensor, parents: torch.Tensor, valid: torch.Tensor,
-               forced: torch.Tensor, gumbel: torch.Tensor, max_depth: int, max_children: int):
-    """`verify_tree` by agreement: from the root (node 0, the pending token) down, the first valid
-    child equal to the target's sample after the current node (or at a structure position, where
-    every child holds the forced token) becomes the current node; padded nodes never agree.
-
-    p [B, N, V], tokens [B, N], parents [B, N], valid [B, N], forced [B, N] as in `verify_tree`;
-    gumbel [B, N, V]: the noise of the position after each node. Returns ``(n_accepted [B],
-    path [B, D + 1], pending [B])`` like `verify_tree`; pending is the target's sample after the
-    last accepted node (whether no child agreed there or the tree ended)."""
-    B, N, V = p.shape
-    rows = torch.arange(B, device=p.device)
-    keys = race_keys(p, gumbel)
-    kids = tree_children(parents, valid, max_children)  # [B, N, K]
-    cur = torch.zeros(B, dtype=torch.long, device=p.device)
-    path = torch.zeros(B, max_depth + 1, dtype=torch.long, device=p.device)
-    n_acc = torch.zeros(B, dtype=torch.long, device=p.device)
-    open_ = torch.ones(B, dtype=torch.bool, device=p.device)
-    for d in range(max_depth):
-        c = kids[rows, cur]  # [B, K]
-        present = c >= 0
-        cc = c.clamp(min=0)
-        match = agreeing(tokens.gather(1, cc), keys[rows, cur]) | forced.gather(1, cc)
-        idx = first_true(present & match)
-        acc = open_ & (idx >= 0)
-        child = cc.gather(1, idx.clamp(min=0)[:, None]).squeeze(1)
-        cur = torch.where(acc, child, cur)
-        path[:, d + 1] = torch.where(acc, child, 0)
-        n_acc = n_acc + acc.long()
-        open_ = acc
-    return n_acc, path, keys[rows, cur].argmax(-1)
-
-
-def gumbel_top_k(q: torch.Tensor, gumbel: torch.Tensor, k: int) -> torch.Tensor:
-    """The k largest of log q + G [..., V], best first: k draws without replacement from q, the
-    first of them `gumbel_coupling(q, G)` (a position's sibling drafts in the agreement mode)."""
-    return race_keys(q, gumbel).topk(k, dim=-1).indices
