@@ -120,7 +120,7 @@ def _sdpa_kernels(device, dtype) -> dict:
 def _compile_smoke(device) -> dict:
     """torch.compile of a two-op function with the compiled step's settings on this device, run
     four times (CUDA graph trees: warm-up, record, replay)."""
-    from ..model_loaders.compiled import compile_settings
+    from ..samplers.compiled_step.shape_compiled import compile_settings
     before = _counters()
     t = time.perf_counter()
     fn = torch.compile(lambda x: torch.nn.functional.silu(x) * 2 + 1, fullgraph=True, dynamic=False,
@@ -167,7 +167,7 @@ def _cudagraph_probe(device) -> dict:
                     stack.enter_context(c)
                 cache = torch.zeros(4, 16, device=device)
                 if variant == "static_address":  # as the product marks its buffers
-                    from ..model_loaders.compiled import mark_static_addresses
+                    from ..model_loaders.capture import mark_static_addresses
                     mark_static_addresses([cache], device)
                 want_cache = cache.clone()
                 fn = torch.compile(step, fullgraph=True, dynamic=False, mode="reduce-overhead")
@@ -421,14 +421,14 @@ def stage_backends(ctx) -> None:
         ctx.track_memory()
         ctx.save()
     # the dry run takes the CUDA-graph path's buffer handling on the CPU too (static marks, output copies, buffer
-    # homes: compiled.GRAPH_BUFFERS_ON_CPU), so that the command checks the code a GPU runs
-    from ..model_loaders import compiled as compiled_mod
-    graph_buffers_before = compiled_mod.GRAPH_BUFFERS_ON_CPU
-    compiled_mod.GRAPH_BUFFERS_ON_CPU = graph_buffers_before or opt["dry_run"]
+    # homes: capture.GRAPH_BUFFERS_ON_CPU), so that the command checks the code a GPU runs
+    from ..model_loaders import capture as capture_mod
+    graph_buffers_before = capture_mod.GRAPH_BUFFERS_ON_CPU
+    capture_mod.GRAPH_BUFFERS_ON_CPU = graph_buffers_before or opt["dry_run"]
     try:
         _compiled_rows(ctx, model, compiled, rows, eager_tokens, kw)
     finally:
-        compiled_mod.GRAPH_BUFFERS_ON_CPU = graph_buffers_before
+        capture_mod.GRAPH_BUFFERS_ON_CPU = graph_buffers_before
     ar = rows.get("ar", {})
     for b, row in rows.items():  # latency ratios to AR within each mode
         for mode in ("eager", "compiled"):
@@ -440,13 +440,14 @@ def stage_backends(ctx) -> None:
 def _compiled_rows(ctx, model, compiled: list, rows: dict, eager_tokens: dict, kw: dict) -> None:
     """Each backend of `compiled`: a first compiled generation (compiles and records), a second (replays)."""
     from ..samplers.api import generate
+    from ..samplers.compiled_step.step_graphs import compile_stats
     last_compile = 0.0
     for b in compiled:
         row = rows[b]
         if ctx.time_left() < max(15.0, 1.5 * last_compile):  # a compile it probably cannot finish: not started
             row["compiled"] = {"skipped": "stage budget spent"}
             continue
-        before, stats_before = _counters(), _compile_totals(model)
+        before, stats_before = _counters(), _compile_totals(compile_stats(model))
         try:
             t = time.perf_counter()
             first = generate(model, DEMO_PROMPT, backend=b, compile=True, **kw)  # compiles (and records the graphs)
@@ -456,11 +457,12 @@ def _compiled_rows(ctx, model, compiled: list, rows: dict, eager_tokens: dict, k
             t = time.perf_counter()
             res = generate(model, DEMO_PROMPT, backend=b, compile=True, **kw)  # replays
             out = _run_stats(res, time.perf_counter() - t)
-            # buffer homes (model_loaders/buffer_homes.py): the second generation's buffers move into the first's
-            # addresses, so its graphs replay without recording again (run 2 of the first H200 session: x255 for AR)
+            # buffer homes (samplers/compiled_step/graph_buffers.py): the second generation's buffers move into the
+            # first's addresses, so its graphs replay without recording again (run 2 of the first H200 session: x255
+            # for AR)
             out["rerecords_replay"] = ctx.log.count("Re-recording") - rerecords
             out["buffers_rehomed"] = (res.stats.compile or {}).get("buffers_rehomed")
-            totals = _compile_totals(model)
+            totals = _compile_totals(compile_stats(model))
             out.update({"first_run_s": round(first_s, 2),
                         **{k: totals[k] - stats_before[k] for k in ("compiles", "recompiles", "graph_breaks")},
                         "compile_s": round(totals["compile_s"] - stats_before["compile_s"], 2),
@@ -482,9 +484,8 @@ def _compiled_rows(ctx, model, compiled: list, rows: dict, eager_tokens: dict, k
         ctx.save()
 
 
-def _compile_totals(model) -> dict:
-    st = model.__dict__.get("compile_stats")
-    d = st.to_dict() if st is not None else {}
+def _compile_totals(stats) -> dict:
+    d = stats.to_dict() if stats is not None else {}
     return {"compiles": d.get("compiles", 0), "recompiles": d.get("recompiles", 0),
             "graph_breaks": d.get("graph_breaks", 0), "compile_s": d.get("compile_s", 0.0),
             "eager_fallback": d.get("eager_fallback", "")}
@@ -537,7 +538,9 @@ def _count_launches(model, session, tokens, parents) -> int:
     return CountOps.launches
 
 
-def _time_forwards(ctx, model, session, tokens_list, repeats, compiled: bool, out: dict) -> None:
+def _time_forwards(ctx, model, session, tokens_list, repeats, compiled, out: dict) -> None:
+    """`compiled`: (forward, its CompileStats) from compiled_forward, or None (the model's eager forward)."""
+    forward, stats = compiled or (model.forward, None)
     dev = model.device
     codes = model.geometry.vocab_size
     g = torch.Generator(device=dev).manual_seed(0)
@@ -551,21 +554,21 @@ def _time_forwards(ctx, model, session, tokens_list, repeats, compiled: bool, ou
         tok = torch.randint(0, codes, (1, T), device=dev, generator=g)
         parents = list(range(-1, T - 1))
         try:
-            before = _compile_totals(model)
+            before = _compile_totals(stats)
             t = time.perf_counter()
-            model.forward(session, tok, parents)  # compiled: compiles this shape
+            forward(session, tok, parents)  # compiled: compiles this shape
             _sync(dev)
             first = time.perf_counter() - t
             for _ in range(2):  # CUDA graph trees: warm-up, then record; later calls replay
-                model.forward(session, tok, parents)
+                forward(session, tok, parents)
             _sync(dev)
             t = time.perf_counter()
             for _ in range(repeats):
-                model.forward(session, tok, parents)
+                forward(session, tok, parents)
             _sync(dev)
             row = {"forward_ms": 1e3 * (time.perf_counter() - t) / repeats, "first_call_s": round(first, 3)}
             if compiled:
-                after = _compile_totals(model)
+                after = _compile_totals(stats)
                 row.update({k: after[k] - before[k] for k in ("compiles", "recompiles", "graph_breaks")})
                 row["eager_fallback"] = after["eager_fallback"]
                 last_first = first
@@ -601,12 +604,14 @@ def stage_forward_7b(ctx) -> None:
     # compiled forwards attend over the same number of cache slots
     enc = model.encode_prompt(("a photo of a cat on a sofa " * 3)[:62], "")
     committed = geometry.seq_len // 2  # a mid-image prefix: positions as in the middle of a generation
+    from ..samplers.compiled_step.shape_compiled import compiled_forward
+    compiled = compiled_forward(model) if compiled_tokens else None
     with torch.inference_mode():
         for mode, tokens_list in (("eager", eager_tokens), ("compiled", compiled_tokens)):
             if not tokens_list:
                 continue
             try:
-                session = model.start(enc, 1, True, draft_capacity=capacity, compile=mode == "compiled")
+                session = model.start(enc, 1, True, draft_capacity=capacity, captured=mode == "compiled")
                 model.commit(session, None, torch.tensor([committed], device=dev))
                 # attention runs over every slot of the static cache (masked): the KV length each forward reads
                 r["kv_slots"] = session.state.S
@@ -616,7 +621,8 @@ def stage_forward_7b(ctx) -> None:
                     r["launches"] = {str(T): _count_launches(model, session, torch.zeros(1, T, dtype=torch.long,
                                                                                            device=dev),
                                                              list(range(-1, T - 1))) for T in (1, capacity)}
-                _time_forwards(ctx, model, session, tokens_list, opt["repeats_7b"], mode == "compiled", r[mode])
+                _time_forwards(ctx, model, session, tokens_list, opt["repeats_7b"],
+                               compiled if mode == "compiled" else None, r[mode])
             except Exception as e:  # noqa: BLE001
                 r[mode]["error"] = _error(e)
             finally:
@@ -624,8 +630,8 @@ def stage_forward_7b(ctx) -> None:
                 if dev.type == "cuda":
                     torch.cuda.empty_cache()
             ctx.save()
-    if "compiled" in r and model.__dict__.get("compile_stats") is not None:
-        r["compile_totals"] = model.compile_stats.to_dict()
+    if compiled is not None:
+        r["compile_totals"] = compiled[1].to_dict()
     try:
         env = dict(ctx.previous.get("environment", {}).get("result", {}))
         if not env.get("device_name"):  # the environment stage failed or did not run: what the refit needs
