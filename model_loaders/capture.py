@@ -1,10 +1,7 @@
 """What an adapter does for a caller that captures its forward and commit in a compiled graph
-(`ARImageModel.start(captured=True)`, the engine's compiled decode step): the walk over the tensors
-reachable from a step's state, and the static addresses CUDA graphs need.
-
-CUDA graph trees skip a graph that writes an input whose address is not static ("skipping cudagraphs
-due to mutated inputs"), so the buffers a step writes in place (the KV cache, the loop's sequence, a
-drafter's scratch) are marked static; a marked buffer that moves makes the graph record again.
+(`ARImageModel.start(captured=True)`): the walk over the tensors reachable from a step's state, and
+the static addresses CUDA graphs need for the buffers a step writes in place (CUDA graph trees skip a
+graph that writes an input whose address is not static, and record again when a static one moves).
 """
 from __future__ import annotations
 
@@ -14,8 +11,7 @@ from typing import Callable
 import torch
 
 # CUDA graphs' needs (static addresses, copies of a replay's outputs, one KV cache kept per model) apply on
-# CUDA only; a test switches them on for the CPU to check without a GPU that no compiled step writes a buffer
-# left unmarked, the one thing that makes CUDA graph trees skip a graph (tests/test_graph_buffers.py)
+# CUDA only; tests switch them on for the CPU (tests/test_graph_buffers.py)
 GRAPH_BUFFERS_ON_CPU = False
 
 

@@ -34,20 +34,13 @@ class SlotCacheModel(ARImageModel):
 
     pad_id: int = 0
     max_positions: Optional[int] = None
-
-    def _trees(self) -> dict:
-        memo = self.__dict__.get("_tree_memo")
-        if memo is None:
-            memo = self.__dict__["_tree_memo"] = {}
-        return memo
+    capturable = True  # forward and commit are pure tensor code
 
     def _output(self, h: torch.Tensor, batch: int, cfg: bool) -> ForwardOutput:
         logits = self.image_logits(h).float()
         if cfg:
             return ForwardOutput(cond=logits[:batch], uncond=logits[batch:], hidden=h[:batch], hidden_uncond=h[batch:])
         return ForwardOutput(cond=logits, hidden=h)
-
-    capturable = True
 
     @torch.inference_mode()
     def start(self, prompt: EncodedPrompt, batch: int, cfg: bool, draft_capacity: int,
@@ -110,7 +103,7 @@ class SlotCacheModel(ARImageModel):
         else:
             # inside a caller's compiled step the tree's tensors are made in its graph (constants): a memo
             # of tensors made eagerly (inference tensors) cannot be a graph's constant
-            memo = {} if torch.compiler.is_compiling() else self._trees()
+            memo = {} if torch.compiler.is_compiling() else self.__dict__.setdefault("_tree_memo", {})
             depth, anc = tree_tensors(memo, parents, self.device, T)
         tokens, committed = cfg_rows(cfg, tokens.to(self.device), session.committed)
         slots, positions, allowed = draft_layout(st.P, st.S, st.valid, st.pos0, committed, depth, anc)
