@@ -202,23 +202,23 @@ def use_drafter(monkeypatch, backend: str, drafter: type) -> None:
 
 
 def reused_cache_differences(model, prompts, batch: int = 1, cfg: bool = True, tokens: int = 3) -> list:
-    """Compiled sessions ("caller" layout) started one after another on `model` with the KV cache reuse of the
+    """Captured sessions (``start(captured=True)``) started one after another on `model` with the KV cache reuse of the
     CUDA-graph path switched on (slot_model.SlotCacheModel._session_cache; forced on the CPU here), against
     sessions with a cache of their own: the first logits and one `tokens`-token chain forward of each.
     Returns the prompts whose outputs differ and whether any cache was reused: ([], True) is a reuse nobody
     can see."""
-    from .model_loaders import compiled
-    differ, reused, before = [], False, compiled.GRAPH_BUFFERS_ON_CPU
+    from .model_loaders import capture
+    differ, reused, before = [], False, capture.GRAPH_BUFFERS_ON_CPU
     parents = [-1] + list(range(tokens - 1))
     chain = torch.zeros(batch, tokens, dtype=torch.long, device=model.device)
     try:
         with torch.inference_mode():
             outs = {}
             for on in (False, True):
-                compiled.GRAPH_BUFFERS_ON_CPU = on
+                capture.GRAPH_BUFFERS_ON_CPU = on
                 outs[on], caches = [], []
                 for prompt in prompts:
-                    s = model.start(model.encode_prompt(prompt), batch, cfg, draft_capacity=tokens, compile="caller")
+                    s = model.start(model.encode_prompt(prompt), batch, cfg, draft_capacity=tokens, captured=True)
                     out = model.forward(s, chain, parents)
                     outs[on].append((s.first.cond.clone(), out.cond.clone()))
                     caches.append(s.state.cache)
@@ -229,5 +229,5 @@ def reused_cache_differences(model, prompts, batch: int = 1, cfg: bool = True, t
                 if not all(torch.equal(x, y) for x, y in zip(a, b)):
                     differ.append(prompt)
     finally:
-        compiled.GRAPH_BUFFERS_ON_CPU = before
+        capture.GRAPH_BUFFERS_ON_CPU = before
     return differ, reused

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional, Sequence, Union
+from typing import Any, Optional, Sequence
 
 import torch
 
@@ -86,7 +86,6 @@ class ForwardOutput:
     uncond: Optional[torch.Tensor] = None  # [B, T, V] float, None without CFG
     hidden: Optional[torch.Tensor] = None  # [B, T, D] last hidden states of the conditional rows
     hidden_uncond: Optional[torch.Tensor] = None  # [B, T, D] of the unconditional rows (CFG only)
-    target: Optional[torch.Tensor] = None  # [B, T, V] the session's target head applied in the compiled step, or None
 
 
 @dataclass
@@ -108,7 +107,7 @@ class ARImageModel(ABC):
     name: str = "model"
     folder: Optional[str] = None  # where the weights live; trained drafters are looked up beside them
     random_drafter_seed: Optional[int] = None  # tiny test models: drafters get random weights (no files)
-    supports_compile: bool = False  # the adapter has a compiled step: `compile_step`, and `start(compile=True)`
+    capturable: bool = False  # `forward` and `commit` can run inside a caller's compiled graph: `start(captured=True)`
     # the family's recommended sampling settings, used when generate() is not told otherwise
     default_sampling: dict = {"cfg_scale": 1.0, "top_k": 0}  # top_k 0: no top-k
 
@@ -122,24 +121,14 @@ class ARImageModel(ABC):
 
     @abstractmethod
     def start(self, prompt: EncodedPrompt, batch: int, cfg: bool, draft_capacity: int,
-              compile: Union[bool, str] = False, target_head: Optional[Callable] = None) -> Session:
+              captured: bool = False) -> Session:
         """Prefill (cond and uncond as one batch when `cfg`), reserve room for `draft_capacity`
         draft tokens beyond the full sequence, and return the session with position 0's logits.
-        ``compile`` (only where `supports_compile`): True, the session's forwards run through the
-        compiled step (`compile_step`); ``target_head`` (with ``compile=True``): a pure function
-        (cond logits, uncond logits or None) -> tensor that each forward also returns as
-        ``ForwardOutput.target``, computed in the same graph. ``compile="caller"``: the session is
-        laid out as for compiled forwards (the same static shapes), but `forward` and `commit` run
-        eager, as plain tensor code, because the caller compiles a whole step around them (the
-        engine's compiled decode step); they must then be traceable as one graph (no host read, no
-        data-dependent shape). An adapter without a compiled step refuses either and ignores
-        ``target_head`` (None)."""
-
-    def compile_step(self):
-        """Prepare the compiled step the sessions started with ``compile=True`` use (where
-        `supports_compile`); returns its counters (compiled.CompileStats: compiles, recompiles,
-        graph breaks, compile time, eager fallback; `to_dict()` for the statistics)."""
-        raise ValueError(f"compile=True: the {type(self).__name__} adapter has no compiled step; use compile=False")
+        ``captured`` (only where `capturable`): the caller runs the session's `forward` and `commit`
+        inside its own compiled graph (the engine's compiled decode step), so the session is laid out
+        with static shapes and its buffers at addresses the device's graphs can keep (CUDA graphs);
+        `forward` and `commit` must then be traceable as one graph (no host read, no data-dependent
+        shape)."""
 
     @abstractmethod
     def forward(self, session: Session, tokens: torch.Tensor, parents) -> ForwardOutput:

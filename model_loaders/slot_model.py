@@ -8,17 +8,15 @@ path, hidden states of both CFG branches for drafters) is implemented here once.
 from __future__ import annotations
 
 import weakref
-from typing import Callable, Optional, Sequence, Union
+from typing import Optional, Sequence, Union
 
 import torch
 
-from .compiled import (CompileStats, ShapeCompiled, inference_mode_unless_compiling, mark_static_addresses,
-                       reachable_tensors, uses_graph_buffers)
+from .capture import inference_mode_unless_traced, mark_static_addresses, reachable_tensors, uses_graph_buffers
 from .contract import ARImageModel, EncodedPrompt, ForwardOutput, Session
-from .few_rows_matmul import MAX_ROWS
 from .slots import SlotState, batched_tree_tensors, cfg_rows, draft_layout, path_moves, prefill_layout, tree_tensors
 
-COMPILED_PROMPT_MULTIPLE = 64  # compiled sessions round the prompt slots up: one graph per 64 prompt tokens
+CAPTURED_PROMPT_MULTIPLE = 64  # captured sessions round the prompt slots up: one graph per 64 prompt tokens
 
 
 class SlotCacheModel(ARImageModel):
@@ -36,46 +34,17 @@ class SlotCacheModel(ARImageModel):
 
     pad_id: int = 0
     max_positions: Optional[int] = None
+    capturable = True  # forward and commit are pure tensor code
 
-    def _trees(self) -> dict:
-        memo = self.__dict__.get("_tree_memo")
-        if memo is None:
-            memo = self.__dict__["_tree_memo"] = {}
-        return memo
-
-    def _output(self, h: torch.Tensor, batch: int, cfg: bool, logits=None, target=None) -> ForwardOutput:
-        logits = self.image_logits(h).float() if logits is None else logits
+    def _output(self, h: torch.Tensor, batch: int, cfg: bool) -> ForwardOutput:
+        logits = self.image_logits(h).float()
         if cfg:
-            return ForwardOutput(cond=logits[:batch], uncond=logits[batch:], hidden=h[:batch], hidden_uncond=h[batch:],
-                                 target=target)
-        return ForwardOutput(cond=logits, hidden=h, target=target)
-
-    # -- compiled step ---------------------------------------------------------------------------
-    supports_compile = True
-
-    def compile_step(self, few_rows: int = MAX_ROWS) -> CompileStats:
-        """Prepare the compiled forward (one static graph per forward shape, compiled on first
-        use) used by sessions started with ``compile=True``; returns the counters (compiles,
-        recompiles, graph breaks, compile time) it keeps for this model. ``few_rows``: the CPU
-        graph's limit for products as a multiply-and-sum (few_rows_matmul.py); only the
-        measurement of that limit (`python -m specar compile-rows`) changes it."""
-        step = self.__dict__.get("_compiled_step")
-        if step is None or step.few_rows != few_rows:
-            self.compile_stats = CompileStats()
-            self._compiled_step = ShapeCompiled(self._step_logits, self.device, "model forward", self.compile_stats,
-                                                few_rows)
-        return self.compile_stats
+            return ForwardOutput(cond=logits[:batch], uncond=logits[batch:], hidden=h[:batch], hidden_uncond=h[batch:])
+        return ForwardOutput(cond=logits, hidden=h)
 
     @torch.inference_mode()
     def start(self, prompt: EncodedPrompt, batch: int, cfg: bool, draft_capacity: int,
-              compile: Union[bool, str] = False, target_head: Optional[Callable] = None) -> Session:
-        """``compile``: True, forwards through the compiled step; "caller", the compiled layout with
-        eager forwards that the caller's own compiled step captures (contract.py); ``target_head``
-        (compile=True only): a pure function (cond logits, uncond logits or None) -> tensor the step
-        also returns as ``ForwardOutput.target``, computed in the same graph (one object per setting:
-        its identity is part of the graph's key)."""
-        if compile not in (False, True, "caller"):
-            raise ValueError(f"compile must be False, True or 'caller', got {compile!r}")
+              captured: bool = False) -> Session:
         prompt = self.check_prompt(prompt)
         if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
             raise ValueError(f"batch must be an int >= 1, got {batch!r}")
@@ -89,24 +58,21 @@ class SlotCacheModel(ARImageModel):
                              f"{self.max_positions}")
         tokens, positions, allowed, slots, state = prefill_layout(
             branches, batch, self.geometry.seq_len + draft_capacity + 1, self.pad_id, dev,
-            prompt_multiple=COMPILED_PROMPT_MULTIPLE if compile else 1)
-        if compile is True:
-            if self.__dict__.get("_compiled_step") is None:
-                self.compile_step()
-            state.compiled, state.target_head = True, target_head
-        state.cache = self._session_cache(state, reuse=bool(compile) and uses_graph_buffers(dev))
-        if compile:  # CUDA graphs need the cache's address static (compiled.mark_static_addresses)
+            prompt_multiple=CAPTURED_PROMPT_MULTIPLE if captured else 1)
+        state.cache = self._session_cache(state, reuse=captured and uses_graph_buffers(dev))
+        if captured:  # CUDA graphs need the cache's address static (capture.mark_static_addresses)
             mark_static_addresses(reachable_tensors(state.cache).values(), dev)
         h = self._run(self._embed_prompt(tokens), positions, allowed, state.cache, slots)
         return Session(batch=batch, cfg=cfg, committed=torch.zeros(batch, dtype=torch.long, device=dev),
                        first=self._output(h[:, -1:], batch, cfg), state=state)
 
     def _session_cache(self, state: SlotState, reuse: bool):
-        """The session's KV cache: `_new_cache`; or, for a compiled step that runs as CUDA graphs (`reuse`), the
-        model's cache of the last such session, zeroed, when it has this session's shape and no live session uses
-        it. Then the cache keeps its addresses from one generation to the next (the graphs replay without
-        recording again: buffer_homes.py) and the model never holds two (a 7B model's is gigabytes). Caches whose
-        kind `reset_cache` does not know (transformers' `SlotCache`) are made anew each time."""
+        """The session's KV cache: `_new_cache`; or, for a captured session whose graphs are CUDA graphs (`reuse`),
+        the model's cache of the last such session, zeroed, when it has this session's shape and no live session
+        uses it. Then the cache keeps its addresses from one generation to the next (the graphs replay without
+        recording again: samplers/compiled_step/graph_buffers.py) and the model never holds two (a 7B model's is
+        gigabytes). Caches whose kind `reset_cache` does not know (transformers' `SlotCache`) are made anew each
+        time."""
         key = (state.rows, state.S)
         pooled = self.__dict__.pop("_graph_cache", None)  # (key, cache, weak reference to the session state using it)
         if pooled is not None and pooled[2]() is not None:  # a live session uses it: it stays that session's
@@ -121,47 +87,30 @@ class SlotCacheModel(ARImageModel):
             self.__dict__["_graph_cache"] = (key, cache, weakref.ref(state))
         return cache
 
-    @inference_mode_unless_compiling
+    @inference_mode_unless_traced
     def forward(self, session: Session, tokens: torch.Tensor,
                 parents: Union[Sequence[int], torch.Tensor]) -> ForwardOutput:
+        """The draft tree's mask and positions after each row's committed prefix, the decoder with its cache
+        writes, and the image logits (float32) with the last hidden states. Pure tensor code (a caller's
+        compiled step captures it): with per-row trees the mask is built on the device."""
         st: SlotState = session.state
         B, T = tokens.shape
-        per_row = isinstance(parents, torch.Tensor) and parents.dim() == 2
-        if per_row:  # one tree per row: its mask is built inside the (compiled) step, on the device
+        cfg = session.cfg
+        if isinstance(parents, torch.Tensor) and parents.dim() == 2:  # one tree per row
             if parents.shape[1] != T:
                 raise ValueError(f"parents has {parents.shape[1]} entries per row for {T} tokens")
-            tree = (parents.to(self.device),)
+            depth, anc = cfg_rows(cfg, *batched_tree_tensors(parents.to(self.device)))
         else:
             # inside a caller's compiled step the tree's tensors are made in its graph (constants): a memo
             # of tensors made eagerly (inference tensors) cannot be a graph's constant
-            memo = {} if torch.compiler.is_compiling() else self._trees()
-            tree = tree_tensors(memo, parents, self.device, T)
-        args = (st.P, st.S, session.cfg, st.cache, st.valid, st.pos0, tokens.to(self.device), session.committed, *tree)
-        if st.compiled:
-            key = (B, T, per_row, st.P, st.S, session.cfg, st.target_head)  # everything the graph is specialised to
-            logits, h, target = self._compiled_step(key, st.target_head, *args)
-        else:
-            logits, h, target = self._step_logits(None, *args)
-        return self._output(h, B, session.cfg, logits, target)
+            memo = {} if torch.compiler.is_compiling() else self.__dict__.setdefault("_tree_memo", {})
+            depth, anc = tree_tensors(memo, parents, self.device, T)
+        tokens, committed = cfg_rows(cfg, tokens.to(self.device), session.committed)
+        slots, positions, allowed = draft_layout(st.P, st.S, st.valid, st.pos0, committed, depth, anc)
+        h = self._run(self.embed_tokens(tokens), positions, allowed, st.cache, slots)
+        return self._output(h, B, cfg)
 
-    def _step_logits(self, head: Optional[Callable], P: int, S: int, cfg: bool, cache, valid, pos0, tokens, committed,
-                     *tree):
-        """The forward of one step as a pure tensor function (what torch.compile captures): the
-        draft tree's mask and positions after each row's committed prefix, the decoder with its
-        cache writes, and the image logits (float32) with the last hidden states, CFG rows last;
-        and ``head(cond logits, uncond logits)`` when given (else None).
-        ``tree``: (parents [B, T]) for per-row trees, or (depth [T], ancestry [T, T])."""
-        B = tokens.shape[0]
-        depth, anc = batched_tree_tensors(tree[0]) if len(tree) == 1 else tree
-        if depth.dim() == 2:
-            depth, anc = cfg_rows(cfg, depth, anc)
-        tokens, committed = cfg_rows(cfg, tokens, committed)
-        slots, positions, allowed = draft_layout(P, S, valid, pos0, committed, depth, anc)
-        h = self._run(self.embed_tokens(tokens), positions, allowed, cache, slots)
-        logits = self.image_logits(h).float()
-        return logits, h, None if head is None else head(logits[:B], logits[B:] if cfg else None)
-
-    @inference_mode_unless_compiling
+    @inference_mode_unless_traced
     def commit(self, session: Session, path: Optional[torch.Tensor], length: torch.Tensor) -> None:
         st: SlotState = session.state
         length = length.to(self.device)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, Sequence, Union
+from typing import Any, Sequence, Union
 
 import torch
 
@@ -26,10 +26,6 @@ class SlotState:
     S: int  # slots per row
     rows: int  # internal rows R
     cache: Any = None  # the adapter's KV cache
-    compiled: bool = False  # forwards of this session go through the compiled step (slot_model.py)
-    # (cond [B, T, V], uncond or None) -> [B, T, V], run on the logits inside the compiled step (the
-    # sampler's target distribution: the same graph, no second call); None: logits only
-    target_head: Optional[Callable] = None
 
 
 def prefill_layout(branches: list, batch: int, capacity_after_prompt: int, pad_id: int, device,

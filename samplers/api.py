@@ -47,8 +47,8 @@ def generate(model: ARImageModel, prompt, backend="sjd", seed: int = 0, cfg_scal
     True stops the generation with `GenerationInterrupted` (the model stays usable). ``preview``: a
     `specar.samplers.preview.PartialImage` (or any object with ``due()`` and ``__call__(seq, done,
     at_step)``), asked at each step whether it wants the partial sequence; it never changes the tokens.
-    ``compile=True`` runs the model's forward through torch.compile (one static graph per forward
-    shape, compiled on first use and kept for later generations; the compile counters are in
+    ``compile=True`` runs the whole decode step through torch.compile (one static graph per plan,
+    compiled on first use and kept for later generations on the model; the compile counters are in
     ``stats.compile``); where compiling fails it says so once and runs eager.
     ``backend``: a backend name (its parameters as keyword arguments), or a `BackendConfig` that
     `make_backend` already validated (the nodes: a choice is validated once).

@@ -4,6 +4,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Optional
 
+import torch
+
 
 @dataclass
 class GenerationStats:
@@ -38,6 +40,39 @@ class GenerationStats:
         # per-position agreement (the reproducible mode) / acceptance: {depth: accepted / reached}
         d["acceptance_by_depth"] = acceptance_by_depth(self.accepted_length_histogram)
         return d
+
+
+def generation_stats(engine, run, at_step: torch.Tensor, nfe: int, prefill_s: float, decode_s: float,
+                     compile: Optional[dict]) -> GenerationStats:
+    """The report of one generation of `engine` from its per-step log (`run`: engine.Run) and `at_step`
+    ([B, positions]: the decode step that settled each position)."""
+    model, B = engine.model, engine.batch
+    geo, dev = model.geometry, model.device
+    if run.committed:
+        committed = torch.stack(run.committed, 1).cpu()  # [B, steps]
+        active = torch.stack(run.active, 1).cpu()
+    else:
+        committed = torch.zeros(B, 0, dtype=torch.long)
+        active = torch.zeros(B, 0, dtype=torch.bool)
+    steps = active.sum(1).tolist()
+    lengths = committed[active]
+    hist = {int(k): int(c) for k, c in zip(*torch.unique(lengths, return_counts=True))}
+    img_pos = geo.image_positions().to(at_step.device)
+    maps = at_step[:, img_pos].view(B, geo.height, geo.width).cpu().tolist()
+    n_img = geo.num_image_tokens
+    forward_s = run.forward_s if run.timed else None
+    return GenerationStats(
+        backend=engine.backend.name, params=engine.backend.params(), batch=B,
+        image_tokens=n_img, forced_tokens=geo.seq_len - n_img, nfe=nfe, steps=steps,
+        # the prefill forward yields the first token, so AR compresses exactly 1.0
+        step_compression=sum(n_img / (s + 1) for s in steps) / B,
+        mean_accepted_length=float(lengths.float().mean()) if lengths.numel() else 0.0,
+        accepted_length_histogram=hist, prefill_s=prefill_s, decode_s=decode_s,
+        latency_s=prefill_s + decode_s, forward_s=forward_s,
+        overhead_s=None if forward_s is None else max(decode_s - forward_s, 0.0),
+        peak_memory_bytes=torch.cuda.max_memory_allocated(dev) if dev.type == "cuda" else None,
+        accepted_at_step=maps, lossy=not engine.drafter.lossless, backend_report=engine.drafter.report(),
+        reproducible=engine.reproducible, compile=compile, sampling=asdict(engine.sampling))
 
 
 def busy_machine_note() -> str:

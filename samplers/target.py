@@ -8,10 +8,9 @@ model contract only returns logits of image codes.
 """
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Optional
 
 import torch
 
@@ -92,14 +91,6 @@ def target_probs(cond: torch.Tensor, uncond: Optional[torch.Tensor], params: Sam
         probs = probs.masked_fill(drop, 0.0)
         probs = probs / probs.sum(-1, keepdim=True)
     return probs
-
-
-@functools.lru_cache(maxsize=None)
-def target_head(params: SamplingParams) -> Callable:
-    """`target_probs` with `params` bound, as a compiled step runs it inside its graph (the model's
-    ``target_head``). One object per setting: the compiled graph is keyed by it, so a later
-    generation with the same setting reuses the graph, and a new setting compiles its own."""
-    return functools.partial(target_probs, params=params)
 
 
 def invalid_rows(probs: torch.Tensor) -> torch.Tensor:

@@ -1,5 +1,5 @@
 """compile=True: the whole decode step (propose, forward, target, verify, commit, observe) through
-torch.compile, one static graph per plan; and the model's own compiled forward (`start(compile=True)`).
+torch.compile, one static graph per plan.
 
 The compiled step must give the eager step's tokens for the same seed, in both verification modes
 (the graph computes the same math and replays the eager step's random draws; a float reassociation
@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import specar
-from specar.model_loaders import compiled as compiled_mod
+from specar.samplers.compiled_step import shape_compiled as compiled_mod
 from specar.testing import tiny_model
 
 CONFIGS = [
@@ -78,24 +78,3 @@ def test_compile_must_be_a_bool():
     mdl = tiny_model(vocab_size=4, grid=(2, 2), seed=0)
     with pytest.raises(ValueError, match="compile must be True or False, got 'yes'"):
         specar.generate(mdl, "x", compile="yes")
-
-
-def test_the_compiled_step_computes_the_target_distribution_in_its_graph(models):
-    """With compile=True the step's graph also returns the sampler's target distribution (the one
-    `target_probs`, run inside the graph): it matches target_probs on the same logits, and each
-    sampling setting gets its own graph (a new setting compiles, never recompiles)."""
-    from specar.samplers.target import SamplingParams, target_head, target_probs
-    _, comp = models
-    enc = comp.encode_prompt("a cat", "")
-    tokens = torch.zeros(2, 1, dtype=torch.long)
-    for params in (SamplingParams(cfg_scale=2.0, top_k=5), SamplingParams(cfg_scale=2.0, temperature=0.5)):
-        head = target_head(params)
-        assert target_head(params) is head  # one object per setting: the graph's key
-        session = comp.start(enc, 2, True, draft_capacity=1, compile=True, target_head=head)
-        out = comp.forward(session, tokens, [-1])
-        assert out.target is not None and out.target.shape == out.cond.shape
-        assert torch.allclose(out.target, target_probs(out.cond, out.uncond, params), atol=1e-6)
-    st = comp.compile_stats
-    assert st.recompiles == 0 and st.graph_breaks == 0 and st.eager_fallback == ""
-    eager = comp.start(enc, 2, True, draft_capacity=1)
-    assert comp.forward(eager, tokens, [-1]).target is None  # eager: the engine calls target_probs itself

@@ -6,8 +6,8 @@ import os
 
 import torch
 
-from specar.model_loaders import compiled
-from specar.model_loaders.compiled import RECOMPILE_LIMIT, CompileStats, ShapeCompiled, compile_scope
+from specar.samplers.compiled_step import shape_compiled as compiled
+from specar.samplers.compiled_step.shape_compiled import RECOMPILE_LIMIT, CompileStats, ShapeCompiled, compile_scope
 
 ENV = "TORCHINDUCTOR_CACHE_DIR"
 

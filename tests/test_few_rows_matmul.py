@@ -1,4 +1,4 @@
-"""The compiled CPU step's products of a few rows as a multiply-and-sum (model_loaders/few_rows_matmul.py).
+"""The compiled CPU step's products of a few rows as a multiply-and-sum (samplers/compiled_step/few_rows_matmul.py).
 
 The rewrite must compute the same product (to float32 rounding), must apply only up to its row
 limit (wider products keep BLAS), and a compiled AR generation that goes through it must give
@@ -9,8 +9,9 @@ import torch
 import torch.nn.functional as F
 
 import specar
-from specar.model_loaders.compiled import compile_settings
-from specar.model_loaders.few_rows_matmul import MAX_ROWS, few_rows_pass
+from specar.samplers.compiled_step.few_rows_matmul import MAX_ROWS, few_rows_pass
+from specar.samplers.compiled_step.shape_compiled import compile_settings
+from specar.samplers.compiled_step.step_graphs import compile_stats
 from specar.testing import tiny_model
 
 pytestmark = pytest.mark.skipif(few_rows_pass() is None, reason="this torch has no inductor custom-pass API")
@@ -65,7 +66,7 @@ def test_compiled_ar_through_the_rewrite_gives_eager_tokens():
             want = specar.generate(eager, "a cat", **args)
             got = specar.generate(comp, "a cat", compile=True, **args)
             assert torch.equal(got.tokens, want.tokens), (backend, seed)
-    assert comp.compile_stats.eager_fallback == "" and comp.compile_stats.recompiles == 0
+    assert compile_stats(comp).eager_fallback == "" and compile_stats(comp).recompiles == 0
 
 
 def test_a_transformers_family_compiles_through_the_rewrite_with_eager_tokens(tmp_path):

@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from specar import tooling
-from specar.model_loaders import compiled as compiled_mod
+from specar.model_loaders import capture as capture_mod
 from specar.samplers import backends as registry
 from specar.samplers.backends import SCHEMAS
 from specar.tooling import gpu_check
@@ -151,7 +151,7 @@ def test_the_compiled_path_of_one_tiny_case():
     assert c["tokens_differing"] == 0 and c["first_difference_at"] is None
     # the dry run takes the CUDA-graph buffer handling: the second generation moved its buffers into the homes
     assert c["buffers_rehomed"] > 0 and c["rerecords_replay"] == 0
-    assert not compiled_mod.GRAPH_BUFFERS_ON_CPU  # restored after the stage
+    assert not capture_mod.GRAPH_BUFFERS_ON_CPU  # restored after the stage
     assert "compiled" not in rec["result"]["rows"]["scd"]  # dry run: AR only
 
 

@@ -1,4 +1,5 @@
-"""The walk over a step's state that the CUDA-graph path uses (model_loaders/compiled.py): which tensors a
+"""The walk over a step's state that the CUDA-graph path uses (model_loaders/capture.py,
+samplers/compiled_step/graph_buffers.py): which tensors a
 step kept (static addresses for CUDA graphs) and copies of what it made (a CUDA graph's outputs are
 overwritten by its next replay). Checked on the CPU; docs/BENCHMARKS.md "GPU check" has the GPU runs."""
 from collections import namedtuple
@@ -8,10 +9,13 @@ import pytest
 import torch
 
 import specar
-from specar.model_loaders import compiled as compiled_mod
-from specar.model_loaders.buffer_homes import BufferHomes
-from specar.model_loaders.compiled import copy_graph_outputs, mark_static_addresses, reachable_tensors, tensor_paths
+from specar.model_loaders import capture as capture_mod
+from specar.model_loaders.capture import mark_static_addresses, reachable_tensors, tensor_paths
 from specar.samplers import engine as engine_mod
+from specar.samplers.compiled_step import graph_buffers as graph_buffers_mod
+from specar.samplers.compiled_step import shape_compiled as compiled_mod
+from specar.samplers.compiled_step import step_graphs as step_graphs_mod
+from specar.samplers.compiled_step.graph_buffers import BufferHomes, copy_graph_outputs
 from specar.testing import reused_cache_differences, tiny_model
 
 Pair = namedtuple("Pair", "a b")
@@ -85,7 +89,7 @@ def test_static_addresses_are_marked_on_cuda_only():
 # -- the CUDA-graph precondition, checked on the CPU ------------------------------------------------------
 # CUDA graph trees fix a graph's static inputs when it is compiled (the inputs marked then), skip the graph
 # if it writes an input that is not static, and re-record it whenever a static input moves. With the
-# CUDA-graph handling switched on for the CPU (compiled.GRAPH_BUFFERS_ON_CPU), every compiled decode step is
+# CUDA-graph handling switched on for the CPU (capture.GRAPH_BUFFERS_ON_CPU), every compiled decode step is
 # watched: at the step that compiles a plan's graph, everything the step writes in place must be marked;
 # and in that generation the marked tensors of the plan must stay where they were from step to step. (A
 # later generation's buffers are new: the graph records once more with them, run 2 of docs/BENCHMARKS.md
@@ -104,7 +108,7 @@ class StepWatch:
         def call(compiled, key, *args):
             if compiled.name != "decode step":
                 return original(compiled, key, *args)
-            engine, plan, state, session, at_step, drawn = args
+            engine, run, plan, state, session, at_step, drawn = args
             paths = tensor_paths(state, session, at_step)
             before = {id(t): t for t in paths.values()}  # (reachable_tensors: the same walk)
             static_paths = engine.step_graphs.static_paths.get(key, set())
@@ -131,10 +135,10 @@ class StepWatch:
             return out
 
         monkeypatch.setattr(compiled_mod.ShapeCompiled, "__call__", call)
-        monkeypatch.setattr(compiled_mod, "GRAPH_BUFFERS_ON_CPU", True)
+        monkeypatch.setattr(capture_mod, "GRAPH_BUFFERS_ON_CPU", True)
 
 
-_marked = compiled_mod.is_static_address
+_marked = capture_mod.is_static_address
 
 
 GRAPH_CASES = [
@@ -182,14 +186,14 @@ def test_every_backend_writes_only_static_buffers(monkeypatch, backend, params):
 
 def test_the_watch_catches_unmarked_writes(monkeypatch):
     # planted: no marks when a graph compiles (the first GPU run): the step's in-place writes are unmarked
-    monkeypatch.setattr(engine_mod, "set_static_addresses", lambda paths, static, device: None)
+    monkeypatch.setattr(step_graphs_mod, "set_static_addresses", lambda paths, static, device: None)
     assert _watched_generations(monkeypatch, "scd", dict(window=3), seeds=(21,)).unmarked_writes
 
 
 def test_the_watch_catches_static_inputs_that_move(monkeypatch):
     # planted: mark everything the step takes, its outputs too: those move at every step
-    monkeypatch.setattr(engine_mod, "set_static_addresses", lambda paths, static, device:
-                        compiled_mod.set_static_addresses(paths, set(paths), device))
+    monkeypatch.setattr(step_graphs_mod, "set_static_addresses", lambda paths, static, device:
+                        graph_buffers_mod.set_static_addresses(paths, set(paths), device))
     assert _watched_generations(monkeypatch, "scd", dict(window=3), seeds=(21,)).moved
 
 
@@ -208,13 +212,13 @@ def test_the_watch_catches_tokens_handed_out_from_a_home(monkeypatch):
 
 def test_the_model_keeps_the_homes_of_the_backend_it_runs_now(monkeypatch):
     """Homes the last generation did not use are let go: switching backends does not pile up KV caches."""
-    monkeypatch.setattr(compiled_mod, "GRAPH_BUFFERS_ON_CPU", True)
+    monkeypatch.setattr(capture_mod, "GRAPH_BUFFERS_ON_CPU", True)
     model = tiny_model(vocab_size=16, grid=(4, 4), seed=5, row_end=True)
     runs = [("scd", dict(window=3)), ("ar", {}), ("scd", dict(window=3)), ("ar", {})]
     held = []
     for seed, (backend, params) in enumerate(runs):
         specar.generate(model, "a cat", backend=backend, seed=seed, compile=True, **params)
-        homes = engine_mod._STEP_GRAPHS[model].homes
+        homes = step_graphs_mod._STEP_GRAPHS[model].homes
         held.append({k[:2]: h.data_ptr() for k, h in homes.homes.items()})  # (path, shape) -> address
     assert set(held[0]) == set(held[2]) and set(held[1]) == set(held[3])  # the same homes per backend
     assert not set(held[0]) & set(held[1])  # nothing of scd's is held while AR runs (its cache is wider too)
@@ -282,7 +286,7 @@ def test_the_kv_cache_is_made_once_and_reused_unseen(monkeypatch):
     made = []
     new_cache = model._new_cache
     monkeypatch.setattr(model, "_new_cache", lambda rows, capacity: made.append(rows) or new_cache(rows, capacity))
-    monkeypatch.setattr(compiled_mod, "GRAPH_BUFFERS_ON_CPU", True)
+    monkeypatch.setattr(capture_mod, "GRAPH_BUFFERS_ON_CPU", True)
     per_generation = []
     for seed in (1, 2, 3, 4):
         specar.generate(model, "a cat", backend="scd", window=3, seed=seed, compile=True, cfg_scale=2.0)
@@ -294,8 +298,8 @@ def test_the_kv_cache_is_made_once_and_reused_unseen(monkeypatch):
 
 def test_a_cache_a_live_session_uses_is_not_handed_to_another(monkeypatch):
     model = tiny_model(vocab_size=16, grid=(4, 4), seed=5, row_end=True)
-    monkeypatch.setattr(compiled_mod, "GRAPH_BUFFERS_ON_CPU", True)
-    start = lambda: model.start(model.encode_prompt("a cat"), 1, True, draft_capacity=2, compile="caller")  # noqa
+    monkeypatch.setattr(capture_mod, "GRAPH_BUFFERS_ON_CPU", True)
+    start = lambda: model.start(model.encode_prompt("a cat"), 1, True, draft_capacity=2, captured=True)  # noqa
     with torch.inference_mode():
         first = start()
         second = start()  # `first` is alive: its cache is its own
@@ -303,6 +307,6 @@ def test_a_cache_a_live_session_uses_is_not_handed_to_another(monkeypatch):
         cache = second.state.cache
         del second
         assert start().state.cache is cache  # `second` ended: the next session takes its cache
-    monkeypatch.setattr(compiled_mod, "GRAPH_BUFFERS_ON_CPU", False)
+    monkeypatch.setattr(capture_mod, "GRAPH_BUFFERS_ON_CPU", False)
     with torch.inference_mode():
         assert start().state.cache is not cache  # off the CUDA-graph path: every session its own

@@ -1,5 +1,5 @@
 """`python -m specar.tooling compile-rows`: where the compiled CPU step should stop writing matrix products
-as a multiply-and-sum (model_loaders/few_rows_matmul.py) and leave them to BLAS.
+as a multiply-and-sum (samplers/compiled_step/few_rows_matmul.py) and leave them to BLAS.
 
 Times the model's compiled forward of a chain of T tokens, with CFG as a batch of two (2T rows
 per matrix product), once with every product through BLAS's GEMM and once with every product as
@@ -19,6 +19,7 @@ import torch
 from ..cli.args import positive_int
 from ..cli.machine import machine
 from ..cli.model_spec import model_from_spec
+from ..samplers.compiled_step.shape_compiled import compiled_forward
 
 ALL_ROWS = 1 << 30  # a limit no forward reaches: every product as the multiply-and-sum
 SETTINGS = {"eager": None, "gemm": 0, "mul-sum": ALL_ROWS}
@@ -34,19 +35,22 @@ def add_arguments(ap) -> None:
     ap.add_argument("--json", help="write the results to this file")
 
 
-def _forward_timer(model, tokens: int, calls: int):
-    """A function timing `calls` forwards of a `tokens`-token chain on one CFG session."""
+@torch.inference_mode()
+def _forward_timer(model, forward, tokens: int, calls: int):
+    """A function timing `calls` forwards (`forward`: compiled, or None: eager) of a `tokens`-token chain on
+    one CFG session."""
     enc = model.encode_prompt("a red circle", "")
-    compile = model.__dict__.get("_compiled_step") is not None
-    session = model.start(enc, 1, True, draft_capacity=tokens, compile=compile)
+    session = model.start(enc, 1, True, draft_capacity=tokens, captured=forward is not None)
+    forward = forward or model.forward
     chain = torch.zeros(1, tokens, dtype=torch.long, device=model.device)
     parents = list(range(-1, tokens - 1))
-    model.forward(session, chain, parents)  # compiles, when compiled
+    forward(session, chain, parents)  # compiles, when compiled
 
+    @torch.inference_mode()
     def timed() -> float:
         t = time.perf_counter()
         for _ in range(calls):
-            model.forward(session, chain, parents)
+            forward(session, chain, parents)
         return (time.perf_counter() - t) / calls
 
     return timed
@@ -56,12 +60,11 @@ def run(args):
     torch.set_num_threads(args.threads)
     models = {}
     for name, few_rows in SETTINGS.items():  # one model object per setting: each keeps its own graphs
-        models[name] = model_from_spec(args.model)
-        if few_rows is not None:
-            models[name].compile_step(few_rows=few_rows)
+        model = model_from_spec(args.model)
+        models[name] = (model, None if few_rows is None else compiled_forward(model, few_rows)[0])
     rows = []
     for T in args.tokens:
-        timers = {name: _forward_timer(m, T, args.calls) for name, m in models.items()}
+        timers = {name: _forward_timer(m, forward, T, args.calls) for name, (m, forward) in models.items()}
         best = {name: float("inf") for name in timers}
         for _ in range(args.rounds):
             for name, timer in timers.items():

@@ -77,7 +77,7 @@ class FreeForwardModel(ARImageModel):
         cond = self.emb[0][tokens] @ self.out
         return ForwardOutput(cond=cond, uncond=self.emb[1][tokens] @ self.out if cfg else None)
 
-    def start(self, prompt, batch, cfg, draft_capacity, compile=False, target_head=None) -> Session:
+    def start(self, prompt, batch, cfg, draft_capacity, captured=False) -> Session:
         first = self._logits(torch.zeros(batch, 1, dtype=torch.long, device=self._device), cfg)
         return Session(batch=batch, cfg=cfg, committed=torch.zeros(batch, dtype=torch.long, device=self._device),
                        first=first)

@@ -7,6 +7,7 @@ import time
 
 import torch
 
+from ...samplers.compiled_step.step_graphs import compile_stats
 from .records import counters, counters_diff, error_text
 
 DEMO_PROMPT = "a large red circle on a blue background"
@@ -76,13 +77,13 @@ def stage_backends(ctx) -> None:
         ctx.save()
     # the dry run takes the CUDA-graph path's buffer handling on the CPU too (static marks, output copies, buffer
     # homes: compiled.GRAPH_BUFFERS_ON_CPU), so that the command checks the code a GPU runs
-    from ...model_loaders import compiled as compiled_mod
-    graph_buffers_before = compiled_mod.GRAPH_BUFFERS_ON_CPU
-    compiled_mod.GRAPH_BUFFERS_ON_CPU = graph_buffers_before or opt["dry_run"]
+    from ...model_loaders import capture as capture_mod
+    graph_buffers_before = capture_mod.GRAPH_BUFFERS_ON_CPU
+    capture_mod.GRAPH_BUFFERS_ON_CPU = graph_buffers_before or opt["dry_run"]
     try:
         _compiled_rows(ctx, model, opt["compile_backends"] if opt["compile"] else [], rows, eager_tokens, kw)
     finally:
-        compiled_mod.GRAPH_BUFFERS_ON_CPU = graph_buffers_before
+        capture_mod.GRAPH_BUFFERS_ON_CPU = graph_buffers_before
 
 
 def _compiled_rows(ctx, model, compiled: list, rows: dict, eager_tokens: dict, kw: dict) -> None:
@@ -96,7 +97,7 @@ def _compiled_rows(ctx, model, compiled: list, rows: dict, eager_tokens: dict, k
             continue
         row["compiled"] = {"skipped": "cut by the stage's budget while compiling"}  # what a kill leaves
         ctx.save()
-        before, stats_before = counters(), compile_totals(model)
+        before, stats_before = counters(), compile_totals(compile_stats(model))
         try:
             t = time.perf_counter()
             first = generate(model, DEMO_PROMPT, backend=b, compile=True, **kw)  # compiles (and records the graphs)
@@ -106,11 +107,11 @@ def _compiled_rows(ctx, model, compiled: list, rows: dict, eager_tokens: dict, k
             t = time.perf_counter()
             res = generate(model, DEMO_PROMPT, backend=b, compile=True, **kw)  # replays
             out = _run_stats(res, time.perf_counter() - t)
-            # buffer homes (model_loaders/buffer_homes.py): the second generation's buffers move into the first's
+            # buffer homes (samplers/compiled_step/graph_buffers.py): the second generation's buffers move into the first's
             # addresses, so its graphs replay without recording again (run 2 of the first H200 session: x255 for AR)
             out["rerecords_replay"] = ctx.log.count("Re-recording") - rerecords
             out["buffers_rehomed"] = (res.stats.compile or {}).get("buffers_rehomed")
-            totals = compile_totals(model)
+            totals = compile_totals(compile_stats(model))
             out.update({"first_run_s": round(first_s, 2),
                         **{k: totals[k] - stats_before[k] for k in ("compiles", "recompiles", "graph_breaks")},
                         "compile_s": round(totals["compile_s"] - stats_before["compile_s"], 2),
@@ -135,9 +136,9 @@ def _compiled_rows(ctx, model, compiled: list, rows: dict, eager_tokens: dict, k
         ctx.save()
 
 
-def compile_totals(model) -> dict:
-    st = model.__dict__.get("compile_stats")
-    d = st.to_dict() if st is not None else {}
+def compile_totals(stats) -> dict:
+    """The counters of a CompileStats (None: zeros)."""
+    d = stats.to_dict() if stats is not None else {}
     return {"compiles": d.get("compiles", 0), "recompiles": d.get("recompiles", 0),
             "graph_breaks": d.get("graph_breaks", 0), "compile_s": d.get("compile_s", 0.0),
             "eager_fallback": d.get("eager_fallback", "")}

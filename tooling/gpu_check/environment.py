@@ -57,7 +57,7 @@ def _sdpa_kernels(device, dtype) -> dict:
 def _compile_smoke(device) -> dict:
     """torch.compile of a two-op function with the compiled step's settings on this device, run
     four times (CUDA graph trees: warm-up, record, replay)."""
-    from ...model_loaders.compiled import compile_settings
+    from ...samplers.compiled_step.shape_compiled import compile_settings
     before = counters()
     t = time.perf_counter()
     fn = torch.compile(lambda x: torch.nn.functional.silu(x) * 2 + 1, fullgraph=True, dynamic=False,
@@ -104,7 +104,7 @@ def _cudagraph_probe(device) -> dict:
                     stack.enter_context(c)
                 cache = torch.zeros(4, 16, device=device)
                 if variant == "static_address":  # as the product marks its buffers
-                    from ...model_loaders.compiled import mark_static_addresses
+                    from ...model_loaders.capture import mark_static_addresses
                     mark_static_addresses([cache], device)
                 want_cache = cache.clone()
                 fn = torch.compile(step, fullgraph=True, dynamic=False, mode="reduce-overhead")

@@ -33,7 +33,9 @@ def _count_launches(model, session, tokens, parents) -> int:
     return CountOps.launches
 
 
-def _time_forwards(ctx, model, session, tokens_list, repeats, compiled: bool, out: dict) -> None:
+def _time_forwards(ctx, model, session, tokens_list, repeats, compiled, out: dict) -> None:
+    """`compiled`: (forward, its CompileStats) from compiled_forward, or None (the model's eager forward)."""
+    forward, stats = compiled or (model.forward, None)
     dev = model.device
     codes = model.geometry.vocab_size
     g = torch.Generator(device=dev).manual_seed(0)
@@ -47,21 +49,21 @@ def _time_forwards(ctx, model, session, tokens_list, repeats, compiled: bool, ou
         tok = torch.randint(0, codes, (1, T), device=dev, generator=g)
         parents = list(range(-1, T - 1))
         try:
-            before = compile_totals(model)
+            before = compile_totals(stats)
             t = time.perf_counter()
-            model.forward(session, tok, parents)  # compiled: compiles this shape
+            forward(session, tok, parents)  # compiled: compiles this shape
             sync(dev)
             first = time.perf_counter() - t
             for _ in range(2):  # CUDA graph trees: warm-up, then record; later calls replay
-                model.forward(session, tok, parents)
+                forward(session, tok, parents)
             sync(dev)
             t = time.perf_counter()
             for _ in range(repeats):
-                model.forward(session, tok, parents)
+                forward(session, tok, parents)
             sync(dev)
             row = {"forward_ms": 1e3 * (time.perf_counter() - t) / repeats, "first_call_s": round(first, 3)}
             if compiled:
-                after = compile_totals(model)
+                after = compile_totals(stats)
                 row.update({k: after[k] - before[k] for k in ("compiles", "recompiles", "graph_breaks")})
                 row["eager_fallback"] = after["eager_fallback"]
                 last_first = first
@@ -97,12 +99,14 @@ def stage_forward_7b(ctx) -> None:
     # compiled forwards attend over the same number of cache slots
     enc = model.encode_prompt(("a photo of a cat on a sofa " * 3)[:62], "")
     committed = geometry.seq_len // 2  # a mid-image prefix: positions as in the middle of a generation
+    from ...samplers.compiled_step.shape_compiled import compiled_forward
+    compiled = compiled_forward(model) if compiled_tokens else None
     with torch.inference_mode():
         for mode, tokens_list in (("eager", eager_tokens), ("compiled", compiled_tokens)):
             if not tokens_list:
                 continue
             try:
-                session = model.start(enc, 1, True, draft_capacity=capacity, compile=mode == "compiled")
+                session = model.start(enc, 1, True, draft_capacity=capacity, captured=mode == "compiled")
                 model.commit(session, None, torch.tensor([committed], device=dev))
                 # attention runs over every slot of the static cache (masked): the KV length each forward reads
                 r["kv_slots"] = session.state.S
@@ -112,7 +116,8 @@ def stage_forward_7b(ctx) -> None:
                     r["launches"] = {str(T): _count_launches(model, session, torch.zeros(1, T, dtype=torch.long,
                                                                                            device=dev),
                                                              list(range(-1, T - 1))) for T in (1, capacity)}
-                _time_forwards(ctx, model, session, tokens_list, opt["repeats_7b"], mode == "compiled", r[mode])
+                _time_forwards(ctx, model, session, tokens_list, opt["repeats_7b"],
+                               compiled if mode == "compiled" else None, r[mode])
             except Exception as e:  # noqa: BLE001
                 r[mode]["error"] = error_text(e)
             finally:
@@ -120,8 +125,8 @@ def stage_forward_7b(ctx) -> None:
                 if dev.type == "cuda":
                     torch.cuda.empty_cache()
             ctx.save()
-    if "compiled" in r and model.__dict__.get("compile_stats") is not None:
-        r["compile_totals"] = model.compile_stats.to_dict()
+    if compiled is not None:
+        r["compile_totals"] = compiled[1].to_dict()
     try:
         env = dict(ctx.previous.get("environment", {}).get("result", {}))
         if not env.get("device_name"):  # the environment stage failed or did not run: what the refit needs

@@ -10,7 +10,7 @@ weight's contiguous rows, which reads each weight row once per input row. With t
 AR on the demo model went from 1.37x to 2.92x eager AR (docs/BENCHMARKS.md, "The compiled step:
 products of a few rows").
 
-Only inside the compiled step on the CPU (`compiled.compile_settings`), only for float32 products
+Only inside the compiled step on the CPU (`shape_compiled.compile_settings`), only for float32 products
 of at most `MAX_ROWS` rows with static shapes: eager steps and wider forwards (Jacobi chains,
 trees) keep BLAS. The sum's order differs from BLAS's, so a logit can differ in its last bits;
 tokens agree with eager unless a sampling race is that close (tests/test_compile.py,

@@ -1,26 +1,23 @@
-"""torch.compile of the fixed-shape step: one compiled graph per shape, counted.
+"""torch.compile of a fixed-shape tensor function: one compiled graph per shape key, counted.
 
-A generation sends the model one or two forward shapes (the Jacobi chain, and the chain plus
-SJD-PAC's proactive branches) or one padded tree shape (Hawk, ADT-Tree), so every shape is
-compiled once and reused for every step and every later generation with the same shapes.
-`ShapeCompiled` wraps one pure tensor function: ``fullgraph=True`` (a graph break is an error,
-which proves the step has no host read such as ``.item()`` and no data-dependent shape),
-``dynamic=False`` (each shape gets its own static graph, as CUDA graphs need), mode
-``reduce-overhead`` on CUDA (CUDA graphs), inductor's C++ wrapper on the CPU
-(`compile_settings`).
+`ShapeCompiled` wraps one function (the engine's decode step, or a model's forward on its own for
+the measuring commands): ``fullgraph=True`` (a graph break is an error, which proves the function
+has no host read such as ``.item()`` and no data-dependent shape), ``dynamic=False`` (each shape
+gets its own static graph, as CUDA graphs need), mode ``reduce-overhead`` on CUDA (CUDA graphs),
+inductor's C++ wrapper on the CPU (`compile_settings`).
 
 It counts what dynamo did while it ran: graphs compiled, graph breaks, and recompiles (a new
-graph for a shape that was already compiled: a guard that failed, the thing that must never
+graph for a key that was already compiled: a guard that failed, the thing that must never
 happen between steps). When compiling is not possible here (no C++ compiler, an unsupported
 op), it says so once and runs eager: the tokens do not depend on it.
 """
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 import sys
 import time
+import types
 from dataclasses import dataclass, field
 from typing import Callable, Hashable
 
@@ -29,7 +26,7 @@ import torch
 from .few_rows_matmul import MAX_ROWS, few_rows_pass
 
 _CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"
-# dynamo's cache entries per function for our compiles: every shape is one entry of `_step_logits`
+# dynamo's cache entries per function for our compiles: every plan is one entry of the decode step
 # (a generation uses 1-7, a process that changes settings a few more); dynamo's default limit (8)
 # would silently fall back to eager
 RECOMPILE_LIMIT = 64
@@ -82,19 +79,6 @@ def _inductor_cache_dir(path: str):
         yield
 
 
-def inference_mode_unless_compiling(fn: Callable) -> Callable:
-    """``fn`` under torch.inference_mode, except while dynamo traces it into a caller's compiled graph
-    (the engine's compiled decode step, itself run in inference mode): an inference-mode switch
-    inside a graph breaks inductor on the graph's inference-tensor inputs."""
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        if torch.compiler.is_compiling():
-            return fn(*args, **kwargs)
-        with torch.inference_mode():
-            return fn(*args, **kwargs)
-    return wrapper
-
-
 @dataclass
 class CompileStats:
     compiles: int = 0  # graphs compiled (one per new shape)
@@ -108,7 +92,7 @@ class CompileStats:
     COUNTERS = ("compiles", "recompiles", "graph_breaks", "compile_s")
 
     def to_dict(self) -> dict:
-        """The model's totals since its compiled step was made (every generation of this process)."""
+        """The totals since these counters were made (per model: every generation of this process)."""
         out = {k: getattr(self, k) for k in self.COUNTERS}
         return {**out, "graphs": len(self.shapes), "eager_fallback": self.eager_fallback}
 
@@ -146,118 +130,6 @@ def _dynamo_counts() -> tuple:
 CPU_INDUCTOR_OPTIONS = {"cpp_wrapper": True}
 
 
-# CUDA graphs' needs (static addresses, copies of a replay's outputs) apply on CUDA only; a test switches
-# them on for the CPU to check without a GPU that no compiled step writes a buffer left unmarked, the one
-# thing that makes CUDA graph trees skip a graph (tests/test_graph_buffers.py)
-GRAPH_BUFFERS_ON_CPU = False
-
-
-def uses_graph_buffers(device) -> bool:
-    """Whether compiled steps on `device` need static addresses and output copies (CUDA graphs)."""
-    return torch.device(device).type == "cuda" or GRAPH_BUFFERS_ON_CPU
-
-
-_ATOMS = (str, bytes, int, float, bool, torch.nn.Module, torch.device, torch.dtype, type)
-
-
-def _map_tensors(o, fn: Callable, depth: int, path: tuple = ()):
-    """`o` with every tensor `t` reachable from it (through tuples, lists, dicts, dataclass fields and
-    plain objects' attributes, `depth` levels down) replaced by ``fn(t, path)`` (`path`: the keys and
-    attribute names that lead to it): lists, dicts and objects in place (frozen dataclasses too), tuples
-    rebuilt. Never into a model (anything with `torch_module` or an nn.Module): the step's state, not
-    the weights."""
-    if isinstance(o, torch.Tensor):
-        return fn(o, path)
-    if depth == 0 or o is None or isinstance(o, _ATOMS) or hasattr(o, "torch_module"):
-        return o
-    if isinstance(o, tuple):
-        new = [_map_tensors(x, fn, depth - 1, path + (k,)) for k, x in enumerate(o)]
-        if all(a is b for a, b in zip(new, o)):
-            return o
-        return type(o)(*new) if hasattr(o, "_fields") else type(o)(new)
-    if isinstance(o, (list, dict)):
-        for k in (range(len(o)) if isinstance(o, list) else list(o)):
-            o[k] = _map_tensors(o[k], fn, depth - 1, path + (k,))
-        return o
-    names = list(o.__dataclass_fields__) if hasattr(o, "__dataclass_fields__") else \
-        list(vars(o)) if hasattr(o, "__dict__") else []
-    for name in names:
-        v = getattr(o, name)
-        w = _map_tensors(v, fn, depth - 1, path + (name,))
-        if w is not v:
-            object.__setattr__(o, name, w)  # frozen dataclasses too: the copy stands for the same value
-    return o
-
-
-def tensor_paths(*roots, depth: int = 4) -> dict:
-    """The tensors reachable from `roots` by path (root index, then keys and attribute names), as
-    `_map_tensors` walks; a tensor reachable twice is listed under its first path."""
-    found: dict = {}
-    ids: set = set()
-
-    def note(t, path):
-        if id(t) not in ids:
-            ids.add(id(t))
-            found[path] = t
-        return t
-
-    for i, r in enumerate(roots):
-        _map_tensors(r, note, depth, (i,))
-    return found
-
-
-def reachable_tensors(*roots, depth: int = 4) -> dict:
-    """The tensors reachable from `roots` (id -> tensor)."""
-    return {id(t): t for t in tensor_paths(*roots, depth=depth).values()}
-
-
-def copy_graph_outputs(roots, kept: dict, depth: int = 4):
-    """`roots` with every reachable tensor that is not in `kept` (id -> tensor: what existed before
-    the compiled step ran) replaced by a copy. On CUDA a graph's outputs live in its CUDA graph's
-    memory pool and the next replay overwrites them (CUDA graph trees then refuse to read them: "accessing
-    tensor output of CUDAGraphs that has been overwritten"); the loop keeps some across steps (the
-    frontier, the drafter's state, the report's per-step counts), so it keeps copies (gpt-fast clones
-    its decode outputs for the same reason)."""
-    return _map_tensors(roots, lambda t, path: t if kept.get(id(t)) is t else t.clone(), depth)
-
-
-def is_static_address(t: torch.Tensor) -> bool:
-    return getattr(t, "_dynamo_static_input_type", None) is not None
-
-
-def set_static_addresses(paths: dict, static: set, device) -> None:
-    """Before a graph's compile: exactly the tensors at the paths in `static` (of `paths`, path ->
-    tensor) are marked static addresses, every other one unmarked. A graph's static inputs are fixed
-    when it compiles; a tensor left marked by another plan's step that this plan replaces would move at
-    every step, and every step would re-record."""
-    if not uses_graph_buffers(device):
-        return
-    mark_static_addresses([t for p, t in paths.items() if p in static], device)
-    for p, t in paths.items():
-        if p not in static and is_static_address(t):
-            del t._dynamo_static_input_type
-
-
-def mark_static_addresses(tensors, device) -> int:
-    """On CUDA: mark `tensors` (buffers that live across steps and that a compiled step writes in
-    place: the KV cache, the sequence, a drafter's scratch) as static inputs of the compiled graphs
-    (`torch._dynamo.mark_static_address`, unguarded). CUDA graph trees refuse a graph that mutates a
-    non-static input ("skipping cudagraphs due to mutated inputs": the first GPU run, docs/BENCHMARKS.md
-    "GPU check"), so without the mark every compiled step ran without CUDA graphs. Unguarded: a new
-    generation's buffers (new addresses) re-record the graph once, never recompile it. Never mark a
-    tensor that each step replaces (a graph output): its address changes every step, and every step
-    would re-record. No-op off CUDA. Returns how many were marked."""
-    if not uses_graph_buffers(device):
-        return 0
-    from torch import _dynamo
-    n = 0
-    for t in tensors:
-        if not is_static_address(t):
-            _dynamo.mark_static_address(t, guard=False)
-            n += 1
-    return n
-
-
 def compile_settings(device, few_rows: int = MAX_ROWS) -> dict:
     """torch.compile's mode or options for a step on `device`: CUDA graphs on CUDA (mode
     ``reduce-overhead``); on the CPU inductor's C++ wrapper, and products of at most `few_rows`
@@ -276,15 +148,17 @@ def compile_settings(device, few_rows: int = MAX_ROWS) -> dict:
 
 class ShapeCompiled:
     """``f(key, *args)``: ``fn(*args)`` through one compiled graph per ``key`` (the caller's name
-    for the shape), eager after a failure to compile."""
+    for the shape), eager after a failure to compile. Each object compiles its own copy of `fn`'s
+    code: dynamo keeps its graphs (and checks their guards) per code object, so the graphs of two
+    objects (two models) stay apart and each counts its own recompile limit."""
 
     def __init__(self, fn: Callable, device: torch.device, name: str, stats: CompileStats,
                  few_rows: int = MAX_ROWS):
-        self.fn, self.name, self.stats, self.few_rows = fn, name, stats, few_rows
+        self.fn, self.name, self.stats = fn, name, stats
         self.seen: set = set()
         self.cache_dir = persistent_cache_dir()
-        self.compiled = torch.compile(fn, fullgraph=True, dynamic=False,
-                                      **compile_settings(device, few_rows))
+        own = types.FunctionType(fn.__code__.replace(), fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
+        self.compiled = torch.compile(own, fullgraph=True, dynamic=False, **compile_settings(device, few_rows))
 
     def __call__(self, key: Hashable, *args):
         st = self.stats
@@ -318,3 +192,17 @@ class ShapeCompiled:
         st.used.add(key)
         return out
 
+
+
+def compiled_forward(model, few_rows: int = MAX_ROWS):
+    """`model.forward` alone through one graph per (tokens shape, parents), for the commands that time
+    the forward (compile-rows, gpu-check): on a session started with ``captured=True``, called in
+    inference mode. Returns (forward(session, tokens, parents), its CompileStats)."""
+    stats = CompileStats()
+
+    def forward(session, tokens, parents):
+        return model.forward(session, tokens, parents)
+
+    graphs = ShapeCompiled(forward, model.device, "model forward", stats, few_rows)
+    return (lambda session, tokens, parents:
+            graphs((tuple(tokens.shape), tuple(parents)), session, tokens, parents)), stats

@@ -1,20 +1,22 @@
-"""Homes of a compiled step's static buffers: the same addresses in every generation (CUDA graphs).
+"""A compiled step's buffers under CUDA graphs: static addresses, copies of a replay's outputs, and homes
+that keep the same addresses in every generation.
 
 CUDA graph trees record a graph with the addresses of its static inputs (the buffers a step writes in
-place: the KV cache, the loop's sequence, a drafter's scratch; compiled.py) and re-record it whenever one
-of them moves. Every generation allocates its buffers anew, so without homes each graph records once more
-per generation, every step of the next generation first checks the old recording's addresses and fails
-(the first GPU runs, docs/BENCHMARKS.md "GPU check": "static input data pointer changed", x255 for AR), and
-the recordings pile up in a long session (ComfyUI runs many generations on one loaded model).
+place: the KV cache, the loop's sequence, a drafter's scratch; model_loaders/capture.py) and re-record it
+whenever one of them moves. Every generation allocates its buffers anew, so without homes each graph records
+once more per generation, every step of the next generation first checks the old recording's addresses and
+fails (the first GPU runs, docs/BENCHMARKS.md "GPU check": "static input data pointer changed", x255 for AR),
+and the recordings pile up in a long session (ComfyUI runs many generations on one loaded model).
 
 The buffers at a graph's static paths in the step's state (`tensor_paths`: root, then field names and keys)
 become the homes of those paths when no home is there yet (the generation that compiled the graph). A later
 generation's buffer at a home's path, with the home's shape, strides and dtype, moves into the home at its
 first compiled step: its values are copied in and the tensor object is re-pointed at the home's storage
 (`Tensor.set_`), so every reference to it (the state's fields, the engine's locals) sees the home, and its
-own allocation is freed. Nothing moves when that would change what a read sees: a buffer that shares its storage with another reachable tensor (a
-view, or a base with views) stays where it is (its graph records once more, as without homes), and
-nothing moves while another generation on the model is in flight (both would write one home).
+own allocation is freed. Nothing moves when that would change what a read sees: a buffer that shares its
+storage with another reachable tensor (a view, or a base with views) stays where it is (its graph records
+once more, as without homes), and nothing moves while another generation on the model is in flight (both
+would write one home).
 
 The caller keeps what it hands out of a generation apart from the homes (the engine returns a copy of the
 tokens): the next generation overwrites the homes.
@@ -22,6 +24,31 @@ tokens): the next generation overwrites the homes.
 from __future__ import annotations
 
 import torch
+
+from ...model_loaders.capture import is_static_address, map_tensors, mark_static_addresses, uses_graph_buffers
+
+
+def set_static_addresses(paths: dict, static: set, device) -> None:
+    """Before a graph's compile: exactly the tensors at the paths in `static` (of `paths`, path ->
+    tensor) are marked static addresses, every other one unmarked. A graph's static inputs are fixed
+    when it compiles; a tensor left marked by another plan's step that this plan replaces would move at
+    every step, and every step would re-record."""
+    if not uses_graph_buffers(device):
+        return
+    mark_static_addresses([t for p, t in paths.items() if p in static], device)
+    for p, t in paths.items():
+        if p not in static and is_static_address(t):
+            del t._dynamo_static_input_type
+
+
+def copy_graph_outputs(roots, kept: dict, depth: int = 4):
+    """`roots` with every reachable tensor that is not in `kept` (id -> tensor: what existed before
+    the compiled step ran) replaced by a copy. On CUDA a graph's outputs live in its CUDA graph's
+    memory pool and the next replay overwrites them (CUDA graph trees then refuse to read them: "accessing
+    tensor output of CUDAGraphs that has been overwritten"); the loop keeps some across steps (the
+    frontier, the drafter's state, the report's per-step counts), so it keeps copies (gpt-fast clones
+    its decode outputs for the same reason)."""
+    return map_tensors(roots, lambda t, path: t if kept.get(id(t)) is t else t.clone(), depth)
 
 
 def owns_storage(t: torch.Tensor) -> bool:
@@ -35,7 +62,7 @@ def _home_key(path: tuple, t: torch.Tensor) -> tuple:
 
 
 class BufferHomes:
-    """Per model (one per compiled decode step, engine.StepGraphs): the homes of the static buffers, and how many
+    """Per model (one per compiled decode step, step_graphs.StepGraphs): the homes of the static buffers, and how many
     generations are in flight. One home per path (a buffer of a new shape there replaces it), and homes no
     compiled step used in the last generation are let go when it ends, so the model holds one set for the
     backend and shapes it runs now, not one per backend it ever ran; a generation of those again records its
@@ -112,4 +139,4 @@ class BufferHomes:
         return n
 
 
-__all__ = ["BufferHomes", "owns_storage"]
+__all__ = ["BufferHomes", "copy_graph_outputs", "owns_storage", "set_static_addresses"]
