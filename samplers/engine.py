@@ -32,6 +32,7 @@ import torch
 from ..model_loaders.contract import ARImageModel, EncodedPrompt, Session
 from .backends import BackendConfig
 from .drafters.base import Drafter, DraftTree, LoopState, SequenceLayout, Verdict
+from ..model_loaders import batch_invariant
 from ..model_loaders.buffer_homes import BufferHomes
 from ..model_loaders.compiled import (ShapeCompiled, copy_graph_outputs, is_static_address, set_static_addresses,
                                       tensor_paths, uses_graph_buffers)
@@ -187,6 +188,8 @@ class SpeculativeEngine:
                              f"relaxed off, or same_image_as_ar (reproducible) off")
         # "same image as AR": verification by agreement (docs/REPRODUCIBLE.md); None: on for a lossless backend
         self.reproducible = self.drafter.lossless if reproducible is None else reproducible
+        # the target's forwards: batch-invariant where the same image needs it (model_loaders/batch_invariant.py)
+        self.target_mode, self.same_image_guarantee = batch_invariant.plan(model, self.reproducible)
         self.layout = SequenceLayout.build(model.geometry, self.drafter.slack, model.device)
         # what the compiled step is specialised to besides the plan and guidance (`_graph_key`), fixed per engine
         self._key_settings = (backend.name, type(self.drafter), tuple(sorted(backend.params().items())), batch,
@@ -258,8 +261,9 @@ class SpeculativeEngine:
         model, B, V, dev = self.model, self.batch, self.model.geometry.vocab_size, self.model.device
         self._check_positions(prompt)
         # compiled: the session laid out for static graphs, its forward captured inside the compiled decode step
-        session = model.start(prompt, B, self.sampling.uses_cfg, draft_capacity=self.drafter.node_budget + 1,
-                              compile="caller" if self.compile else False)
+        with self.target_mode():
+            session = model.start(prompt, B, self.sampling.uses_cfg, draft_capacity=self.drafter.node_budget + 1,
+                                  compile="caller" if self.compile else False)
         first = session.first
         p0 = target_probs(first.cond[:, 0], None if first.uncond is None else first.uncond[:, 0], self.sampling)
         layout = self.layout
@@ -279,15 +283,15 @@ class SpeculativeEngine:
 
     def _calibrate(self, session, sync) -> None:
         """Seconds per forward at each shape an adaptive drafter may choose (`cost_shapes`), timed
-        on this session once per model, batch, guidance, compile setting and thread count (kept by
-        the engine per model, `_FORWARD_COSTS`). The forwards write only cache slots past the
+        on this session once per model, batch, guidance, compile setting, thread count and target mode
+        (kept by the engine per model, `_FORWARD_COSTS`). The forwards write only cache slots past the
         committed prefix, which every later forward overwrites before reading: the generation is
         unchanged."""
         shapes = self.drafter.cost_shapes()
         if not shapes:
             return
         cache = _FORWARD_COSTS.setdefault(self.model, {})
-        key = (self.batch, session.cfg, self.compile, torch.get_num_threads(),
+        key = (self.batch, session.cfg, self.compile, torch.get_num_threads(), self.target_mode,
                tuple(len(parents) for parents in shapes.values()))
         if key not in cache:
             cache[key] = self._time_forwards(session, shapes, sync)
@@ -306,7 +310,8 @@ class SpeculativeEngine:
                 tokens = torch.zeros(B, len(parents), dtype=torch.long, device=dev)
                 sync()
                 t = time.perf_counter()
-                self.model.forward(session, tokens, parents)
+                with self.target_mode():
+                    self.model.forward(session, tokens, parents)
                 sync()
                 if r:
                     best[w] = min(best[w], time.perf_counter() - t)
@@ -365,7 +370,8 @@ class SpeculativeEngine:
         if self.timed:  # eager only: the forward's share of the step (compiled, the step is one graph)
             self._sync()
             tf = time.perf_counter()
-        out = self.model.forward(session, tree.tokens, tree.parents)
+        with self.target_mode():
+            out = self.model.forward(session, tree.tokens, tree.parents)
         if self.timed:
             self._sync()
             self.forward_s += time.perf_counter() - tf
@@ -424,6 +430,7 @@ class SpeculativeEngine:
             overhead_s=None if forward_s is None else max(decode_s - forward_s, 0.0),
             peak_memory_bytes=peak, accepted_at_step=maps, lossy=not self.drafter.lossless,
             backend_report=self.drafter.report(), reproducible=self.reproducible,
+            same_image_guarantee=self.same_image_guarantee,
             compile=None if self.compile_stats is None else self.compile_stats.to_dict(),
             sampling=dataclasses.asdict(self.sampling),
         )

@@ -26,6 +26,7 @@ class GenerationStats:
     accepted_at_step: list = field(default_factory=list)  # per image: [H][W] decode step of each token
     lossy: bool = False  # True only for an explicitly lossy option (relaxed acceptance)
     reproducible: bool = False  # "same image as AR": verified by agreement with AR's own draws
+    same_image_guarantee: Optional[str] = None  # reproducible: why p is the same in every forward (batch_invariant.plan)
     backend_report: Optional[dict] = None  # what an adaptive backend chose and why (auto)
     compile: Optional[dict] = None  # compiled step, this generation: compiles, compile_s, graphs reused; model_total
     # the sampling settings used, resolved once (the model's recommended values filled in by generate):
