@@ -11,13 +11,16 @@ transcendental function (`ROW_OPS`) of bfloat16 / float16 / float32 tensors on f
 inputs and rounds the result back to the dtype the op returns. A product of two bf16 / fp16 values is
 exact in float64 and a float64 sum of n terms is within about n * 2^-53 of its exact value, in any
 order; so the rounded result is the same for every forward shape unless the exact value lies that
-close to a rounding boundary of the dtype (2^-8 relative apart in bf16). Every other op (+, -, *, /,
-casts, data movement) rounds each element on its own, so it does not depend on the shape either.
+close to a rounding boundary of the dtype (2^-8 relative apart in bf16). The other ops the families
+run (+, -, *, /, casts, data movement) round each element on their own, whatever the shape. An op that
+torch reaches only inside an unlisted torch function (which runs with the mode off) escapes it: the
+families' forwards reach none (checked per op with a dispatch trace). The compiled step traces the
+mode; inductor then keeps eager's half-precision roundings (compiled.py), so it gives eager's bits.
 
 `plan` decides per generation: the mode runs for a half-precision model on the CPU in the same-image
 mode; float32 runs never enter it. On CUDA (or MPS) a half-precision run is outside the guarantee:
-float64 is far too slow there (or missing). In float32 the claim rests on tests on the CPU (0 of 8 demo
-images differ), not on a proof that float32 GEMM is batch-invariant.
+float64 is far too slow there (or missing). In float32 the claim rests on tests on the CPU (no demo
+image differs), not on a proof that float32 GEMM is batch-invariant.
 """
 from __future__ import annotations
 
@@ -31,24 +34,24 @@ PRODUCTS = {"linear", "bilinear", "matmul", "__matmul__", "__rmatmul__", "mm", "
             "mv", "addmv", "dot", "einsum", "tensordot", "scaled_dot_product_attention"}
 ROW_OPS = {"softmax", "log_softmax", "mean", "sum", "var", "std", "var_mean", "norm", "logsumexp", "layer_norm",
            "rms_norm", "group_norm", "cumsum", "exp", "log", "sigmoid", "silu", "gelu", "tanh", "rsqrt", "sqrt",
-           "pow", "__pow__", "sin", "cos", "erf", "softplus"}
+           "pow", "__pow__", "__rpow__", "sin", "cos", "erf", "softplus", "exp2", "expm1", "log1p", "log2"}
 _COVERED = frozenset(PRODUCTS | ROW_OPS)
 _LOW = (torch.bfloat16, torch.float16, torch.float32)
 _HALF = (torch.bfloat16, torch.float16)
 
 GUARANTEE = "batch-invariant"  # half precision on the CPU, through BatchInvariant
-FLOAT32 = "float32: tested, not proven"  # float32 GEMM's batch invariance rests on tests on the CPU
+FLOAT32 = "float32: tested on the CPU, not proven"
 
 
 def _wide(x, seen: dict):
     """x with its bf16 / fp16 / fp32 tensors as float64 (their dtypes listed in seen["tensors"]) and a
-    dtype argument among those as float64 (listed in seen["asked"]: the result dtype the caller asked)."""
+    dtype argument (the result dtype the caller asks for, listed in seen["asked"]) among those as float64."""
     if isinstance(x, torch.Tensor) and x.dtype in _LOW:
         seen["tensors"].append(x.dtype)
         return x.double()
-    if isinstance(x, torch.dtype) and x in _LOW:
+    if isinstance(x, torch.dtype):
         seen["asked"].append(x)
-        return torch.float64
+        return torch.float64 if x in _LOW else x
     if isinstance(x, (list, tuple)):
         return type(x)(_wide(v, seen) for v in x)
     return x
@@ -83,11 +86,8 @@ class BatchInvariant(TorchFunctionMode):
 
 
 def _half_dtype(model) -> Optional[torch.dtype]:
-    """The half-precision dtype of the model's floating weights, None when they are all float32 or wider."""
-    try:
-        module = model.torch_module()
-    except NotImplementedError:
-        return None
+    """The half-precision dtype of the model's weights and buffers, None when none is bf16 / fp16."""
+    module = model.torch_module()
     for t in (*module.parameters(), *module.buffers()):
         if t.dtype in _HALF:
             return t.dtype
@@ -100,14 +100,17 @@ def plan(model, reproducible: bool):
     guarantee is None outside the same-image mode."""
     if not reproducible:
         return contextlib.nullcontext, None
-    half, device = _half_dtype(model), model.device.type
+    try:
+        half, device = _half_dtype(model), model.device.type
+    except NotImplementedError:  # an adapter that does not expose its weights
+        return contextlib.nullcontext, "not guaranteed: the model's dtype is unknown"
     if half is None:
         if device == "cuda" and torch.backends.cuda.matmul.allow_tf32:
             return contextlib.nullcontext, "not guaranteed: float32 products in TF32 on CUDA (allow_tf32)"
         return contextlib.nullcontext, FLOAT32
     if device != "cpu":
-        return contextlib.nullcontext, (f"not guaranteed: {str(half)[6:]} on {device} (the batch-invariant "
-                                        f"forwards run on the CPU only; float32 is tested)")
+        return contextlib.nullcontext, (f"not guaranteed: {str(half)[6:]} on {device} (batch-invariant forwards "
+                                        f"run on the CPU only)")
     return BatchInvariant, GUARANTEE
 
 

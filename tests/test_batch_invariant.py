@@ -85,6 +85,7 @@ def test_products_and_reductions_of_a_row_do_not_depend_on_the_batch_under_the_m
         "einsum": lambda x: torch.einsum("md,nd->mn", x, w),
         "baddbmm": lambda x: torch.baddbmm(torch.ones(1, 1, 576, dtype=dtype), x[None], w.T[None])[0],
         "softmax_float32": lambda x: F.softmax(x, -1, dtype=torch.float32),
+        "sum_float64": lambda x: x.sum(-1, dtype=torch.float64),
         "rms": lambda x: x.float().pow(2).mean(-1, keepdim=True).rsqrt(),
         "layer_norm": lambda x: F.layer_norm(x, (192,)),
         "silu": F.silu,
@@ -207,13 +208,16 @@ def test_the_guarantee_names_dtype_and_device(monkeypatch):
 
     assert batch_invariant.plan(stub(torch.bfloat16, "cpu"), True) == (BatchInvariant, GUARANTEE)
     assert batch_invariant.plan(stub(torch.bfloat16, "cpu"), False) == (contextlib.nullcontext, None)
+    hidden = types.SimpleNamespace(device=torch.device("cpu"),
+                                   torch_module=lambda: specar.ARImageModel.torch_module(hidden))  # raises
+    assert batch_invariant.plan(hidden, True)[1] == "not guaranteed: the model's dtype is unknown"
     for dtype, name in ((torch.bfloat16, "bfloat16"), (torch.float16, "float16")):
         mode, text = batch_invariant.plan(stub(dtype, "cuda"), True)
         assert mode is contextlib.nullcontext and text.startswith(f"not guaranteed: {name} on cuda")
     monkeypatch.setattr(torch.backends.cuda, "matmul", types.SimpleNamespace(allow_tf32=False))
     assert batch_invariant.plan(stub(torch.float32, "cuda"), True) == (contextlib.nullcontext, FLOAT32)
     monkeypatch.setattr(torch.backends.cuda, "matmul", types.SimpleNamespace(allow_tf32=True))
-    assert batch_invariant.plan(stub(torch.float32, "cuda"), True)[1].startswith("not guaranteed: float32 products in TF32")
+    assert batch_invariant.plan(stub(torch.float32, "cuda"), True)[1].startswith("not guaranteed: float32 products")
 
 
 @pytest.mark.long
