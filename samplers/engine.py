@@ -27,6 +27,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
+from ..model_loaders import batch_invariant
 from ..model_loaders.contract import ARImageModel, EncodedPrompt, Session
 from .backends import BackendConfig
 from .compiled_step.forward_costs import calibrate
@@ -87,6 +88,8 @@ class SpeculativeEngine:
                              f"relaxed off, or same_image_as_ar (reproducible) off")
         # "same image as AR": verification by agreement (docs/REPRODUCIBLE.md); None: on for a lossless backend
         self.reproducible = self.drafter.lossless if reproducible is None else reproducible
+        # the target's forwards: batch-invariant where the same image needs it (model_loaders/batch_invariant.py)
+        self.target_mode, self.same_image_guarantee = batch_invariant.plan(model, self.reproducible)
         self.layout = SequenceLayout.build(model.geometry, self.drafter.slack, model.device)
 
     # -- the loop ------------------------------------------------------------------------------
@@ -101,7 +104,7 @@ class SpeculativeEngine:
             torch.cuda.reset_peak_memory_stats(dev)
         t0 = time.perf_counter()
         session, state, bad = self._prefill(prompt)
-        calibrate(self.model, self.drafter, session, self.batch, self.compile, sync)
+        calibrate(self.model, self.drafter, session, self.batch, self.compile, sync, self.target_mode)
         sync()
         t1 = time.perf_counter()
         at_step = torch.zeros_like(state.seq)
@@ -139,8 +142,9 @@ class SpeculativeEngine:
         model, B, V, dev = self.model, self.batch, self.model.geometry.vocab_size, self.model.device
         self._check_positions(prompt)
         # compiled: the session laid out for the compiled decode step, which captures its forward and commit
-        session = model.start(prompt, B, self.sampling.uses_cfg, draft_capacity=self.drafter.node_budget + 1,
-                              captured=self.compile)
+        with self.target_mode():
+            session = model.start(prompt, B, self.sampling.uses_cfg, draft_capacity=self.drafter.node_budget + 1,
+                                  captured=self.compile)
         first = session.first
         p0 = target_probs(first.cond[:, 0], None if first.uncond is None else first.uncond[:, 0], self.sampling)
         layout = self.layout
@@ -201,7 +205,8 @@ class SpeculativeEngine:
         if run.timed:  # eager only: the forward's share of the step (compiled, the step is one graph)
             run.sync()
             tf = time.perf_counter()
-        out = self.model.forward(session, tree.tokens, tree.parents)
+        with self.target_mode():
+            out = self.model.forward(session, tree.tokens, tree.parents)
         if run.timed:
             run.sync()
             run.forward_s += time.perf_counter() - tf

@@ -1,5 +1,6 @@
 """Seconds per forward at each shape an adaptive drafter may choose (`Drafter.cost_shapes` / `set_costs`),
-timed on the generation's session once per model, batch, guidance, compile setting and thread count, and
+timed on the generation's session once per model, batch, guidance, compile setting, thread count and target
+mode (batch-invariant forwards cost more), and
 kept per model while it lives (never written into the model)."""
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import torch
 _FORWARD_COSTS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
-def calibrate(model, drafter, session, batch: int, compile: bool, sync) -> None:
+def calibrate(model, drafter, session, batch: int, compile: bool, sync, target_mode) -> None:
     """Give `drafter` its forward costs, timed now unless kept from an earlier generation. The forwards
     write only cache slots past the committed prefix, which every later forward overwrites before
     reading: the generation is unchanged."""
@@ -19,9 +20,11 @@ def calibrate(model, drafter, session, batch: int, compile: bool, sync) -> None:
     if not shapes:
         return
     kept = _FORWARD_COSTS.setdefault(model, {})
-    key = (batch, session.cfg, compile, torch.get_num_threads(), tuple(len(parents) for parents in shapes.values()))
+    key = (batch, session.cfg, compile, torch.get_num_threads(), target_mode,
+           tuple(len(parents) for parents in shapes.values()))
     if key not in kept:
-        kept[key] = time_forwards(model, session, shapes, batch, sync)
+        with target_mode():
+            kept[key] = time_forwards(model, session, shapes, batch, sync)
     drafter.set_costs(kept[key])
 
 

@@ -1,0 +1,117 @@
+"""Batch-invariant target forwards: "same image as AR" for half-precision models on the CPU.
+
+In the same-image mode a lossless backend commits the target's own sample argmax(log p + G) at every
+position, so its tokens are AR's when a position's p is bit-identical whichever forward computed it:
+AR's 1-token forward, a Jacobi chain or a tree of k + 1 tokens, a cache of another capacity. In
+bfloat16 / float16 on the CPU it is not: oneDNN's GEMM and the flash-attention kernel block and order
+their sums by the shapes (demo model, bf16, seeds 0-3: scd and sjd_pac differ from AR in 7 of 8 images).
+
+`BatchInvariant` (a TorchFunctionMode) runs every product (`PRODUCTS`), row reduction and
+transcendental function (`ROW_OPS`) of bfloat16 / float16 / float32 tensors on float64 copies of its
+inputs and rounds the result back to the dtype the op returns. A product of two bf16 / fp16 values is
+exact in float64 and a float64 sum of n terms is within about n * 2^-53 of its exact value, in any
+order; so the rounded result is the same for every forward shape unless the exact value lies that
+close to a rounding boundary of the dtype (2^-8 relative apart in bf16). The other ops the families
+run (+, -, *, /, casts, data movement) round each element on their own, whatever the shape. An op that
+torch reaches only inside an unlisted torch function (which runs with the mode off) escapes it: the
+families' forwards reach none (checked per op with a dispatch trace). The compiled step traces the
+mode; inductor then keeps eager's half-precision roundings (compiled.py), so it gives eager's bits.
+
+`plan` decides per generation: the mode runs for a half-precision model on the CPU in the same-image
+mode; float32 runs never enter it. On CUDA (or MPS) a half-precision run is outside the guarantee:
+float64 is far too slow there (or missing). In float32 the claim rests on tests on the CPU (no demo
+image differs), not on a proof that float32 GEMM is batch-invariant.
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Optional
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+PRODUCTS = {"linear", "bilinear", "matmul", "__matmul__", "__rmatmul__", "mm", "bmm", "addmm", "baddbmm", "addbmm",
+            "mv", "addmv", "dot", "einsum", "tensordot", "scaled_dot_product_attention"}
+ROW_OPS = {"softmax", "log_softmax", "mean", "sum", "var", "std", "var_mean", "norm", "logsumexp", "layer_norm",
+           "rms_norm", "group_norm", "cumsum", "exp", "log", "sigmoid", "silu", "gelu", "tanh", "rsqrt", "sqrt",
+           "pow", "__pow__", "__rpow__", "sin", "cos", "erf", "softplus", "exp2", "expm1", "log1p", "log2"}
+_COVERED = frozenset(PRODUCTS | ROW_OPS)
+_LOW = (torch.bfloat16, torch.float16, torch.float32)
+_HALF = (torch.bfloat16, torch.float16)
+
+GUARANTEE = "batch-invariant"  # half precision on the CPU, through BatchInvariant
+FLOAT32 = "float32: tested on the CPU, not proven"
+
+
+def _wide(x, seen: dict):
+    """x with its bf16 / fp16 / fp32 tensors as float64 (their dtypes listed in seen["tensors"]) and a
+    dtype argument (the result dtype the caller asks for, listed in seen["asked"]) among those as float64."""
+    if isinstance(x, torch.Tensor) and x.dtype in _LOW:
+        seen["tensors"].append(x.dtype)
+        return x.double()
+    if isinstance(x, torch.dtype):
+        seen["asked"].append(x)
+        return torch.float64 if x in _LOW else x
+    if isinstance(x, (list, tuple)):
+        return type(x)(_wide(v, seen) for v in x)
+    return x
+
+
+def _narrow(out, dtype):
+    if isinstance(out, torch.Tensor):
+        return out.to(dtype) if out.dtype == torch.float64 else out
+    if isinstance(out, tuple):
+        return type(out)(_narrow(v, dtype) for v in out)
+    return out
+
+
+class BatchInvariant(TorchFunctionMode):
+    """Inside it, `PRODUCTS` and `ROW_OPS` of bf16 / fp16 / fp32 tensors compute in float64 and round
+    to the dtype the op returns (its ``dtype`` argument, else its first such tensor's). An op writing
+    to ``out=`` runs as it is; ``inplace=True`` (F.silu and the like) writes the rounded result back."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if getattr(func, "__name__", None) not in _COVERED or "out" in kwargs:
+            return func(*args, **kwargs)
+        seen = {"tensors": [], "asked": []}
+        wide_args, wide_kwargs = _wide(args, seen), {k: _wide(v, seen) for k, v in kwargs.items()}
+        if not seen["tensors"]:  # no bf16 / fp16 / fp32 tensor: nothing to widen
+            return func(*args, **kwargs)
+        dtype = (seen["asked"] or seen["tensors"])[0]
+        if kwargs.get("inplace"):
+            wide_kwargs["inplace"] = False
+            return args[0].copy_(func(*wide_args, **wide_kwargs))
+        return _narrow(func(*wide_args, **wide_kwargs), dtype)
+
+
+def _half_dtype(model) -> Optional[torch.dtype]:
+    """The half-precision dtype of the model's weights and buffers, None when none is bf16 / fp16."""
+    module = model.torch_module()
+    for t in (*module.parameters(), *module.buffers()):
+        if t.dtype in _HALF:
+            return t.dtype
+    return None
+
+
+def plan(model, reproducible: bool):
+    """(a context manager for the target's forwards, the stats' ``same_image_guarantee``) of a generation:
+    `BatchInvariant` for a half-precision model on the CPU in the same-image mode, else a no-op; the
+    guarantee is None outside the same-image mode."""
+    if not reproducible:
+        return contextlib.nullcontext, None
+    try:
+        half, device = _half_dtype(model), model.device.type
+    except NotImplementedError:  # an adapter that does not expose its weights
+        return contextlib.nullcontext, "not guaranteed: the model's dtype is unknown"
+    if half is None:
+        if device == "cuda" and torch.backends.cuda.matmul.allow_tf32:
+            return contextlib.nullcontext, "not guaranteed: float32 products in TF32 on CUDA (allow_tf32)"
+        return contextlib.nullcontext, FLOAT32
+    if device != "cpu":
+        return contextlib.nullcontext, (f"not guaranteed: {str(half)[6:]} on {device} (batch-invariant forwards "
+                                        f"run on the CPU only)")
+    return BatchInvariant, GUARANTEE
+
+
+__all__ = ["BatchInvariant", "FLOAT32", "GUARANTEE", "PRODUCTS", "ROW_OPS", "plan"]
