@@ -24,7 +24,7 @@ test: $(STAMP)
 test-long: $(STAMP)
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} $(PY) -m pytest -q --rootdir=tests -m long
 
-# the main job: images from the embedded demo model, AR vs the fastest lossless backend, in output/
+# the main job: images from the embedded demo model, AR vs the default backend, in output/
 demo: $(STAMP)
 	$(PY) -m specar demo --out output
 

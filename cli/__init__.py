@@ -1,6 +1,6 @@
 """The command-line tools of `python -m specar <command>` (one module per command) and the dispatcher:
 
-- demo.py: `demo` (make demo): the demo model, AR vs the fastest lossless backend
+- demo.py: `demo` (make demo): the demo model, AR vs the default backend
 - benchmark.py: `bench` (make bench): every backend side by side in one run
 - regimes.py: the bench's regimes (`bench --regime demo|paper|flat`); calibrate_regime.py: `calibrate-regime` (the paper
   regime's temperature)
@@ -26,7 +26,7 @@ from .args import CommandParser, HelpFormatter
 
 # command -> (module in cli/, one-line summary for `python -m specar --help`)
 COMMANDS = {
-    "demo": ("demo", "generate images with the embedded demo model: plain AR and the fastest lossless backend, "
+    "demo": ("demo", "generate images with the embedded demo model: plain AR and the default backend, "
                      "speed-up measured in the same run (what `make demo` runs)"),
     "bench": ("benchmark", "every backend side by side on the same prompts and seeds, one run (`make bench`)"),
     "calibrate-regime": ("calibrate_regime", "the `paper` bench regime's temperature: where SJD's paper setting commits what "

@@ -1,5 +1,5 @@
 """`python -m specar demo` (what `make demo` runs): generate images with the embedded demo model,
-plain AR and the fastest lossless backend, on a CPU; save PNGs and a side-by-side grid under
+plain AR and the default backend, on a CPU; save PNGs and a side-by-side grid under
 `output/`, and print per image the backend, decode forward passes, step compression, latency
 and the speedup over AR measured in the same run.
 """
@@ -15,6 +15,7 @@ import torch
 from .args import parse_command, non_negative_int, positive_int
 from .benchmark import _load_average, _model, cpu_name, parse_config
 from ..samplers.api import generate
+from ..samplers.backends import DEFAULT_BACKEND
 from ..samplers.stats import busy_machine_note
 
 PROMPTS = [
@@ -23,11 +24,7 @@ PROMPTS = [
     "a white striped square on a black background",
     "a purple triangle on a noisy orange background",
 ]
-# the fastest lossless configuration in wall-clock on our 2-core CPU (docs/BENCHMARKS.md): SCD at its
-# defaults. On a CPU a forward's cost grows with its tokens, so the longest windows (most compression)
-# are slower here; they pay off on GPUs, where a 64-token forward of a 7B model costs about what a
-# 1-token one does
-FAST = "scd"  # window 16, init sample_above: the fastest lossless default on a CPU (docs/BENCHMARKS.md)
+FAST = DEFAULT_BACKEND  # the one default backend (samplers/backends.py says why)
 
 
 def token_picture(tokens: torch.Tensor, vocab_size: int, scale: int = 8):

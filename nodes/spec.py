@@ -89,8 +89,7 @@ def backend_switch(drafter_choices: Callable[[str], list] = lambda kind: []) -> 
     help_text = "; ".join(f"{s.label}: {node_text(s.description)}" for s in schemas.values())
     return Switch(
         "backend", f"how tokens are drafted and verified. {help_text}. Every lossless backend samples exactly what AR "
-        "samples; only the chosen backend's parameters are shown.", default="auto" if "auto" in names
-        else names[0], prefix=True,
+        "samples; only the chosen backend's parameters are shown.", default=_backends.DEFAULT_BACKEND, prefix=True,
         labels={n: s.label for n, s in schemas.items()},
         options={n: [advanced(param_widget(p, s.label, drafter_choices), is_advanced(n, p.name)) for p in s.params]
                  for n, s in schemas.items()})
