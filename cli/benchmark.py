@@ -20,7 +20,7 @@ from ..model_loaders.registry import load_model
 from .args import command_parser, non_negative_float, non_negative_int, positive_int
 from ..samplers.api import generate
 from ..samplers.backends import SCHEMAS, make_backend
-from ..samplers.stats import busy_machine_note
+from .machine import busy_note, choose_threads
 from ..samplers.stats import acceptance_by_depth
 from .regimes import REGIMES, regime
 
@@ -162,6 +162,9 @@ def _tiny_model(spec: str, device):
 
 def _model(spec: str, device, dtype, quantize="none"):
     if spec.startswith("tiny:"):  # random weights: for testing the command, and the `flat` regime
+        if dtype is not None or quantize not in (None, "none"):
+            raise ValueError("--dtype and --quantize apply to a model loaded from files (demo, a model folder); a "
+                             "tiny: model is float32 and unquantized")
         return _tiny_model(spec, device)
     return load_model(spec, device=device, dtype=dtype, quantize=quantize)
 
@@ -396,8 +399,8 @@ def main(argv=None):
                     help="weights precision (default: the model's own)")
     ap.add_argument("--quantize", default="none", choices=["none", "int8", "int4"],
                     help="weight-only quantization of the model folder's linear layers (docs/MODELS.md)")
-    ap.add_argument("--threads", type=positive_int, default=2,
-                    help="torch CPU threads (1: steadier timings on a machine shared with other jobs)")
+    ap.add_argument("--threads", type=positive_int, help="torch CPU threads (default: the cores other processes leave "
+                    "free, at least 1)")
     ap.add_argument("--cfg-scale", type=non_negative_float, default=None,
                     help="classifier-free guidance scale (default: the model's recommended one; 1: no guidance)")
     ap.add_argument("--top-k", type=non_negative_int, default=None,
@@ -426,6 +429,9 @@ def main(argv=None):
     if the_regime is not None:
         args.model, sampling = the_regime.model, dict(the_regime.sampling)
     args.model = args.model or "demo"
+    if args.prompts and not os.path.isfile(args.prompts):
+        ap.error(f"--prompts: no such file {args.prompts!r} (one prompt per line)")
+    args.threads = choose_threads(args.threads)
     torch.set_num_threads(args.threads)  # after the checks: a refused command changes nothing
     prompts = DEFAULT_PROMPTS
     if args.prompts:
@@ -448,10 +454,9 @@ def main(argv=None):
     print(format_table(rows))  # after the file: a closed stdout (| head) must not lose the run
     print("\n" + (the_regime.summary() if the_regime else f"regime: none (model {args.model}, sampling "
                                                               f"{sampling or 'the model' + chr(39) + 's own'})"))
-    busy = busy_machine_note()
+    busy = busy_note(args.threads)
     if busy:
-        print("\n" + busy[2:].capitalize() + " (the speed-ups are ratios within this run and hold better than the "
-              "seconds)")
+        print("\n" + busy)
     return rows
 
 
