@@ -171,6 +171,7 @@ def make_io(with_dynamic_combo: bool = True):
         io.DynamicCombo.Option = DynamicComboOption
 
     class Hidden:
+        unique_id = "UNIQUE_ID"
         prompt = "PROMPT"
         extra_pnginfo = "EXTRA_PNGINFO"
 

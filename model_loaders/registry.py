@@ -46,8 +46,8 @@ def load_model(name_or_path: str, device=None, dtype=None, quantize=None, **opti
     if quantize != "none":
         if not family.quantize:
             offered = ", ".join(f.label for f in FAMILIES.values() if f.quantize)
-            raise ValueError(f"quantize={quantize!r}: {family.label} models load unquantized only; quantized "
-                             f"loading is offered for {offered}")
+            raise ValueError(f"quantize={quantize!r}: {family.label} loads unquantized only; quantized loading is "
+                             f"offered for {offered}")
         options["quantize"] = quantize
     return family.load(name_or_path, device=device, dtype=dtype, **options)
 
@@ -87,8 +87,8 @@ def detect_family(folder: str) -> str:
     for family in FAMILIES.values():
         if family.detect is not None and family.detect(folder, config):
             return family.name
-    supported = (f"{', '.join(f.label + ' (' + f.files + ')' for f in FAMILIES.values() if f.detect)}, or the "
-                 f"built-in models {', '.join(BUILTIN_MODELS)}")
+    supported = (f"{', '.join(f.label + ' (' + f.files + ')' for f in FAMILIES.values() if f.detect)}; built-in "
+                 f"names: {', '.join(BUILTIN_MODELS)}")
     if config is None:
         raise ValueError(f"no supported model family recognised in folder {folder!r}: it has no config.json "
                          f"(supported: {supported})")

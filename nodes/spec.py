@@ -162,7 +162,8 @@ def guidance_switch() -> Switch:
 # ---------------------------------------------------------------------------------------------
 # the nodes
 
-def loader_spec(model_choices: Callable[[], list]) -> NodeSpec:
+def loader_spec(model_choices: Callable[[], list], allowed: Callable[[], dict] = dict) -> NodeSpec:
+    """`allowed()`: {model: {input: the values that model allows}}, which the web extension narrows the lists to."""
     return NodeSpec(
         node_id="SpecARModelLoader",
         display_name="SpecAR Model Loader",
@@ -173,8 +174,9 @@ def loader_spec(model_choices: Callable[[], list]) -> NodeSpec:
             Widget("model", "COMBO", "demo: the small model shipped with SpecAR (runs on a CPU); other entries: "
                    "model folders under ComfyUI/models/specar (" +
                    "; ".join(f"{f.label}: {f.files}" for f in FAMILIES.values() if not f.builtin) + "), then "
-                   "checkpoints already in your Hugging Face cache, by repo id (org/name; found without network access)",
-                   default="demo", options=model_choices),
+                   "checkpoints already in your Hugging Face cache, by repo id (org/name; found without network access). "
+                   "The size, quantize and offload lists show what the chosen model allows",
+                   default="demo", options=model_choices, extra={"specar_allowed": allowed}),
             Widget("device", "COMBO", "where the model runs; auto: ComfyUI's device", default="auto",
                    options=DEVICES),
             Widget("dtype", "COMBO", "weights precision; auto: the model's recommended one (float32 on CPU)",
