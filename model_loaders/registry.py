@@ -6,6 +6,7 @@ one declares); adding a family is its module plus its name in that tuple.
 from __future__ import annotations
 
 import importlib
+import inspect
 import os
 
 from .devices import canonical_dtype, check_device
@@ -26,9 +27,9 @@ def load_model(name_or_path: str, device=None, dtype=None, quantize=None, **opti
     Folders in transformers format are recognised from their config.json: Janus / Janus-Pro
     (``model_type: janus``), Emu3 (``emu3``) and Chameleon-family models, Lumina-mGPT and Anole
     (``chameleon``). Options for those: ``device_map``, ``max_memory``, ``offload_folder``
-    (accelerate big-model loading), ``attn_implementation``; Emu3 also takes ``image_area`` and
-    ``ratio``; Chameleon takes ``layout`` (``lumina`` / ``anole``), ``resolution`` and
-    ``target_size``. A LlamaGen folder (the authors' ``c2i_*.pt`` / ``t2i_*.pt`` and
+    (accelerate big-model loading), ``attn_implementation``. ``resolution="WxH"`` (every family; "model
+    default": its own) becomes the family's size options, or a ValueError naming the sizes it offers; Emu3
+    also takes ``image_area`` and ``ratio``, Chameleon ``layout`` (``lumina`` / ``anole``) and ``target_size``. A LlamaGen folder (the authors' ``c2i_*.pt`` / ``t2i_*.pt`` and
     ``vq_ds16_*.pt`` checkpoints, no config.json) is recognised from its file names (docs/MODELS.md).
     A Hugging Face repo id (``"deepseek-community/Janus-Pro-7B"``) that is not a folder is looked up
     in the local Hugging Face cache (hub_cache.py).
@@ -43,6 +44,13 @@ def load_model(name_or_path: str, device=None, dtype=None, quantize=None, **opti
     name_or_path = resolve_checkpoint(name_or_path)
     if family.transformers:
         require_transformers(family.name)
+    if "resolution" in options:  # one name for every family: the families that take no `resolution` get their own
+        from .resolutions import MODEL_DEFAULT, size_options  # size options (resolutions.py reads FAMILIES)
+        resolution = options.pop("resolution")
+        if "resolution" in inspect.signature(family.load).parameters and resolution != MODEL_DEFAULT:
+            options["resolution"] = resolution  # checked by the family's loader
+        else:
+            options = {**size_options(family, name_or_path, resolution), **options}
     if quantize != "none":
         if not family.quantize:
             offered = ", ".join(f.label for f in FAMILIES.values() if f.quantize)
