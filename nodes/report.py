@@ -76,11 +76,18 @@ def verdict(ratio: float, ratios: Optional[list]) -> str:
 
 
 def moot_note(stats) -> str:
-    moot = [k for k in MOOT_WHEN_SAME_IMAGE if k in (stats.params or {})]
-    if not moot or not stats.reproducible:
+    """With same_image_as_ar on, the coupling parameters had no effect: said for a backend they define (SCD, then
+    SJD's sampler), and for any other where one was set off its default."""
+    if not stats.reproducible:
         return ""
-    return (f"{' and '.join(moot)} had no effect: with same_image_as_ar on, a re-draft is AR's own sample, so "
-            f"{_backends.SCHEMAS[stats.backend].label} samples as SJD does")
+    schema = _backends.SCHEMAS[stats.backend]
+    declared = {p.name: p.default for p in schema.params if p.name in MOOT_WHEN_SAME_IMAGE}
+    defines = len(declared) == len(MOOT_WHEN_SAME_IMAGE)
+    moot = [k for k, d in declared.items() if defines or (stats.params or {}).get(k, d) != d]
+    if not moot:
+        return ""
+    return (f"{' and '.join(moot)} had no effect: with same_image_as_ar on, a re-draft is AR's own sample"
+            + (f", so {schema.label} samples as SJD does" if defines else ""))
 
 
 def summary(stats, ar_stats=None, ratios: Optional[list] = None, first_run: bool = False) -> tuple:

@@ -106,8 +106,13 @@ def param_widget(p, label: str, drafter_choices: Callable[[str], list]) -> Widge
         return Widget(p.name, "COMBO", tooltip.replace(f"Default {p.default}", f"Default {BESIDE_MODEL}") +
                       f" Folders with {p.folder_of} drafters under ComfyUI/models/{DRAFTER_FOLDER} are listed.",
                       default=BESIDE_MODEL, options=lambda kind=p.folder_of: [BESIDE_MODEL] + drafter_choices(kind))
+    # for the web extension: choices that set another parameter (`Param.implies`), a lossy switch (sets
+    # same_image_as_ar off)
+    extra = {"specar_implies": {v: dict(forced) for v, forced in p.implies}} if p.implies else {}
+    if p.help.startswith("LOSSY"):
+        extra["specar_lossy"] = True
     if isinstance(p.default, bool):
-        return Widget(p.name, "BOOLEAN", tooltip, default=p.default)
+        return Widget(p.name, "BOOLEAN", tooltip, default=p.default, extra=extra)
     if isinstance(p.default, int):
         return Widget(p.name, "INT", tooltip, default=p.default, min=int(p.lo), max=INT_MAX if p.hi is None else
                       int(p.hi), step=1)
@@ -115,8 +120,6 @@ def param_widget(p, label: str, drafter_choices: Callable[[str], list]) -> Widge
         step = 0.01 if p.hi is not None and p.hi <= 1 else 0.05
         return Widget(p.name, "FLOAT", tooltip, default=p.default, min=p.lo, max=p.hi, step=step)
     if p.choices:
-        # choices that set another parameter (`Param.implies`): the web extension applies them
-        extra = {"specar_implies": {v: dict(forced) for v, forced in p.implies}} if p.implies else {}
         return Widget(p.name, "COMBO", tooltip, default=p.default, options=tuple(p.choices), extra=extra)
     return Widget(p.name, "STRING", tooltip, default=p.default)
 
