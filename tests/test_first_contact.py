@@ -392,7 +392,7 @@ def test_package_data_covers_every_example_workflow():
     for base, _, files in os.walk(os.path.join(ROOT, "example_workflows")):
         for name in files:
             rel = os.path.relpath(os.path.join(base, name), ROOT)
-            if name.endswith(".json"):
+            if name.endswith((".json", ".jpg")):  # the workflows and the template browser's thumbnails
                 assert any(fnmatch.fnmatch(rel, p) and rel.count("/") == p.count("/") for p in patterns), rel
 
 
