@@ -20,7 +20,7 @@ from ..model_loaders.registry import load_model
 from .args import command_parser, non_negative_float, non_negative_int, positive_int
 from ..samplers.api import generate
 from ..samplers.backends import SCHEMAS, make_backend
-from .machine import busy_note, choose_threads
+from .threads import busy_note, choose_threads
 from ..samplers.stats import acceptance_by_depth
 from .regimes import REGIMES, regime
 

@@ -77,7 +77,7 @@ def run(args, argv=None):
     from ..samplers.api import generate
     from ..samplers.backends import DEFAULT_BACKEND
     from .benchmark import _load_average, _model, cpu_name, parse_config
-    from .machine import busy_note, choose_threads
+    from .threads import busy_note, choose_threads
     args.fast = args.fast or DEFAULT_BACKEND
     try:  # a bad --fast fails before any work
         configs = [{"backend": "ar"}, parse_config(args.fast)]

@@ -238,7 +238,7 @@ def test_the_node_collects_its_ratios_and_never_judges_a_first_run():
 
 
 def test_threads_follow_the_machine_unless_given(monkeypatch):
-    from specar.cli import machine
+    from specar.cli import threads as machine
     monkeypatch.setattr(machine, "cores", lambda: 2)
     monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
     for load, want in ((0.0, 2), (0.4, 2), (1.0, 1), (6.0, 1)):  # one busy process on 2 cores: 1 thread

@@ -19,6 +19,7 @@ def cores() -> int:
 
 
 def load_average() -> Optional[float]:
+    """The 1-minute load average (None on Windows)."""
     try:
         return os.getloadavg()[0]
     except (AttributeError, OSError):  # Windows: no load average
