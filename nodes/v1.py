@@ -75,7 +75,7 @@ def _load(self, **values):
     return (models.load_handle(**values),)
 
 
-def _sample(self, model, **values):
+def _sample(self, model, unique_id=None, **values):  # unique_id: the hidden input ComfyUI passes along
     outputs, ui = core.run_sampler_in_comfy(model, values)
     return {"ui": ui, "result": outputs}
 

@@ -77,6 +77,9 @@ def test_on_off_inputs_refuse_other_values_when_queued(flavour, comfy):
         value = next(iter(change.values()))
         assert messages == [f"{name} must be true or false, got {value!r} (ComfyUI would run any other value as on)"]
     assert queue_errors(prompt(compile=True), classes) == {}  # a later good prompt for the same node passes
+    if flavour == "v1":  # ComfyUI passes the hidden id to the node's function too
+        model, = execute(classes["SpecARModelLoader"], model="demo", device="auto", dtype="auto")[0]
+        execute(sampler, model=model, unique_id="10", **BASE)
 
 
 def test_a_tree_too_big_for_the_model_names_its_parameters(comfy):
