@@ -115,7 +115,8 @@ def run(args, argv=None):
     verdict = "LOSSY (relaxed acceptance: not AR's distribution), " if lossy else ""
     verdict += f"{speedup:.2f}x " + ("faster" if speedup >= 1 else "slower: AR was faster")
     print(f"\n{configs[1]['backend']} vs AR over {len(args.prompts)} prompts, same run: {verdict} "
-          f"(total latency {totals[0]:.2f} s -> {totals[1]:.2f} s, {args.threads} torch threads). Images in {args.out}/ (grid.png: AR top row)")
+          f"(total latency {totals[0]:.2f} s -> {totals[1]:.2f} s, {args.threads} torch threads). Images in "
+          f"{args.out}/ (grid.png: AR top row)")
     busy = busy_note(args.threads)
     if busy:
         print(busy)

@@ -29,7 +29,8 @@ def load_model(name_or_path: str, device=None, dtype=None, quantize=None, **opti
     (``chameleon``). Options for those: ``device_map``, ``max_memory``, ``offload_folder``
     (accelerate big-model loading), ``attn_implementation``. ``resolution="WxH"`` (every family; "model
     default": its own) becomes the family's size options, or a ValueError naming the sizes it offers; Emu3
-    also takes ``image_area`` and ``ratio``, Chameleon ``layout`` (``lumina`` / ``anole``) and ``target_size``. A LlamaGen folder (the authors' ``c2i_*.pt`` / ``t2i_*.pt`` and
+    also takes ``image_area`` and ``ratio``, Chameleon ``layout`` (``lumina`` / ``anole``) and
+    ``target_size``. A LlamaGen folder (the authors' ``c2i_*.pt`` / ``t2i_*.pt`` and
     ``vq_ds16_*.pt`` checkpoints, no config.json) is recognised from its file names (docs/MODELS.md).
     A Hugging Face repo id (``"deepseek-community/Janus-Pro-7B"``) that is not a folder is looked up
     in the local Hugging Face cache (hub_cache.py).

@@ -354,5 +354,6 @@ def _install_hooks() -> None:
     _hooked.append(original_unload)
 
 
-__all__ = ["ModelHandle", "allowed_by_model", "allowed_values", "drafter_folders", "loader_error", "free_models", "load_cached", "load_handle", "model_choices",
+__all__ = ["ModelHandle", "allowed_by_model", "allowed_values", "drafter_folders", "free_models", "load_cached",
+           "load_handle", "loader_error", "model_choices",
            "register_model_folder", "resolve", "resolve_drafter"]

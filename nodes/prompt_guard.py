@@ -25,7 +25,8 @@ def _boolean_inputs(class_type: str) -> set:
     for w in node().inputs:
         if isinstance(w, Switch):
             for key, widgets in w.options.items():
-                names |= {n for x in widgets if x.kind == "BOOLEAN" for n in (w.flat_name(key, x), f"{w.name}.{x.name}")}
+                names |= {n for x in widgets if x.kind == "BOOLEAN"
+                          for n in (w.flat_name(key, x), f"{w.name}.{x.name}")}
         elif w.kind == "BOOLEAN":
             names.add(w.name)
     return names

@@ -51,7 +51,8 @@ def compile_note(stats) -> str:
     if c.get("eager_fallback"):
         return "compile failed, ran eager"
     if c.get("compiles"):
-        return f"compiled {c['compiles']} graphs in {c['compile_s']:.1f} s (counted in this latency; later runs reuse them)"
+        return (f"compiled {c['compiles']} graphs in {c['compile_s']:.1f} s (counted in this latency; later runs reuse "
+                f"them)")
     return f"compiled step: reused {c.get('graphs_reused', 0)} graphs, no compile this run"
 
 
@@ -137,7 +138,8 @@ def summary(stats, ar_stats=None, ratios: Optional[list] = None, first_run: bool
 
 def report(stats, ar_stats, settings, values: dict, model, size: tuple, preview_label: Optional[str],
            ratios: Optional[list] = None, first_run: bool = False) -> tuple:
-    """(summary line and notes, statistics JSON) of a run: `GenerationStats` plus the summary and notes, the batch's totals,
+    """(summary line and notes, statistics JSON) of a run: `GenerationStats` plus the summary and notes, the
+    batch's totals,
     AR's latency measured in the same execution (`ar_stats`, or None), the readable backend name, the
     model, the sampling values used (the model's recommended ones where guidance is its default), the
     image's own size (H, W) and what the live preview showed (`preview_label`, or None without one)."""

@@ -177,8 +177,8 @@ def loader_spec(model_choices: Callable[[], list], allowed: Callable[[], dict] =
             Widget("model", "COMBO", "demo: the small model shipped with SpecAR (runs on a CPU); other entries: "
                    "model folders under ComfyUI/models/specar (" +
                    "; ".join(f"{f.label}: {f.files}" for f in FAMILIES.values() if not f.builtin) + "), then "
-                   "checkpoints already in your Hugging Face cache, by repo id (org/name; found without network access). "
-                   "The size, quantize and offload lists show what the chosen model allows",
+                   "checkpoints already in your Hugging Face cache, by repo id (org/name; found without network "
+                   "access). The size, quantize and offload lists show what the chosen model allows",
                    default="demo", options=model_choices, extra={"specar_allowed": allowed}),
             Widget("device", "COMBO", "where the model runs; auto: ComfyUI's device", default="auto",
                    options=DEVICES),
