@@ -8,10 +8,21 @@ STAMP  := $(VENV)/.specar-installed
 
 venv: $(STAMP)
 
+# torch, installed only when the venv has none. From PyPI (pip's default index) Linux x86_64 gets the CUDA build: a
+# 530 MB wheel plus about 2 GB of NVIDIA libraries. TORCH_CPU=1 (or any TORCH_INDEX) takes PyTorch's CPU wheels
+# instead, about 200 MB: `make demo TORCH_CPU=1` on a machine without an NVIDIA GPU.
+, := ,
+TORCH       ?= torch==2.13.0
+TORCH_CPU   ?=
+TORCH_INDEX ?= $(if $(TORCH_CPU),https://download.pytorch.org/whl/cpu,)
+TORCH_FROM  := $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX),)
+TORCH_WHAT  := $(if $(TORCH_INDEX),from $(TORCH_INDEX),from pip's configured index (PyPI by default: the CUDA build on Linux x86_64$(,) \
+	about 2.5 GB with its NVIDIA libraries; TORCH_CPU=1 takes the CPU build$(,) about 200 MB))
+
 $(STAMP): pyproject.toml requirements.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	# torch only when none is importable: the CPU wheel pinned for our machines.
-	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q torch==2.13.0
+	@$(PY) -c "import torch" 2>/dev/null || { echo "Installing $(TORCH) $(TORCH_WHAT): progress below"; \
+		$(PY) -m pip install --progress-bar on $(TORCH_FROM) "$(TORCH)"; }
 	$(PY) -m pip install -q -e ".[test]"
 	touch $(STAMP)
 
@@ -24,14 +35,16 @@ test: $(STAMP)
 test-long: $(STAMP)
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} $(PY) -m pytest -q --rootdir=tests -m long
 
-# the main job: images from the embedded demo model, AR vs the fastest lossless backend, in output/
+# the main job: images from the embedded demo model, AR vs the default backend, in output/
 demo: $(STAMP)
 	$(PY) -m specar demo --out output
 
-# all backends side by side on the demo model, one run (2 threads, as docs/BENCHMARKS.md)
+# all backends side by side on the demo model, one run (threads: the cores other processes leave free; BENCH_ARGS:
+# more options, e.g. --threads 2 as docs/BENCHMARKS.md)
+BENCH_ARGS ?=
 bench: $(STAMP)
 	mkdir -p output
-	$(PY) -m specar bench --threads 2 --json output/bench.json
+	$(PY) -m specar bench --json output/bench.json $(BENCH_ARGS)
 
 # the CUDA path in one command (docs/BENCHMARKS.md "GPU check"; the maintainers' tooling, `python -m specar.tooling`):
 # needs a Python whose torch sees the GPU, GPU_PY (default: the venv's, else python3); specar is imported from this
@@ -55,7 +68,7 @@ FLOOR_VENV ?= .venv-floor
 FLOOR_PY := $(FLOOR_VENV)/bin/python
 test-floor: $(STAMP)
 	test -x $(FLOOR_PY) || $(PYTHON) -m venv $(FLOOR_VENV)
-	$(FLOOR_PY) -c "import torch" 2>/dev/null || $(FLOOR_PY) -m pip install -q torch==2.13.0
+	$(FLOOR_PY) -c "import torch" 2>/dev/null || $(FLOOR_PY) -m pip install $(TORCH_FROM) "$(TORCH)"
 	$(FLOOR_PY) -m pip install -q -e ".[test]" "transformers==$(FLOOR_TRANSFORMERS)" protobuf sentencepiece
 	rm -rf output/floor-models && OMP_NUM_THREADS=1 $(PY) devtools/floor_models.py output/floor-models
 	SPECAR_FLOOR_MODELS=$(CURDIR)/output/floor-models OMP_NUM_THREADS=1 $(FLOOR_PY) -m pytest -q --rootdir=tests \

@@ -7,6 +7,7 @@ every ratio (speedup over AR) is measured within the run (cli/benchmark.py).
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from typing import Optional
@@ -46,8 +47,8 @@ def add_arguments(ap) -> None:
                     help="weights precision (unset: the model's own)")
     ap.add_argument("--quantize", default="none", choices=["none", "int8", "int4"],
                     help="weight-only quantization of the model folder's linear layers (docs/MODELS.md)")
-    ap.add_argument("--threads", type=positive_int, default=2,
-                    help="torch CPU threads (1: steadier timings on a machine shared with other jobs)")
+    ap.add_argument("--threads", type=positive_int, help="torch CPU threads (unset: the cores other processes leave "
+                    "free, at least 1)")
     for option, _, kind, text in SAMPLING:
         ap.add_argument(option, type=kind, default=None, help=text + "; unset: the model's recommended one")
     ap.add_argument("--json", help="write the rows (and the run's settings) to this file")
@@ -74,7 +75,7 @@ def chosen_regime(name: Optional[str], model: Optional[str], sampling: dict):
 def run(args):
     import torch
 
-    from ..samplers.stats import busy_machine_note
+    from .machine import busy_note, choose_threads
     from .model_spec import model_from_spec
     sampling = {key: getattr(args, key) for _, key, _, _ in SAMPLING if getattr(args, key) is not None}
     the_regime = chosen_regime(args.regime, args.model, sampling)
@@ -85,6 +86,9 @@ def run(args):
         configs = the_regime.apply_run_options(configs)
         args.model, sampling = the_regime.model, dict(the_regime.sampling)
     args.model = args.model or "demo"
+    if args.prompts and not os.path.isfile(args.prompts):
+        raise ValueError(f"--prompts: no such file {args.prompts!r} (one prompt per line)")
+    args.threads = choose_threads(args.threads)
     torch.set_num_threads(args.threads)  # after the checks: a refused command changes nothing
     prompts = DEFAULT_PROMPTS
     if args.prompts:
@@ -104,10 +108,9 @@ def run(args):
     print(format_table(rows))  # after the file: a closed stdout (| head) must not lose the run
     print("\n" + (the_regime.summary() if the_regime else f"regime: none (model {args.model}, sampling "
                                                               f"{sampling or 'the model' + chr(39) + 's own'})"))
-    busy = busy_machine_note()
+    busy = busy_note(args.threads)
     if busy:
-        print("\n" + busy[2:].capitalize() + " (the speed-ups are ratios within this run and hold better than the "
-              "seconds)")
+        print("\n" + busy)
     return rows
 
 

@@ -1,4 +1,4 @@
-"""`python -m specar demo`: images of the embedded demo model, plain AR and the fastest lossless backend, with
+"""`python -m specar demo`: images of the embedded demo model, plain AR and the default backend, with
 the speed-up measured in the same run (what `make demo` runs).
 
 On a CPU: saves PNGs and a side-by-side grid under `--out`, and prints per image the backend, decode forward
@@ -10,14 +10,7 @@ import json
 import os
 import time
 
-import torch
-
-from ..samplers.api import generate
-from ..samplers.stats import busy_machine_note
 from .args import non_negative_int, positive_int
-from .benchmark import parse_config
-from .machine import cpu_name, load_average
-from .model_spec import model_from_spec
 
 PROMPTS = [
     "a large red circle on a blue background",
@@ -25,15 +18,11 @@ PROMPTS = [
     "a white striped square on a black background",
     "a purple triangle on a noisy orange background",
 ]
-# the fastest lossless configuration in wall-clock on our 2-core CPU (docs/BENCHMARKS.md): SCD at its
-# defaults. On a CPU a forward's cost grows with its tokens, so the longest windows (most compression)
-# are slower here; they pay off on GPUs, where a 64-token forward of a 7B model costs about what a
-# 1-token one does
-FAST = "scd"  # window 16, init sample_above: the fastest lossless default on a CPU (docs/BENCHMARKS.md)
 
 
-def token_picture(tokens: torch.Tensor, vocab_size: int, scale: int = 8):
+def token_picture(tokens, vocab_size: int, scale: int = 8):
     """A stand-in picture for models without a decoder: one colour per code."""
+    import torch
     from PIL import Image
     g = torch.Generator().manual_seed(0)
     palette = (torch.rand(vocab_size, 3, generator=g) * 255).to(torch.uint8)
@@ -69,18 +58,29 @@ def side_by_side(rows, labels, prompts=None, pad: int = 4, scale: int = 2):
 
 def add_arguments(ap) -> None:
     ap.add_argument("--model", default="demo", help="demo, or a model folder")
-    ap.add_argument("--fast", default=FAST, help="the accelerated configuration, as bench's: backend[:key=value,...]")
+    ap.add_argument("--fast", help="the accelerated configuration, as bench's: backend[:key=value,...] (unset: the "
+                    "library's default backend)")
     ap.add_argument("--prompts", nargs="+", default=PROMPTS, help="the prompts, one image each")
     ap.add_argument("--seed", type=non_negative_int, default=0, help="seed of the first prompt (+1 per prompt)")
     ap.add_argument("--out", default="output", help="folder for the PNGs, grid.png and demo.json")
-    ap.add_argument("--threads", type=positive_int, default=2, help="torch CPU threads")
+    ap.add_argument("--threads", type=positive_int, help="torch CPU threads (unset: the cores other processes leave "
+                    "free, at least 1)")
 
 
 def run(args):
+    import torch  # here, not at import: the parser answers --help and argument errors without waiting for torch
+
+    from ..samplers.api import generate
+    from ..samplers.backends import DEFAULT_BACKEND
+    from .benchmark import parse_config
+    from .machine import busy_note, choose_threads, cpu_name, load_average
+    from .model_spec import model_from_spec
+    args.fast = args.fast or DEFAULT_BACKEND
     try:  # a bad --fast fails before any work
         configs = [{"backend": "ar"}, parse_config(args.fast)]
     except ValueError as e:
         raise ValueError(f"--fast {args.fast!r}: {e}") from None
+    args.threads = choose_threads(args.threads)
     torch.set_num_threads(args.threads)
     os.makedirs(args.out, exist_ok=True)
     model = model_from_spec(args.model)
@@ -112,10 +112,11 @@ def run(args):
     verdict = "LOSSY (relaxed acceptance: not AR's distribution), " if lossy else ""
     verdict += f"{speedup:.2f}x " + ("faster" if speedup >= 1 else "slower: AR was faster")
     print(f"\n{configs[1]['backend']} vs AR over {len(args.prompts)} prompts, same run: {verdict} "
-          f"(total latency {totals[0]:.2f} s -> {totals[1]:.2f} s). Images in {args.out}/ (grid.png: AR top row)")
-    busy = busy_machine_note()
+          f"(total latency {totals[0]:.2f} s -> {totals[1]:.2f} s, {args.threads} torch threads). Images in "
+          f"{args.out}/ (grid.png: AR top row)")
+    busy = busy_note(args.threads)
     if busy:
-        print(busy[2:].capitalize())
+        print(busy)
     if not lossy and reproducible:  # the default: "same image as AR" (docs/REPRODUCIBLE.md)
         print(f"{same} of {len(args.prompts)} images are token for token AR's: in the 'same image as AR' mode (the "
               f"default) {configs[1]['backend']} keeps a draft only where it is AR's own sample for the seed.")

@@ -34,6 +34,9 @@ def tiny_from_spec(spec: str, device=None):
 
 def model_from_spec(spec: str, device=None, dtype=None, quantize: str = "none"):
     if spec.startswith("tiny:"):
+        if dtype is not None or quantize not in (None, "none"):
+            raise ValueError("--dtype and --quantize apply to a model loaded from files (demo, a model folder); a "
+                             "tiny: model is float32 and unquantized")
         return tiny_from_spec(spec, device)
     from ..model_loaders.registry import load_model
     return load_model(spec, device=device, dtype=dtype, quantize=quantize)

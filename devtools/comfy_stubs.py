@@ -1,7 +1,7 @@
 """Stand-ins for the ComfyUI modules the SpecAR nodes touch, for tests without ComfyUI.
 
 `stub_modules(state, models_dir)` returns {module name: module} for `comfy`, `comfy.utils`,
-`comfy.model_management`, `folder_paths`, `comfy_api`, `comfy_api.latest`; the test puts them in
+`comfy.model_management`, `folder_paths`, `comfy_api`, `comfy_api.latest`, `server`; the test puts them in
 sys.modules with monkeypatch (restored after each test). The `comfy_api.latest.io` stand-in
 follows the real module's constructor signatures and its schema rules (unique ids across inputs
 and outputs, V1 view of a V3 schema, output names from display names), as read from ComfyUI's
@@ -171,6 +171,7 @@ def make_io(with_dynamic_combo: bool = True):
         io.DynamicCombo.Option = DynamicComboOption
 
     class Hidden:
+        unique_id = "UNIQUE_ID"
         prompt = "PROMPT"
         extra_pnginfo = "EXTRA_PNGINFO"
 
@@ -329,8 +330,29 @@ def stub_modules(state: dict, models_dir: str) -> dict:
 
     latest.ComfyExtension = ComfyExtension
     comfy_api.latest = latest
+
+    server = types.ModuleType("server")
+
+    class PromptServer:  # what the nodes use of ComfyUI's server: events to the browser, on-prompt handlers
+        instance = None
+
+        def __init__(self):
+            self.client_id, self.last_node_id, self.on_prompt_handlers = "client", None, []
+
+        def send_sync(self, event, data, sid=None):
+            state.setdefault("events", []).append((event, data))
+
+        def send_progress_text(self, text, node_id, sid=None):
+            state.setdefault("progress_text", []).append((text, node_id))
+
+        def add_on_prompt_handler(self, handler):
+            self.on_prompt_handlers.append(handler)
+
+    PromptServer.instance = PromptServer()
+    server.PromptServer = PromptServer
+    state["server"] = PromptServer.instance
     return {"comfy": comfy, "comfy.utils": utils, "comfy.model_management": mm, "folder_paths": folder_paths,
-            "comfy_api": comfy_api, "comfy_api.latest": latest}
+            "comfy_api": comfy_api, "comfy_api.latest": latest, "server": server}
 
 
 def make_model_folder(models_dir: str, name: str, model_type: str = "janus") -> str:

@@ -12,6 +12,7 @@ import math
 import os
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import torch
 
@@ -109,13 +110,17 @@ def execute(cls, **inputs):
     return tuple(out), None
 
 
-def comfy_validation_errors(cls, values: dict) -> list:
+def comfy_validation_errors(cls, values: dict, unique_id=None, messages: list = None) -> list:
     """The inputs ComfyUI's validation (execution.validate_inputs) files an error against, one per
     input, for API-format `values`: a missing required widget, a combo value not offered, a number
     out of range (skipped for the inputs the node's validate function names), then the validate
-    function's verdict filed against each input it names. A DynamicCombo contributes its chosen
-    option's inputs as "<name>.<input>" and disappears when its value is none of the options."""
+    function's verdict filed against each input it names (its text appended to `messages`). A
+    DynamicCombo contributes its chosen option's inputs as "<name>.<input>" and disappears when its
+    value is none of the options. An on/off input takes any value (ComfyUI runs bool(value)).
+    `unique_id`: the node's id, the hidden input a V1 function may name (V3: `cls.hidden.unique_id`)."""
     fn = validate_fn(cls)
+    if hasattr(cls, "define_schema"):
+        cls.hidden = SimpleNamespace(unique_id=unique_id, prompt=getattr(getattr(cls, "hidden", None), "prompt", None))
     named = [] if fn is None else [p for p in inspect.signature(fn).parameters if p != "cls"]
     expanded, types = {}, cls.INPUT_TYPES()
     optional = set(types.get("optional", {}))
@@ -145,6 +150,8 @@ def comfy_validation_errors(cls, values: dict) -> list:
         # left, named or not, holding only the named values (None for the rest); the verdict is filed
         # against each named input ComfyUI had
         filtered = {k: v for k, v in values.items() if k in named and k in expanded}
+        if "unique_id" in named and "unique_id" in types.get("hidden", {}):
+            filtered["unique_id"] = unique_id
         passed = {k: v for k, v in filtered.items() if "." not in k}
         for name, (kind, opts) in {**types["required"], **types.get("optional", {})}.items():
             option = kind == "COMFY_DYNAMICCOMBO_V3" and next(
@@ -155,7 +162,28 @@ def comfy_validation_errors(cls, values: dict) -> list:
         verdict = fn(**passed)  # a DynamicCombo the function does not name: TypeError, as in ComfyUI
         if verdict is not True:
             bad += list(filtered)
+            if messages is not None:
+                messages.append(verdict)
     return bad
+
+
+def queue_errors(prompt: dict, classes: dict) -> dict:
+    """{node id: (inputs filed against, messages)} for an API prompt as ComfyUI's POST /prompt checks it: the
+    on-prompt handlers first (SpecAR's on/off check, nodes/prompt_guard.py), on the prompt as posted, then each
+    node's validation."""
+    from specar.nodes import prompt_guard
+    prompt_guard.check_prompt({"prompt": prompt})
+    out = {}
+    for nid, node in prompt.items():
+        cls = classes.get(node["class_type"])
+        if cls is None:
+            continue
+        messages = []
+        bad = comfy_validation_errors(cls, {k: v for k, v in node["inputs"].items() if not isinstance(v, list)},
+                                      unique_id=nid, messages=messages)
+        if bad:
+            out[nid] = (bad, messages)
+    return out
 
 
 def widget_values_ok(kind, opts, value):
@@ -168,7 +196,7 @@ def widget_values_ok(kind, opts, value):
     if kind == "FLOAT":
         return isinstance(value, (int, float)) and math.isfinite(value) and opts["min"] <= value <= opts["max"]
     if kind == "BOOLEAN":
-        return isinstance(value, bool)
+        return True  # ComfyUI converts: bool(value), so "no" passes as on
     if kind == "STRING":
         return isinstance(value, str)
     return False

@@ -18,18 +18,31 @@ SAMPLE_SIZE = 4096
 REL_TOL = 2e-2
 
 
+def _weights(module: torch.nn.Module) -> dict:
+    """name -> a function giving the tensor: the parameters, and for a quantized linear layer (quantize.py) its
+    dequantized weight under the name the layer's weight had (one at a time: never all dequantized at once), so
+    a drafter trained on the unquantized model matches the quantized one."""
+    out = {n: (lambda p=p: p) for n, p in module.named_parameters()}
+    for name, m in module.named_modules():
+        if hasattr(m, "dequantized_weight"):
+            out[f"{name}.weight"] = lambda m=m: m.dequantized_weight(m.scales.dtype)
+            if m.bias is not None:
+                out[f"{name}.bias"] = lambda m=m: m.bias
+    return out
+
+
 def weights_fingerprint(module: torch.nn.Module) -> dict:
     """{"shapes": {name: [dims]}, "stats": {name: [mean, mean_abs]}} (JSON-serialisable)."""
-    params = dict(module.named_parameters())
+    params = _weights(module)
     names = sorted(params)
-    shapes = {n: list(params[n].shape) for n in names}
-    big = [n for n in names if params[n].numel() >= 16]
+    shapes = {n: list(params[n]().shape) for n in names}
+    big = [n for n in names if torch.Size(shapes[n]).numel() >= 16]
     if len(big) > SAMPLED:
         big = [big[round(i * (len(big) - 1) / (SAMPLED - 1))] for i in range(SAMPLED)]
     stats = {}
     with torch.no_grad():
         for n in big:
-            flat = params[n].detach().reshape(-1)
+            flat = params[n]().detach().reshape(-1)
             step = max(1, flat.numel() // SAMPLE_SIZE)
             x = flat[::step][:SAMPLE_SIZE].double().cpu()
             stats[n] = [float(x.mean()), float(x.abs().mean())]

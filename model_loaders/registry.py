@@ -6,6 +6,7 @@ one declares); adding a family is its module plus its name in that tuple.
 from __future__ import annotations
 
 import importlib
+import inspect
 import os
 
 from .devices import canonical_dtype, check_device
@@ -26,8 +27,9 @@ def load_model(name_or_path: str, device=None, dtype=None, quantize=None, **opti
     Folders in transformers format are recognised from their config.json: Janus / Janus-Pro
     (``model_type: janus``), Emu3 (``emu3``) and Chameleon-family models, Lumina-mGPT and Anole
     (``chameleon``). Options for those: ``device_map``, ``max_memory``, ``offload_folder``
-    (accelerate big-model loading), ``attn_implementation``; Emu3 also takes ``image_area`` and
-    ``ratio``; Chameleon takes ``layout`` (``lumina`` / ``anole``), ``resolution`` and
+    (accelerate big-model loading), ``attn_implementation``. ``resolution="WxH"`` (every family; "model
+    default": its own) becomes the family's size options, or a ValueError naming the sizes it offers; Emu3
+    also takes ``image_area`` and ``ratio``, Chameleon ``layout`` (``lumina`` / ``anole``) and
     ``target_size``. A LlamaGen folder (the authors' ``c2i_*.pt`` / ``t2i_*.pt`` and
     ``vq_ds16_*.pt`` checkpoints, no config.json) is recognised from its file names (docs/MODELS.md).
     A Hugging Face repo id (``"deepseek-community/Janus-Pro-7B"``) that is not a folder is looked up
@@ -43,11 +45,18 @@ def load_model(name_or_path: str, device=None, dtype=None, quantize=None, **opti
     name_or_path = resolve_checkpoint(name_or_path)
     if family.transformers:
         require_transformers(family.name)
+    if "resolution" in options:  # one name for every family: the families that take no `resolution` get their own
+        from .resolutions import MODEL_DEFAULT, size_options  # size options (resolutions.py reads FAMILIES)
+        resolution = options.pop("resolution")
+        if "resolution" in inspect.signature(family.load).parameters and resolution != MODEL_DEFAULT:
+            options["resolution"] = resolution  # checked by the family's loader
+        else:
+            options = {**size_options(family, name_or_path, resolution), **options}
     if quantize != "none":
         if not family.quantize:
             offered = ", ".join(f.label for f in FAMILIES.values() if f.quantize)
-            raise ValueError(f"quantize={quantize!r}: {family.label} models load unquantized only; quantized "
-                             f"loading is offered for {offered}")
+            raise ValueError(f"quantize={quantize!r}: {family.label} loads unquantized only; quantized loading is "
+                             f"offered for {offered}")
         options["quantize"] = quantize
     return family.load(name_or_path, device=device, dtype=dtype, **options)
 
@@ -87,8 +96,8 @@ def detect_family(folder: str) -> str:
     for family in FAMILIES.values():
         if family.detect is not None and family.detect(folder, config):
             return family.name
-    supported = (f"{', '.join(f.label + ' (' + f.files + ')' for f in FAMILIES.values() if f.detect)}, or the "
-                 f"built-in models {', '.join(BUILTIN_MODELS)}")
+    supported = (f"{', '.join(f.label + ' (' + f.files + ')' for f in FAMILIES.values() if f.detect)}; built-in "
+                 f"names: {', '.join(BUILTIN_MODELS)}")
     if config is None:
         raise ValueError(f"no supported model family recognised in folder {folder!r}: it has no config.json "
                          f"(supported: {supported})")

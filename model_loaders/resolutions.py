@@ -46,11 +46,16 @@ def load_options(name_or_path: str, resolution: str = MODEL_DEFAULT, offload: st
             raise ValueError(f"offload 'auto' (accelerate device_map) is for transformers-format models "
                              f"({offloading}); {name_or_path!r} is {family.label}: choose offload none")
         options["device_map"] = "auto"
+    return {**options, **size_options(family, name_or_path, resolution)}
+
+
+def size_options(family, name_or_path: str, resolution: str = MODEL_DEFAULT) -> dict:
+    """The family's own `load_model` options for a "WxH" size (none for the model's default); ValueError naming
+    what it offers."""
     if resolution == MODEL_DEFAULT:
-        return options
+        return {}
     w, h = _size(resolution)
-    options.update(family.size_options(name_or_path, w, h))
-    return options
+    return family.size_options(name_or_path, w, h)
 
 
 def sizes_help() -> str:
@@ -58,4 +63,4 @@ def sizes_help() -> str:
     return "; ".join(f.sizes for f in FAMILIES.values() if not f.builtin)
 
 
-__all__ = ["MODEL_DEFAULT", "OFFLOADS", "RESOLUTIONS", "load_options", "sizes_help"]
+__all__ = ["MODEL_DEFAULT", "OFFLOADS", "RESOLUTIONS", "load_options", "size_options", "sizes_help"]

@@ -7,7 +7,8 @@
   (INPUT_TYPES), both generated from spec.py;
 - models.py: the loader's side (ComfyUI model folders, the model cache, ComfyUI's model management);
 - core.py: what the sampler and decode nodes do (sampling, progress, interrupt, preview);
-- report.py: what the sampler shows after a run (summary line, statistics JSON, acceptance heatmap);
+- report.py: what the sampler shows after a run (summary line and notes, statistics JSON, acceptance heatmap);
+- prompt_guard.py: on/off inputs checked on the prompt as posted (ComfyUI turns any value into a boolean);
 - layouts.py: the sampler's values in every layout (DynamicCombo, flat, SpecAR 0.1), mapped by name;
 - workflows.py: the example workflows, generated from spec.py.
 
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 import logging
 
-from . import models, v1
+from . import models, prompt_guard, v1
 
 NODE_API = "v1"
 NODES = list(v1.NODES)
@@ -41,6 +42,7 @@ NODE_CLASS_MAPPINGS = {cls.__name__: cls for cls in NODES}
 NODE_DISPLAY_NAME_MAPPINGS = dict(v1.NODE_DISPLAY_NAME_MAPPINGS)
 
 models.register_model_folder()  # inside ComfyUI: models/specar becomes a model folder (no-op without it)
+prompt_guard.register()  # inside ComfyUI: on/off inputs checked on the prompt as posted
 
 
 async def comfy_entrypoint():

@@ -11,6 +11,7 @@ from typing import Callable, Optional
 
 import torch
 
+from ..model_loaders import compile_stage
 from ..samplers import backends as _backends
 from ..samplers.api import REPRODUCIBLE_DEFAULT, generate
 from ..samplers.engine import GenerationInterrupted
@@ -41,8 +42,33 @@ def out_of_memory_message(values: dict, model) -> str:
 # ---------------------------------------------------------------------------------------------
 # ComfyUI progress bar and interrupt
 
+STAGE_EVENT = "specar_stage"  # {"node": id, "text": a stage's text, or None when it is over}: web/specar.js shows it
+
+
+def _server():
+    try:
+        from server import PromptServer
+        return PromptServer.instance
+    except (ImportError, AttributeError):
+        return None
+
+
+def _executing_node(server) -> Optional[str]:
+    """The id of the node ComfyUI is running (its execution context where it has one, else the server's last)."""
+    try:
+        from comfy_execution.utils import get_executing_context
+        context = get_executing_context()
+        if context is not None:
+            return str(context.node_id)
+    except (ImportError, AttributeError):
+        pass
+    node = getattr(server, "last_node_id", None)
+    return None if node is None else str(node)
+
+
 class ComfyProgress:
-    """progress(done, total) -> ComfyUI's progress bar (whose every update also checks the interrupt)."""
+    """progress(done, total) -> ComfyUI's progress bar (whose every update also checks the interrupt);
+    stage(text): a stage of the run that stops the bar (a compile), as the node's progress text."""
 
     PREVIEW_SIZE = 512  # the longest side of a preview image, as ComfyUI's own latent previews
 
@@ -54,9 +80,25 @@ class ComfyProgress:
             self._utils = None
         self.bar = None
         self.last = (0, 1)
+        self.staged = False
+
+    def stage(self, what: Optional[str]) -> None:
+        """Say on the node what the run is doing while the bar stands still (None: that stage is over)."""
+        server = _server()
+        self.staged = what is not None
+        if server is None:
+            return
+        node = _executing_node(server)
+        text = None if what is None else (f"compiling the {what} for a new shape (the first run with this backend, "
+                                          f"size, batch or guidance: seconds to minutes)...")
+        if hasattr(server, "send_progress_text"):  # ComfyUI's own progress text under the node
+            server.send_progress_text(text or "", node)
+        server.send_sync(STAGE_EVENT, {"node": node, "text": text}, getattr(server, "client_id", None))
 
     def __call__(self, done: int, total: int) -> None:
         self.last = (done, total)
+        if self.staged:
+            self.stage(None)
         if self._utils is None:
             return
         if self.bar is None:
@@ -120,11 +162,41 @@ def backend_config(values: dict):
         raise ValueError(err)
     settings = sampler_settings(values)
     schema = _backends.SCHEMAS[settings.backend]
+    err = setting_conflicts(schema, settings.params, values.get("same_image_as_ar", REPRODUCIBLE_DEFAULT))
+    if err:
+        raise ValueError(err)
     params = dict(settings.params)
     for p in schema.params:
         if p.folder_of and p.name in params:
             params[p.name] = resolve_drafter(params[p.name], p.folder_of)
     return settings, _backends.make_backend(settings.backend, **params)
+
+
+def setting_conflicts(schema, params: dict, same_image: bool) -> Optional[str]:
+    """One message naming every input to change when a parameter's value needs others (`Param.implies`,
+    followed through: relaxed needs candidate_mode topk, which needs tree_shape layers) or when a lossy
+    setting (a parameter whose help starts "LOSSY") meets same_image_as_ar on; None when there is none."""
+    value = {p.name: params.get(p.name, p.default) for p in schema.params}
+    wanted = dict(value)
+    for _ in schema.params:  # each pass follows one more link of a chain
+        for p in schema.params:
+            for v, forced in p.implies:
+                if wanted[p.name] == v:
+                    wanted.update(forced)
+    def shown(v):
+        return ("on" if v else "off") if isinstance(v, bool) else v
+    changes = [f"{schema.name}_{k} {shown(wanted[k])} (now {shown(value[k])})" for k in value if wanted[k] != value[k]]
+    causes = [p.name for p in schema.params for v, forced in p.implies
+              if value[p.name] == v and any(value[k] != f for k, f in forced)]
+    lossy = [p.name for p in schema.params if p.help.startswith("LOSSY") and value[p.name]]
+    if lossy and same_image:
+        changes.append("same_image_as_ar off (now on)")
+        causes += lossy
+    if not changes:
+        return None
+    causes = [f"{schema.name}_{k} {shown(value[k])}" for k in dict.fromkeys(causes)]
+    return (f"{' and '.join(causes)} need{'s' if len(causes) == 1 else ''} {' and '.join(changes)}: set "
+            f"{'them' if len(changes) > 1 else 'it'} on the node (the web extension does when you pick the value)")
 
 
 def sampler_error(values: dict) -> Optional[str]:
@@ -159,8 +231,9 @@ def run_sampler(model, values: dict, progress: Optional[Callable] = None, interr
     # compare_with_ar: one progress bar over both generations (the backend's run fills its first half, AR's
     # the second), so the bar does not sit at 100% while AR runs
     first_run = model not in _GENERATED  # one-time costs fall on this run
-    res = generate(model, values["prompt"], backend=config, preview=preview, compile=values.get("compile", False),
-                   progress=(lambda d, t: progress(d, 2 * t)) if compare and progress else progress, **sampling)
+    with compile_stage.listening(getattr(progress, "stage", None)):
+        res = generate(model, values["prompt"], backend=config, preview=preview, compile=values.get("compile", False),
+                       progress=(lambda d, t: progress(d, 2 * t)) if compare and progress else progress, **sampling)
     _GENERATED.add(model)
     geo = model.geometry
     grid = res.tokens.reshape(batch, geo.height, geo.width)

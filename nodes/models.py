@@ -10,12 +10,15 @@ import gc
 import json
 import logging
 import os
+from typing import Optional
 
 import torch
 
 from ..model_loaders.hub_cache import cached_models, find_cached
-from ..model_loaders.registry import BUILTIN_MODELS, detect_family, load_model
-from ..model_loaders.resolutions import load_options
+from ..model_loaders.quantize import QUANTIZE_MODES
+from ..model_loaders.registry import BUILTIN_MODELS, detect_family, family_of, load_model
+from ..model_loaders.resolutions import MODEL_DEFAULT as MODEL_DEFAULT_SIZE
+from ..model_loaders.resolutions import OFFLOADS, RESOLUTIONS, load_options
 from . import spec
 from .widgets import validate
 
@@ -148,8 +151,64 @@ def resolve_drafter(name: str, kind: str) -> str:
                      f"{', '.join([spec.BESIDE_MODEL] + drafter_folders(kind))}")
 
 
+def allowed_values(name: str) -> dict:
+    """{input: the values the model `name` allows} for the loader inputs that depend on the model: the sizes
+    its family offers for this folder, quantization where its loader quantizes, offload for transformers-format
+    families. Read from the family (model_loaders/family.py); ValueError when the model is not found."""
+    path = resolve_model(name)
+    family = family_of(path)
+    return {"resolution": [r for r in RESOLUTIONS if _offers(family, path, r)],
+            "quantize": list(QUANTIZE_MODES) if family.quantize else ["none"],
+            "offload": list(OFFLOADS) if family.transformers else ["none"]}
+
+
+def _offers(family, path: str, resolution: str) -> bool:
+    if resolution == MODEL_DEFAULT_SIZE:
+        return True
+    w, h = (int(x) for x in resolution.split("x"))
+    try:
+        family.size_options(path, w, h)
+    except (ValueError, OSError):
+        return False
+    return True
+
+
+def allowed_by_model() -> dict:
+    """{model choice: allowed_values}: what the web extension narrows the loader's lists to."""
+    out = {}
+    for name in model_choices():
+        try:
+            out[name] = allowed_values(name)
+        except (ValueError, OSError) as e:  # listed but unreadable now: loading it says why
+            log.info("SpecAR: %s: %s", name, e)
+    return out
+
+
+def loader_error(model=None, resolution=MODEL_DEFAULT_SIZE, quantize="none", offload="none") -> Optional[str]:
+    """The loader's check of the inputs that depend on the chosen model, naming what it allows (None: valid).
+    ComfyUI runs it when a prompt is queued (VALIDATE_INPUTS / validate_inputs)."""
+    choices = model_choices()
+    if model not in choices:
+        return f"model must be one of {', '.join(choices)}; got {model!r}"
+    try:
+        allowed = allowed_values(model)
+    except (ValueError, OSError) as e:
+        return str(e)
+    for name, value in (("resolution", resolution), ("offload", offload), ("quantize", quantize)):
+        if value not in allowed[name]:
+            why = ""
+            try:  # the family's own words (what it generates, what offload is for)
+                load_options(resolve_model(model), resolution, offload)
+            except ValueError as e:
+                why = f"{e}. "
+            return f"{why}{name} {value!r} is not offered for {model}: choose one of {', '.join(allowed[name])}"
+    if quantize != "none" and offload != "none":
+        return f"quantize {quantize} loads the whole model on the device: choose offload none, or quantize none"
+    return None
+
+
 def loader_spec():
-    return spec.loader_spec(model_choices)
+    return spec.loader_spec(model_choices, allowed_by_model)
 
 
 def sampler_spec():
@@ -175,10 +234,11 @@ def node_device(choice: str) -> str:
 def loader_values(values: dict) -> dict:
     """Every loader input's value, in the loader's input order: the given ones, else the input's default
     (API prompts saved before an input existed leave it out)."""
-    unknown = set(values) - {w.name for w in loader_spec().inputs}
+    inputs = spec.loader_spec(list).inputs  # names and defaults: no need to list the models
+    unknown = set(values) - {w.name for w in inputs}
     if unknown:
         raise ValueError(f"not inputs of the SpecAR Model Loader: {', '.join(sorted(unknown))}")
-    return {w.name: values.get(w.name, w.default) for w in loader_spec().inputs}
+    return {w.name: values.get(w.name, w.default) for w in inputs}
 
 
 class ModelHandle:
@@ -218,11 +278,12 @@ def load_cached(**values):
     working model in place; only when loading runs out of GPU memory is the old one freed first
     and the load tried once more."""
     values = loader_values(values)
-    err = validate(loader_spec().inputs, values)
-    if err:
-        raise ValueError(err)
     key = tuple(values.items())
     if key not in _cache:
+        err = validate(spec.loader_spec(model_choices).inputs, values) or loader_error(
+            values["model"], values["resolution"], values["quantize"], values["offload"])
+        if err:
+            raise ValueError(err)
         _install_hooks()
         path = resolve_model(values["model"])
         options = load_options(path, values["resolution"], values["offload"])
@@ -293,5 +354,6 @@ def _install_hooks() -> None:
     _hooked.append(original_unload)
 
 
-__all__ = ["ModelHandle", "drafter_folders", "free_models", "load_cached", "load_handle", "model_choices",
+__all__ = ["ModelHandle", "allowed_by_model", "allowed_values", "drafter_folders", "free_models", "load_cached",
+           "load_handle", "loader_error", "model_choices",
            "register_model_folder", "resolve", "resolve_drafter"]

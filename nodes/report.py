@@ -1,5 +1,5 @@
-"""What the sampler node shows after a run: the one-line summary, the statistics (JSON, which the web
-extension prints on the node) and the acceptance heatmap."""
+"""What the sampler node shows after a run: the one-line summary and its notes, the statistics (JSON, which the
+web extension shows on the node: the summary, the rest folded) and the acceptance heatmap."""
 from __future__ import annotations
 
 import json
@@ -9,6 +9,7 @@ import torch
 
 from ..samplers import backends as _backends
 from ..samplers.stats import busy_machine_note
+from .spec import MOOT_WHEN_SAME_IMAGE
 
 
 def heatmap(accepted_at_step: list, size: Optional[tuple] = None) -> torch.Tensor:
@@ -48,10 +49,11 @@ def compile_note(stats) -> str:
     if not c:
         return ""
     if c.get("eager_fallback"):
-        return "; compile failed, ran eager"
+        return "compile failed, ran eager"
     if c.get("compiles"):
-        return f"; compiled {c['compiles']} graphs in {c['compile_s']:.1f} s (counted in this latency; later runs reuse them)"
-    return f"; compiled step: reused {c.get('graphs_reused', 0)} graphs, no compile this run"
+        return (f"compiled {c['compiles']} graphs in {c['compile_s']:.1f} s (counted in this latency; later runs reuse "
+                f"them)")
+    return f"compiled step: reused {c.get('graphs_reused', 0)} graphs, no compile this run"
 
 
 def verdict(ratio: float, ratios: Optional[list]) -> str:
@@ -74,51 +76,76 @@ def verdict(ratio: float, ratios: Optional[list]) -> str:
             f"({len(runs)} so far)")
 
 
-def summary(stats, ar_stats=None, ratios: Optional[list] = None, first_run: bool = False) -> str:
-    """One line for the node: backend (LOSSY when it is), tokens and forward passes summed over the batch
-    against AR's, measured latency, and the wall-clock ratio to an AR run of the same model, prompt,
-    seed, batch and guidance measured in the same execution (`ar_stats`; never a run from another
-    time or load: step counts are not a speed-up, and old timings are not comparable). `ratios`: this
-    setting's compare_with_ar ratios so far, this run's last (the verdict's samples); `first_run`: the
-    model's first generation since it was loaded, whose one-time costs are in its latency."""
+def moot_note(stats) -> str:
+    """With same_image_as_ar on, the coupling parameters had no effect: said for a backend they define (SCD, then
+    SJD's sampler), and for any other where one was set off its default."""
+    if not stats.reproducible:
+        return ""
+    schema = _backends.SCHEMAS[stats.backend]
+    declared = {p.name: p.default for p in schema.params if p.name in MOOT_WHEN_SAME_IMAGE}
+    defines = len(declared) == len(MOOT_WHEN_SAME_IMAGE)
+    moot = [k for k, d in declared.items() if defines or (stats.params or {}).get(k, d) != d]
+    if not moot:
+        return ""
+    return (f"{' and '.join(moot)} had no effect: with same_image_as_ar on, a re-draft is AR's own sample"
+            + (f", so {schema.label} samples as SJD does" if defines else ""))
+
+
+def summary(stats, ar_stats=None, ratios: Optional[list] = None, first_run: bool = False) -> tuple:
+    """(one line, notes) for the node. The line: backend (LOSSY when it is), tokens and forward passes summed
+    over the batch against AR's, measured latency, the wall-clock ratio to an AR run of the same model,
+    prompt, seed, batch and guidance measured in the same execution (`ar_stats`; never a run from another
+    time or load: step counts are not a speed-up, and old timings are not comparable), and whether the
+    image is AR's. The notes: the verdict on that ratio, compile, a busy machine, one-time costs.
+    `ratios`: this setting's compare_with_ar ratios so far, this run's last (the verdict's samples);
+    `first_run`: the model's first generation since it was loaded, whose one-time costs are in its latency."""
     label = _backends.SCHEMAS[stats.backend].label
     if stats.lossy:
         label += " LOSSY (relaxed acceptance: not AR's distribution)"
     tokens, forwards = token_totals(stats)
     images = f"{stats.batch} images, " if stats.batch > 1 else ""
     summed = " summed over the images" if stats.batch > 1 else ""
-    notes = compile_note(stats) + busy_machine_note()
+    notes = []
     fallback = (stats.backend_report or {}).get("fell_back_to_ar")  # auto ran mostly plain AR: say so and why
-    if fallback:
-        notes = f"; {fallback}" + notes
     one_time = first_run or bool(stats.compile and stats.compile.get("compiles"))
-    if first_run:
-        notes += "; the model's first run since loading: one-time start-up costs are in this latency"
     if stats.backend == "ar":
-        return f"{label}: {images}{tokens} tokens in {forwards} forward passes{summed}, {stats.latency_s:.2f} s{notes}"
-    text = (f"{label}: {images}{tokens} tokens in {forwards} forward passes{summed} ({tokens / forwards:.1f}x "
-            f"fewer than AR), {stats.latency_s:.2f} s")
-    if ar_stats is None:
-        return text + "; wall-clock speed-up: turn on compare_with_ar to measure AR in the same run" + notes
-    ratio = ar_stats.latency_s / max(stats.latency_s, 1e-9)
-    if stats.lossy:
-        what = "not comparable as a speed-up: a lossy run samples another distribution"
-    elif one_time:
-        what = "no verdict: this run's one-time costs count against it; run again"
+        line = f"{label}: {images}{tokens} tokens in {forwards} forward passes{summed}, {stats.latency_s:.2f} s"
     else:
-        what = verdict(ratio, ratios)
-    return text + f"; {ratio:.2f}x AR's {ar_stats.latency_s:.2f} s measured in this run ({what})" + notes
+        line = (f"{label}: {images}{tokens} tokens in {forwards} forward passes{summed} ({tokens / forwards:.1f}x "
+                f"fewer than AR), {stats.latency_s:.2f} s")
+        if ar_stats is None:
+            notes.append("wall-clock speed-up: turn on compare_with_ar to measure AR in the same run")
+        else:
+            ratio = ar_stats.latency_s / max(stats.latency_s, 1e-9)
+            line += f", {ratio:.2f}x AR's {ar_stats.latency_s:.2f} s measured in this run"
+            if stats.lossy:
+                notes.append("speed-up not comparable: a lossy run samples another distribution")
+            elif one_time:
+                notes.append("speed-up: no verdict: this run's one-time costs count against it; run again")
+            else:
+                notes.append("speed-up: " + verdict(ratio, ratios))
+        if not stats.lossy:
+            line += "; same image as AR" if stats.reproducible else "; its own draws from AR's distribution"
+    notes += [fallback or "", compile_note(stats), moot_note(stats)]
+    busy = busy_machine_note()
+    if busy:
+        notes.append(busy[2:] + "; for steady timings close other work, or compare speed-ups measured in the same "
+                     "run (compare_with_ar)")
+    if first_run:
+        notes.append("the model's first run since loading: one-time start-up costs are in this latency")
+    return line, [n for n in notes if n]
 
 
 def report(stats, ar_stats, settings, values: dict, model, size: tuple, preview_label: Optional[str],
            ratios: Optional[list] = None, first_run: bool = False) -> tuple:
-    """(summary line, statistics JSON) of a run: `GenerationStats` plus the summary, the batch's totals,
+    """(summary line and notes, statistics JSON) of a run: `GenerationStats` plus the summary and notes, the
+    batch's totals,
     AR's latency measured in the same execution (`ar_stats`, or None), the readable backend name, the
     model, the sampling values used (the model's recommended ones where guidance is its default), the
     image's own size (H, W) and what the live preview showed (`preview_label`, or None without one)."""
-    text = summary(stats, ar_stats, ratios, first_run)
+    line, notes = summary(stats, ar_stats, ratios, first_run)
     out = stats.to_dict()
-    out["summary"] = text
+    out["summary"], out["notes"] = line, notes
     out["tokens_total"], out["forwards_total"] = token_totals(stats)
     if ar_stats is not None:
         out["ar_latency_s"] = ar_stats.latency_s
@@ -135,7 +162,7 @@ def report(stats, ar_stats, settings, values: dict, model, size: tuple, preview_
     out["sampling"] = {"cfg_scale": used["cfg_scale"], "top_k": used["top_k"] or "off",
                        "temperature": used["temperature"], "top_p": used["top_p"],
                        "guidance": "model default" if settings.cfg_scale is None else "custom"}
-    return text, json.dumps(out)
+    return "\n".join([line] + notes), json.dumps(out)
 
 
 __all__ = ["heatmap", "report", "summary", "token_totals"]

@@ -54,22 +54,65 @@ def node_text(text: str) -> str:
     text = text.replace("preset='paper': ", "paper setting: ")
     text = re.sub(r"\s*\(docs/\w+\.md\)", "", text)  # "... on a CPU (docs/BENCHMARKS.md)"
     text = re.sub(r"(;\s*| of )docs/\w+\.md(, [^;.)]*)?", "", text)  # "(lossless; docs/X.md)", "; docs/X.md, why"
-    return re.sub(r"\bissues? \d+(: |, )?", "", text)
+    text = re.sub(r"\bissues? \d+(: |, )?", "", text)
+    for jargon, plain in PLAIN_WORDS:
+        text = text.replace(jargon, plain)
+    return text
+
+
+# research shorthand in the library's help -> what a node user reads instead
+PLAIN_WORDS = (
+    ("accepted with about 1 - TV(p, q)", "accepted about as often as the drafter agrees with the model"),
+    ("the drafter's q", "the drafter's probabilities"),
+    (", grown greedily as Sequoia's", ", grown greedily"),
+    ("in every bench regime", "in every setting measured"),
+    ("in any bench regime", "in any setting measured"),
+    ("(a coupled Jacobi window stuck in a fixed point)", "(a window stuck repeating itself)"),
+    ("alpha: probability", "probability"),
+    ("bisection adaptation", "adaptation"),
+    ("the bisection may grow", "the adaptation may grow"),
+    (" (d in (0, 10))", ""),
+    ("d in (0, 10) ", ""),
+    ("(latent-proximity neighbourhoods)", "(a draft close to the model's choice in the image decoder's codes counts "
+     "as accepted)"),
+    ("total-variation budget delta of the relaxation", "how much probability the relaxation may move (0: none)"),
+    ("step compression", "tokens per forward"),
+)
+# parameters that change nothing with same_image_as_ar on: a re-draft is then AR's own sample for the seed, however
+# the backend would couple it (samplers/drafters/jacobi.py `_coupled_draft`)
+MOOT_WHEN_SAME_IMAGE = ("coupling", "coupling_strength")
+MOOT_NOTE = "No effect with same_image_as_ar on (a re-draft is then AR's own sample); it acts only with it off."
+
+
+def shown(value) -> str:
+    """A value as the node shows it: on / off for a switch."""
+    return ("on" if value else "off") if isinstance(value, bool) else str(value)
 
 
 def param_widget(p, label: str, drafter_choices: Callable[[str], list]) -> Widget:
     """The widget of one backend parameter (samplers/backends.py Param), default and range from its schema."""
-    tooltip = f"{label}: {p.help}. Default {p.default}"
+    tooltip = f"{label}: {p.help}. Default {shown(p.default)}"
     if p.paper:
         tooltip += f"; {p.paper}"
     tooltip = node_text(tooltip) + "."
+    for value, forced in p.implies:  # what the web extension sets when this value is picked
+        tooltip += f" Choosing {shown(value)} sets " + ", ".join(f"{k} {shown(v)}" for k, v in forced) + "."
+    if p.help.startswith("LOSSY"):
+        tooltip += " Lossy settings need same_image_as_ar off (turning it on sets that too)."
+    if p.name in MOOT_WHEN_SAME_IMAGE:
+        tooltip += " " + MOOT_NOTE
     if p.folder_of:
         tooltip = tooltip.replace("; empty: ", f"; {BESIDE_MODEL}: ")  # the choice's own text, not the API's ""
         return Widget(p.name, "COMBO", tooltip.replace(f"Default {p.default}", f"Default {BESIDE_MODEL}") +
                       f" Folders with {p.folder_of} drafters under ComfyUI/models/{DRAFTER_FOLDER} are listed.",
                       default=BESIDE_MODEL, options=lambda kind=p.folder_of: [BESIDE_MODEL] + drafter_choices(kind))
+    # for the web extension: choices that set another parameter (`Param.implies`), a lossy switch (sets
+    # same_image_as_ar off)
+    extra = {"specar_implies": {v: dict(forced) for v, forced in p.implies}} if p.implies else {}
+    if p.help.startswith("LOSSY"):
+        extra["specar_lossy"] = True
     if isinstance(p.default, bool):
-        return Widget(p.name, "BOOLEAN", tooltip, default=p.default)
+        return Widget(p.name, "BOOLEAN", tooltip, default=p.default, extra=extra)
     if isinstance(p.default, int):
         return Widget(p.name, "INT", tooltip, default=p.default, min=int(p.lo), max=INT_MAX if p.hi is None else
                       int(p.hi), step=1)
@@ -77,8 +120,6 @@ def param_widget(p, label: str, drafter_choices: Callable[[str], list]) -> Widge
         step = 0.01 if p.hi is not None and p.hi <= 1 else 0.05
         return Widget(p.name, "FLOAT", tooltip, default=p.default, min=p.lo, max=p.hi, step=step)
     if p.choices:
-        # choices that set another parameter (`Param.implies`): the web extension applies them
-        extra = {"specar_implies": {v: dict(forced) for v, forced in p.implies}} if p.implies else {}
         return Widget(p.name, "COMBO", tooltip, default=p.default, options=tuple(p.choices), extra=extra)
     return Widget(p.name, "STRING", tooltip, default=p.default)
 
@@ -86,11 +127,12 @@ def param_widget(p, label: str, drafter_choices: Callable[[str], list]) -> Widge
 def backend_switch(drafter_choices: Callable[[str], list] = lambda kind: []) -> Switch:
     schemas = _backends.SCHEMAS  # read each time: a backend registered later appears too
     names = tuple(schemas)
-    help_text = "; ".join(f"{s.label}: {node_text(s.description)}" for s in schemas.values())
+    help_text = "; ".join(f"{s.label}: {node_text(s.description)}" + (
+        " (with same_image_as_ar on, its coupling has no effect: it samples as SJD)"
+        if {p.name for p in s.params} >= set(MOOT_WHEN_SAME_IMAGE) else "") for s in schemas.values())
     return Switch(
         "backend", f"how tokens are drafted and verified. {help_text}. Every lossless backend samples exactly what AR "
-        "samples; only the chosen backend's parameters are shown.", default="auto" if "auto" in names
-        else names[0], prefix=True,
+        "samples; only the chosen backend's parameters are shown.", default=_backends.DEFAULT_BACKEND, prefix=True,
         labels={n: s.label for n, s in schemas.items()},
         options={n: [advanced(param_widget(p, s.label, drafter_choices), is_advanced(n, p.name)) for p in s.params]
                  for n, s in schemas.items()})
@@ -123,7 +165,8 @@ def guidance_switch() -> Switch:
 # ---------------------------------------------------------------------------------------------
 # the nodes
 
-def loader_spec(model_choices: Callable[[], list]) -> NodeSpec:
+def loader_spec(model_choices: Callable[[], list], allowed: Callable[[], dict] = dict) -> NodeSpec:
+    """`allowed()`: {model: {input: the values that model allows}}, which the web extension narrows the lists to."""
     return NodeSpec(
         node_id="SpecARModelLoader",
         display_name="SpecAR Model Loader",
@@ -134,8 +177,9 @@ def loader_spec(model_choices: Callable[[], list]) -> NodeSpec:
             Widget("model", "COMBO", "demo: the small model shipped with SpecAR (runs on a CPU); other entries: "
                    "model folders under ComfyUI/models/specar (" +
                    "; ".join(f"{f.label}: {f.files}" for f in FAMILIES.values() if not f.builtin) + "), then "
-                   "checkpoints already in your Hugging Face cache, by repo id (org/name; found without network access)",
-                   default="demo", options=model_choices),
+                   "checkpoints already in your Hugging Face cache, by repo id (org/name; found without network "
+                   "access). The size, quantize and offload lists show what the chosen model allows",
+                   default="demo", options=model_choices, extra={"specar_allowed": allowed}),
             Widget("device", "COMBO", "where the model runs; auto: ComfyUI's device", default="auto",
                    options=DEVICES),
             Widget("dtype", "COMBO", "weights precision; auto: the model's recommended one (float32 on CPU)",
@@ -169,8 +213,9 @@ def sampler_spec(drafter_choices: Callable[[str], list] = lambda kind: []) -> No
                "parameters, compile on or off, on any machine: plain AR's image (image b of a batch is the same at any "
                "batch size; only float rounding deciding a near-tie could change a token). With it off, the same "
                "seed, settings, backend and backend parameters give the same image on this machine, except auto with "
-               "cost_model=measured, whose choices (and so its image) follow the step costs it times once per loaded "
-               "model; every lossless backend samples the same distribution as AR", default=0, min=0, max=SEED_MAX,
+               "cost_model measured, whose window choices (and so its image) follow the step times it measures during "
+               "each run: its image can change from run to run; every lossless backend samples the same distribution "
+               "as AR", default=0, min=0, max=SEED_MAX,
                control_after_generate=True),
         backend_switch(drafter_choices),
         guidance_switch(),
@@ -199,7 +244,8 @@ def sampler_spec(drafter_choices: Callable[[str], list] = lambda kind: []) -> No
                "and position), so a seed found with one backend renders the same with any other, on any machine; "
                "backends differ only in speed. off: each backend samples AR's distribution with its own random "
                "draws (the same seed gives different images on different backends). Lossy settings (relaxed) "
-               "need it off", default=REPRODUCIBLE_DEFAULT, optional=True),
+               "need it off. With it on, SCD's coupling has no effect (SCD samples as SJD)",
+               default=REPRODUCIBLE_DEFAULT, optional=True),
     ]
     return NodeSpec(
         node_id="SpecARSampler",

@@ -4,7 +4,7 @@ Generated from spec.py, like the V3 classes in v3.py; the work is done by core.p
 """
 from __future__ import annotations
 
-from . import core, models, spec
+from . import core, models, prompt_guard, spec
 from .widgets import NodeSpec, Widget, flatten
 
 
@@ -20,7 +20,7 @@ def input_options(w: Widget) -> tuple:
         opts["multiline"] = w.multiline
     if w.control_after_generate:
         opts["control_after_generate"] = True
-    opts.update(w.extra)
+    opts.update(w.extras())
     kind = w.choices() if w.kind == "COMBO" else w.kind
     return (kind, opts)
 
@@ -32,17 +32,23 @@ def input_types(node: NodeSpec) -> dict:
     return {k: v for k, v in types.items() if v or k == "required"}
 
 
-def _make(node_fn, function: str, run):
+def _make(node_fn, function: str, run, validate):
     node = node_fn()
 
     class Node:
         @classmethod
         def INPUT_TYPES(cls):
-            return input_types(node_fn())
+            types = input_types(node_fn())
+            if validate is _validate_sampler:
+                types["hidden"] = {"unique_id": "UNIQUE_ID"}
+            return types
 
-        # No VALIDATE_INPUTS: the widgets declare their ranges and choices, so ComfyUI files a bad value
-        # against its own input, once (a VALIDATE_INPUTS taking every input gets its message filed once
-        # per input); the node checks everything again, and the limits between inputs, when it runs.
+        # VALIDATE_INPUTS names only the inputs its check needs: ComfyUI skips its own range and choice checks
+        # for the inputs it names and files the verdict once per named input. The widgets declare their ranges
+        # and choices, so ComfyUI files any other bad value against its own input; the node checks everything
+        # again, and the limits between inputs, when it runs.
+        if validate is not None:
+            VALIDATE_INPUTS = classmethod(validate)
 
     Node.__name__ = node.node_id
     Node.__qualname__ = node.node_id
@@ -57,11 +63,19 @@ def _make(node_fn, function: str, run):
     return Node
 
 
+def _validate_loader(cls, model=None, resolution=spec.MODEL_DEFAULT_SIZE, quantize="none", offload="none"):
+    return models.loader_error(model, resolution, quantize, offload) or True
+
+
+def _validate_sampler(cls, unique_id=None):
+    return prompt_guard.refusal(unique_id) or True
+
+
 def _load(self, **values):
     return (models.load_handle(**values),)
 
 
-def _sample(self, model, **values):
+def _sample(self, model, unique_id=None, **values):  # unique_id: the hidden input ComfyUI passes along
     outputs, ui = core.run_sampler_in_comfy(model, values)
     return {"ui": ui, "result": outputs}
 
@@ -70,9 +84,10 @@ def _decode(self, tokens):
     return (core.decode_tokens(tokens),)
 
 
-NODE_SPECS = ((models.loader_spec, "load", _load), (models.sampler_spec, "sample", _sample),
-              (spec.decode_spec, "decode", _decode))
+NODE_SPECS = ((models.loader_spec, "load", _load, _validate_loader), (models.sampler_spec, "sample", _sample,
+                                                                      _validate_sampler),
+              (spec.decode_spec, "decode", _decode, None))
 NODES = [_make(*n) for n in NODE_SPECS]
 SpecARModelLoader, SpecARSampler, SpecARDecode = NODES
 NODE_CLASS_MAPPINGS = {cls.__name__: cls for cls in NODES}
-NODE_DISPLAY_NAME_MAPPINGS = {node().node_id: node().display_name for node, _, _ in NODE_SPECS}
+NODE_DISPLAY_NAME_MAPPINGS = {node().node_id: node().display_name for node, *_ in NODE_SPECS}

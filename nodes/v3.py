@@ -6,7 +6,7 @@ generated from spec.py (as the V1 classes in v1.py are); the work is done by cor
 """
 from __future__ import annotations
 
-from . import core, models, spec
+from . import core, models, prompt_guard, spec
 from .layouts import flat_prompt_on_dynamic
 from .widgets import NOT_AN_OPTION, NodeSpec, Switch, Widget
 
@@ -14,7 +14,7 @@ from .widgets import NOT_AN_OPTION, NodeSpec, Switch, Widget
 def _widget_input(io, types: dict, w: Widget):
     inp = _make_input(io, types, w)
     if w.extra:  # keys for the web extension; extra_dict is not a constructor argument everywhere (0.3.x Combo)
-        inp.extra_dict = {**(getattr(inp, "extra_dict", None) or {}), **w.extra}
+        inp.extra_dict = {**(getattr(inp, "extra_dict", None) or {}), **w.extras()}
     return inp
 
 
@@ -54,7 +54,7 @@ def dynamic_combo_available(io) -> bool:
     return hasattr(io, "DynamicCombo") and hasattr(io.DynamicCombo, "Option")
 
 
-def schema(io, types: dict, node: NodeSpec, dynamic: bool = False):
+def schema(io, types: dict, node: NodeSpec, dynamic: bool = False, hidden: tuple = ()):
     input_ids = {w.name for w in node.inputs}
     outputs = []
     for o in node.outputs:
@@ -69,6 +69,7 @@ def schema(io, types: dict, node: NodeSpec, dynamic: bool = False):
                                                  else [_widget_input(io, types, w)])],
         outputs=outputs,
         is_output_node=node.output_node,
+        **({"hidden": list(hidden)} if hidden else {}),
     )
 
 
@@ -95,6 +96,11 @@ def _check_switches(dynamic: bool = False, prompt=None, **values):
     return True
 
 
+def _refusal(cls):
+    """An on/off input of this node that was not a boolean in the prompt as posted (prompt_guard.py)."""
+    return prompt_guard.refusal(getattr(getattr(cls, "hidden", None), "unique_id", None))
+
+
 def build_nodes(io) -> list:
     """The V3 node classes, for the given `comfy_api.latest.io` module."""
     types = {
@@ -105,14 +111,19 @@ def build_nodes(io) -> list:
     }
 
     # The widgets declare their ranges and choices, so ComfyUI files a bad value against its own input,
-    # once; a validate_inputs taking every input (**values) would make ComfyUI skip those checks and file
-    # its message once per input. The nodes check everything again, and the limits between inputs, when
-    # they run.
+    # once; a validate_inputs names only the inputs its check needs (ComfyUI skips its own checks of those and
+    # files the verdict once per named input). The nodes check everything again, and the limits between
+    # inputs, when they run.
 
     class SpecARModelLoader(io.ComfyNode):
         @classmethod
         def define_schema(cls):
             return schema(io, types, models.loader_spec())
+
+        @classmethod
+        def validate_inputs(cls, model=None, resolution=spec.MODEL_DEFAULT_SIZE, quantize="none", offload="none"):
+            # the choices that depend on the model, refused when the prompt is queued, naming what it allows
+            return models.loader_error(model, resolution, quantize, offload) or True
 
         @classmethod
         def execute(cls, **values):
@@ -123,7 +134,7 @@ def build_nodes(io) -> list:
     class SpecARSampler(io.ComfyNode):
         @classmethod
         def define_schema(cls):
-            return schema(io, types, models.sampler_spec(), dynamic=dynamic)
+            return schema(io, types, models.sampler_spec(), dynamic=dynamic, hidden=(io.Hidden.unique_id,))
 
         # ComfyUI (execution.validate_inputs) passes the inputs this function names, then nests them
         # (build_nested_inputs), which adds a dict for EVERY DynamicCombo whose value is one of its
@@ -136,12 +147,12 @@ def build_nodes(io) -> list:
         if dynamic:
             @classmethod
             def validate_inputs(cls, backend=None, guidance=None):
-                return _check_switches(dynamic=True, backend=backend, guidance=guidance,
-                                       prompt=getattr(getattr(cls, "hidden", None), "prompt", None))
+                return _refusal(cls) or _check_switches(dynamic=True, backend=backend, guidance=guidance,
+                                                        prompt=getattr(getattr(cls, "hidden", None), "prompt", None))
         else:
             @classmethod
             def validate_inputs(cls, backend=None):
-                return _check_switches(backend=backend, guidance=spec.MODEL_DEFAULT)
+                return _refusal(cls) or _check_switches(backend=backend, guidance=spec.MODEL_DEFAULT)
 
         @classmethod
         def execute(cls, model, **values):

@@ -29,11 +29,15 @@ class Widget:
     multiline: bool = False
     control_after_generate: bool = False
     optional: bool = False  # ComfyUI may leave it out (API prompts saved before it existed): `default` is used
-    extra: dict = field(default_factory=dict)  # more keys of the input's options, for the web extension
+    extra: dict = field(default_factory=dict)  # more keys of the input's options, for the web extension (a
+    # callable value is called when ComfyUI reads the node's inputs)
 
     @property
     def is_widget(self) -> bool:
         return self.kind in ("INT", "FLOAT", "BOOLEAN", "STRING", "COMBO")
+
+    def extras(self) -> dict:
+        return {k: v() if callable(v) else v for k, v in self.extra.items()}
 
     def choices(self) -> list:
         opts = self.options() if callable(self.options) else self.options

@@ -7,7 +7,7 @@ from typing import Callable, Optional
 import torch
 
 from ..model_loaders.contract import ARImageModel
-from .backends import BACKENDS, BackendConfig, make_backend
+from .backends import BACKENDS, DEFAULT_BACKEND, BackendConfig, make_backend
 from .engine import SpeculativeEngine
 from .stats import GenerationStats
 from .target import SamplingParams
@@ -33,7 +33,7 @@ def _check_seed(seed):
     return seed
 
 
-def generate(model: ARImageModel, prompt, backend="sjd", seed: int = 0, cfg_scale: Optional[float] = None,
+def generate(model: ARImageModel, prompt, backend=DEFAULT_BACKEND, seed: int = 0, cfg_scale: Optional[float] = None,
              temperature: float = 1.0, top_k: Optional[int] = None, top_p: float = 1.0, negative_prompt: str = "",
              batch_size: int = 1, progress: Optional[Callable[[int, int], None]] = None,
              interrupt: Optional[Callable[[], bool]] = None, profile: bool = False, preview=None,

@@ -41,6 +41,9 @@ class BackendConfig:
 
 SCHEMAS = {m.name: m for m in METHODS}  # name -> Method: what the nodes, the docs and the bench read
 BACKENDS = tuple(SCHEMAS)
+# the one default of the API, the node, `bench` and `demo`: auto picks its window per step from the step costs it
+# measures on the machine it runs on, so one default suits a CPU and a GPU
+DEFAULT_BACKEND = "auto"
 
 
 def bench_configs() -> list:
@@ -72,5 +75,5 @@ def make_backend(name: str, preset: str = "default", **params) -> BackendConfig:
     return BackendConfig(name, typed)
 
 
-__all__ = ["BACKENDS", "COUPLINGS", "INITS", "MAX_TREE_WIDTH", "MAX_WINDOW", "METHODS", "PRESETS",
+__all__ = ["BACKENDS", "COUPLINGS", "DEFAULT_BACKEND", "INITS", "MAX_TREE_WIDTH", "MAX_WINDOW", "METHODS", "PRESETS",
            "SCHEMAS", "BackendConfig", "Method", "Param", "bench_configs", "make_backend"]

@@ -25,6 +25,8 @@ from specar.nodes.widgets import flatten
 from specar.testing import tiny_model
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# the folder that holds the `specar` this test imports: a subprocess runs the same code (not an installed copy)
+SPECAR_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(specar.__file__)))
 _spec = importlib.util.spec_from_file_location("specar_comfy_stubs", os.path.join(ROOT, "devtools", "comfy_stubs.py"))
 stubs = importlib.util.module_from_spec(_spec)
 sys.modules.setdefault(_spec.name, stubs)
@@ -35,10 +37,10 @@ _spec.loader.exec_module(stubs)
 # the command line
 
 def _seconds(*args) -> float:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.path.dirname(ROOT)}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": SPECAR_PARENT}
     t = time.perf_counter()
     p = subprocess.run([sys.executable, "-m", "specar", *args], capture_output=True, text=True, env=env,
-                       cwd=os.path.dirname(ROOT), timeout=120)
+                       cwd=SPECAR_PARENT, timeout=120)
     assert p.returncode == 0, p.stderr
     return time.perf_counter() - t
 
@@ -53,7 +55,7 @@ def test_help_imports_no_torch():
     code = ("import sys; from specar.cli import main; code = main(['--help']); "
             "assert 'torch' not in sys.modules, 'torch imported'; sys.exit(code)")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                       env={**os.environ, "PYTHONPATH": os.path.dirname(ROOT)}, cwd=os.path.dirname(ROOT))
+                       env={**os.environ, "PYTHONPATH": SPECAR_PARENT}, cwd=SPECAR_PARENT)
     assert p.returncode == 0, p.stderr
     assert "demo" in p.stdout and "bench" in p.stdout
 
@@ -85,7 +87,7 @@ def test_bench_help_and_the_hint_without_an_ar_row(capsys):
         line = out[out.index(option):].split("\n--")[0]
         assert len(line.split()) > 2, f"{option} has no help"
     assert "None" not in out[out.index("--dtype"):].split("\n")[0]  # the choices: no `None`
-    assert "(default: 2)" in out[out.index("--threads"):]
+    assert "(default: the cores other processes leave free" in " ".join(out[out.index("--threads"):].split())
     rows = benchmark.run(tiny_model(16, (4, 4), seed=0), [benchmark.parse_config("sjd:window=2")], ["x"], [0])
     assert "no plain `ar` row in this run" in benchmark.format_table(rows)
     with_ar = benchmark.run(tiny_model(16, (4, 4), seed=0), [{"backend": "ar"}, {"backend": "sjd", "window": 2}],
@@ -96,16 +98,52 @@ def test_bench_help_and_the_hint_without_an_ar_row(capsys):
 # ---------------------------------------------------------------------------------------------
 # compiling: each run reports its own compile
 
+class StageRecorder:
+    """A progress callback with ComfyProgress's `stage`: the stages a run announces, in order."""
+
+    def __init__(self):
+        self.stages = []
+
+    def __call__(self, done, total):
+        pass
+
+    def stage(self, what):
+        self.stages.append(what)
+
+
 @pytest.fixture(scope="module")
 def compiled_runs():
     model = tiny_model(16, (4, 4), seed=3, row_end=True)
     values = dict(prompt="a cat", negative_prompt="", seed=1, backend="ar", guidance="model default", batch_size=1,
                   temperature=1.0, top_p=1.0, preview="off", compile=True)
-    return [core.run_sampler(model, dict(values, seed=s)) for s in (1, 2)]
+    recorders = [StageRecorder(), StageRecorder()]
+    return [(*core.run_sampler(model, dict(values, seed=s), progress=r), r) for s, r in zip((1, 2), recorders)]
+
+
+def test_a_compile_is_announced_as_a_stage_of_the_run(compiled_runs):
+    (*_, stats1, _, _, first), (*_, stats2, _, _, second) = compiled_runs
+    if json.loads(stats1)["compile"]["eager_fallback"]:
+        pytest.skip("no compiler here")
+    # the first run compiles each new shape and says so before it starts; the second compiles nothing
+    assert first.stages and all(s for s in first.stages) and second.stages == []
+    assert len(first.stages) >= json.loads(stats1)["compile"]["compiles"] > 0
+
+
+def test_comfy_progress_shows_a_stage_until_the_bar_moves(comfy):
+    comfy["server"].last_node_id = "10"
+    progress = core.ComfyProgress()
+    progress.stage("decode step")
+    progress(1, 16)
+    progress(2, 16)
+    text, node = comfy["progress_text"][0]
+    assert node == "10" and text.startswith("compiling the decode step for a new shape")
+    assert comfy["progress_text"][1:] == [("", "10")]  # cleared once, at the first step after it
+    assert comfy["events"] == [(core.STAGE_EVENT, {"node": "10", "text": text}),
+                               (core.STAGE_EVENT, {"node": "10", "text": None})]
 
 
 def test_a_second_compiled_run_reports_its_own_zero_compile(compiled_runs):
-    (*_, stats1, _, text1), (*_, stats2, _, text2) = compiled_runs
+    (*_, stats1, _, text1, _), (*_, stats2, _, text2, _) = compiled_runs
     first, second = json.loads(stats1)["compile"], json.loads(stats2)["compile"]
     if first["eager_fallback"]:
         pytest.skip(f"no compiler here: {first['eager_fallback']}")
@@ -187,14 +225,61 @@ def test_the_node_collects_its_ratios_and_never_judges_a_first_run():
     core._speedups.clear()
     outs = [json.loads(core.run_sampler(model, values(seed=s))[2]) for s in range(4)]
     assert outs[0]["first_run"] and "speedup_vs_ar_runs" not in outs[0]
-    assert "no verdict: this run's one-time costs" in outs[0]["summary"]
-    assert "first run since loading" in outs[0]["summary"]
+    notes = [" ".join(o["notes"]) for o in outs]
+    assert "no verdict: this run's one-time costs" in notes[0]
+    assert "first run since loading" in notes[0]
     assert [len(o["speedup_vs_ar_runs"]) for o in outs[1:]] == [1, 2, 3]
     assert outs[3]["speedup_vs_ar_runs"][-1] == pytest.approx(outs[3]["speedup_vs_ar"])
-    assert "over the last 3 runs with these settings" in outs[3]["summary"]
+    assert "over the last 3 runs with these settings" in notes[3]
+    # the summary itself is one line: speed, forwards, whether the image is AR's
+    assert all("\n" not in o["summary"] and o["summary"].endswith("; same image as AR") for o in outs)
     # other settings: their own samples
     other = json.loads(core.run_sampler(model, values(sjd_window=2))[2])
     assert len(other["speedup_vs_ar_runs"]) == 1
+
+
+def test_threads_follow_the_machine_unless_given(monkeypatch):
+    from specar.cli import threads as machine
+    monkeypatch.setattr(machine, "cores", lambda: 2)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
+    for load, want in ((0.0, 2), (0.4, 2), (1.0, 1), (6.0, 1)):  # one busy process on 2 cores: 1 thread
+        monkeypatch.setattr(machine, "load_average", lambda load=load: load)
+        assert machine.choose_threads() == want and machine.choose_threads(3) == 3
+    monkeypatch.setattr(machine, "load_average", lambda: 6.0)
+    note = machine.busy_note(2)
+    assert note.startswith("Machine busy (load average 6.0 on 2 cores") and "--threads 1 (this run: 2)" in note
+    assert "--threads" not in machine.busy_note(1) and "when the machine is idle" in machine.busy_note(1)
+    monkeypatch.setattr(machine, "load_average", lambda: 2.4)  # our own 2 threads on 2 cores: not busy
+    assert machine.busy_note(2) == ""
+
+
+def test_bench_refuses_what_a_tiny_model_ignores_and_names_a_missing_prompts_file(tmp_path, capsys):
+    with pytest.raises(ValueError, match="--dtype and --quantize apply to a model loaded from files"):
+        benchmark.main(["--model", "tiny:16,4x4", "--backends", "ar", "--quantize", "int4", "--quiet"])
+    with pytest.raises(SystemExit):
+        benchmark.main(["--model", "tiny:16,4x4", "--prompts", str(tmp_path / "missing.txt")])
+    assert "--prompts: no such file" in capsys.readouterr().err
+
+
+def test_demo_argument_errors_do_not_wait_for_torch():
+    code = ("import sys; from specar.cli import main; code = main(['demo', '--threads', '0']); "
+            "assert 'torch' not in sys.modules, 'torch imported'; sys.exit(code)")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "PYTHONPATH": SPECAR_PARENT}, cwd=SPECAR_PARENT)
+    assert p.returncode == 2 and "--threads: must be an integer >= 1" in p.stderr, p.stderr
+
+
+def test_scd_coupling_is_said_to_be_moot_with_same_image_as_ar():
+    model = tiny_model(16, (4, 4), seed=0, row_end=True)
+    on = json.loads(core.run_sampler(model, values(backend="scd", compare_with_ar=False, preview="off"))[2])
+    assert any("coupling and coupling_strength had no effect" in n and "SCD samples as SJD" in n for n in on["notes"])
+    off = json.loads(core.run_sampler(model, values(backend="scd", compare_with_ar=False, preview="off",
+                                                   same_image_as_ar=False))[2])
+    assert not any("no effect" in n for n in off["notes"]) and "its own draws" in off["summary"]
+    tooltips = {w.name: w.tooltip for w in flatten(spec.sampler_spec().inputs)}
+    assert "No effect with same_image_as_ar on" in tooltips["scd_coupling"]
+    assert "its coupling has no effect" in tooltips["backend"] and "SCD's coupling has no effect" in \
+        tooltips["same_image_as_ar"]
 
 
 def test_a_busy_machine_is_named_in_the_summary(monkeypatch):
@@ -216,7 +301,7 @@ def test_a_busy_machine_is_named_in_the_summary(monkeypatch):
 def test_tooltips_speak_to_a_node_user():
     widgets = flatten(spec.sampler_spec().inputs) + flatten(spec.loader_spec(lambda: ["demo"]).inputs)
     for w in widgets:
-        for bad in ("preset", "docs/", ".md"):
+        for bad in ("preset", "docs/", ".md", "TV(", "Sequoia", "bench regime", "alpha:", "bisection"):
             assert bad not in w.tooltip, (w.name, bad, w.tooltip)
         assert not re.search(r"\bissues? \d", w.tooltip), (w.name, w.tooltip)
     drafters = [w for w in widgets if w.kind == "COMBO" and w.default == spec.BESIDE_MODEL]
@@ -308,7 +393,7 @@ def test_package_data_covers_every_example_workflow():
     for base, _, files in os.walk(os.path.join(ROOT, "example_workflows")):
         for name in files:
             rel = os.path.relpath(os.path.join(base, name), ROOT)
-            if name.endswith(".json"):
+            if name.endswith((".json", ".jpg")):  # the workflows and the template browser's thumbnails
                 assert any(fnmatch.fnmatch(rel, p) and rel.count("/") == p.count("/") for p in patterns), rel
 
 

@@ -2,6 +2,7 @@
 allowed, never an AssertionError / AttributeError / SafetensorError from deep inside torch or transformers."""
 import importlib.util
 import os
+import re
 import shutil
 
 import pytest
@@ -48,3 +49,42 @@ def test_damaged_weights_name_the_file(tmp_path):
         specar.load_model(str(folder), layout="lumina", target_size=64, resolution="64x32")
     assert str(weights) in str(e.value)
     shutil.rmtree(folder)
+
+
+def test_resolution_is_one_name_for_every_family(tmp_path, monkeypatch):
+    """load_model(..., resolution="WxH") reaches every family as its own size options (or as `resolution` where
+    its loader takes that name), and a size it does not offer is a ValueError, never a TypeError."""
+    import dataclasses
+    import inspect
+
+    from specar.model_loaders import registry
+    with pytest.raises(ValueError, match="generates at its own size only: choose resolution 'model default'"):
+        specar.load_model("demo", resolution="512x512")
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "config.json").write_text('{"model_type": "chameleon", "architectures": '
+                                        '["ChameleonXLLMXForConditionalGeneration"]}')  # Lumina-mGPT for chameleon
+    for name, family in registry.FAMILIES.items():
+        got = []
+        native = "resolution" in inspect.signature(family.load).parameters
+
+        def load(path, device=None, dtype=None, **kw):
+            got.append(kw)
+
+        def load_native(path, device=None, dtype=None, resolution=None, **kw):  # the signature the family has
+            got.append({**kw, **({} if resolution is None else {"resolution": resolution})})
+
+        fake = dataclasses.replace(family, load=load_native if native else load)
+        monkeypatch.setattr(registry, "family_of", lambda p, f=fake: f)
+        for size in family.resolutions[:2]:
+            registry.load_model(str(folder), resolution=size)
+            w, h = (int(x) for x in size.split("x"))
+            assert got[-1] == ({"resolution": size} if native else family.size_options(str(folder), w, h)), name
+        registry.load_model(str(folder), resolution="model default")
+        assert got[-1] == {}, name
+        try:
+            family.size_options(str(folder), 7, 7)
+        except ValueError as e:  # a size the family does not offer: its own words (a native loader checks later)
+            if not native:
+                with pytest.raises(ValueError, match=re.escape(str(e))):
+                    registry.load_model(str(folder), resolution="7x7")

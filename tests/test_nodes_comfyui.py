@@ -17,7 +17,7 @@ import torch
 from specar.nodes import core, layouts, spec, v1
 from specar.samplers.backends import SCHEMAS
 from specar_node_harness import (  # devtools/node_harness.py, loaded by tests/conftest.py
-    ROOT, EXAMPLES, param_names, execute, load_json, BASE, stop_process, api_twin)
+    ROOT, EXAMPLES, param_names, execute, load_json, BASE, stop_process, api_twin, sampler_values)
 
 
 @pytest.mark.skipif(not os.environ.get("SPECAR_COMFYUI"), reason="set SPECAR_COMFYUI to a ComfyUI checkout")
@@ -161,7 +161,7 @@ def test_real_frontend_loads_example_and_0_1_workflows(tmp_path):
 
 
 @pytest.mark.skipif(not shutil.which("node"), reason="needs node to run the web extension")
-def test_web_extension_renders_stats(tmp_path, comfy):
+def test_web_extension_renders_stats_and_follows_the_execution_to_its_end(tmp_path, comfy):
     _web_harness(tmp_path)
     model, = execute(v1.SpecARModelLoader, model="demo", device="auto", dtype="auto")[0]
     _, ui = execute(v1.SpecARSampler, model=model, **{**BASE, "backend": "sjd_pac"})
@@ -170,6 +170,10 @@ def test_web_extension_renders_stats(tmp_path, comfy):
 import { readFileSync } from "node:fs";
 await import("./extensions/specar/specar.js");
 const ext = globalThis.registered;
+const listeners = {};
+globalThis.api.addEventListener = (kind, fn) => { listeners[kind] = fn; };
+await ext.setup();
+const fire = (kind, detail) => listeners[kind]({ detail });
 function NodeType() {}
 NodeType.prototype.onExecuted = function () { this.calledOriginal = true; };
 await ext.beforeRegisterNodeDef(NodeType, { name: "SpecARSampler" });
@@ -177,28 +181,72 @@ const other = function () {};
 await ext.beforeRegisterNodeDef(other, { name: "KSampler" });
 const node = new NodeType();
 Object.assign(node, {
-  widgets: [], size: [300, 200],
-  addWidget(type, name, value, cb, options) { const w = { type, name, value, options }; this.widgets.push(w); return w; },
+  id: 10, widgets: [{ name: "backend", value: "sjd_pac" }], size: [300, 200],
+  addWidget(type, name, value, cb, options) { const w = { type, name, value, options, callback: cb }; this.widgets.push(w); return w; },
   computeSize() { return [320, 260]; },
   setSize(s) { this.size = s; },
   setDirtyCanvas() {},
 });
+node.onNodeCreated();
+const box = () => node.widgets.find((w) => w.name === "specar_stats_view").value;
+const seen = { idle: box() };
 const message = JSON.parse(readFileSync("message.json", "utf8"));
 node.onExecuted(message);
 node.onExecuted(message);
-console.log(JSON.stringify({ widgets: node.widgets, original: node.calledOriginal, size: node.size,
-                             other: other.prototype.onExecuted === undefined }));
+seen.folded = box();
+const details = node.widgets.find((w) => w.name === "statistics details");
+details.value = true; details.callback(true);
+seen.unfolded = box();
+details.value = false; details.callback(false);
+// a cancelled run: waiting, running, a compile stage, cancelled
+node.onExecutionStart(); seen.waiting = box();
+fire("executing", "10"); seen.running = box();
+fire("specar_stage", { node: "10", text: "compiling the decode step..." }); seen.stage = box();
+fire("specar_stage", { node: "10", text: null }); seen.afterStage = box();
+fire("execution_interrupted", { node_id: "10" }); seen.cancelled = box();
+fire("executing", null); seen.cancelledAfterEnd = box();
+// another node fails before this one runs; then this node fails itself
+node.onExecutionStart(); fire("execution_error", { node_id: "3", node_type: "SpecARModelLoader", exception_message: "no CUDA GPU\\nmore" });
+seen.upstream = box();
+node.onExecutionStart(); fire("executing", { node: "10" }); fire("execution_error", { node_id: "10", exception_message: "out of GPU memory" });
+seen.failed = box();
+// nothing changed: ComfyUI reused the cached result and ran nothing; the last statistics come back
+node.onExecuted(message);
+node.onExecutionStart(); fire("executing", null); seen.cached = box();
+node.onExecutionStart(); fire("execution_success", {}); seen.cachedSuccess = box();
+// a run of another node's that ended does not touch a finished node
+fire("execution_interrupted", { node_id: "3" }); seen.untouched = box();
+// another backend: the last run's statistics are not its own
+const backend = node.widgets.find((w) => w.name === "backend");
+backend.value = "hawk"; backend.callback?.("hawk"); seen.switched = box();
+console.log(JSON.stringify({ seen, original: node.calledOriginal, size: node.size,
+                             other: other.prototype.onExecuted === undefined,
+                             serialize: node.widgets.filter((w) => w.name !== "backend").map((w) => w.serialize) }));
 """)
     out = subprocess.run(["node", "run.js"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     res = json.loads(out.stdout)
+    seen = res["seen"]
     assert res["original"] and res["other"] and res["size"] == [320, 260]
-    assert len(res["widgets"]) == 1 and res["widgets"][0]["serialize"] is False
-    text = res["widgets"][0]["value"]
-    assert text.startswith("SJD-PAC: 16 tokens in") and "step compression" in text and "mean accepted length" in text
-    assert "backend SJD-PAC" in text and "sampling: cfg" in text
+    assert set(res["serialize"]) == {False}  # the box and the toggles are display only
+    summary = ui["text"][0].split("\n")[0]
+    assert seen["idle"] == "statistics appear here after a run"
+    # one summary line, the details folded behind the toggle
+    assert seen["folded"] == summary + '\n(more: turn on "statistics details")'
+    assert summary.startswith("SJD-PAC: 16 tokens in") and "same image as AR" in summary
+    details = seen["unfolded"].split("\n")[1:]
+    assert seen["unfolded"].startswith(summary) and "same_image_as_ar on" in details
+    assert any(d.startswith("backend SJD-PAC (window=") for d in details)
+    assert any(d.startswith("sampling: cfg") for d in details) and any("tokens per forward" in d for d in details)
     # the preview is sent upscaled (the frontend labels it 512x512): the statistics say the image's own size
-    assert "image 4x4 px; live preview: the 4x4 image, shown upscaled to 512x512" in text
+    assert "image 4x4 px; live preview: the 4x4 image, shown upscaled to 512x512" in details
+    assert (seen["waiting"], seen["running"]) == ("waiting to run...", "running...")
+    assert seen["stage"] == "compiling the decode step..." and seen["afterStage"] == "running..."
+    assert seen["cancelled"].startswith("cancelled: the image above is the partial") == seen["cancelledAfterEnd"].startswith("cancelled")
+    assert seen["upstream"] == "not run: SpecARModelLoader (node 3) failed first: no CUDA GPU"
+    assert seen["failed"] == "failed: out of GPU memory"
+    assert seen["cached"] == seen["cachedSuccess"] == seen["untouched"] == seen["folded"]
+    assert seen["switched"] == "statistics appear here after a run"
 
 
 def _web_harness(tmp_path):
@@ -206,7 +254,8 @@ def _web_harness(tmp_path):
     (tmp_path / "package.json").write_text('{"type": "module"}')
     (tmp_path / "scripts").mkdir()
     (tmp_path / "scripts" / "app.js").write_text(
-        "export const app = { registerExtension(e) { globalThis.registered = e; } };\n")
+        "globalThis.api = { addEventListener() {} };\n"
+        "export const app = { api: globalThis.api, registerExtension(e) { globalThis.registered = e; } };\n")
     ext_dir = tmp_path / "extensions" / "specar"
     ext_dir.mkdir(parents=True)
     for name in os.listdir(os.path.join(ROOT, "web")):  # ComfyUI serves the whole web folder
@@ -281,6 +330,11 @@ const mode = fresh.widgets.find((w) => w.name === "adt_tree_candidate_mode");
 mode.value = "topk";
 shape.value = "best_first"; shape.callback("best_first");
 const impliedMode = mode.value;
+// the lossy relaxed mode: needs topk candidates (which need layered trees) and same_image_as_ar off
+const relaxed = fresh.widgets.find((w) => w.name === "adt_tree_relaxed");
+relaxed.value = true; relaxed.callback(true);
+const afterRelaxed = { mode: mode.value, shape: shape.value,
+  same: fresh.widgets.find((w) => w.name === "same_image_as_ar").value };
 const guidance = fresh.widgets.find((w) => w.name === "guidance");
 guidance.value = "custom"; guidance.callback("custom");
 const afterCustom = shown(fresh);
@@ -312,7 +366,7 @@ for (const [nid, info] of Object.entries(JSON.parse(readFileSync("named.json", "
   n.onSerialize(o);
   serialized[nid] = o.properties.specar_inputs;
 }
-console.log(JSON.stringify({ first, afterHawk, impliedMode, titleAfterHawk, afterAdvanced, renamedTitle, statsDuringRun, afterCustom, migrated, shownOld: shown(old), dyn, named, serialized,
+console.log(JSON.stringify({ first, afterHawk, impliedMode, afterRelaxed, titleAfterHawk, afterAdvanced, renamedTitle, statsDuringRun, afterCustom, migrated, shownOld: shown(old), dyn, named, serialized,
   notes: mod.migrateLegacyValues([...JSON.parse(readFileSync("legacy.json", "utf8"))].map((v, i) => i === 5 ? 2.5 : v), []).notes }));
 """)
     out = subprocess.run(["node", "run.js"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
@@ -329,9 +383,17 @@ console.log(JSON.stringify({ first, afterHawk, impliedMode, titleAfterHawk, afte
     assert backend_inputs(res["afterAdvanced"]) == own("hawk")
     # the title follows the backend, unless the user renamed the node
     assert res["titleAfterHawk"] == "SpecAR Sampler - Hawk" and res["renamedTitle"] == "my hawk"
-    assert res["statsDuringRun"] == "running..."  # the previous run's statistics are cleared
+    assert res["statsDuringRun"] == "waiting to run..."  # the previous run's statistics are cleared
     # best_first needs sampled candidates: picking it sets candidate_mode (topk + best_first cannot be picked)
     assert res["impliedMode"] == "sampled"
+    assert res["afterRelaxed"] == {"mode": "topk", "shape": "layers", "same": False}
+    # what the browser sets is what the node accepts: one message otherwise, naming every input to change
+    values = sampler_values(backend="adt_tree", adt_tree_relaxed=True, adt_tree_tree_shape="best_first")
+    with pytest.raises(ValueError, match=r"adt_tree_relaxed on needs adt_tree_candidate_mode topk \(now sampled\) and "
+                                         r"adt_tree_tree_shape layers \(now best_first\) and same_image_as_ar off"):
+        core.backend_config(values)
+    core.backend_config({**values, "adt_tree_candidate_mode": "topk", "adt_tree_tree_shape": "layers",
+                         "same_image_as_ar": False})
     assert "cfg_scale" in res["afterCustom"] and "top_k" in res["afterCustom"]
     m = res["migrated"]
     assert (m["prompt"], m["seed"], m["backend"], m["temperature"], m["batch_size"]) == ("a cat", 11, "sjd_pac", 0.9, 2)
@@ -364,3 +426,45 @@ console.log(JSON.stringify({ first, afterHawk, impliedMode, titleAfterHawk, afte
     a = core.run_sampler(model, values)
     b = core.run_sampler(model, old_values)
     assert torch.equal(a[1]["tokens"], b[1]["tokens"])
+
+
+@pytest.mark.skipif(not shutil.which("node"), reason="needs node to run the web extension")
+def test_web_extension_narrows_the_loader_lists_to_the_chosen_model(tmp_path, comfy):
+    from specar_node_harness import stubs
+    _web_harness(tmp_path)
+    stubs.make_model_folder(comfy["models_dir"], "janus-pro-7b", "janus")
+    types = v1.SpecARModelLoader.INPUT_TYPES()
+    (tmp_path / "node_def.json").write_text(json.dumps({"name": "SpecARModelLoader", "input": types}))
+    (tmp_path / "run.js").write_text("""
+import { readFileSync } from "node:fs";
+await import("./extensions/specar/specar.js");
+const def = JSON.parse(readFileSync("node_def.json", "utf8"));
+function NodeType() {}
+await globalThis.registered.beforeRegisterNodeDef(NodeType, def);
+const node = new NodeType();
+node.widgets = Object.entries({ ...def.input.required, ...def.input.optional }).map(([name, [kind, opts]]) =>
+  ({ name, value: opts.default, options: { values: Array.isArray(kind) ? kind : [] }, callback: null }));
+node.onNodeCreated();
+const w = (n) => node.widgets.find((x) => x.name === n);
+const lists = () => Object.fromEntries(["resolution", "quantize", "offload"].map((n) => [n, [w(n).value, w(n).options.values]]));
+const demo = lists();
+w("model").value = "janus-pro-7b"; w("model").callback("janus-pro-7b");
+w("resolution").value = "384x384"; w("offload").value = "auto";
+const janus = lists();
+w("model").value = "demo"; w("model").callback("demo");
+const back = lists();
+// a saved workflow keeps its value (the queue-time check names what the model allows)
+w("model").value = "janus-pro-7b"; w("resolution").value = "1024x768"; node.onConfigure({});
+console.log(JSON.stringify({ demo, janus, back, saved: w("resolution").value, savedList: w("resolution").options.values }));
+""")
+    out = subprocess.run(["node", "run.js"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    res = json.loads(out.stdout)
+    allowed = types["required"]["model"][1]["specar_allowed"]
+    assert res["demo"]["resolution"] == ["model default", ["model default"]]
+    assert res["demo"]["offload"] == ["none", ["none"]] and res["demo"]["quantize"][1] == ["none", "int8", "int4"]
+    assert res["janus"]["resolution"] == ["384x384", allowed["janus-pro-7b"]["resolution"]]
+    assert res["janus"]["offload"] == ["auto", ["none", "auto"]]
+    # back to the demo model: values it does not allow become its first allowed ones
+    assert res["back"]["resolution"][0] == "model default" and res["back"]["offload"][0] == "none"
+    assert res["saved"] == "1024x768" and res["savedList"] == allowed["janus-pro-7b"]["resolution"]

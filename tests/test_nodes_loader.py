@@ -37,7 +37,10 @@ def test_model_loader_lists_folders_caches_and_frees(flavour, comfy):
     assert len(comfy["loaded"]) == 3
 
     assert comfy_validation_errors(loader, dict(model="demo", device="auto", dtype="auto")) == []
-    assert comfy_validation_errors(loader, dict(model="nope", device="tpu", dtype="auto")) == ["model", "device"]
+    messages = []  # device: ComfyUI's own choice check; model: the loader's check, which names the choices
+    assert comfy_validation_errors(loader, dict(model="nope", device="tpu", dtype="auto"), messages=messages) == [
+        "device", "model"]
+    assert messages == ["model must be one of demo, emu3-gen, janus-pro-1b; got 'nope'"]
     with pytest.raises(ValueError, match=r"model must be one of demo, emu3-gen, janus-pro-1b; got 'nope'"):
         execute(loader, model="nope", device="auto", dtype="auto")
     with pytest.raises(ValueError, match="dtype must be one of"):
@@ -109,8 +112,11 @@ def test_loader_resolution_and_offload_become_the_familys_options(flavour, comfy
     ]:
         with pytest.raises(ValueError, match=re.escape(message)):
             load(model, resolution, offload)
+    # refused when the prompt is queued, naming what the chosen model allows (filed on each input the check reads)
+    messages = []
     assert comfy_validation_errors(loader, dict(model="demo", device="auto", dtype="auto", resolution="640x480",
-                                                offload="none")) == ["resolution"]
+                                                offload="none"), messages=messages) == ["model", "resolution", "offload"]
+    assert messages[0].endswith("resolution '640x480' is not offered for demo: choose one of model default")
 
 
 @pytest.mark.parametrize("flavour", flavours())
@@ -158,3 +164,56 @@ def test_drafter_folders_are_listed_and_resolved(comfy):
     assert config.params()["heads"] == os.path.join(base, "my-hawk-heads")
     settings, config = core.backend_config(sampler_values(backend="hawk"))
     assert config.params()["heads"] == ""  # beside the model
+
+
+@pytest.mark.parametrize("flavour", flavours())
+def test_loader_offers_per_model_values_and_refuses_others_when_queued(flavour, comfy):
+    """What each model allows (from its family) reaches the web extension, which narrows the lists to it; any
+    other value is refused when the prompt is queued, naming what the chosen model allows."""
+    from specar.model_loaders.quantize import QUANTIZE_MODES
+    from specar.model_loaders.resolutions import RESOLUTIONS
+    stubs.make_model_folder(comfy["models_dir"], "janus-pro-7b", "janus")
+    stubs.make_model_folder(comfy["models_dir"], "emu3-gen", "emu3")
+    loader = node_classes(flavour)["SpecARModelLoader"]
+    allowed = loader.INPUT_TYPES()["required"]["model"][1]["specar_allowed"]
+    assert allowed["demo"] == {"resolution": ["model default"], "quantize": list(QUANTIZE_MODES), "offload": ["none"]}
+    janus = allowed["janus-pro-7b"]
+    assert "384x384" in janus["resolution"] and "1024x768" not in janus["resolution"]
+    assert janus["offload"] == ["none", "auto"] and janus["quantize"] == list(QUANTIZE_MODES)
+    assert len(allowed["emu3-gen"]["resolution"]) > len(janus["resolution"])  # any W x H
+    assert set(allowed["emu3-gen"]["resolution"]) <= set(RESOLUTIONS)
+
+    def refused(**values):
+        messages = []
+        bad = comfy_validation_errors(loader, dict(dict(device="auto", dtype="auto"), **values), messages=messages)
+        return bad, messages
+
+    assert refused(model="janus-pro-7b", resolution="384x384", quantize="int4") == ([], [])
+    bad, messages = refused(model="janus-pro-7b", resolution="1024x768")
+    assert bad == ["model", "resolution"] and "Janus generates square images" in messages[0]
+    assert messages[0].endswith(f"choose one of {', '.join(janus['resolution'])}")
+    bad, messages = refused(model="demo", offload="auto")
+    assert "is for transformers-format models" in messages[0] and messages[0].endswith("choose one of none")
+    bad, messages = refused(model="janus-pro-7b", quantize="int8", offload="auto")
+    assert bad == ["model", "quantize", "offload"] and "choose offload none, or quantize none" in messages[0]
+    with pytest.raises(ValueError, match="choose offload none, or quantize none"):  # the same check when it runs
+        execute(loader, model="janus-pro-7b", device="cpu", dtype="auto", quantize="int8", offload="auto")
+
+
+def test_the_demo_model_loads_quantized_from_the_loader_and_samples_as_ar(comfy, monkeypatch):
+    """The pack's own model can be tried quantized in ComfyUI: the loader's int8 / int4 reach the demo's loader,
+    whose linear layers become QuantLinear, and a speculative backend gives the quantized model's AR image (its
+    drafters, trained on the unquantized weights, are accepted for it)."""
+    from specar.model_loaders import registry
+    from specar.model_loaders.quantize import QuantLinear
+    monkeypatch.setattr(models, "load_model", registry.load_model)  # the real demo model, not the fixture's
+    torch.set_num_threads(1)
+    for mode in ("int8", "int4"):
+        handle, = execute(v1.SpecARModelLoader, model="demo", device="cpu", dtype="auto", quantize=mode)[0]
+        decoder = models.resolve(handle).decoder
+        quantized = [m for m in decoder.modules() if isinstance(m, QuantLinear)]
+        assert quantized and all(m.bits == int(mode[3:]) for m in quantized)
+        ar = execute(v1.SpecARSampler, model=handle, **sampler_values(backend="ar", seed=1))[0]
+        fast = execute(v1.SpecARSampler, model=handle, **sampler_values(backend="hawk", seed=1))[0]
+        assert torch.equal(ar[1]["tokens"], fast[1]["tokens"])
+        assert json.loads(fast[2])["nfe"] < json.loads(ar[2])["nfe"]

@@ -11,7 +11,7 @@ import specar
 from specar.nodes import core, models, report, v1
 from specar_node_harness import (  # devtools/node_harness.py, loaded by tests/conftest.py
     stubs, flavours, node_classes, is_dynamic, as_comfy_passes, execute, comfy_validation_errors,
-    sampler_values, api_inputs, dynamic_name, run_sampler_node, BASE, BACKEND_CHOICES)
+    sampler_values, api_inputs, dynamic_name, run_sampler_node, BASE, BACKEND_CHOICES, queue_errors)
 
 
 @pytest.mark.parametrize("flavour", flavours())
@@ -23,8 +23,9 @@ from specar_node_harness import (  # devtools/node_harness.py, loaded by tests/c
     ({"seed": -1}, "seed", "seed must be in [0, 18446744073709551615]"),
     ({"top_p": 0.0}, "top_p", "top_p must be in [0.01, 1.0]"),
     ({"temperature": float("nan")}, "temperature", "temperature must be a finite number"),
-    ({"backend": "sjd_pac", "sjd_pac_continuation": "yes"}, "sjd_pac_continuation",
-     "sjd_pac_continuation must be true or false"),
+    # an on/off input: ComfyUI runs bool(value), so it files nothing itself (the prompt guard refuses it when
+    # queued: test_on_off_inputs_refuse_other_values_when_queued); the node refuses what reaches it unconverted
+    ({"backend": "sjd_pac", "sjd_pac_continuation": "yes"}, None, "sjd_pac_continuation must be true or false"),
     ({"guidance": "custom", "cfg_scale": -1.0}, "cfg_scale", "cfg_scale must be in [0.0, 100.0], got -1.0"),
     ({"guidance": "always"}, "guidance", "guidance must be one of model default, custom"),
     ({"backend": "hawk", "hawk_heads": "elsewhere"}, "hawk_heads", "hawk_heads must be one of (beside the model)"),
@@ -36,10 +37,11 @@ def test_bad_values_give_one_error_on_the_right_input(flavour, change, bad_input
     classes = node_classes(flavour)
     sampler, loader = classes["SpecARSampler"], classes["SpecARModelLoader"]
     values = {**BASE, **change}
+    if is_dynamic(sampler):
+        message = message.replace(f"{values['backend']}_", "", 1)  # nested inputs keep their own names
     if is_dynamic(sampler) and bad_input:
         bad_input = dynamic_name(bad_input, values["backend"])
         message = message.split("; got")[0] if bad_input in ("backend", "guidance") else message  # value dropped
-        message = message.replace(f"{values['backend']}_", "", 1)  # nested inputs keep their own names
         # ComfyUI drops a switch whose value is none of its options, so the verdict is filed against the
         # other switch
         bad_input = {"backend": "guidance", "guidance": "backend"}.get(bad_input, bad_input)
@@ -51,6 +53,33 @@ def test_bad_values_give_one_error_on_the_right_input(flavour, change, bad_input
     assert comfy_validation_errors(sampler, api_inputs(sampler, BASE)) == [] and core.sampler_error(BASE) is None
     # the inputs of backends not chosen are not the node's concern when it runs
     assert core.sampler_error({**BASE, "backend": "ar", "sjd_pac_tree_depth": 100}) is None
+
+
+@pytest.mark.parametrize("flavour", flavours())
+def test_on_off_inputs_refuse_other_values_when_queued(flavour, comfy):
+    """ComfyUI's own validation runs bool(value) on an on/off input ("false" would run as on): the prompt as
+    posted is checked (nodes/prompt_guard.py, an on-prompt handler) and the node refuses it when queued."""
+    classes = node_classes(flavour)
+    sampler = classes["SpecARSampler"]
+
+    def prompt(**change):
+        return {"1": {"class_type": "SpecARModelLoader", "inputs": {"model": "demo", "device": "auto", "dtype": "auto"}},
+                "10": {"class_type": "SpecARSampler",
+                       "inputs": {"model": ["1", 0], **api_inputs(sampler, sampler_values(backend="sjd_pac", **change))}}}
+
+    assert queue_errors(prompt(), classes) == {}
+    for change, name in (({"compile": "false"}, "compile"), ({"same_image_as_ar": 0}, "same_image_as_ar"),
+                         ({"sjd_pac_continuation": "no"}, dynamic_name("sjd_pac_continuation", "sjd_pac")
+                          if is_dynamic(sampler) else "sjd_pac_continuation")):
+        errors = queue_errors(prompt(**change), classes)
+        assert list(errors) == ["10"], change
+        bad, messages = errors["10"]
+        value = next(iter(change.values()))
+        assert messages == [f"{name} must be true or false, got {value!r} (ComfyUI would run any other value as on)"]
+    assert queue_errors(prompt(compile=True), classes) == {}  # a later good prompt for the same node passes
+    if flavour == "v1":  # ComfyUI passes the hidden id to the node's function too
+        model, = execute(classes["SpecARModelLoader"], model="demo", device="auto", dtype="auto")[0]
+        execute(sampler, model=model, unique_id="10", **BASE)
 
 
 def test_a_tree_too_big_for_the_model_names_its_parameters(comfy):
@@ -103,9 +132,11 @@ def test_a_lossy_run_says_so_and_is_never_called_faster():
                 params={}, accepted_length_histogram={})
     lossy = GenerationStats(**base)
     ar = GenerationStats(**dict(base, backend="ar", nfe=15, steps=[15], latency_s=1.0, lossy=False))
-    text = report.summary(lossy, ar)
-    assert "LOSSY" in text.split(":")[0] and "faster" not in text and "not comparable" in text
-    assert "faster" in report.summary(GenerationStats(**dict(base, lossy=False)), ar)
+    line, notes = report.summary(lossy, ar)
+    assert "LOSSY" in line.split(":")[0] and "same image as AR" not in line
+    assert "faster" not in " ".join(notes) and "not comparable" in " ".join(notes)
+    line, notes = report.summary(GenerationStats(**dict(base, lossy=False)), ar)
+    assert "speed-up: faster" in notes
 
 
 def test_out_of_memory_names_what_to_lower_and_leaves_the_model_usable(comfy, monkeypatch):

@@ -65,7 +65,7 @@ def test_node_schemas_are_valid(flavour, comfy):
         assert len(cls.RETURN_TYPES) == len(cls.RETURN_NAMES) == len(cls.OUTPUT_TOOLTIPS) >= 1
         assert all(t in socket_types for t in cls.RETURN_TYPES) and all(cls.OUTPUT_TOOLTIPS)
         inputs = cls.INPUT_TYPES()
-        assert set(inputs) <= {"required", "optional", "hidden"}  # hidden: an output node's prompt, extra_pnginfo
+        assert set(inputs) <= {"required", "optional", "hidden"}  # hidden: an output node's prompt, extra_pnginfo, id
         # optional: only the inputs added after 0.1 (API prompts saved before them stay valid)
         added = {"SpecARModelLoader": ["resolution", "offload", "quantize"],
                  "SpecARSampler": ["compare_with_ar", "compile", "same_image_as_ar"]}
@@ -98,10 +98,15 @@ def test_node_schemas_are_valid(flavour, comfy):
             kind, opts = req[f"{b}_{p.name}"]
             assert opts["default"] == p.default or (p.default == "" and opts["default"] == spec.BESIDE_MODEL), (b, p)
     assert req["guidance"][1]["default"] == "model default" and req["cfg_scale"][1]["min"] == 0.0
-    for cls in classes.values():  # ComfyUI checks the inputs itself: files each bad value once, on its input
-        fn = validate_fn(cls)  # only the switches: ComfyUI passes every DynamicCombo to the function
-        switches = ["backend", "guidance"] if flavour == "v3" else ["backend"]
-        assert fn is None or [p for p in inspect.signature(fn).parameters if p != "cls"] == switches
+    # ComfyUI checks the other inputs itself (each bad value filed once, on its input): the validate functions
+    # name only what their checks need. The sampler: its switches (ComfyUI passes every DynamicCombo to the
+    # function), or in V1 only its hidden id (the on/off check of the prompt as posted); the loader: the inputs
+    # that depend on the model
+    named = {"SpecARModelLoader": ["model", "resolution", "quantize", "offload"], "SpecARDecode": None,
+             "SpecARSampler": {"v1": ["unique_id"], "v3": ["backend", "guidance"], "v3-flat": ["backend"]}[flavour]}
+    for name, cls in classes.items():
+        fn = validate_fn(cls)
+        assert (fn and [p for p in inspect.signature(fn).parameters if p != "cls"]) == named[name], name
     assert sampler.OUTPUT_NODE and sampler.RETURN_NAMES == ("image", "tokens", "stats", "acceptance_heatmap")
     assert sampler.RETURN_TYPES == ("IMAGE", "SPECAR_TOKENS", "STRING", "IMAGE")
     assert classes["SpecARModelLoader"].RETURN_TYPES == ("SPECAR_MODEL",)

@@ -87,7 +87,7 @@ def test_api_workflows_run_through_the_node_classes(flavour, comfy):
             assert s["backend"] == prompt[nid]["inputs"]["backend"] and s["image_tokens"] == 16 and s["nfe"] >= 1
             label = SCHEMAS[s["backend"]].label
             assert s["summary"].startswith(f"{label}: 16 tokens in {s['nfe'] + 1} forward passes")
-            assert uis[nid]["text"] == [s["summary"]] and s["backend_label"] == label
+            assert uis[nid]["text"] == ["\n".join([s["summary"]] + s["notes"])] and s["backend_label"] == label
             assert json.loads(uis[nid]["specar_stats"][0]) == s
             assert tokens["tokens"].shape == (1, 4, 4)
         assert comfy["progress"] and comfy["progress"][-1][0] == comfy["progress"][-1][1]

@@ -65,10 +65,17 @@ def test_memory_of_a_7b_width_layer_int4_at_most_35_percent_of_bf16():
     assert rep8.bytes_after <= 0.55 * bf16, rep8
 
 
-def test_modes_and_errors():
+def test_modes_and_errors(monkeypatch):
+    import dataclasses
+
+    from specar.model_loaders import registry
     assert check_mode(None) == "none" and check_mode("INT4") == "int4"
     with pytest.raises(ValueError, match="quantize must be one of none, int8, int4.*'int3'"):
         check_mode("int3")
+    assert any(isinstance(m, QuantLinear) for m in specar.load_model("demo", quantize="int4").decoder.modules())
+    # a family whose loader does not quantize (every shipped one does) is refused, naming those that do
+    demo = dataclasses.replace(registry.BUILTIN_MODELS["demo"], quantize=False)
+    monkeypatch.setattr(registry, "family_of", lambda name: demo)
     with pytest.raises(ValueError, match="quantize='int4'.*quantized loading is offered for"):
         specar.load_model("demo", quantize="int4")
     m = nn.Sequential(nn.Linear(8, 8), nn.Linear(8, 8))

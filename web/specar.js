@@ -1,61 +1,19 @@
-// SpecAR web extension for the SpecAR Sampler node:
-// - shows only the chosen backend's parameters (and the custom guidance values only when guidance is
-//   "custom") where the node's inputs are flat (ComfyUI without the V3 DynamicCombo, or V1 nodes);
-// - restores saved values by name whatever layout they were saved in (specar_layouts.js: SpecAR 0.1
-//   migration, DynamicCombo <-> flat);
-// - shows the generation statistics after a run, in a box that grows with its text.
-// The node's `ui` output carries `text` (the one-line summary) and `specar_stats` (GenerationStats as JSON).
+// SpecAR web extension:
+// - SpecAR Sampler: shows only the chosen backend's parameters (and the custom guidance values only when guidance
+//   is "custom") where the node's inputs are flat (ComfyUI without the V3 DynamicCombo, or V1 nodes); restores
+//   saved values by name whatever layout they were saved in (specar_layouts.js: SpecAR 0.1 migration,
+//   DynamicCombo <-> flat); picking a value that needs others sets them; shows the run's state and statistics
+//   (specar_stats.js);
+// - SpecAR Model Loader: its lists follow the chosen model (specar_loader.js).
+// The sampler's `ui` output carries `text` (summary line and notes) and `specar_stats` (the statistics as JSON).
 import { app } from "../../scripts/app.js";
 import { applyValues, eachInput, inputDefaults, namedValues, restoreValues, switchOf } from "./specar_layouts.js";
+import { hookLoader } from "./specar_loader.js";
+import { DETAILS_TOGGLE, EXECUTION_EVENTS, executionEvent, showResult, showStats } from "./specar_stats.js";
 
-const WIDGET = "specar_stats_view";
+export { formatStats, wrappedRows } from "./specar_stats.js";
 
-function num(x, digits = 2) {
-  return x === null || x === undefined || Number.isNaN(Number(x)) ? "-" : Number(x).toFixed(digits);
-}
-
-export function formatStats(json) {
-  let s;
-  try {
-    s = JSON.parse(json);
-  } catch (e) {
-    return String(json);
-  }
-  const hist = Object.entries(s.accepted_length_histogram || {})
-    .map(([k, v]) => `${k}:${v}`)
-    .join(" ");
-  const params = Object.entries(s.params || {})
-    .map(([k, v]) => `${k}=${v === "" ? "(beside the model)" : v}`) // an empty drafter folder: the model's own
-    .join(" ");
-  const lines = [
-    s.summary || "",
-    `backend ${s.backend_label || s.backend}${params ? " (" + params + ")" : ""}${s.batch > 1 ? `, batch ${s.batch}` : ""}`,
-    `sampling: cfg ${s.sampling?.cfg_scale ?? "-"}, top-k ${s.sampling?.top_k ?? "-"}, temperature ${s.sampling?.temperature ?? "-"}, top-p ${s.sampling?.top_p ?? "-"}`,
-    `image tokens ${s.image_tokens}${s.forced_tokens ? ` (+${s.forced_tokens} forced)` : ""}`,
-    `forward passes ${s.nfe} + prefill, step compression ${num(s.step_compression)}x`,
-    `mean accepted length ${num(s.mean_accepted_length)}`,
-    `accepted lengths ${hist}`,
-    `latency ${num(s.latency_s)} s (prefill ${num(s.prefill_s)} s, decode ${num(s.decode_s)} s)`,
-  ];
-  // the frontend labels the preview with the size it was sent at: the image's own size is said here
-  if (s.image_size) lines.push(s.preview_label ? `image ${s.image_size} px; ${s.preview_label}` : `image ${s.image_size} px`);
-  if (s.compile) { // this run's compile, not the process's (model_total has those)
-    lines.push(s.compile.eager_fallback ? `compile failed, ran eager: ${s.compile.eager_fallback}`
-      : `compiled this run: ${s.compile.compiles} graphs in ${num(s.compile.compile_s, 1)} s; ` +
-        `${s.compile.graphs_reused} of ${s.compile.graphs_used} graphs reused from earlier runs`);
-  }
-  if (s.lossy) lines.push("LOSSY: relaxed acceptance was on (not the AR distribution)");
-  if (s.speedup_vs_ar !== undefined && s.speedup_vs_ar !== null) {
-    lines.push(`AR in the same run: ${num(s.ar_latency_s)} s, ${num(s.speedup_vs_ar)}x${s.lossy ? " (LOSSY run: not a like-for-like speed-up)" : ""}`);
-  }
-  if (s.backend !== "ar" && s.overhead_s !== null && s.overhead_s !== undefined) { // AR drafts and verifies nothing
-    lines.push(`drafting + verification ${num(s.overhead_s)} s of the decode`);
-  }
-  if (s.peak_memory_bytes) {
-    lines.push(`peak memory ${num(s.peak_memory_bytes / 2 ** 30)} GiB`);
-  }
-  return lines.join("\n");
-}
+const SAMPLERS = new Set(); // the sampler nodes of the graph: the execution's events reach each
 
 // From the node definition: the readable backend names ({key: label}, for the node's title) and the flat
 // names of the advanced inputs (shown on request), whether the definition has them flat or as DynamicCombo options.
@@ -73,12 +31,13 @@ export function advancedInputs(nodeData) {
 }
 
 // Choices that need another parameter's value: picking the first sets the second (a combination the
-// backend refuses at run time cannot be picked). Read from the node definition (each backend parameter's
-// `specar_implies`, from its declaration in the backend's package): flat name -> value -> {parameter: value}.
+// backend refuses at run time cannot be picked), and the second's own needs in turn; a lossy switch turned on
+// sets same_image_as_ar off. Read from the node definition (each backend parameter's `specar_implies` and
+// `specar_lossy`, from its declaration in the backend's package): flat name -> {implies, lossy}.
 export function impliedChoices(nodeData) {
   const out = {};
   eachInput(nodeData, (name, kind, opts) => {
-    if (opts?.specar_implies) out[name] = opts.specar_implies;
+    if (opts?.specar_implies || opts?.specar_lossy) out[name] = { implies: opts.specar_implies || {}, lossy: !!opts.specar_lossy };
   });
   return out;
 }
@@ -88,19 +47,35 @@ function paramWidget(node, backend, param) {
   return node.widgets?.find((w) => w.name === `${backend}_${param}` || w.name === `backend.${param}`);
 }
 
+// What picking `w`'s value needs, applied, then what those values need (each parameter set once).
+export function applyImplied(node, implied, backend, param, seen = new Set()) {
+  const w = paramWidget(node, backend, param);
+  const rule = implied[`${backend}_${param}`];
+  if (!w || !rule || seen.has(param)) return;
+  seen.add(param);
+  if (rule.lossy && w.value) {
+    const same = node.widgets?.find((x) => x.name === "same_image_as_ar");
+    if (same) same.value = false;
+  }
+  for (const [other, forced] of Object.entries(rule.implies[String(w.value)] || {})) {
+    const o = paramWidget(node, backend, other);
+    if (!o || seen.has(other)) continue;
+    o.value = forced;
+    applyImplied(node, implied, backend, other, seen);
+  }
+}
+
 export function hookImplied(node, implied, backends) {
   const backend = node.widgets?.find((w) => w.name === "backend")?.value;
-  for (const [flat, byValue] of Object.entries(implied)) {
+  for (const flat of Object.keys(implied)) {
     if (switchOf(flat, backends)?.[1] !== backend) continue; // another backend's parameter
-    const w = paramWidget(node, backend, flat.slice(backend.length + 1));
+    const param = flat.slice(backend.length + 1);
+    const w = paramWidget(node, backend, param);
     if (!w || w.specarImplied) continue;
     const callback = w.callback;
     w.callback = function (value, ...rest) {
       const out = callback?.apply(this, [value, ...rest]);
-      for (const [other, forced] of Object.entries(byValue[w.value] || {})) {
-        const o = paramWidget(node, backend, other);
-        if (o && o.value !== forced) o.value = forced;
-      }
+      applyImplied(node, implied, backend, param);
       return out;
     };
     w.specarImplied = true;
@@ -157,70 +132,28 @@ export function updateVisibility(node, backends, advanced = new Set()) {
   return changed;
 }
 
-// Rows a text takes in a box `width` px wide at a monospace font whose characters are `charWidth` px
-// wide: the lines, each wrapped (the stats' first line is longer than a node is wide).
-export function wrappedRows(text, width, charWidth = 6.7) {
-  const perLine = Math.max(20, Math.floor(width / charWidth));
-  let rows = 0;
-  for (const line of String(text ?? "").split("\n")) {
-    let col = 0;
-    rows += 1;
-    for (const word of line.split(" ")) { // wrapped at spaces, as the textarea does; long words broken
-      if (col > 0 && col + 1 + word.length <= perLine) {
-        col += 1 + word.length;
-        continue;
-      }
-      if (col > 0) rows += 1;
-      col = word.length;
-      while (col > perLine) {
-        rows += 1;
-        col -= perLine;
-      }
-    }
+// After switching backend the last run's statistics are another backend's: cleared.
+export function backendChanged(node) {
+  const backend = node.widgets?.find((w) => w.name === "backend")?.value;
+  if (node.specarLast && node.specarLast.backend && node.specarLast.backend !== backend) {
+    node.specarLast = null;
+    node.specarState = null;
+    showStats(node);
   }
-  return rows;
-}
-
-const STATS_LINE_PX = 15;
-
-function statsWidget(node) {
-  let widget = node.widgets?.find((w) => w.name === WIDGET);
-  if (widget) return widget;
-  // the box is as tall as its text (wrapped at the node's width), so it never squeezes the prompt box
-  // and never hides a line: ComfyUI's frontend lays DOM widgets out by getMinHeight / getMaxHeight
-  // (+ 30: the textarea sits 20 px inside its widget, plus its own padding and border)
-  const height = () => STATS_LINE_PX * wrappedRows(widget?.value ?? "", (node.size?.[0] ?? 340) - 40) + 30;
-  if (typeof node.addDOMWidget === "function") {
-    const el = document.createElement("textarea");
-    el.readOnly = true;
-    el.className = "comfy-multiline-input";
-    el.style.fontFamily = "monospace";
-    el.style.fontSize = "11px";
-    el.style.lineHeight = `${STATS_LINE_PX}px`;
-    el.style.width = "100%"; // Vue node rendering: the node's width, not the textarea's default 20 columns
-    el.style.boxSizing = "border-box";
-    el.style.resize = "none";
-    widget = node.addDOMWidget(WIDGET, "specar_stats", el, {
-      serialize: false,
-      getValue: () => el.value,
-      setValue: (v) => {
-        el.value = v;
-        el.style.minHeight = `${height() - 20}px`; // Vue node rendering sizes the box by its element
-      },
-      getMinHeight: height,
-      getMaxHeight: height,
-    });
-  } else {
-    widget = node.addWidget("text", WIDGET, "", () => {}, { serialize: false });
-    widget.computeSize = (width) => [width ?? node.size[0], height()];
-  }
-  widget.serialize = false; // display only: never saved into the workflow's widget values
-  return widget;
 }
 
 app.registerExtension({
   name: "specar.sampler",
+  async setup() {
+    // the execution's events reach every sampler node: the box follows the execution to its end
+    for (const kind of EXECUTION_EVENTS) {
+      app.api?.addEventListener?.(kind, (e) => {
+        for (const node of SAMPLERS) executionEvent(node, kind, e?.detail);
+      });
+    }
+  },
   async beforeRegisterNodeDef(nodeType, nodeData) {
+    if (nodeData.name === "SpecARModelLoader") hookLoader(nodeType, nodeData);
     if (nodeData.name !== "SpecARSampler") return;
     const backendSpec = nodeData.input?.required?.backend;
     const backends = Array.isArray(backendSpec?.[0]) ? backendSpec[0] : backendSpec?.[1]?.options || [];
@@ -233,11 +166,13 @@ app.registerExtension({
       updateVisibility(node, keys, advanced);
       updateTitle(node, labels);
       hookImplied(node, implied, keys);
+      backendChanged(node);
     };
 
     const onNodeCreated = nodeType.prototype.onNodeCreated;
     nodeType.prototype.onNodeCreated = function () {
       const r = onNodeCreated?.apply(this, arguments);
+      SAMPLERS.add(this);
       for (const name of ["backend", "guidance"]) {
         const w = this.widgets?.find((x) => x.name === name);
         if (!w || w.specarHooked) continue;
@@ -249,23 +184,31 @@ app.registerExtension({
         };
         w.specarHooked = true;
       }
-      if (advanced.size && typeof this.addWidget === "function" && !this.widgets?.some((w) => w.name === ADVANCED_TOGGLE)) {
-        const toggle = this.addWidget("toggle", ADVANCED_TOGGLE, false, () => refresh(this), { serialize: false });
-        if (toggle) toggle.serialize = false;
+      if (typeof this.addWidget === "function") {
+        for (const [name, shouldAdd, onToggle] of [[ADVANCED_TOGGLE, advanced.size > 0, () => refresh(this)],
+          [DETAILS_TOGGLE, true, () => showStats(this)]]) {
+          if (!shouldAdd || this.widgets?.some((w) => w.name === name)) continue;
+          const toggle = this.addWidget("toggle", name, false, onToggle, { serialize: false });
+          if (toggle) toggle.serialize = false;
+        }
       }
       // the statistics box exists from the start (Vue node rendering lays out the widgets a node is created with)
-      const stats = statsWidget(this);
-      if (!stats.value) stats.value = "statistics appear here after a run";
+      showStats(this);
       refresh(this);
       return r;
     };
 
-    // a new run starts: the previous run's statistics are not this run's
+    const onRemoved = nodeType.prototype.onRemoved;
+    nodeType.prototype.onRemoved = function () {
+      SAMPLERS.delete(this);
+      return onRemoved?.apply(this, arguments);
+    };
+
+    // a new run starts: the previous run's statistics are not this run's (the frontend calls this on every node)
     const onExecutionStart = nodeType.prototype.onExecutionStart;
     nodeType.prototype.onExecutionStart = function () {
       const r = onExecutionStart?.apply(this, arguments);
-      const stats = this.widgets?.find((w) => w.name === WIDGET);
-      if (stats) stats.value = "running...";
+      executionEvent(this, "execution_start");
       return r;
     };
 
@@ -299,14 +242,7 @@ app.registerExtension({
     const onExecuted = nodeType.prototype.onExecuted;
     nodeType.prototype.onExecuted = function (message) {
       onExecuted?.apply(this, arguments);
-      const stats = message?.specar_stats?.[0];
-      const text = stats ? formatStats(stats) : message?.text?.[0];
-      if (!text) return;
-      const widget = statsWidget(this);
-      widget.value = text; // a DOM widget forwards this to the textarea (options.setValue)
-      const size = this.computeSize();
-      this.setSize([Math.max(this.size[0], size[0]), Math.max(this.size[1], size[1])]);
-      this.setDirtyCanvas(true, true);
+      showResult(this, message);
     };
   },
 });

@@ -32,6 +32,6 @@ FAMILY = ModelFamily(
     name="demo", label="the built-in demo model", files="shipped with SpecAR, or a copy of its folder",
     load=load, builtin=("demo",), detect=detect,
     sizes="demo its own size", size_options=own_size_only("the built-in model 'demo'"),
-    sampling=recommended_sampling())
+    sampling=recommended_sampling(), quantize=True)
 
 __all__ = ["FAMILY", "load_demo_model"]

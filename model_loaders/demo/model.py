@@ -11,6 +11,7 @@ from safetensors.torch import load_file
 from ..contract import ImageGeometry
 from ..llama import LlamaConfig, LlamaDecoder
 from ..llama_adapter import IMAGE_OFFSET, LlamaImageModel
+from ..quantize import quantize_module
 from .text import VOCAB, word_encoder
 from .tokenizer import PatchCodebook
 
@@ -28,7 +29,8 @@ def _load(path: str) -> dict:
                          f"again)") from e
 
 
-def load_demo_model(device=None, dtype=None, path: str = WEIGHTS) -> LlamaImageModel:
+def load_demo_model(device=None, dtype=None, path: str = WEIGHTS, quantize=None) -> LlamaImageModel:
+    """``quantize``: "int8" / "int4" weight-only quantization of the decoder's linear layers (quantize.py)."""
     cfg_path = os.path.join(path, "config.json")
     if not os.path.isfile(cfg_path):
         raise ValueError(f"demo model config {cfg_path} is missing")
@@ -46,7 +48,8 @@ def load_demo_model(device=None, dtype=None, path: str = WEIGHTS) -> LlamaImageM
         raise ValueError(f"{path}/model.safetensors does not match config.json (first mismatches: {bad[:3]})")
     dtype = getattr(torch, dtype) if isinstance(dtype, str) else (dtype or torch.float32)
     decoder.load_state_dict({k: v.float() for k, v in state.items()})
-    decoder = decoder.to(device=device or "cpu", dtype=dtype).eval()
+    quantize_module(decoder.to(dtype=dtype), quantize)  # in CPU memory, as the other families: the device gets codes
+    decoder = decoder.to(device=device or "cpu").eval()
     centroids = _load(os.path.join(path, "codebook.safetensors"))["centroids"]
     if centroids.shape != (meta["codes"], 3 * meta["patch"] ** 2):
         raise ValueError(f"{path}/codebook.safetensors has shape {tuple(centroids.shape)}, config says "

@@ -23,6 +23,7 @@ from typing import Callable, Hashable
 
 import torch
 
+from . import compile_stage
 from .few_rows_matmul import MAX_ROWS, few_rows_pass
 
 _CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"
@@ -172,6 +173,7 @@ class ShapeCompiled:
             if key in self.seen:  # compiled before: no compile, no settings to scope (a step's overhead)
                 out = self.compiled(*args)
             else:
+                compile_stage.starting(self.name)
                 with compile_scope(self.cache_dir):
                     out = self.compiled(*args)
         except Exception as e:  # noqa: BLE001 -- any compiler failure: say why once, then eager

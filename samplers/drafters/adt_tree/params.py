@@ -53,7 +53,8 @@ class ADTTreeParams:
     sibling_accept_guess: float = param(0.25, "best_first: assumed acceptance of a later sibling once the earlier "
                                         "ones failed", lo=0.01, hi=0.99)
     relaxed: bool = param(False, "LOSSY: LANTERN relaxed acceptance (latent-proximity neighbourhoods); off = lossless",
-                          paper="LANTERN: lossy, off by default", essential=True)
+                          paper="LANTERN: lossy, off by default", essential=True,
+                          implies={True: {"candidate_mode": "topk"}})
     relaxed_k: int = param(10, "LANTERN: neighbourhood size k (nearest codes by VQ codebook latent; models without a "
                            "codebook: by image-token embedding)", lo=1, hi=1000, paper="LANTERN: k = 1000 (Anole)")
     relaxed_delta: float = param(0.1, "LANTERN: total-variation budget delta of the relaxation", lo=0.0, hi=1.0)
