@@ -11,7 +11,7 @@ from typing import Callable, Optional
 
 import torch
 
-from ..model_loaders import compile_stage
+from ..samplers.compiled_step import compile_stage
 from ..samplers import backends as _backends
 from ..samplers.api import REPRODUCIBLE_DEFAULT, generate
 from ..samplers.engine import GenerationInterrupted
