@@ -12,6 +12,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import sys
+import time
 
 import torch
 
@@ -57,8 +59,11 @@ def main(argv=None):
             print(f"{a.model} {dtype} {backend}: {sum(r['differing_tokens'] > 0 for r in mine)} of {len(mine)} images "
                   f"differ from AR's ({[r['differing_tokens'] for r in mine]} tokens)", flush=True)
     if a.json:
+        from specar.cli.machine import machine
+        meta = {"command": "python devtools/half_same_image.py " + " ".join(sys.argv[1:] if argv is None else argv),
+                "date": time.strftime("%Y-%m-%d"), "threads": torch.get_num_threads(), **machine()}
         with open(a.json, "w") as f:
-            json.dump(rows, f, indent=1)
+            json.dump({"meta": meta, "rows": rows}, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -87,7 +87,7 @@ def test_bench_help_and_the_hint_without_an_ar_row(capsys):
         line = out[out.index(option):].split("\n--")[0]
         assert len(line.split()) > 2, f"{option} has no help"
     assert "None" not in out[out.index("--dtype"):].split("\n")[0]  # the choices: no `None`
-    assert "(default: the cores other processes leave free" in " ".join(out[out.index("--threads"):].split())
+    assert "(unset: the cores other processes leave free" in " ".join(out[out.index("--threads"):].split())
     rows = benchmark.run(tiny_model(16, (4, 4), seed=0), [benchmark.parse_config("sjd:window=2")], ["x"], [0])
     assert "no plain `ar` row in this run" in benchmark.format_table(rows)
     with_ar = benchmark.run(tiny_model(16, (4, 4), seed=0), [{"backend": "ar"}, {"backend": "sjd", "window": 2}],
@@ -239,26 +239,25 @@ def test_the_node_collects_its_ratios_and_never_judges_a_first_run():
 
 
 def test_threads_follow_the_machine_unless_given(monkeypatch):
-    from specar.cli import threads as machine
+    from specar.cli import machine
     monkeypatch.setattr(machine, "cores", lambda: 2)
     monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
     for load, want in ((0.0, 2), (0.4, 2), (1.0, 1), (6.0, 1)):  # one busy process on 2 cores: 1 thread
-        monkeypatch.setattr(machine, "load_average", lambda load=load: load)
+        monkeypatch.setattr(machine, "load_average", lambda load=load: [load, load, load])
         assert machine.choose_threads() == want and machine.choose_threads(3) == 3
-    monkeypatch.setattr(machine, "load_average", lambda: 6.0)
+    monkeypatch.setattr(machine, "load_average", lambda: [6.0, 6.0, 6.0])
     note = machine.busy_note(2)
     assert note.startswith("Machine busy (load average 6.0 on 2 cores") and "--threads 1 (this run: 2)" in note
     assert "--threads" not in machine.busy_note(1) and "when the machine is idle" in machine.busy_note(1)
-    monkeypatch.setattr(machine, "load_average", lambda: 2.4)  # our own 2 threads on 2 cores: not busy
+    monkeypatch.setattr(machine, "load_average", lambda: [2.4, 2.4, 2.4])  # our own 2 threads on 2 cores: not busy
     assert machine.busy_note(2) == ""
 
 
 def test_bench_refuses_what_a_tiny_model_ignores_and_names_a_missing_prompts_file(tmp_path, capsys):
     with pytest.raises(ValueError, match="--dtype and --quantize apply to a model loaded from files"):
-        benchmark.main(["--model", "tiny:16,4x4", "--backends", "ar", "--quantize", "int4", "--quiet"])
-    with pytest.raises(SystemExit):
-        benchmark.main(["--model", "tiny:16,4x4", "--prompts", str(tmp_path / "missing.txt")])
-    assert "--prompts: no such file" in capsys.readouterr().err
+        call(["bench", "--model", "tiny:16,4x4", "--backends", "ar", "--quantize", "int4", "--quiet"])
+    with pytest.raises(ValueError, match="--prompts: no such file"):
+        call(["bench", "--model", "tiny:16,4x4", "--prompts", str(tmp_path / "missing.txt")])
 
 
 def test_demo_argument_errors_do_not_wait_for_torch():
@@ -412,7 +411,7 @@ def _default_text(p) -> str:
     return str(p.default)
 
 
-@pytest.mark.parametrize("doc", ["README.md", "docs/NODES.md"])
+@pytest.mark.parametrize("doc", ["docs/NODES.md"])
 def test_the_backends_tables_give_the_code_defaults(doc):
     """Each backend's row of the parameters table names every parameter with the code's default (a drafter
     folder: as a folder), in the row's own notation: `name` (default ...) or name (default ...)."""

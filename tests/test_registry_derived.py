@@ -108,8 +108,9 @@ console.log(JSON.stringify({ implied, shape: w("throwaway_shape").value,
     out = subprocess.run(["node", "run.js"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     res = json.loads(out.stdout)
-    assert res["implied"]["throwaway_mode"] == {"tree": {"shape": "wide"}}
-    assert res["implied"]["adt_tree_tree_shape"] == {"best_first": {"candidate_mode": "sampled"}}
+    assert res["implied"]["throwaway_mode"] == {"implies": {"tree": {"shape": "wide"}}, "lossy": False}
+    assert res["implied"]["adt_tree_tree_shape"] == {"implies": {"best_first": {"candidate_mode": "sampled"}},
+                                                     "lossy": False}
     assert res["shape"] == "wide" and res["adtHooked"] is False  # only the chosen backend's inputs are hooked
 
 

@@ -7,13 +7,15 @@
 - real_size.py, real_size_builders.py: `real-size`, every family at a released checkpoint's widths
 - shape_bench.py: `shape-bench`, 7B-shape forwards vs the sampling core (and `--roofline`: roofline.py's
   projection); shapes.py: the random-weight 7B shape it shares with gpu-check
-- compile_rows.py, calibrate_regime.py, evaluate_demo.py: one measurement each
+- compile_rows.py, calibrate_regime.py, evaluate_demo.py: one measurement each; memory.py: `memory`, what a released
+  checkpoint needs, computed from its configuration
 """
 from ..cli.args import Commands
 
 COMMANDS = Commands("python -m specar.tooling", __package__, {
     "gpu-check": "gpu_check", "real-size": "real_size", "shape-bench": "shape_bench",
     "compile-rows": "compile_rows", "calibrate-regime": "calibrate_regime", "evaluate-demo": "evaluate_demo",
+    "memory": "memory",
 }, "SpecAR's maintainer tooling: the measurements behind docs/ and the GPU check.")
 main, call, parser = COMMANDS.main, COMMANDS.call, COMMANDS.parser
 
