@@ -17,7 +17,12 @@ from specar.cli import benchmark
 from specar.tooling import roofline
 from specar.nodes import spec, v1
 from specar.samplers import backends
-from specar.samplers.drafters.base import Drafter
+import torch
+
+import specar
+from specar.samplers.drafters.base import Drafter, DraftTree
+from specar.samplers.verification.rejection import one_hot
+from specar.testing import tiny_model
 from specar.samplers.drafters.params import DraftNetworkCost, Method, StepCost, chain_tokens, param
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -36,7 +41,23 @@ def throwaway_cost(p: dict, row_codes: int, reports: list) -> StepCost:
     return StepCost(((chain_tokens(p["window"], row_codes), 1.0),), DraftNetworkCost(1, 1, head_blocks=2))
 
 
-THROWAWAY = Method("throwaway", "Throwaway", "a 9th backend that exists only in this test", ThrowawayParams, Drafter,
+class ThrowawayDrafter(Drafter):
+    """The least a drafter can be: `window` copies of the pending token as a chain (q one-hot), no state."""
+
+    def __init__(self, params, model, sampling):
+        self.node_budget, self.slack = params.window + 1, params.window + 2
+
+    def propose(self, state, plan) -> DraftTree:
+        B, N = state.batch, self.node_budget
+        pending = state.seq.gather(1, state.frontier[:, None]).clamp(max=state.vocab_size - 1)
+        tokens = pending.expand(B, N)
+        return DraftTree(tokens=tokens, parents=[-1] + list(range(N - 1)), q=one_hot(tokens, state.vocab_size),
+                         valid=torch.ones(B, N, dtype=torch.bool, device=state.device),
+                         depth=torch.arange(N, device=state.device), max_children=1, max_depth=N - 1)
+
+
+THROWAWAY = Method("throwaway", "Throwaway", "a 9th backend that exists only in this test", ThrowawayParams,
+                   ThrowawayDrafter,
                    step_cost=throwaway_cost, bench_variants=("window=8,mode=tree,shape=wide",))
 
 
@@ -77,6 +98,18 @@ def test_a_ninth_backend_reaches_nodes_web_bench_and_roofline(ninth_backend):
 
 
 @pytest.mark.skipif(not shutil.which("node"), reason="needs node to run the web extension")
+def test_a_ninth_backend_generates(ninth_backend):
+    """Registered by one line, it runs through the engine and the one verification: AR's image in the same-image
+    mode, and in its own draws an image of the model's codes in fewer forwards than AR on a repetitive target."""
+    model = tiny_model(vocab_size=4, grid=(4, 4), seed=3, logit_scale=8.0)
+    ar = specar.generate(model, "hi", backend="ar", seed=5, batch_size=3)
+    same = specar.generate(model, "hi", backend="throwaway", window=3, seed=5, batch_size=3)
+    assert torch.equal(same.tokens, ar.tokens) and same.stats.backend == "throwaway"
+    own = specar.generate(model, "hi", backend="throwaway", window=3, seed=5, batch_size=3, reproducible=False)
+    assert own.tokens.shape == ar.tokens.shape and int(own.tokens.max()) < 4
+    assert same.stats.nfe <= ar.stats.nfe and own.stats.nfe <= ar.stats.nfe
+
+
 def test_the_web_extension_reads_implied_choices_from_the_node_definition(ninth_backend, tmp_path):
     """specar.js holds no table of backends: the implied choice of the 9th backend comes from the node's
     definition, and choosing it sets the other input (flat layout)."""
