@@ -396,6 +396,21 @@ def test_package_data_covers_every_example_workflow():
                 assert any(fnmatch.fnmatch(rel, p) and rel.count("/") == p.count("/") for p in patterns), rel
 
 
+def test_the_wheel_lists_every_package_of_the_product():
+    """pyproject's explicit package list holds every folder with an __init__.py (a missing one installs a
+    package that fails at import: `pip install .` copies only the listed folders)."""
+    tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
+        listed = set(tomllib.load(f)["tool"]["setuptools"]["packages"])
+    found = set()
+    for base, dirs, files in os.walk(ROOT):
+        dirs[:] = [d for d in dirs if not d.startswith(".") and d not in ("tests", "devtools", "output", "__pycache__")]
+        if "__init__.py" in files:
+            rel = os.path.relpath(base, ROOT)
+            found.add("specar" if rel == "." else "specar." + rel.replace(os.sep, "."))
+    assert found == listed, f"missing from pyproject: {sorted(found - listed)}; listed without a package: {sorted(listed - found)}"
+
+
 def test_readme_first_screen_says_what_it_is_and_the_two_commands():
     with open(os.path.join(ROOT, "README.md")) as f:
         first = f.read().splitlines()[:25]
