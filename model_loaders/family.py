@@ -9,10 +9,31 @@ family is its module plus that one line.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from typing import Callable, Optional
 
 from .checkpoints import read_json_object
+
+
+MODEL_DEFAULT = "model default"  # the size a checkpoint generates unless asked otherwise
+
+
+def parse_size(resolution: str):
+    m = re.fullmatch(r"\s*(\d+)\s*x\s*(\d+)\s*", resolution) if isinstance(resolution, str) else None
+    if m is None:
+        raise ValueError(f"resolution must be {MODEL_DEFAULT!r} or 'WxH' in pixels (e.g. '768x768'), got "
+                         f"{resolution!r}")
+    return int(m.group(1)), int(m.group(2))
+
+
+def size_options(family, name_or_path: str, resolution: str = MODEL_DEFAULT) -> dict:
+    """The family's own `load_model` options for a "WxH" size (none for the model's default); ValueError naming
+    what it offers."""
+    if resolution == MODEL_DEFAULT:
+        return {}
+    w, h = parse_size(resolution)
+    return family.size_options(name_or_path, w, h)
 
 
 @dataclass(frozen=True)

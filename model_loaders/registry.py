@@ -10,7 +10,7 @@ import inspect
 import os
 
 from .devices import canonical_dtype, check_device
-from .family import ModelFamily, config_names, read_config
+from .family import MODEL_DEFAULT, ModelFamily, config_names, read_config, size_options
 from .hf_files import require_transformers
 from .hub_cache import find_cached, hub_cache_dir, is_repo_id
 from .quantize import check_mode
@@ -46,7 +46,6 @@ def load_model(name_or_path: str, device=None, dtype=None, quantize=None, **opti
     if family.transformers:
         require_transformers(family.name)
     if "resolution" in options:  # one name for every family: the families that take no `resolution` get their own
-        from .resolutions import MODEL_DEFAULT, size_options  # size options (resolutions.py reads FAMILIES)
         resolution = options.pop("resolution")
         if "resolution" in inspect.signature(family.load).parameters and resolution != MODEL_DEFAULT:
             options["resolution"] = resolution  # checked by the family's loader

@@ -9,11 +9,9 @@ of the weights in CPU memory), for the families over transformers' model classes
 """
 from __future__ import annotations
 
-import re
-
+from .family import MODEL_DEFAULT, size_options
 from .registry import FAMILIES, family_of, resolve_checkpoint
 
-MODEL_DEFAULT = "model default"
 # squares for every family; wide and tall sizes for Emu3 (any W x H) and Lumina-mGPT (1024x576 and 576x1024
 # at target 768, 1280x768 and 768x1280 at target 1024 are sizes its own crop list offers)
 _LISTED_BEFORE = ("256x256", "384x384", "512x512", "720x720", "768x768", "1024x1024", "1024x576", "576x1024",
@@ -22,14 +20,6 @@ _LISTED_BEFORE = ("256x256", "384x384", "512x512", "720x720", "768x768", "1024x1
 RESOLUTIONS = tuple(dict.fromkeys((MODEL_DEFAULT,) + _LISTED_BEFORE +
                                   tuple(r for f in FAMILIES.values() for r in f.resolutions)))
 OFFLOADS = ("none", "auto")
-
-
-def _size(resolution: str):
-    m = re.fullmatch(r"\s*(\d+)\s*x\s*(\d+)\s*", resolution) if isinstance(resolution, str) else None
-    if m is None:
-        raise ValueError(f"resolution must be {MODEL_DEFAULT!r} or 'WxH' in pixels (e.g. '768x768'), got "
-                         f"{resolution!r}")
-    return int(m.group(1)), int(m.group(2))
 
 
 def load_options(name_or_path: str, resolution: str = MODEL_DEFAULT, offload: str = "none") -> dict:
@@ -47,15 +37,6 @@ def load_options(name_or_path: str, resolution: str = MODEL_DEFAULT, offload: st
                              f"({offloading}); {name_or_path!r} is {family.label}: choose offload none")
         options["device_map"] = "auto"
     return {**options, **size_options(family, name_or_path, resolution)}
-
-
-def size_options(family, name_or_path: str, resolution: str = MODEL_DEFAULT) -> dict:
-    """The family's own `load_model` options for a "WxH" size (none for the model's default); ValueError naming
-    what it offers."""
-    if resolution == MODEL_DEFAULT:
-        return {}
-    w, h = _size(resolution)
-    return family.size_options(name_or_path, w, h)
 
 
 def sizes_help() -> str:
