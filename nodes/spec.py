@@ -52,8 +52,8 @@ def node_text(text: str) -> str:
     text = re.sub(r"\s*\(preset='paper'\)", "", text)  # "SJD paper: random (preset='paper')"
     text = re.sub(r";\s*preset='paper'(?=\))", "", text)  # "topk (EAGLE-2; preset='paper')"
     text = text.replace("preset='paper': ", "paper setting: ")
-    text = re.sub(r"\s*\(docs/\w+\.md\)", "", text)  # "... on a CPU (docs/BENCHMARKS.md)"
-    text = re.sub(r"(;\s*| of )docs/\w+\.md(, [^;.)]*)?", "", text)  # "(lossless; docs/X.md)", "; docs/X.md, why"
+    text = re.sub(r"\s*\(docs/[\w/-]+\.md\)", "", text)  # "... on a CPU (docs/BENCHMARKS.md)"
+    text = re.sub(r"(;\s*| of )docs/[\w/-]+\.md(, [^;.)]*)?", "", text)  # "(lossless; docs/X.md)", "; docs/X.md, why"
     text = re.sub(r"\bissues? \d+(: |, )?", "", text)
     for jargon, plain in PLAIN_WORDS:
         text = text.replace(jargon, plain)
