@@ -18,7 +18,7 @@ Exactness: every draft is a sample of the q recorded beside it, and every q is a
 forwards that already ran (hidden states of committed positions or of earlier drafts: any
 deterministic function of the past is a valid draft distribution). Hidden states of draft
 positions are only ever used to DRAFT, never to verify: verification uses the current forward's
-p, computed after the committed prefix (docs/ARCHITECTURE.md, "Proactive drafting").
+p, computed after the committed prefix (docs/ARCHITECTURE.md, "Verification").
 """
 from __future__ import annotations
 
