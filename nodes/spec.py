@@ -79,7 +79,7 @@ PLAIN_WORDS = (
     ("step compression", "tokens per forward"),
 )
 # parameters that change nothing with same_image_as_ar on: a re-draft is then AR's own sample for the seed, however
-# the backend would couple it (samplers/drafters/jacobi.py `_coupled_draft`)
+# the backend would couple it (samplers/drafters/jacobi/drafter.py `_coupled_draft`)
 MOOT_WHEN_SAME_IMAGE = ("coupling", "coupling_strength")
 MOOT_NOTE = "No effect with same_image_as_ar on (a re-draft is then AR's own sample); it acts only with it off."
 
