@@ -1,7 +1,7 @@
 """The user's commands, `python -m specar <command>`, one module per command (the maintainers' commands are
 tooling/'s, `python -m specar.tooling`):
 
-- demo.py: `demo` (make demo): the demo model, AR vs the fastest lossless backend
+- demo.py: `demo` (make demo): the demo model, AR vs the default backend (auto)
 - bench.py: `bench` (make bench): every backend side by side in one run; benchmark.py (its configurations, its
   measurement and its table), regimes.py (`bench --regime`)
 - train_drafter.py: `train-drafter`; convert_checkpoint.py, convert_drafter.py: released files -> ours

@@ -12,7 +12,7 @@ machine's load, so regimes are compared by them; wall-clock only as ratios withi
   `cli/regime_paper.json`) so that `sjd:preset=paper` (window 16, random init, its own rejection sampling)
   commits what SJD commits on Lumina-mGPT 7B in the SJD paper (Teng et al., Table 1: 2.22x step
   compression), at CFG 6 and no top-k: at the papers' CFG 3 no temperature gets the demo model below
-  about 2.6 per image in a 16-image scan (its images are simple; docs/BENCHMARKS.md has the scan).
+  about 2.6 per image in a 16-image scan (its images are simple; docs/history/BENCHMARKS-2026-11-27.md has the scan).
 - `flat`: a random-weight Llama-style target (`testing.tiny_model`) with flat next-token distributions,
   8192 codes on a 16x16 grid with row ends, sampled as the papers sample Lumina-mGPT (top-k 2000,
   temperature 1, CFG 3). Trained backends (hawk, adt_tree, spatial) run random-weight drafters there.

@@ -15,7 +15,7 @@ close to a rounding boundary of the dtype (2^-8 relative apart in bf16). The oth
 run (+, -, *, /, casts, data movement) round each element on their own, whatever the shape. An op that
 torch reaches only inside an unlisted torch function (which runs with the mode off) escapes it: the
 families' forwards reach none (checked per op with a dispatch trace). The compiled step traces the
-mode; inductor then keeps eager's half-precision roundings (compiled.py), so it gives eager's bits.
+mode; inductor then keeps eager's half-precision roundings (samplers/compiled_step/), so it gives eager's bits.
 
 `plan` decides per generation: the mode runs for a half-precision model on the CPU in the same-image
 mode; float32 runs never enter it. On CUDA (or MPS) a half-precision run is outside the guarantee:

@@ -4,7 +4,7 @@
 Pure torch (no compiled extension, nothing downloaded): the same code runs on CUDA, the CPU and any
 device torch supports, and it is plain tensor arithmetic that torch.compile captures in the
 compiled step's graph (``fullgraph=True``). Why our own module rather than torchao, bitsandbytes or
-optimum-quanto: docs/MODELS.md, "Quantized weights".
+optimum-quanto: docs/history/MODELS-journal.md, "Why our own module, not a library".
 
 What is quantized: every ``nn.Linear`` of the decoder (attention and MLP projections, image heads
 such as Janus' generation head) except the modules named by `SKIP` (the text ``lm_head`` whose rows

@@ -52,8 +52,8 @@ def node_text(text: str) -> str:
     text = re.sub(r"\s*\(preset='paper'\)", "", text)  # "SJD paper: random (preset='paper')"
     text = re.sub(r";\s*preset='paper'(?=\))", "", text)  # "topk (EAGLE-2; preset='paper')"
     text = text.replace("preset='paper': ", "paper setting: ")
-    text = re.sub(r"\s*\(docs/\w+\.md\)", "", text)  # "... on a CPU (docs/BENCHMARKS.md)"
-    text = re.sub(r"(;\s*| of )docs/\w+\.md(, [^;.)]*)?", "", text)  # "(lossless; docs/X.md)", "; docs/X.md, why"
+    text = re.sub(r"\s*\(docs/[\w/-]+\.md\)", "", text)  # "... on a CPU (docs/BENCHMARKS.md)"
+    text = re.sub(r"(;\s*| of )docs/[\w/-]+\.md(, [^;.)]*)?", "", text)  # "(lossless; docs/X.md)", "; docs/X.md, why"
     text = re.sub(r"\bissues? \d+(: |, )?", "", text)
     for jargon, plain in PLAIN_WORDS:
         text = text.replace(jargon, plain)
@@ -79,7 +79,7 @@ PLAIN_WORDS = (
     ("step compression", "tokens per forward"),
 )
 # parameters that change nothing with same_image_as_ar on: a re-draft is then AR's own sample for the seed, however
-# the backend would couple it (samplers/drafters/jacobi.py `_coupled_draft`)
+# the backend would couple it (samplers/drafters/jacobi/drafter.py `_coupled_draft`)
 MOOT_WHEN_SAME_IMAGE = ("coupling", "coupling_strength")
 MOOT_NOTE = "No effect with same_image_as_ar on (a re-draft is then AR's own sample); it acts only with it off."
 

@@ -14,7 +14,8 @@ from .target import SamplingParams
 
 
 # reproducible ("same image as AR") unless the caller says otherwise (a lossy backend: off), for every
-# backend: it costs 1-11% of step compression on the demo model (docs/REPRODUCIBLE.md, docs/BENCHMARKS.md)
+# backend: it costs 1-11% of step compression on the demo model (docs/REPRODUCIBLE.md,
+# docs/history/BENCHMARKS-2026-11-27.md)
 REPRODUCIBLE_DEFAULT = True
 
 

@@ -1,7 +1,7 @@
 """The speculative engine: one loop for every backend, in named phases.
 
     prefill -> (host read -> plan -> decode step)* -> statistics
-    decode step: propose (drafter) -> forward (model) -> verify (drafter, with samplers/verify.py)
+    decode step: propose (drafter) -> forward (model) -> verify (samplers/verification/)
     -> commit (engine) -> observe (drafter)
 
 Per image row b the engine keeps ``frontier[b]``: the position of the *pending* token, the last

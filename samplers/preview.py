@@ -5,7 +5,7 @@ the host, nothing from the device) at each step's host read, and only when it sa
 the sequence, which is then copied to the host and decoded. The throttle adapts to the decoder: after
 a decode that took d seconds the next one waits at least d / share, so previews cost at most about
 `share` of the generation time however slow the decoder is (measured by `python -m specar bench
---preview`, docs/BENCHMARKS.md).
+--preview`, docs/history/BENCHMARKS-journal.md).
 """
 from __future__ import annotations
 

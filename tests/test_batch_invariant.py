@@ -223,7 +223,7 @@ def test_the_guarantee_names_dtype_and_device(monkeypatch):
 @pytest.mark.long
 def test_compiled_step_in_bf16_gives_eager_ars_tokens():
     # inductor keeps bf16 intermediates in float32 unless told to round as eager does (emulate_precision_casts,
-    # compiled.py): without it this run differs from AR in 2 tokens
+    # samplers/compiled_step/shape_compiled.py): without it this run differs from AR in 2 tokens
     model = _bf16(tiny_model(16, (4, 4), row_end=True, hidden_size=32, num_heads=2))
     kw = dict(seed=1, cfg_scale=3.0)
     want = specar.generate(model, "a red star", backend="ar", **kw)

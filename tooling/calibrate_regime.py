@@ -24,7 +24,8 @@ PAPER_TARGET_SOURCE = "SJD (Teng et al.) Table 1, Lumina-mGPT, MS-COCO 2017: SJD
 # the configuration the calibration measures: the SJD paper's setting, each backend's own rejection sampling
 PAPER_PROBE = "sjd:preset=paper,reproducible=false"
 # the settings the calibration keeps fixed: at the papers' CFG (the demo model's own) no temperature in [1, 16]
-# brings the demo model's SJD below about 2.6 tokens per forward (per-image mean, 16 images; docs/BENCHMARKS.md)
+# brings the demo model's SJD below about 2.6 tokens per forward (per-image mean, 16 images;
+# docs/history/BENCHMARKS-2026-11-27.md)
 PAPER_FIXED = {"cfg_scale": 6.0, "top_k": 0}
 # what the papers' step figures are: AR's forwards / the method's mean forwards per image (SCD Table 1 gives the
 # NFE itself), i.e. the bench's `step_compression_total` (all image tokens / all forwards), not the mean of
@@ -101,7 +102,7 @@ def add_arguments(ap) -> None:
                     help="seeds; every one of the bench's default prompts runs with every seed")
     ap.add_argument("--cfg-scale", type=positive_float, default=PAPER_FIXED["cfg_scale"],
                     help=f"CFG scale, fixed during the search (at the papers' {DEMO_SAMPLING['cfg_scale']} no "
-                    f"temperature reaches {PAPER_TARGET} on the demo model: docs/BENCHMARKS.md)")
+                    f"temperature reaches {PAPER_TARGET} on the demo model: docs/history/BENCHMARKS-2026-11-27.md)")
     ap.add_argument("--top-k", type=non_negative_int, default=PAPER_FIXED["top_k"],
                     help="top-k, fixed during the search (0: every code)")
     ap.add_argument("--lo", type=positive_float, default=1.0, help="lowest temperature searched")

@@ -116,7 +116,7 @@ def SPECS_BY_FOLDER(folder: str) -> Spec:  # noqa: N802 -- a lookup, named like 
 
 
 def real_params(spec: Spec, layers: int) -> int:
-    """Parameters of the decoder at `layers` layers plus embeddings and head (the MODELS.md formula)."""
+    """Parameters of the decoder at `layers` layers plus embeddings and head (per layer 4 d^2 + 3 d f)."""
     d = spec.dims
     if spec.family == "llamagen":
         w, f, v = d["dim"], d["ffn"], d["codes"]
@@ -152,8 +152,8 @@ def add_arguments(ap) -> None:
 
 
 def table(paths) -> str:
-    """The docs/MODELS.md table of results JSONs, with each run's int4 / int8 bytes per decoder layer as a
-    share of its bf16 layer (same run)."""
+    """The table of results JSONs (docs/history/MODELS-journal.md, "Real size, checked"), with each run's int4 /
+    int8 bytes per decoder layer as a share of its bf16 layer (same run)."""
     results = []
     for path in paths:
         with open(path) as f:

@@ -9,7 +9,7 @@ TARGET's own distribution at P (`target_probs` of the teacher-forced logits: CFG
 the draft is verified against) and the head's q (`target_probs` of the head's logits, the
 distribution the drafter samples from): one minus the acceptance rate of the head's draft. (A
 first version trained on the cross-entropy, as Hawk does; its heads had a low cross-entropy and
-no better acceptance than the untrained head in generation: docs/SPATIAL.md.) Target positions
+no better acceptance than the untrained head in generation: docs/history/SPATIAL-journal.md.) Target positions
 holding structure tokens are skipped. AdamW (weight
 decay 0.1, betas (0.9, 0.95)) through training/loop.py (progress line, `--resume`).
 """

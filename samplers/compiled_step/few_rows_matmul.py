@@ -7,7 +7,7 @@ compiled 1-token forward takes 1.769 ms with GEMM, 0.781 ms with this rewrite:
 docs/figures/compile_rows_1125.json). Written as
 ``out[m, n] = sum_k x[m, k] * W[n, k]`` the product is one inductor reduction kernel along the
 weight's contiguous rows, which reads each weight row once per input row. With this pass compiled
-AR on the demo model went from 1.37x to 2.92x eager AR (docs/BENCHMARKS.md, "The compiled step:
+AR on the demo model went from 1.37x to 2.92x eager AR (docs/history/BENCHMARKS-journal.md, "The compiled step:
 products of a few rows").
 
 Only inside the compiled step on the CPU (`shape_compiled.compile_settings`), only for float32 products

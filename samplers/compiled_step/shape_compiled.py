@@ -127,7 +127,7 @@ def _dynamo_counts() -> tuple:
 # (few_rows_matmul.py: GEMM's set-up dominated the decode step). Absent on a torch without the API.
 # Not used: freezing (weights as graph constants; no clear gain measured, and a graph that silently
 # keeps old weights if an adapter ever changed them) and max-autotune (no gain at these shapes,
-# longer compiles). Measured on the demo model: docs/BENCHMARKS.md "The compiled step".
+# longer compiles). Measured on the demo model: docs/history/BENCHMARKS-2026-11-27.md "The compiled step".
 # emulate_precision_casts, every bf16 / fp16 rounding of eager kept in fused kernels: a half-precision graph
 # then computes eager's values (the batch-invariant forwards need them: model_loaders/batch_invariant.py).
 CPU_INDUCTOR_OPTIONS = {"cpp_wrapper": True, "emulate_precision_casts": True}

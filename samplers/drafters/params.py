@@ -92,7 +92,7 @@ def declared_params(params_type: type) -> tuple:
 
 @dataclass(frozen=True)
 class DraftNetworkCost:
-    """A drafter network run before each verify forward, in a projection's terms (cli/roofline.py)."""
+    """A drafter network run before each verify forward, in a projection's terms (tooling/roofline.py)."""
 
     calls: int  # calls per step (EAGLE: one per tree layer; heads: one)
     tokens: int  # tokens per image row of each call
@@ -104,7 +104,7 @@ class DraftNetworkCost:
 @dataclass(frozen=True)
 class StepCost:
     """The shape of a backend's decode step, for projecting its cost onto another model and device
-    (cli/roofline.py): tokens per image row of each verify forward, with the share of steps at each size
+    (tooling/roofline.py): tokens per image row of each verify forward, with the share of steps at each size
     (a backend whose window changes has several), and the drafter network run before it."""
 
     tokens: tuple  # ((tokens per image row, share of steps), ...)
@@ -136,7 +136,7 @@ class Method:
     # which `train-drafter --kind` runs
     drafter_kind: str = ""
     train: str = ""
-    # its step's shape for a projection (cli/roofline.py): (parameter values by name as a `bench --json` row
+    # its step's shape for a projection (tooling/roofline.py): (parameter values by name as a `bench --json` row
     # records them, codes per image row, the backend reports of the row's generations) -> StepCost; a value
     # the row lacks is a KeyError (the projection names it)
     step_cost: Optional[Callable[[dict, int, list], StepCost]] = None

@@ -370,7 +370,7 @@ def adt_tree_step_cost(p: dict, row_codes: int, reports: list) -> StepCost:
 
 
 # default: the fastest lossless setting measured on the demo model (an adaptive chain of sampled
-# drafts, 8 nodes: docs/BENCHMARKS.md); preset="paper": EAGLE-2's top-k trees of 32 nodes
+# drafts, 8 nodes: docs/history/BENCHMARKS-journal.md); preset="paper": EAGLE-2's top-k trees of 32 nodes
 ADT_TREE = Method("adt_tree", "ADT-Tree", "EAGLE drafter with adjacency-adaptive dynamic draft trees (Lei et al.)",
                   ADTTreeParams, ADTTreeDrafter, drafter_kind="eagle", train="eagle:train_eagle",
                   step_cost=adt_tree_step_cost,

@@ -31,7 +31,8 @@ class AutoParams(JacobiParams):
     adapt_init: bool = param(False, "also choose the init online: try random (sample_above when init is random) in "
                              "short blocks when drafts commit under half the window, keep it where it commits more; "
                              "off by default: no init beat sample_above in any bench regime, and on the demo model its trials "
-                             "cost forwards (0.81x step compression at the defaults; docs/ARCHITECTURE.md)")
+                             "cost forwards (0.81x step compression at the defaults; "
+                             "docs/history/BENCHMARKS-2026-11-27.md)")
     restart_after: int = restart_param(16)
     tree_width: int = param(4, "proactive drafting (SJD-PAC's): after a rejection, K candidates at the first open "
                             "position, each with a branch of tree_depth drafts; auto carries them on a step when "

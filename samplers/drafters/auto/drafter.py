@@ -68,7 +68,7 @@ class AutoDrafter(JacobiDrafter):
         self.cost.set_costs(seconds)
 
     def one_off(self, plan) -> bool:
-        """A probe of a smaller window (or AR) is one step: compiled, it runs eager (engine.StepGraphs)."""
+        """A probe of a smaller window (or AR) is one step: compiled, it runs eager (compiled_step.StepGraphs)."""
         return self.policy.probing
 
     def fell_back_to_ar(self) -> Optional[str]:

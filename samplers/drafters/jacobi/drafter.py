@@ -180,7 +180,8 @@ class JacobiDrafter(Drafter):
     def _stalled_rows(self, state, n_accepted):
         """Stall restart: the rows whose last `restart_after` steps each committed one token (counted in `stall`) get
         their whole window drafted afresh by `init` (coupled re-drafts can keep drafts made under a wrong prefix
-        step after step: a fixed point, docs/BENCHMARKS.md). Lossless: the decision reads only the steps' counts.
+        step after step: a fixed point, docs/history/BENCHMARKS-journal.md "Stall restart"). Lossless: the decision
+        reads only the steps' counts.
         It widens the entering positions' `init` mask, which draws the same noise whichever positions it writes:
         a generation in which no row restarts keeps its tokens."""
         active, ds = state.active, state.draft

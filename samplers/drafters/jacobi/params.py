@@ -9,18 +9,19 @@ from ..params import COUPLINGS, INITS, MAX_TREE_WIDTH, MAX_WINDOW, param
 WINDOW_HELP = "draft tokens verified per forward (shrinks near the end of the image)"
 INIT_HELP = "how new window positions are drafted: " + ", ".join(INITS)
 # sample_above (from the distribution recorded one row above): the fastest lossless init on the demo model for sjd,
-# scd, sjd_pac and auto, >= 0.97x the papers' random at window 16 in every bench regime (docs/BENCHMARKS.md)
+# scd, sjd_pac and auto, >= 0.97x the papers' random at window 16 in every bench regime
+# (docs/history/BENCHMARKS-2026-11-27.md)
 INIT_ABOVE_PAPER = "SJD paper: random (preset='paper'); sample_above is the fastest on the demo model"
 INIT_ABOVE_REGIMES = ("SJD paper: random (preset='paper'); sample_above: >= 0.97x the paper's setting at window 16 in "
-                      "every bench regime (docs/BENCHMARKS.md)")
+                      "every bench regime (docs/history/BENCHMARKS-2026-11-27.md)")
 
 
 def restart_param(default: int):
     """Stall restart (`JacobiDrafter._stalled_rows`): ours, not the papers' (preset='paper': off). Its default per
-    method is what docs/BENCHMARKS.md measured ("Defaults chosen on every regime")."""
+    method is what docs/history/BENCHMARKS-2026-11-27.md measured ("Defaults chosen on every regime")."""
     return param(default, "re-draft the window by `init` after this many steps in a row that committed one token each "
                  "(a coupled Jacobi window stuck in a fixed point); 0: never", lo=0, hi=1024,
-                 paper="not in the papers (preset='paper': 0); docs/BENCHMARKS.md, stall restart")
+                 paper="not in the papers (preset='paper': 0); docs/history/BENCHMARKS-journal.md, stall restart")
 
 
 class JacobiParams:
@@ -83,10 +84,11 @@ class ProactiveParams(JacobiParams):
 @dataclass(frozen=True)
 class SJDPACParams(ProactiveParams):
     window: int = param(16, WINDOW_HELP, lo=1, hi=MAX_WINDOW, sizes=True, essential=True,
-                        paper="SJD-PAC paper: 64 (preset='paper'); 16 is the fastest on a CPU (docs/BENCHMARKS.md)")
+                        paper="SJD-PAC paper: 64 (preset='paper'); 16 is the fastest on a CPU "
+                        "(docs/history/BENCHMARKS-2026-11-27.md)")
     tree_depth: int = param(2, "proactive drafting: depth D of the branches after a rejection (at most window)",
                             lo=1, hi=MAX_WINDOW, paper="SJD-PAC paper: D = 3 (preset='paper'); 2 is the fastest on "
-                            "the demo model (docs/BENCHMARKS.md)", sizes=True, essential=True)
+                            "the demo model (docs/history/BENCHMARKS-2026-11-27.md)", sizes=True, essential=True)
     tree_width: int = param(4, "proactive drafting: candidates K at the first open position (1 = off; at most the "
                             "image vocabulary)", lo=1, hi=MAX_TREE_WIDTH,
                             paper="SJD-PAC paper: K = 4 (the authors' code uses 3)", sizes=True, essential=True)
