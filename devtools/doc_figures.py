@@ -15,6 +15,7 @@ machine and date of any of those files).
 """
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import re
@@ -128,7 +129,10 @@ def stale_blocks(doc: str, fix: bool = False) -> list:
 
 
 def main(argv=None) -> int:
-    check = "--check" in (argv if argv is not None else sys.argv[1:])
+    parser = argparse.ArgumentParser(description="Rewrite (or --check) every generated figure block in README.md "
+                                                 "and docs/*.md from its committed JSON.")
+    parser.add_argument("--check", action="store_true", help="rewrite nothing; exit 1 naming each stale block")
+    check = parser.parse_args(argv).check
     stale = [s for doc in docs() for s in stale_blocks(doc, fix=not check)]
     for s in stale:
         print(s)
