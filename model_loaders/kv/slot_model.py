@@ -12,8 +12,8 @@ from typing import Optional, Sequence, Union
 
 import torch
 
-from .capture import inference_mode_unless_traced, mark_static_addresses, reachable_tensors, uses_graph_buffers
-from .contract import ARImageModel, EncodedPrompt, ForwardOutput, Session
+from ..capture import inference_mode_unless_traced, mark_static_addresses, reachable_tensors, uses_graph_buffers
+from ..contract import ARImageModel, EncodedPrompt, ForwardOutput, Session
 from .slots import SlotState, batched_tree_tensors, cfg_rows, draft_layout, path_moves, prefill_layout, tree_tensors
 
 CAPTURED_PROMPT_MULTIPLE = 64  # captured sessions round the prompt slots up: one graph per 64 prompt tokens

@@ -34,16 +34,16 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .checkpoints import load_into, load_state_dict
-from .contract import EncodedPrompt, ImageGeometry
-from .devices import resolve_device, resolve_dtype
-from .family import ModelFamily, Sampling, choose_square_size
+from ..contract import EncodedPrompt, ImageGeometry
+from ..devices import resolve_device, resolve_dtype
+from ..family import ModelFamily, Sampling, choose_square_size
+from ..files.checkpoints import load_into, load_state_dict
+from ..kv.slot_model import SlotCacheModel
+from ..kv.slots import gather_kv_slots
+from ..precision.quantize import quantize_module
 from .hf_common import decode_in_chunks
 from .llama import RMSNorm
 from .llamagen_vq import load_llamagen_vq
-from .quantize import quantize_module
-from .slot_model import SlotCacheModel
-from .slots import gather_kv_slots
 
 # heads of the authors' GPT sizes, by width (gpt.py GPT_models: B, L, XL, XXL, XXXL, 1B, 3B, 7B)
 HEADS_BY_DIM = {768: 12, 1024: 16, 1280: 20, 1536: 24, 2560: 40, 2048: 32, 3200: 32, 4096: 32}
@@ -219,7 +219,7 @@ class LlamaGenImageModel(SlotCacheModel):
             torch.set_default_dtype(default)
         load_into(self.gpt, state, gpt_path, ignore=("freqs_cis", "causal_mask"))
         del state
-        # quantized (quantize.py) in CPU memory, before the move: the device holds the quantized weights only
+        # quantized (precision/quantize.py) in CPU memory, before the move: the device holds the quantized weights only
         self.gpt = self.gpt.to(dtype=self._dtype)
         quantize_module(self.gpt, quantize)
         self.gpt = self.gpt.to(device=self._device).eval()
@@ -247,7 +247,7 @@ class LlamaGenImageModel(SlotCacheModel):
     def _load_t5(self, folder, t5_dtype):
         from transformers import T5EncoderModel
 
-        from .hf_files import load_pretrained, load_tokenizer
+        from ..files.hf_files import load_pretrained, load_tokenizer
         sub = next((os.path.join(folder, n) for n in T5_FOLDERS if os.path.isdir(os.path.join(folder, n))), None)
         if sub is None:
             raise ValueError(f"a LlamaGen t2i folder needs the FLAN-T5-XL text encoder in {folder!r}/flan-t5-xl "

@@ -44,17 +44,17 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..contract import EncodedPrompt, ImageGeometry
+from ..devices import resolve_device, resolve_dtype
+from ..family import ModelFamily, Sampling, config_names, read_config
+from ..files.hf_files import load_tokenizer, safetensors_files
+from ..kv.slot_model import SlotCacheModel
+from ..kv.slots import gather_kv_slots
+from ..precision.quantize import check_mode, quantize_module
 from .chameleon import lumina_sizes, lumina_size_token
-from .contract import EncodedPrompt, ImageGeometry
-from .devices import resolve_device, resolve_dtype
-from .family import ModelFamily, Sampling, config_names, read_config
 from .hf_common import decode_in_chunks
-from .hf_files import load_tokenizer, safetensors_files
 from .llama import RMSNorm, apply_rope
 from .lumina2_vq import load_movqgan
-from .quantize import check_mode, quantize_module
-from .slot_model import SlotCacheModel
-from .slots import gather_kv_slots
 
 IMAGE_TOKEN_OFFSET = 155000  # vocabulary id of image code 0 (the authors' get_image_token)
 IMAGE_START, IMAGE_END = "<racm3:break>", "<eoss>"
@@ -279,7 +279,7 @@ class Lumina2ImageModel(SlotCacheModel):
         # one of the training crop sizes
         self.max_positions = None
         quantize = check_mode(quantize)
-        # quantized (quantize.py) in CPU memory, before the move: the device holds the quantized weights only
+        # quantized (precision/quantize.py) in CPU memory, before the move: the device holds the quantized weights only
         self.net = load_weights(folder, c, self._dtype, "cpu" if quantize != "none" else self._device,
                                 slice(IMAGE_TOKEN_OFFSET, IMAGE_TOKEN_OFFSET + V))
         if quantize != "none":

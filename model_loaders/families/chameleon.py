@@ -33,12 +33,12 @@ import re
 
 import torch
 
+from ..contract import EncodedPrompt, ImageGeometry
+from ..devices import resolve_device, resolve_dtype
+from ..family import ModelFamily, Sampling, config_names, read_config
+from ..files.hf_files import load_pretrained, load_tokenizer
 from .chameleon_vqgan import load_vqgan_decoder
-from .contract import EncodedPrompt, ImageGeometry
-from .devices import resolve_device, resolve_dtype
-from .family import ModelFamily, Sampling, config_names, read_config
 from .hf_common import SharedVocabImageModel, to_pil
-from .hf_files import load_pretrained, load_tokenizer
 
 LAYOUTS = ("lumina", "anole")
 IMAGE_START, IMAGE_END = "<racm3:break>", "<eoss>"
@@ -236,7 +236,7 @@ def size_options(folder: str, w: int, h: int) -> dict:
     for target in LUMINA_TARGETS:
         if (w, h) in lumina_sizes(target):
             return {"resolution": f"{w}x{h}", "target_size": target}
-    from .resolutions import RESOLUTIONS  # the sizes the nodes list (resolutions.py imports the families)
+    from ..resolutions import RESOLUTIONS  # the sizes the nodes list (resolutions.py imports the families)
     offered = sorted({f"{a}x{b}" for t in LUMINA_TARGETS for a, b in lumina_sizes(t)} & set(RESOLUTIONS))
     raise ValueError(f"Lumina-mGPT does not offer {w}x{h}: of the sizes listed, it offers {', '.join(offered)}")
 

@@ -13,7 +13,7 @@ from typing import Any, Sequence, Union
 
 import torch
 
-from .contract import tree_ancestry, tree_depths
+from ..contract import tree_ancestry, tree_depths
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """ARImageModel over our own `LlamaDecoder` (tiny test models and the demo model).
 
 Vocabulary of these models: ``[pad, bos, boi, row_end, image codes..., text bytes...]``.
-The static cache and slot layout are `SlotCacheModel`'s (see slots.py).
+The static cache and slot layout are `SlotCacheModel`'s (see kv/slots.py).
 """
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from typing import Callable, Optional
 
 import torch
 
-from .contract import EncodedPrompt, ImageGeometry
+from ..contract import EncodedPrompt, ImageGeometry
+from ..kv.slot_model import SlotCacheModel
+from ..kv.slots import gather_kv_slots
 from .llama import LlamaDecoder
-from .slot_model import SlotCacheModel
-from .slots import gather_kv_slots
 
 PAD, BOS, BOI, ROW_END = 0, 1, 2, 3
 IMAGE_OFFSET = 4

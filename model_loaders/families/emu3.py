@@ -29,11 +29,11 @@ import re
 
 import torch
 
-from .contract import EncodedPrompt, ImageGeometry
-from .devices import resolve_device, resolve_dtype
-from .family import ModelFamily, Sampling, config_names, read_config
+from ..contract import EncodedPrompt, ImageGeometry
+from ..devices import resolve_device, resolve_dtype
+from ..family import ModelFamily, Sampling, config_names, read_config
+from ..files.hf_files import load_tokenizer
 from .hf_common import SharedVocabImageModel, to_pil
-from .hf_files import load_tokenizer
 
 DOWNSAMPLE = 8  # Emu3Processor.downsample_ratio
 DEFAULT_IMAGE_AREA = 518400

@@ -21,11 +21,11 @@ import os
 
 import torch
 
-from .contract import EncodedPrompt, ImageGeometry
-from .devices import resolve_device, resolve_dtype
-from .family import ModelFamily, Sampling, config_names, read_config, square_size
+from ..contract import EncodedPrompt, ImageGeometry
+from ..devices import resolve_device, resolve_dtype
+from ..family import ModelFamily, Sampling, config_names, read_config, square_size
+from ..files.hf_files import load_tokenizer
 from .hf_common import HFImageModel, to_pil
-from .hf_files import load_tokenizer
 
 # the Janus-Pro format, used when the folder ships no chat template
 FALLBACK_TEMPLATE = "<|User|>: {text}\n\n<|Assistant|>:"
