@@ -314,7 +314,7 @@ def test_against_the_authors_code(c2i, tmp_path):
 
 def test_a_compiled_sessions_cache_is_reused_unseen(c2i, t2i):
     # the CUDA-graph path keeps one KV cache per model (slot_model._session_cache): reset_cache, with
-    # SlotKV.forget_session, must leave nothing of the last session (its pos0, the prompt's length, included)
+    # LlamaGenKV.forget_session, must leave nothing of the last session (its pos0, the prompt's length, included)
     assert reused_cache_differences(c2i[2], ["class:3", "class:7"]) == ([], True)
     assert reused_cache_differences(t2i[2], ["a red cat", "a very long prompt about a small red cat in the snow",
                                               "dog"]) == ([], True)

@@ -503,6 +503,6 @@ def test_quantized_int4_weights_generate_and_stay_exact_to_their_own_ar(tiny):
 
 
 def test_a_compiled_sessions_cache_is_reused_unseen(tiny):
-    # the CUDA-graph path keeps one KV cache per model (slot_model._session_cache): reset_cache zeroes Lumina2KV
+    # the CUDA-graph path keeps one KV cache per model (slot_model._session_cache): reset_cache zeroes its SlotKV
     assert reused_cache_differences(tiny[3], [PROMPT, "a very long prompt about a small red cat in the snow"]) \
         == ([], True)

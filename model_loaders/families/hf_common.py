@@ -110,9 +110,6 @@ class HFImageModel(SlotCacheModel):
     def image_logits(self, hidden):
         return self._image_logits(hidden)
 
-    def _gather(self, cache, rows, dst, src):
-        cache.gather(rows, dst, src)
-
     def _run(self, embeds, positions, allowed, cache, slots):
         """One pass of the decoder stack; `allowed` [R, T, S] bool -> float additive mask."""
         mask = torch.zeros(allowed.shape, dtype=embeds.dtype, device=embeds.device)

@@ -11,7 +11,7 @@ import torch
 
 from ..contract import EncodedPrompt, ImageGeometry
 from ..kv.slot_model import SlotCacheModel
-from ..kv.slots import gather_kv_slots
+from ..kv.store import gather_slots
 from .llama import LlamaDecoder
 
 PAD, BOS, BOI, ROW_END = 0, 1, 2, 3
@@ -83,7 +83,7 @@ class LlamaImageModel(SlotCacheModel):
         return self.decoder.hidden_states(None, positions, allowed, cache, slots, embeds=embeds)
 
     def _gather(self, cache, rows, dst, src):
-        gather_kv_slots(cache, rows, dst, src)
+        gather_slots(cache, rows, dst, src)
 
     def image_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         w = self.decoder.lm_head.weight[self._image_rows]  # logits for image rows only

@@ -49,7 +49,7 @@ from ..devices import resolve_device, resolve_dtype
 from ..family import ModelFamily, Sampling, config_names, read_config
 from ..files.hf_files import load_tokenizer, safetensors_files
 from ..kv.slot_model import SlotCacheModel
-from ..kv.slots import gather_kv_slots
+from ..kv.store import SlotKV, attend, write_slots
 from ..precision.quantize import check_mode, quantize_module
 from .chameleon import lumina_sizes, lumina_size_token
 from .hf_common import decode_in_chunks
@@ -140,12 +140,8 @@ class Attention(nn.Module):
         q = self.q_norm(self.q_proj(x).view(R, T, self.h, self.hd)).transpose(1, 2)
         k = self.k_norm(self.k_proj(x).view(R, T, self.kv, self.hd)).transpose(1, 2)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)  # [R, heads, T, hd]
-        kc, vc = kv  # [R, kv, S, hd]: written at each row's slots, then attended as a whole
-        kc.permute(0, 2, 1, 3)[rows, slots] = k.transpose(1, 2).to(kc.dtype)
-        vc.permute(0, 2, 1, 3)[rows, slots] = self.v_proj(x).view(R, T, self.kv, self.hd).to(vc.dtype)
-        rep = self.h // self.kv
-        out = F.scaled_dot_product_attention(q, kc.repeat_interleave(rep, 1), vc.repeat_interleave(rep, 1),
-                                             attn_mask=mask[:, None])
+        kv = write_slots(kv, k.transpose(1, 2), self.v_proj(x).view(R, T, self.kv, self.hd), slots, rows)
+        out = attend(q, kv, mask)
         return self.o_proj(out.transpose(1, 2).reshape(R, T, -1))
 
 
@@ -233,15 +229,6 @@ def load_weights(folder: str, c: Lumina2Config, dtype, device, head_rows: slice)
     state["lm_head.weight"] = head
     net.load_state_dict(state, assign=True, strict=True)
     return net.eval()
-
-
-class Lumina2KV:
-    def __init__(self, c: Lumina2Config, rows: int, capacity: int, dtype, device):
-        shape = (rows, c.n_kv_head, capacity, c.head_dim)
-        self.layers = [(torch.zeros(shape, dtype=dtype, device=device), torch.zeros(shape, dtype=dtype, device=device))
-                       for _ in range(c.n_layer)]
-
-    reusable_for_sessions = True  # tensors only: slot_model.reset_cache zeroes them for the next session
 
 
 class Lumina2ImageModel(SlotCacheModel):
@@ -350,7 +337,8 @@ class Lumina2ImageModel(SlotCacheModel):
 
     # -- SlotCacheModel hooks ----------------------------------------------------------------
     def _new_cache(self, rows, capacity):
-        return Lumina2KV(self.cfg, rows, capacity, self._dtype, self._device)
+        c = self.cfg
+        return SlotKV(c.n_layer, rows, c.n_kv_head, capacity, c.head_dim, self._dtype, self._device)
 
     def _embed_prompt(self, ids):
         return self.net.model.embed_tokens(ids)
@@ -358,7 +346,7 @@ class Lumina2ImageModel(SlotCacheModel):
     def embed_tokens(self, tokens):
         return self.net.model.embed_tokens(self._engine_to_model[tokens])
 
-    def _run(self, embeds, positions, allowed, cache: Lumina2KV, slots):
+    def _run(self, embeds, positions, allowed, cache: SlotKV, slots):
         freqs = positions.float()[..., None] * self._inv_freq  # [R, T, hd / 2], in fp32 as the authors
         angles = torch.cat([freqs, freqs], -1)[:, None]
         cos, sin = angles.cos().to(embeds.dtype), angles.sin().to(embeds.dtype)
@@ -367,9 +355,6 @@ class Lumina2ImageModel(SlotCacheModel):
         for layer, kv in zip(self.net.model.layers, cache.layers):
             x = layer(x, cos, sin, kv, rows, slots, allowed)
         return self.net.model.norm(x)
-
-    def _gather(self, cache, rows, dst, src):
-        gather_kv_slots(cache.layers, rows, dst, src)
 
     def image_logits(self, hidden):
         return self.net.lm_head(hidden)

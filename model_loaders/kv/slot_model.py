@@ -1,5 +1,5 @@
 """`SlotCacheModel`: the one implementation of start / forward / commit over a static per-row
-slot cache (layout in `slots.py`), shared by our Llama adapter and the transformers adapters.
+slot cache (the cache in `store.py`, its layout in `slots.py`), shared by every adapter.
 
 A family adapter subclasses it and provides the hooks below; everything the sampling core sees
 (prefill with CFG as one batch, chain and tree forwards, per-row trees, commit of a gathered
@@ -22,12 +22,12 @@ CAPTURED_PROMPT_MULTIPLE = 64  # captured sessions round the prompt slots up: on
 class SlotCacheModel(ARImageModel):
     """Hooks a subclass implements:
 
-    - ``_new_cache(rows, capacity)``: an empty static KV cache;
+    - ``_new_cache(rows, capacity)``: an empty static KV cache (store.py), and ``_gather(cache, rows, dst,
+      src)`` where the cache has no ``gather(rows, dst, src)`` of its own (copy slots ``src`` to ``dst`` per row);
     - ``_embed_prompt(ids [R, P])``: embeddings of prompt ids (model vocabulary);
     - ``embed_tokens(tokens [R, T])``: embeddings of engine ids (image codes, structure tokens);
     - ``_run(embeds, positions, allowed [R, T, S] bool, cache, slots [R, T])``: last hidden states
       [R, T, D] after the final norm, writing the new keys / values at ``slots``;
-    - ``_gather(cache, rows, dst, src)``: copy cache slots ``src`` to ``dst`` per row;
     - ``image_logits(hidden)``: logits of the image codes only.
     And sets ``geometry``, ``pad_id`` and ``max_positions`` (None: unlimited).
     """
@@ -119,11 +119,14 @@ class SlotCacheModel(ARImageModel):
             self._gather(st.cache, rows, dst, src)
         session.committed = session.committed + length
 
+    def _gather(self, cache, rows, dst, src):
+        cache.gather(rows, dst, src)
+
 
 def resettable_cache(cache) -> bool:
     """Whether `reset_cache` can bring `cache` back to what `_new_cache` makes: (layers of) tensors only, or a
-    cache class that says so (`reusable_for_sessions`, with a `forget_session()` where it holds more than
-    tensors; not transformers' `Cache`, whose `reset` knows nothing of our slots)."""
+    cache class that says so (`reusable_for_sessions`, as `store.SlotKV`; not transformers' `Cache`, whose
+    `reset` knows nothing of our slots)."""
     if getattr(cache, "reusable_for_sessions", False):
         return True
     return isinstance(cache, (list, tuple)) and all(
