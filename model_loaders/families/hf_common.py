@@ -53,10 +53,6 @@ class HFImageModel(SlotCacheModel):
     backbone: torch.nn.Module
 
     @property
-    def device(self) -> torch.device:
-        return self._device
-
-    @property
     def dtype(self) -> torch.dtype:
         return self._dtype
 

@@ -9,7 +9,7 @@ from typing import Callable, Optional
 
 import torch
 
-from ..contract import EncodedPrompt, ImageGeometry
+from ..contract import EncodedPrompt, ImageGeometry, check_texts
 from ..kv.slot_model import SlotCacheModel
 from ..kv.store import gather_slots
 from .llama import LlamaDecoder
@@ -57,9 +57,7 @@ class LlamaImageModel(SlotCacheModel):
 
     # -- prompts ---------------------------------------------------------------------------
     def encode_prompt(self, text: str, negative_text: str = "") -> EncodedPrompt:
-        for name, value in (("prompt", text), ("negative_prompt", negative_text)):
-            if not isinstance(value, str):
-                raise ValueError(f"{name} must be a str, got {type(value).__name__}")
+        check_texts(text, negative_text)
         cond = [BOS] + self.encode_text(text) + [BOI]
         uncond = [BOS] + self.encode_text(negative_text) + [BOI]
         for name, ids in (("prompt", cond), ("negative_prompt", uncond)):

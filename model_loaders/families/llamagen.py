@@ -34,8 +34,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..contract import EncodedPrompt, ImageGeometry
-from ..devices import resolve_device, resolve_dtype
+from ..contract import EncodedPrompt, ImageGeometry, check_texts
+from ..devices import resolve_dtype
 from ..family import ModelFamily, Sampling, choose_square_size
 from ..files.checkpoints import load_into, load_state_dict
 from ..kv.slot_model import SlotCacheModel
@@ -183,10 +183,7 @@ class LlamaGenImageModel(SlotCacheModel):
 
     def __init__(self, folder: str, device=None, dtype=None, image_size=None, n_head=None, t5_dtype=None,
                  quantize=None):
-        self.folder = folder
-        self.name = os.path.basename(os.path.normpath(folder)) or "llamagen"
-        self._device = resolve_device(device)
-        self._dtype = resolve_dtype(dtype, self._device)
+        self._open_folder(folder, device, dtype, "llamagen")
         gpt_path, vq_path = self._files(folder)
         self.vq = load_llamagen_vq(vq_path, device=self._device)
         state = load_state_dict(gpt_path)
@@ -252,10 +249,6 @@ class LlamaGenImageModel(SlotCacheModel):
 
     # -- contract ---------------------------------------------------------------------------
     @property
-    def device(self):
-        return self._device
-
-    @property
     def hidden_size(self):
         return self.cfg.dim
 
@@ -283,9 +276,7 @@ class LlamaGenImageModel(SlotCacheModel):
         return self._captions[text]
 
     def encode_prompt(self, text: str, negative_text: str = "") -> EncodedPrompt:
-        for name, value in (("prompt", text), ("negative_prompt", negative_text)):
-            if not isinstance(value, str):
-                raise ValueError(f"{name} must be a str, got {type(value).__name__}")
+        check_texts(text, negative_text)
         if self.cfg.kind == "c2i":
             if negative_text:
                 raise ValueError("class-conditional LlamaGen takes no negative prompt (its CFG branch is the null class)")

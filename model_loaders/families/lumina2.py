@@ -38,20 +38,19 @@ Pixels: MoVQGAN-270M (lumina2_vq.py) from ``movqgan_270M.safetensors`` or ``movq
 from __future__ import annotations
 
 import os
-import re
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..contract import EncodedPrompt, ImageGeometry
-from ..devices import resolve_device, resolve_dtype
+from ..contract import EncodedPrompt, ImageGeometry, check_texts
 from ..family import ModelFamily, Sampling, config_names, read_config
+from ..files.checkpoints import weight_mismatch
 from ..files.hf_files import load_tokenizer, safetensors_files
 from ..kv.slot_model import SlotCacheModel
 from ..kv.store import SlotKV, attend, write_slots
 from ..precision.quantize import check_mode, quantize_module
-from .chameleon import lumina_sizes, lumina_size_token
+from .chameleon import LUMINA_PATCH, lumina_grid, lumina_sizes
 from .hf_common import decode_in_chunks
 from .llama import RMSNorm, apply_rope
 from .lumina2_vq import load_movqgan
@@ -60,7 +59,6 @@ IMAGE_TOKEN_OFFSET = 155000  # vocabulary id of image code 0 (the authors' get_i
 IMAGE_START, IMAGE_END = "<racm3:break>", "<eoss>"
 SEP, NEWLINE = "<reserved08706>", "<reserved08799>"
 PROMPT = "Generate an image of {w}x{h} according to the following prompt:\n{text}"
-PATCH = 32  # pixels per size-token unit
 TARGET_SIZE = 768  # the released checkpoint's training size (its crop list: (768 / 32)^2 patches, ratio <= 4)
 VQ_FILES = ("movqgan_270M.safetensors", "movqgan_270M.ckpt")
 IGNORED_WEIGHTS = ("model.vqmodel.", "rotary_emb.")  # Chameleon's VQ encoder (unused; absent in the release)
@@ -216,14 +214,10 @@ def load_weights(folder: str, c: Lumina2Config, dtype, device, head_rows: slice)
                              f"file? copy it again") from e
     if c.tied and "lm_head.weight" not in state and "model.embed_tokens.weight" in state:
         state["lm_head.weight"] = state["model.embed_tokens.weight"][head_rows]  # the head is the embedding
-    missing = sorted(set(expected) - set(state) - set(wrong))
-    wrong = [wrong[k] for k in sorted(wrong)]
-    problems = [f"{what} ({len(items)}): {', '.join(items[:4])}{' ...' if len(items) > 4 else ''}"
-                for what, items in (("missing", missing), ("unexpected", sorted(extra)), ("wrong shape", wrong))
-                if items]
+    problems = weight_mismatch(sorted(set(expected) - set(state) - set(wrong)), sorted(extra),
+                               [wrong[k] for k in sorted(wrong)])
     if problems:
-        raise ValueError(f"weights in {where} do not match {os.path.join(folder, 'config.json')}: "
-                         + "; ".join(problems))
+        raise ValueError(f"weights in {where} do not match {os.path.join(folder, 'config.json')}: {problems}")
     head = state.pop("lm_head.weight")
     net.lm_head = nn.Linear(c.dim, head.shape[0], bias=False, device="meta")  # the image rows only
     state["lm_head.weight"] = head
@@ -235,10 +229,7 @@ class Lumina2ImageModel(SlotCacheModel):
     family = "lumina2"
 
     def __init__(self, folder: str, device=None, dtype=None, resolution=None, target_size=None, quantize=None):
-        self.folder = folder
-        self.name = os.path.basename(os.path.normpath(folder)) or "lumina-mgpt-2"
-        self._device = resolve_device(device)
-        self._dtype = resolve_dtype(dtype, self._device)
+        self._open_folder(folder, device, dtype, "lumina-mgpt-2")
         cfg_path = os.path.join(folder, "config.json")
         c = self.cfg = Lumina2Config(read_config(folder), cfg_path)
         tok = self.tokenizer = load_tokenizer(folder)
@@ -284,33 +275,13 @@ class Lumina2ImageModel(SlotCacheModel):
     def _grid(self, resolution, target_size, f, vocab):
         if target_size is None:
             target_size = TARGET_SIZE
-        if isinstance(target_size, bool) or not isinstance(target_size, int) or target_size < PATCH or \
-                target_size % PATCH:
-            raise ValueError(f"target_size must be a multiple of {PATCH} (Lumina-mGPT 2.0 is trained at "
+        if isinstance(target_size, bool) or not isinstance(target_size, int) or target_size < LUMINA_PATCH or \
+                target_size % LUMINA_PATCH:
+            raise ValueError(f"target_size must be a multiple of {LUMINA_PATCH} (Lumina-mGPT 2.0 is trained at "
                              f"{TARGET_SIZE}), got {target_size!r}")
-        sizes = lumina_sizes(target_size)
-        if resolution is None:
-            resolution = f"{target_size}x{target_size}"
-        m = re.fullmatch(r"\s*(\d+)\s*x\s*(\d+)\s*", resolution) if isinstance(resolution, str) else None
-        if m is None or (int(m.group(1)), int(m.group(2))) not in sizes:
-            raise ValueError(f"resolution {resolution!r} is not a Lumina-mGPT 2.0 size for target_size {target_size}; "
-                             f"allowed (WxH): {', '.join(f'{w}x{h}' for w, h in sizes)}")
-        w, h = int(m.group(1)), int(m.group(2))
-        if PATCH % f:
-            raise ValueError(f"the image tokenizer downsamples {f}x; the 32-pixel size tokens need a divisor of 32")
-        self.resolution = (w, h)
-        names = [lumina_size_token(h // PATCH), lumina_size_token(w // PATCH)]
-        for n in names:
-            if n not in vocab:
-                raise ValueError(f"the tokenizer in {self.folder!r} has no size token {n} for {resolution}")
-        self.size_ids = [vocab[n] for n in names]
-        return h // f, w // f
+        return lumina_grid(self, "Lumina-mGPT 2.0", resolution, target_size, f, vocab)
 
     # -- contract ---------------------------------------------------------------------------
-    @property
-    def device(self):
-        return self._device
-
     @property
     def hidden_size(self):
         return self.cfg.dim
@@ -324,9 +295,7 @@ class Lumina2ImageModel(SlotCacheModel):
         return [self.bos_id] + list(body) + [self.sep_id, self.boi_id] + self.size_ids
 
     def encode_prompt(self, text: str, negative_text: str = "") -> EncodedPrompt:
-        for name, value in (("prompt", text), ("negative_prompt", negative_text)):
-            if not isinstance(value, str):
-                raise ValueError(f"{name} must be a str, got {type(value).__name__}")
+        check_texts(text, negative_text)
         uncond = self._ids(negative_text) if negative_text else [self.boi_id] + self.size_ids
         return EncodedPrompt(cond=self._ids(text), uncond=uncond, text=text, negative_text=negative_text)
 

@@ -7,6 +7,7 @@ path, hidden states of both CFG branches for drafters) is implemented here once.
 """
 from __future__ import annotations
 
+import os
 import weakref
 from typing import Optional, Sequence, Union
 
@@ -14,7 +15,8 @@ import torch
 
 from ..capture import inference_mode_unless_traced, mark_static_addresses, reachable_tensors, uses_graph_buffers
 from ..contract import ARImageModel, EncodedPrompt, ForwardOutput, Session
-from .slots import SlotState, batched_tree_tensors, cfg_rows, draft_layout, path_moves, prefill_layout, tree_tensors
+from ..devices import resolve_device, resolve_dtype
+from .slots import SlotState, cfg_rows, draft_layout, path_moves, prefill_layout, tree_tensors
 
 CAPTURED_PROMPT_MULTIPLE = 64  # captured sessions round the prompt slots up: one graph per 64 prompt tokens
 
@@ -35,6 +37,18 @@ class SlotCacheModel(ARImageModel):
     pad_id: int = 0
     max_positions: Optional[int] = None
     capturable = True  # forward and commit are pure tensor code
+
+    def _open_folder(self, folder: str, device, dtype, default_name: str) -> None:
+        """What an adapter loaded from a folder keeps first: the folder, its name (the folder's), the device and
+        the dtype (devices.py)."""
+        self.folder = folder
+        self.name = os.path.basename(os.path.normpath(folder)) or default_name
+        self._device = resolve_device(device)
+        self._dtype = resolve_dtype(dtype, self._device)
+
+    @property
+    def device(self) -> torch.device:
+        return self._device
 
     def _output(self, h: torch.Tensor, batch: int, cfg: bool) -> ForwardOutput:
         logits = self.image_logits(h).float()
@@ -96,15 +110,12 @@ class SlotCacheModel(ARImageModel):
         st: SlotState = session.state
         B, T = tokens.shape
         cfg = session.cfg
-        if isinstance(parents, torch.Tensor) and parents.dim() == 2:  # one tree per row
-            if parents.shape[1] != T:
-                raise ValueError(f"parents has {parents.shape[1]} entries per row for {T} tokens")
-            depth, anc = cfg_rows(cfg, *batched_tree_tensors(parents.to(self.device)))
-        else:
-            # inside a caller's compiled step the tree's tensors are made in its graph (constants): a memo
-            # of tensors made eagerly (inference tensors) cannot be a graph's constant
-            memo = {} if torch.compiler.is_compiling() else self.__dict__.setdefault("_tree_memo", {})
-            depth, anc = tree_tensors(memo, parents, self.device, T)
+        # inside a caller's compiled step a shared tree's tensors are made in its graph (constants): a memo of
+        # tensors made eagerly (inference tensors) cannot be a graph's constant
+        memo = {} if torch.compiler.is_compiling() else self.__dict__.setdefault("_tree_memo", {})
+        depth, anc = tree_tensors(memo, parents, self.device, T)
+        if depth.dim() == 2:  # one tree per row: the unconditional rows take their image's
+            depth, anc = cfg_rows(cfg, depth, anc)
         tokens, committed = cfg_rows(cfg, tokens.to(self.device), session.committed)
         slots, positions, allowed = draft_layout(st.P, st.S, st.valid, st.pos0, committed, depth, anc)
         h = self._run(self.embed_tokens(tokens), positions, allowed, st.cache, slots)
