@@ -6,12 +6,8 @@ The adapters drive the family's own transformers decoder (``LlamaModel`` inside 
 - `SlotCache` (kv/transformers_cache.py): a preallocated static KV cache with per-row slots;
 - an explicit FLOAT additive 4D attention mask ``(R, 1, T, S)`` in the model dtype (0 = attend,
   ``finfo.min`` = blocked; transformers passes a 4D mask through unchanged) and explicit
-  ``position_ids`` (left padding, tree nodes at prefix length + depth).
-
-Slot layout per internal row r (the same as `llama_adapter`): the left-padded prompt fills slots
-``0..P-1`` (its last token at ``P-1``); sequence position j lives at slot ``P + j``; draft node i
-of a forward is written to slot ``P + committed + i``; `commit` gathers an accepted tree path to
-consecutive slots.
+  ``position_ids`` (left padding, tree nodes at prefix length + depth), in the slot layout of every
+  adapter (kv/slots.py).
 
 Loading the checkpoint safely is files/hf_files.py's job; the device and dtype, devices.py's.
 """
@@ -95,7 +91,7 @@ class HFImageModel(SlotCacheModel):
     def _new_cache(self, rows: int, capacity: int):
         from ..kv.transformers_cache import SlotCache  # imports transformers: only once a model of these families runs
 
-        return SlotCache(self._num_layers, rows, capacity)
+        return SlotCache(self._num_layers, capacity)  # each layer allocated at its first write
 
     def _embed_prompt(self, ids):
         return self._prompt_embeds(ids)

@@ -35,9 +35,8 @@ class SlotLayer(CacheLayerMixin):
     def update(self, key_states, value_states, *args, **kwargs):
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
-        dev = key_states.device
         return write_slots((self.keys, self.values), key_states.transpose(1, 2), value_states.transpose(1, 2),
-                           self.owner.slots_on(dev), self.owner.rows_on(dev))
+                           *self.owner.slots_and_rows(key_states.device))
 
     def get_mask_sizes(self, query_length):
         return self.owner.capacity, 0
@@ -55,28 +54,20 @@ class SlotLayer(CacheLayerMixin):
 class SlotCache(Cache):
     """A transformers ``Cache`` over preallocated per-row slots (see the module docstring)."""
 
-    def __init__(self, num_layers: int, rows: int, capacity: int):
+    def __init__(self, num_layers: int, capacity: int):
         self.capacity = capacity
-        self.n_rows = rows
-        self.slots = None
-        self._dev_cache = {}
+        self._slots_on = {}  # device -> (slots [R, T], rows [R, 1]) of this forward there
         super().__init__(layers=[SlotLayer(self) for _ in range(num_layers)])
 
     def set_slots(self, slots: torch.Tensor):
-        self.slots = slots
-        self._dev_cache = {slots.device: (slots, torch.arange(slots.shape[0], device=slots.device)[:, None])}
+        """The slots of the next forward's tokens (once per forward; each layer's device gets its copy once)."""
+        self.slots, self._slots_on = slots, {}
 
-    def _on(self, device):
-        if device not in self._dev_cache:
+    def slots_and_rows(self, device):
+        if device not in self._slots_on:
             s = self.slots.to(device)
-            self._dev_cache[device] = (s, torch.arange(s.shape[0], device=device)[:, None])
-        return self._dev_cache[device]
-
-    def slots_on(self, device):
-        return self._on(device)[0]
-
-    def rows_on(self, device):
-        return self._on(device)[1]
+            self._slots_on[device] = (s, torch.arange(s.shape[0], device=device)[:, None])
+        return self._slots_on[device]
 
     def gather(self, rows, dst, src):
         gather_slots([(layer.keys, layer.values) for layer in self.layers if layer.is_initialized], rows, dst, src)
