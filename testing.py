@@ -13,8 +13,8 @@ from typing import Optional, Union
 import torch
 
 from .model_loaders.contract import ImageGeometry
-from .model_loaders.llama import LlamaConfig, LlamaDecoder
-from .model_loaders.llama_adapter import IMAGE_OFFSET, LlamaImageModel, byte_text_encoder
+from .model_loaders.families.llama import LlamaConfig, LlamaDecoder
+from .model_loaders.families.llama_adapter import IMAGE_OFFSET, LlamaImageModel, byte_text_encoder
 from .samplers.target import SamplingParams, target_probs
 
 

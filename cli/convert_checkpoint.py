@@ -1,7 +1,7 @@
 """`python -m specar convert-checkpoint`: a released .pt/.ckpt checkpoint (loaded with weights_only=True) ->
 safetensors.
 
-The conversion lives in model_loaders/checkpoints.py, next to the loaders that read those files."""
+The conversion lives in model_loaders/files/checkpoints.py, next to the loaders that read those files."""
 from __future__ import annotations
 
 
@@ -11,7 +11,7 @@ def add_arguments(ap) -> None:
 
 
 def run(args) -> int:
-    from ..model_loaders.checkpoints import convert_checkpoint
+    from ..model_loaders.files.checkpoints import convert_checkpoint
     n = convert_checkpoint(args.src, args.dst)
     print(f"wrote {n} tensors to {args.dst}")
     return n

@@ -5,7 +5,7 @@
 
 Prints one line per (dtype, backend, seed): the number of image tokens that differ from AR's, and per
 (dtype, backend) the images that differ. ``--invariant off``: plain half-precision forwards (the
-batch-invariant mode of model_loaders/batch_invariant.py never entered); default: generate's own choice.
+batch-invariant mode of model_loaders/precision/batch_invariant.py never entered); default: generate's own choice.
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import time
 import torch
 
 import specar
-from specar.model_loaders import batch_invariant
+from specar.model_loaders.precision import batch_invariant
 from specar.testing import tiny_model
 
 PROMPT = "a small yellow star on a noisy green background"

@@ -184,6 +184,13 @@ class ARImageModel(ABC):
         )
 
 
+def check_texts(text, negative_text) -> None:
+    """What every `encode_prompt` checks first: both texts are strings."""
+    for name, value in (("prompt", text), ("negative_prompt", negative_text)):
+        if not isinstance(value, str):
+            raise ValueError(f"{name} must be a str, got {type(value).__name__}")
+
+
 def tree_depths(parents: Sequence[int]) -> list:
     """Depth of every node (root children of the committed prefix have depth 0)."""
     depths = []

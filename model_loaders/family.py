@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from .checkpoints import read_json_object
+from .files.checkpoints import read_json_object
 
 
 MODEL_DEFAULT = "model default"  # the size a checkpoint generates unless asked otherwise
@@ -93,7 +93,7 @@ class ModelFamily:
     builtin: tuple = ()  # names of built-in models (shipped with the pack, no folder)
     transformers: bool = False  # an adapter over transformers' classes: needs TRANSFORMERS_FLOOR, can offload
     resolutions: tuple = ()  # the "WxH" sizes its checkpoints generate, for the loader's resolution list
-    quantize: bool = False  # its loader takes quantize="int8" / "int4" (weight-only, model_loaders/quantize.py)
+    quantize: bool = False  # its loader takes quantize="int8" / "int4" (weight-only, precision/quantize.py)
 
 
 def read_config(folder: str) -> dict:

@@ -11,12 +11,13 @@ import os
 
 from .devices import canonical_dtype, check_device
 from .family import MODEL_DEFAULT, ModelFamily, config_names, read_config, size_options
-from .hf_files import require_transformers
-from .hub_cache import find_cached, hub_cache_dir, is_repo_id
-from .quantize import check_mode
+from .files.hf_files import require_transformers
+from .files.hub_cache import find_cached, hub_cache_dir, is_repo_id
+from .precision.quantize import check_mode
 
 # one line per family: its module (relative to model_loaders), which ends with `FAMILY = ModelFamily(...)`
-FAMILY_MODULES = (".demo", ".janus", ".emu3", ".lumina2", ".chameleon", ".llamagen")  # lumina2 before .chameleon
+FAMILY_MODULES = (".demo", ".families.janus", ".families.emu3", ".families.lumina2", ".families.chameleon",
+                  ".families.llamagen")  # lumina2 before chameleon
 FAMILIES = {f.name: f for f in (importlib.import_module(m, __package__).FAMILY for m in FAMILY_MODULES)}
 BUILTIN_MODELS = {name: f for f in FAMILIES.values() for name in f.builtin}  # name -> family
 
@@ -33,9 +34,9 @@ def load_model(name_or_path: str, device=None, dtype=None, quantize=None, **opti
     ``target_size``. A LlamaGen folder (the authors' ``c2i_*.pt`` / ``t2i_*.pt`` and
     ``vq_ds16_*.pt`` checkpoints, no config.json) is recognised from its file names (docs/MODELS.md).
     A Hugging Face repo id (``"deepseek-community/Janus-Pro-7B"``) that is not a folder is looked up
-    in the local Hugging Face cache (hub_cache.py).
+    in the local Hugging Face cache (files/hub_cache.py).
     ``quantize``: ``"int8"`` or ``"int4"`` weight-only quantization of the decoder's linear layers
-    (model_loaders/quantize.py; ``None`` / ``"none"``: the weights as stored), for the families
+    (model_loaders/precision/quantize.py; ``None`` / ``"none"``: the weights as stored), for the families
     whose `ModelFamily.quantize` is set. Local files only: nothing is downloaded.
     """
     check_device(device)
@@ -72,7 +73,7 @@ def family_of(name_or_path: str) -> ModelFamily:
 
 def resolve_checkpoint(name_or_path: str) -> str:
     """A built-in name or a folder as given; a Hub repo id ('org/name') that is not a folder -> its
-    snapshot in the user's Hugging Face cache (hub_cache.py, no network); else a ValueError naming
+    snapshot in the user's Hugging Face cache (files/hub_cache.py, no network); else a ValueError naming
     what was looked for and where."""
     if name_or_path in BUILTIN_MODELS or os.path.isdir(name_or_path):
         return name_or_path

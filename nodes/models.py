@@ -14,8 +14,8 @@ from typing import Optional
 
 import torch
 
-from ..model_loaders.hub_cache import cached_models, find_cached
-from ..model_loaders.quantize import QUANTIZE_MODES
+from ..model_loaders.files.hub_cache import cached_models, find_cached
+from ..model_loaders.precision.quantize import QUANTIZE_MODES
 from ..model_loaders.registry import BUILTIN_MODELS, detect_family, family_of, load_model
 from ..model_loaders.resolutions import MODEL_DEFAULT as MODEL_DEFAULT_SIZE
 from ..model_loaders.resolutions import OFFLOADS, RESOLUTIONS, load_options
@@ -96,7 +96,7 @@ def model_folders() -> list:
 
 def cached_model_ids() -> list:
     """Repo ids ('org/name') of the checkpoints in the user's Hugging Face cache that a model family
-    recognises (model_loaders/hub_cache.py; nothing is downloaded)."""
+    recognises (model_loaders/files/hub_cache.py; nothing is downloaded)."""
     ids = []
     for repo_id, snapshot in cached_models():
         try:

@@ -15,9 +15,9 @@ from __future__ import annotations
 import re
 from typing import Callable
 
+from ..model_loaders.precision.quantize import QUANTIZE_MODES
 from ..model_loaders.registry import FAMILIES
 from ..model_loaders.resolutions import MODEL_DEFAULT as MODEL_DEFAULT_SIZE
-from ..model_loaders.quantize import QUANTIZE_MODES
 from ..model_loaders.resolutions import OFFLOADS, RESOLUTIONS, sizes_help
 from ..samplers import backends as _backends
 from ..samplers.api import REPRODUCIBLE_DEFAULT

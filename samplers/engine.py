@@ -27,8 +27,8 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from ..model_loaders import batch_invariant
 from ..model_loaders.contract import ARImageModel, EncodedPrompt, Session
+from ..model_loaders.precision import batch_invariant
 from .backends import BackendConfig
 from .compiled_step.forward_costs import calibrate
 from .compiled_step.step_graphs import step_graphs
@@ -88,7 +88,7 @@ class SpeculativeEngine:
                              f"relaxed off, or same_image_as_ar (reproducible) off")
         # "same image as AR": verification by agreement (docs/REPRODUCIBLE.md); None: on for a lossless backend
         self.reproducible = self.drafter.lossless if reproducible is None else reproducible
-        # the target's forwards: batch-invariant where the same image needs it (model_loaders/batch_invariant.py)
+        # batch-invariant target forwards where the same image needs it (model_loaders/precision/batch_invariant.py)
         self.target_mode, self.same_image_guarantee = batch_invariant.plan(model, self.reproducible)
         self.layout = SequenceLayout.build(model.geometry, self.drafter.slack, model.device)
 

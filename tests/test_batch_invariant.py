@@ -1,4 +1,4 @@
-"""Batch-invariant target forwards (model_loaders/batch_invariant.py): "same image as AR" in half precision.
+"""Batch-invariant target forwards (model_loaders/precision/batch_invariant.py): "same image as AR" in half precision.
 
 - inside the mode attention and every product give a query row the same bits whatever else the call holds,
   in bf16 and fp16; outside it the CPU's flash-attention kernel does not (planted: the check has power here);
@@ -26,8 +26,8 @@ import torch
 import torch.nn.functional as F
 
 import specar
-from specar.model_loaders import batch_invariant
-from specar.model_loaders.batch_invariant import FLOAT32, GUARANTEE, BatchInvariant
+from specar.model_loaders.precision import batch_invariant
+from specar.model_loaders.precision.batch_invariant import FLOAT32, GUARANTEE, BatchInvariant
 from specar.samplers.backends import BACKENDS
 from specar.testing import tiny_model
 

@@ -26,9 +26,9 @@ if not hasattr(transformers, "ChameleonForConditionalGeneration"):
     pytest.skip("this transformers has no Chameleon", allow_module_level=True)
 
 import specar
-from specar.model_loaders.chameleon import code_token_name, lumina_sizes
-from specar.model_loaders.chameleon_vqgan import VQGANDecoder
 from specar.model_loaders.conformance import check_conformance
+from specar.model_loaders.families.chameleon import code_token_name, lumina_sizes
+from specar.model_loaders.families.chameleon_vqgan import VQGANDecoder
 from specar.testing import chi_square_test, exact_distribution, mark_long
 
 TOL = 1e-5

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import specar
-from specar.model_loaders.drafter_files import CONFIG_FILE
+from specar.model_loaders.files.drafter_files import CONFIG_FILE
 from specar.samplers.drafters.eagle import load_eagle
 from specar.samplers.drafters.eagle.network import EagleConfig
 

@@ -125,7 +125,7 @@ def test_loaded_geometry_prompt_and_defaults(tiny):
     assert mdl.format_prompt(PROMPT) == "<|extra_203|>a red cat<|image start|>2*3<|image token|>"
     assert mdl.format_prompt("blurry").endswith("<|image start|>2*3<|image token|>")
     # default grid of Emu3-Gen: 720x720 pixels -> 90x90 tokens (8190 with row ends)
-    from specar.model_loaders.emu3 import generation_grid
+    from specar.model_loaders.families.emu3 import generation_grid
     assert generation_grid("1:1", 518400) == (90, 90)
 
 

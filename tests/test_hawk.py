@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import specar
-from specar.model_loaders.drafter_files import save_drafter
+from specar.model_loaders.files.drafter_files import save_drafter
 from specar.samplers.drafters.hawk import HawkConfig, HawkDrafter, load_heads, random_heads
 from specar.testing import check_exact as sample_and_test
 from specar.testing import EXACTNESS_MODELS, exactness_model, greedy_and_argmax, mark_long, tiny_model, use_drafter

@@ -1,5 +1,5 @@
 """Checkpoints already in the user's Hugging Face cache are found by repo id, without the network
-(model_loaders/hub_cache.py), by `load_model` and by the loader node beside ComfyUI/models/specar."""
+(model_loaders/files/hub_cache.py), by `load_model` and by the loader node beside ComfyUI/models/specar."""
 import os
 import shutil
 
@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import specar
-from specar.model_loaders import hub_cache
+from specar.model_loaders.files import hub_cache
 from specar.model_loaders.registry import detect_family, resolve_checkpoint
 
 REPO = "deepseek-community/Janus-Pro-7B"

@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 
 import specar
-from specar.model_loaders.chameleon import code_token_name
+from specar.model_loaders.families.chameleon import code_token_name
 from specar.samplers.drafters.eagle import load_eagle
 from specar.samplers.drafters.eagle.lantern_conversion import convert_lantern_drafter
 

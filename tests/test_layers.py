@@ -112,7 +112,7 @@ def cycles(graph: dict) -> list:
 def test_the_graph_is_read():
     graph = import_graph()
     assert "samplers.drafters.jacobi" in graph["samplers.backends"]
-    assert "model_loaders.drafter_files" in graph["samplers.drafters.eagle.files"]
+    assert "model_loaders.files.drafter_files" in graph["samplers.drafters.eagle.files"]
     assert "samplers.drafters.eagle.lantern_conversion" in graph["cli.convert_drafter"]
     assert "testing" in graph["cli.model_spec"] and "samplers.api" in graph["testing"]
     assert "samplers.drafters.hawk.network" in graph["training.hawk"]
@@ -138,8 +138,8 @@ def test_no_folder_cycle():
 @pytest.mark.parametrize("planted,check", [
     ({"model_loaders.registry": {"samplers.api"}}, upward_imports),  # model_loaders importing samplers
     ({"samplers.engine": {"nodes.core"}}, upward_imports),  # samplers importing the ComfyUI layer
-    ({"model_loaders.drafter_files": {"model_loaders.registry"},
-      "model_loaders.registry": {"model_loaders.drafter_files"}}, cycles),
+    ({"model_loaders.files.drafter_files": {"model_loaders.registry"},
+      "model_loaders.registry": {"model_loaders.files.drafter_files"}}, cycles),
     ({"testing": {"cli.args"}}, upward_imports),  # testing.py importing the commands
     # two folders of one layer importing each other through modules that form no cycle: the folders do
     ({"training.hawk": {"testing"}, "testing": {"training.loop"}}, folder_cycles),

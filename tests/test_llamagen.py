@@ -24,7 +24,7 @@ import torch.nn.functional as F
 import specar
 from specar.model_loaders.conformance import check_commit_path, check_hidden_states, check_per_row_trees, \
     check_tree_forward
-from specar.model_loaders.llamagen_vq import LlamaGenVQDecoder
+from specar.model_loaders.families.llamagen_vq import LlamaGenVQDecoder
 from specar.testing import reused_cache_differences
 
 TOL = 1e-5
@@ -300,7 +300,7 @@ def test_against_the_authors_code(c2i, tmp_path):
     assert torch.allclose(s.first.uncond[0, 0], ref[1, 0], atol=1e-4)
     assert torch.allclose(out.cond[0], ref[0, 1:], atol=1e-4) and torch.allclose(out.uncond[0], ref[1, 1:], atol=1e-4)
     # their decoder's widths are fixed (ch=128): a full-width VQ-16 with their own random init, saved as they do
-    from specar.model_loaders.llamagen_vq import load_llamagen_vq
+    from specar.model_loaders.families.llamagen_vq import load_llamagen_vq
     torch.manual_seed(0)
     vq = VQ_16(codebook_size=CODES, codebook_embed_dim=8).eval()
     path = os.path.join(tmp_path, "vq_ds16_c2i.pt")
@@ -314,7 +314,7 @@ def test_against_the_authors_code(c2i, tmp_path):
 
 def test_a_compiled_sessions_cache_is_reused_unseen(c2i, t2i):
     # the CUDA-graph path keeps one KV cache per model (slot_model._session_cache): reset_cache, with
-    # SlotKV.forget_session, must leave nothing of the last session (its pos0, the prompt's length, included)
+    # LlamaGenKV.forget_session, must leave nothing of the last session (its pos0, the prompt's length, included)
     assert reused_cache_differences(c2i[2], ["class:3", "class:7"]) == ([], True)
     assert reused_cache_differences(t2i[2], ["a red cat", "a very long prompt about a small red cat in the snow",
                                               "dog"]) == ([], True)

@@ -29,8 +29,8 @@ import torch.nn.functional as F
 
 import specar
 from specar.model_loaders.conformance import check_conformance
-from specar.model_loaders.lumina2 import IMAGE_TOKEN_OFFSET, is_lumina2
-from specar.model_loaders.lumina2_vq import MoVQDecoder
+from specar.model_loaders.families.lumina2 import IMAGE_TOKEN_OFFSET, is_lumina2
+from specar.model_loaders.families.lumina2_vq import MoVQDecoder
 from specar.model_loaders.registry import FAMILIES, detect_family
 from specar.model_loaders.resolutions import load_options
 from specar.testing import reused_cache_differences
@@ -401,7 +401,7 @@ def test_movqgan_decoder_against_the_authors_code(tmp_path):
     settings (their movqgan/__init__.py MODELS['270M']), random weights, saved as their checkpoint is (a plain
     state dict), decoded by our loader: the same pixels. (Their transformer code needs transformers 4.4x.)"""
     import importlib.util
-    from specar.model_loaders.lumina2_vq import load_movqgan
+    from specar.model_loaders.families.lumina2_vq import load_movqgan
     spec = importlib.util.spec_from_file_location(
         "movq_modules", os.path.join(REPO, "lumina_mgpt", "movqgan", "modules", "vqvae", "movq_modules.py"))
     movq = importlib.util.module_from_spec(spec)
@@ -491,7 +491,7 @@ def test_decoder_against_the_authors_layers(tiny, tmp_path, swin):
 def test_quantized_int4_weights_generate_and_stay_exact_to_their_own_ar(tiny):
     """quantize='int4': the decoder's linear layers become QuantLinear (the image head stays as stored), and a
     speculative backend gives the quantized model's own AR image (same image as AR, the default mode)."""
-    from specar.model_loaders.quantize import QuantLinear
+    from specar.model_loaders.precision.quantize import QuantLinear
     folder = tiny[0]
     m = specar.load_model(folder, quantize="int4", **WIDE)
     kinds = {type(mod).__name__ for name, mod in m.net.named_modules() if "lm_head" not in name}
@@ -503,6 +503,6 @@ def test_quantized_int4_weights_generate_and_stay_exact_to_their_own_ar(tiny):
 
 
 def test_a_compiled_sessions_cache_is_reused_unseen(tiny):
-    # the CUDA-graph path keeps one KV cache per model (slot_model._session_cache): reset_cache zeroes Lumina2KV
+    # the CUDA-graph path keeps one KV cache per model (slot_model._session_cache): reset_cache zeroes its SlotKV
     assert reused_cache_differences(tiny[3], [PROMPT, "a very long prompt about a small red cat in the snow"]) \
         == ([], True)

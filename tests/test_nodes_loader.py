@@ -170,7 +170,7 @@ def test_drafter_folders_are_listed_and_resolved(comfy):
 def test_loader_offers_per_model_values_and_refuses_others_when_queued(flavour, comfy):
     """What each model allows (from its family) reaches the web extension, which narrows the lists to it; any
     other value is refused when the prompt is queued, naming what the chosen model allows."""
-    from specar.model_loaders.quantize import QUANTIZE_MODES
+    from specar.model_loaders.precision.quantize import QUANTIZE_MODES
     from specar.model_loaders.resolutions import RESOLUTIONS
     stubs.make_model_folder(comfy["models_dir"], "janus-pro-7b", "janus")
     stubs.make_model_folder(comfy["models_dir"], "emu3-gen", "emu3")
@@ -205,7 +205,7 @@ def test_the_demo_model_loads_quantized_from_the_loader_and_samples_as_ar(comfy,
     whose linear layers become QuantLinear, and a speculative backend gives the quantized model's AR image (its
     drafters, trained on the unquantized weights, are accepted for it)."""
     from specar.model_loaders import registry
-    from specar.model_loaders.quantize import QuantLinear
+    from specar.model_loaders.precision.quantize import QuantLinear
     monkeypatch.setattr(models, "load_model", registry.load_model)  # the real demo model, not the fixture's
     torch.set_num_threads(1)
     for mode in ("int8", "int4"):

@@ -1,4 +1,4 @@
-"""Weight-only int8 / int4 quantization (model_loaders/quantize.py): the arithmetic, the memory, the
+"""Weight-only int8 / int4 quantization (model_loaders/precision/quantize.py): the arithmetic, the memory, the
 loader input, the compiled step, and exactness of speculative decoding with respect to the
 QUANTIZED target (chi-square against the enumerated distribution of the quantized model, with a
 planted verification bug caught on the same model)."""
@@ -9,10 +9,10 @@ import torch
 from torch import nn
 
 import specar
-from specar.model_loaders.quantize import QuantLinear, check_mode, quantize_module
-from specar.samplers.drafters import jacobi as jacobi_mod
+from specar.model_loaders.precision.quantize import QuantLinear, check_mode, quantize_module
 from specar.samplers.api import generate
 from specar.samplers.compiled_step.step_graphs import compile_stats
+from specar.samplers.drafters import jacobi as jacobi_mod
 from specar.testing import EXACTNESS_SAMPLES, chi_square_test, exact_distribution, tiny_model
 
 P_FAIL = 1e-6

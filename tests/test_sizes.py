@@ -5,8 +5,8 @@ import re
 
 import pytest
 
-from specar.model_loaders.chameleon import LUMINA_TARGETS, lumina_sizes
-from specar.model_loaders.emu3 import DOWNSAMPLE, EMU3_RATIOS, emu3_sizes, generation_grid
+from specar.model_loaders.families.chameleon import LUMINA_TARGETS, lumina_sizes
+from specar.model_loaders.families.emu3 import DOWNSAMPLE, EMU3_RATIOS, emu3_sizes, generation_grid
 from specar.model_loaders.registry import FAMILIES
 from specar.model_loaders.resolutions import RESOLUTIONS, load_options
 
@@ -46,7 +46,7 @@ def test_the_loader_list_holds_every_familys_sizes():
 
 def test_emu3_sizes_give_back_their_own_grid():
     for (w, h), ratio in zip(emu3_sizes(), EMU3_RATIOS):
-        from specar.model_loaders.emu3 import size_options
+        from specar.model_loaders.families.emu3 import size_options
         o = size_options("", w, h)
         gh, gw = generation_grid(o["ratio"], o["image_area"])
         assert (gw * DOWNSAMPLE, gh * DOWNSAMPLE) == (w, h), (ratio, o)

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import specar
-from specar.model_loaders.drafter_files import save_drafter
+from specar.model_loaders.files.drafter_files import save_drafter
 from specar.samplers.backends import make_backend
 from specar.samplers.drafters.spatial import drafter as drafter_mod
 from specar.samplers.drafters.spatial.drafter import SpatialDrafter

@@ -8,7 +8,7 @@ import re
 import pytest
 
 import specar
-from specar.model_loaders import hf_files
+from specar.model_loaders.files import hf_files
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FLOOR = ".".join(map(str, hf_files.TRANSFORMERS_FLOOR))

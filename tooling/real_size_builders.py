@@ -107,7 +107,7 @@ class _default_dtype:
 
 
 def _build_llamagen(d, layers, folder, dtype):
-    from ..model_loaders.llamagen_vq import LlamaGenVQDecoder
+    from ..model_loaders.families.llamagen_vq import LlamaGenVQDecoder
     g = torch.Generator().manual_seed(0)
     r = lambda *s: (torch.randn(*s, generator=g) * (s[-1] ** -0.5 if len(s) > 1 else 1)).to(dtype)  # noqa: E731
     dim, hd = d["dim"], d["dim"] // d["heads"]
@@ -195,8 +195,8 @@ def _build_emu3(d, layers, folder, dtype):
 
 def _build_chameleon(d, layers, folder, dtype):
     from transformers import ChameleonConfig, ChameleonForConditionalGeneration
-    from ..model_loaders.chameleon import code_token_name, lumina_size_token
-    from ..model_loaders.chameleon_vqgan import VQGANDecoder
+    from ..model_loaders.families.chameleon import code_token_name, lumina_size_token
+    from ..model_loaders.families.chameleon_vqgan import VQGANDecoder
     n = d["image"] // 32
     specials = ["<s>", "</s>", "<pad>", "<image>", "<racm3:break>", "<eoss>", "<reserved08706>", "<reserved08799>"] + \
         ([lumina_size_token(n)] if d["lumina"] else []) + [code_token_name(c) for c in range(d["codes"])]

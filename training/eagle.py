@@ -28,7 +28,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from ..model_loaders.drafter_files import save_drafter
+from ..model_loaders.files.drafter_files import save_drafter
 from ..samplers.drafters.eagle.files import load_eagle
 from ..samplers.drafters.eagle.network import EagleConfig, EagleNet
 from ..samplers.target import guided_logits, target_probs

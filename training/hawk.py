@@ -26,7 +26,7 @@ import time
 
 import torch
 
-from ..model_loaders.drafter_files import save_drafter
+from ..model_loaders.files.drafter_files import save_drafter
 from ..samplers.drafters.hawk.network import HawkConfig, HawkHeads
 from ..samplers.target import SamplingParams, guided_logits, target_probs
 from .loop import train

@@ -20,7 +20,7 @@ import time
 
 import torch
 
-from ..model_loaders.drafter_files import save_drafter
+from ..model_loaders.files.drafter_files import save_drafter
 from ..samplers.drafters.spatial.network import KIND, TAPS, SpatialConfig, SpatialHeads
 from ..samplers.target import SamplingParams, guided_logits, target_probs
 

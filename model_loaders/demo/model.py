@@ -9,9 +9,9 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file
 
 from ..contract import ImageGeometry
-from ..llama import LlamaConfig, LlamaDecoder
-from ..llama_adapter import IMAGE_OFFSET, LlamaImageModel
-from ..quantize import quantize_module
+from ..families.llama import LlamaConfig, LlamaDecoder
+from ..families.llama_adapter import IMAGE_OFFSET, LlamaImageModel
+from ..precision.quantize import quantize_module
 from .text import VOCAB, word_encoder
 from .tokenizer import PatchCodebook
 
@@ -30,7 +30,7 @@ def _load(path: str) -> dict:
 
 
 def load_demo_model(device=None, dtype=None, path: str = WEIGHTS, quantize=None) -> LlamaImageModel:
-    """``quantize``: "int8" / "int4" weight-only quantization of the decoder's linear layers (quantize.py)."""
+    """``quantize``: "int8" / "int4" weight-only quantization of the decoder's linear layers (precision/quantize.py)."""
     cfg_path = os.path.join(path, "config.json")
     if not os.path.isfile(cfg_path):
         raise ValueError(f"demo model config {cfg_path} is missing")

@@ -21,8 +21,8 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import save_file
 
-from ..llama import LlamaConfig, LlamaDecoder
-from ..llama_adapter import BOI, BOS, IMAGE_OFFSET, PAD
+from ..families.llama import LlamaConfig, LlamaDecoder
+from ..families.llama_adapter import BOI, BOS, IMAGE_OFFSET, PAD
 from .data import dataset
 from .text import VOCAB, word_encoder
 from .tokenizer import PatchCodebook, psnr

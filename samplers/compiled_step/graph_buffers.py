@@ -66,7 +66,7 @@ class BufferHomes:
     generations are in flight. One home per path (a buffer of a new shape there replaces it), and homes no
     compiled step used in the last generation are let go when it ends, so the model holds one set for the
     backend and shapes it runs now, not one per backend it ever ran; a generation of those again records its
-    graphs once more and takes new homes. (The KV cache itself is kept by the model: slot_model.py.)"""
+    graphs once more and takes new homes. (The KV cache itself is kept by the model: model_loaders/kv/slot_model.py.)"""
 
     def __init__(self):
         self.homes: dict = {}  # (path, shape, stride, dtype, device) -> tensor

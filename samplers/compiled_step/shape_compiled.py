@@ -129,7 +129,7 @@ def _dynamo_counts() -> tuple:
 # keeps old weights if an adapter ever changed them) and max-autotune (no gain at these shapes,
 # longer compiles). Measured on the demo model: docs/history/BENCHMARKS-2026-11-27.md "The compiled step".
 # emulate_precision_casts, every bf16 / fp16 rounding of eager kept in fused kernels: a half-precision graph
-# then computes eager's values (the batch-invariant forwards need them: model_loaders/batch_invariant.py).
+# then computes eager's values (the batch-invariant forwards need them: model_loaders/precision/batch_invariant.py).
 CPU_INDUCTOR_OPTIONS = {"cpp_wrapper": True, "emulate_precision_casts": True}
 
 

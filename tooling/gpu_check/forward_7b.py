@@ -76,7 +76,7 @@ def _time_forwards(ctx, model, session, tokens_list, repeats, compiled, out: dic
 
 def stage_forward_7b(ctx) -> None:
     from ...model_loaders.contract import ImageGeometry
-    from ...model_loaders.llama_adapter import IMAGE_OFFSET, LlamaImageModel, byte_text_encoder
+    from ...model_loaders.families.llama_adapter import IMAGE_OFFSET, LlamaImageModel, byte_text_encoder
     opt = ctx.options
     dev = torch.device(opt["device"])
     dtype = getattr(torch, opt["dtype_7b"])

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import os
 
-from ....model_loaders.drafter_files import (CONFIG_FILE, WEIGHTS_FILE, check_shapes, drafter_folder, load_drafter,
-                                             use_random_drafter)
+from ....model_loaders.files.drafter_files import (CONFIG_FILE, WEIGHTS_FILE, check_shapes, drafter_folder,
+                                                   load_drafter, use_random_drafter)
 from .lantern_conversion import is_lantern_folder, unconverted_lantern_error
 from .network import FOLDER, KIND, EagleConfig, EagleNet, random_eagle
 

@@ -37,8 +37,8 @@ from typing import Optional
 
 import torch
 
-from ....model_loaders.checkpoints import read_json_object
-from ....model_loaders.drafter_files import CONFIG_FILE, WEIGHTS_FILE, check_shapes, save_drafter
+from ....model_loaders.files.checkpoints import read_json_object
+from ....model_loaders.files.drafter_files import CONFIG_FILE, WEIGHTS_FILE, check_shapes, save_drafter
 from .network import FOLDER, KIND, EagleConfig, EagleNet
 
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")

@@ -31,7 +31,8 @@ from torch import nn
 
 import torch.nn.functional as F
 
-from ....model_loaders.llama import Attention, Block, LlamaConfig, rope_tables
+from ....model_loaders.families.llama import Attention, Block, LlamaConfig, rope_tables
+from ....model_loaders.kv.store import empty_layer
 
 KIND = "eagle"  # drafter.json's kind
 FOLDER = "eagle_drafter"  # beside the model's weights
@@ -180,8 +181,7 @@ class EagleNet(nn.Module):
 
     def new_cache(self, rows: int, slots: int, device, dtype):
         h = self.cfg.num_heads
-        shape = (rows, h, slots, self.cfg.hidden_size // h)
-        return (torch.zeros(shape, device=device, dtype=dtype), torch.zeros(shape, device=device, dtype=dtype))
+        return empty_layer(rows, h, slots, self.cfg.hidden_size // h, dtype, device)
 
 
 def random_eagle(model, seed: int) -> EagleNet:

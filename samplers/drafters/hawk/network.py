@@ -8,8 +8,8 @@ from dataclasses import asdict, dataclass
 import torch
 from torch import nn
 
-from ....model_loaders.drafter_files import (WEIGHTS_FILE, check_shapes, drafter_folder, load_heads_config,
-                                             use_random_drafter)
+from ....model_loaders.files.drafter_files import (WEIGHTS_FILE, check_shapes, drafter_folder, load_heads_config,
+                                                   use_random_drafter)
 
 KIND = "hawk"  # drafter.json's kind
 FOLDER = "hawk_heads"  # beside the model's weights

@@ -17,7 +17,7 @@ state to a three-tap kernel over the row above). With CFG the head runs on both 
 and the two logit vectors go through `target_probs` like the target's.
 
 Files: `<model folder>/spatial_heads/` (drafter.json kind "spatial", drafter.safetensors with
-`weight` [depths, D, 3D] and `bias` [depths, D]) through model_loaders/drafter_files.py: the
+`weight` [depths, D, 3D] and `bias` [depths, D]) through model_loaders/files/drafter_files.py: the
 target's fingerprint is checked, so heads trained for another model are refused.
 """
 from __future__ import annotations
@@ -28,8 +28,8 @@ from dataclasses import asdict, dataclass
 import torch
 from torch import nn
 
-from ....model_loaders.drafter_files import (WEIGHTS_FILE, check_shapes, drafter_folder, load_heads_config,
-                                             use_random_drafter)
+from ....model_loaders.files.drafter_files import (WEIGHTS_FILE, check_shapes, drafter_folder, load_heads_config,
+                                                   use_random_drafter)
 
 KIND = "spatial"
 FOLDER = "spatial_heads"  # beside the model's weights

@@ -29,11 +29,10 @@ import re
 
 import torch
 
-from .contract import EncodedPrompt, ImageGeometry
-from .devices import resolve_device, resolve_dtype
-from .family import ModelFamily, Sampling, config_names, read_config
+from ..contract import EncodedPrompt, ImageGeometry, check_texts
+from ..family import ModelFamily, Sampling, config_names, read_config
+from ..files.hf_files import load_tokenizer
 from .hf_common import SharedVocabImageModel, to_pil
-from .hf_files import load_tokenizer
 
 DOWNSAMPLE = 8  # Emu3Processor.downsample_ratio
 DEFAULT_IMAGE_AREA = 518400
@@ -66,10 +65,7 @@ class Emu3ImageModel(SharedVocabImageModel):
         from transformers import Emu3ForConditionalGeneration
 
         cfg = read_config(folder)
-        self.folder = folder
-        self.name = os.path.basename(os.path.normpath(folder)) or "emu3"
-        self._device = resolve_device(device)
-        self._dtype = resolve_dtype(dtype, self._device)
+        self._open_folder(folder, device, dtype, "emu3")
         # the generation size: options, else processor_config.json, else Emu3-Gen's defaults
         proc_cfg = {}
         p = os.path.join(folder, "processor_config.json")
@@ -138,9 +134,7 @@ class Emu3ImageModel(SharedVocabImageModel):
         return f"{s['bos_token']}{text}{s['boi_token']}{H}*{W}{s['image_wrapper_token']}"
 
     def encode_prompt(self, text: str, negative_text: str = "") -> EncodedPrompt:
-        for name, value in (("prompt", text), ("negative_prompt", negative_text)):
-            if not isinstance(value, str):
-                raise ValueError(f"{name} must be a str, got {type(value).__name__}")
+        check_texts(text, negative_text)
         cond = list(self.tokenizer(self.format_prompt(text), add_special_tokens=False).input_ids)
         uncond = list(self.tokenizer(self.format_prompt(negative_text), add_special_tokens=False).input_ids)
         return EncodedPrompt(cond=cond, uncond=uncond, text=text, negative_text=negative_text)

@@ -1,7 +1,7 @@
 """ARImageModel over our own `LlamaDecoder` (tiny test models and the demo model).
 
 Vocabulary of these models: ``[pad, bos, boi, row_end, image codes..., text bytes...]``.
-The static cache and slot layout are `SlotCacheModel`'s (see slots.py).
+The static cache and slot layout are `SlotCacheModel`'s (see kv/slots.py).
 """
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from typing import Callable, Optional
 
 import torch
 
-from .contract import EncodedPrompt, ImageGeometry
+from ..contract import EncodedPrompt, ImageGeometry, check_texts
+from ..kv.slot_model import SlotCacheModel
+from ..kv.store import gather_slots
 from .llama import LlamaDecoder
-from .slot_model import SlotCacheModel
-from .slots import gather_kv_slots
 
 PAD, BOS, BOI, ROW_END = 0, 1, 2, 3
 IMAGE_OFFSET = 4
@@ -57,9 +57,7 @@ class LlamaImageModel(SlotCacheModel):
 
     # -- prompts ---------------------------------------------------------------------------
     def encode_prompt(self, text: str, negative_text: str = "") -> EncodedPrompt:
-        for name, value in (("prompt", text), ("negative_prompt", negative_text)):
-            if not isinstance(value, str):
-                raise ValueError(f"{name} must be a str, got {type(value).__name__}")
+        check_texts(text, negative_text)
         cond = [BOS] + self.encode_text(text) + [BOI]
         uncond = [BOS] + self.encode_text(negative_text) + [BOI]
         for name, ids in (("prompt", cond), ("negative_prompt", uncond)):
@@ -83,7 +81,7 @@ class LlamaImageModel(SlotCacheModel):
         return self.decoder.hidden_states(None, positions, allowed, cache, slots, embeds=embeds)
 
     def _gather(self, cache, rows, dst, src):
-        gather_kv_slots(cache, rows, dst, src)
+        gather_slots(cache, rows, dst, src)
 
     def image_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         w = self.decoder.lm_head.weight[self._image_rows]  # logits for image rows only

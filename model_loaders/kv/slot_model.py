@@ -1,5 +1,5 @@
 """`SlotCacheModel`: the one implementation of start / forward / commit over a static per-row
-slot cache (layout in `slots.py`), shared by our Llama adapter and the transformers adapters.
+slot cache (the cache in `store.py`, its layout in `slots.py`), shared by every adapter.
 
 A family adapter subclasses it and provides the hooks below; everything the sampling core sees
 (prefill with CFG as one batch, chain and tree forwards, per-row trees, commit of a gathered
@@ -7,14 +7,16 @@ path, hidden states of both CFG branches for drafters) is implemented here once.
 """
 from __future__ import annotations
 
+import os
 import weakref
 from typing import Optional, Sequence, Union
 
 import torch
 
-from .capture import inference_mode_unless_traced, mark_static_addresses, reachable_tensors, uses_graph_buffers
-from .contract import ARImageModel, EncodedPrompt, ForwardOutput, Session
-from .slots import SlotState, batched_tree_tensors, cfg_rows, draft_layout, path_moves, prefill_layout, tree_tensors
+from ..capture import inference_mode_unless_traced, mark_static_addresses, reachable_tensors, uses_graph_buffers
+from ..contract import ARImageModel, EncodedPrompt, ForwardOutput, Session
+from ..devices import resolve_device, resolve_dtype
+from .slots import SlotState, cfg_rows, draft_layout, path_moves, prefill_layout, tree_tensors
 
 CAPTURED_PROMPT_MULTIPLE = 64  # captured sessions round the prompt slots up: one graph per 64 prompt tokens
 
@@ -22,12 +24,12 @@ CAPTURED_PROMPT_MULTIPLE = 64  # captured sessions round the prompt slots up: on
 class SlotCacheModel(ARImageModel):
     """Hooks a subclass implements:
 
-    - ``_new_cache(rows, capacity)``: an empty static KV cache;
+    - ``_new_cache(rows, capacity)``: an empty static KV cache (store.py), and ``_gather(cache, rows, dst,
+      src)`` where the cache has no ``gather(rows, dst, src)`` of its own (copy slots ``src`` to ``dst`` per row);
     - ``_embed_prompt(ids [R, P])``: embeddings of prompt ids (model vocabulary);
     - ``embed_tokens(tokens [R, T])``: embeddings of engine ids (image codes, structure tokens);
     - ``_run(embeds, positions, allowed [R, T, S] bool, cache, slots [R, T])``: last hidden states
       [R, T, D] after the final norm, writing the new keys / values at ``slots``;
-    - ``_gather(cache, rows, dst, src)``: copy cache slots ``src`` to ``dst`` per row;
     - ``image_logits(hidden)``: logits of the image codes only.
     And sets ``geometry``, ``pad_id`` and ``max_positions`` (None: unlimited).
     """
@@ -35,6 +37,18 @@ class SlotCacheModel(ARImageModel):
     pad_id: int = 0
     max_positions: Optional[int] = None
     capturable = True  # forward and commit are pure tensor code
+
+    def _open_folder(self, folder: str, device, dtype, default_name: str) -> None:
+        """What an adapter loaded from a folder keeps first: the folder, its name (the folder's), the device and
+        the dtype (devices.py)."""
+        self.folder = folder
+        self.name = os.path.basename(os.path.normpath(folder)) or default_name
+        self._device = resolve_device(device)
+        self._dtype = resolve_dtype(dtype, self._device)
+
+    @property
+    def device(self) -> torch.device:
+        return self._device
 
     def _output(self, h: torch.Tensor, batch: int, cfg: bool) -> ForwardOutput:
         logits = self.image_logits(h).float()
@@ -96,15 +110,12 @@ class SlotCacheModel(ARImageModel):
         st: SlotState = session.state
         B, T = tokens.shape
         cfg = session.cfg
-        if isinstance(parents, torch.Tensor) and parents.dim() == 2:  # one tree per row
-            if parents.shape[1] != T:
-                raise ValueError(f"parents has {parents.shape[1]} entries per row for {T} tokens")
-            depth, anc = cfg_rows(cfg, *batched_tree_tensors(parents.to(self.device)))
-        else:
-            # inside a caller's compiled step the tree's tensors are made in its graph (constants): a memo
-            # of tensors made eagerly (inference tensors) cannot be a graph's constant
-            memo = {} if torch.compiler.is_compiling() else self.__dict__.setdefault("_tree_memo", {})
-            depth, anc = tree_tensors(memo, parents, self.device, T)
+        # inside a caller's compiled step a shared tree's tensors are made in its graph (constants): a memo of
+        # tensors made eagerly (inference tensors) cannot be a graph's constant
+        memo = {} if torch.compiler.is_compiling() else self.__dict__.setdefault("_tree_memo", {})
+        depth, anc = tree_tensors(memo, parents, self.device, T)
+        if depth.dim() == 2:  # one tree per row: the unconditional rows take their image's
+            depth, anc = cfg_rows(cfg, depth, anc)
         tokens, committed = cfg_rows(cfg, tokens.to(self.device), session.committed)
         slots, positions, allowed = draft_layout(st.P, st.S, st.valid, st.pos0, committed, depth, anc)
         h = self._run(self.embed_tokens(tokens), positions, allowed, st.cache, slots)
@@ -119,11 +130,14 @@ class SlotCacheModel(ARImageModel):
             self._gather(st.cache, rows, dst, src)
         session.committed = session.committed + length
 
+    def _gather(self, cache, rows, dst, src):
+        cache.gather(rows, dst, src)
+
 
 def resettable_cache(cache) -> bool:
     """Whether `reset_cache` can bring `cache` back to what `_new_cache` makes: (layers of) tensors only, or a
-    cache class that says so (`reusable_for_sessions`, with a `forget_session()` where it holds more than
-    tensors; not transformers' `Cache`, whose `reset` knows nothing of our slots)."""
+    cache class that says so (`reusable_for_sessions`, as `store.SlotKV`; not transformers' `Cache`, whose
+    `reset` knows nothing of our slots)."""
     if getattr(cache, "reusable_for_sessions", False):
         return True
     return isinstance(cache, (list, tuple)) and all(

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .checkpoints import load_into, load_state_dict
+from ..files.checkpoints import load_into, load_state_dict
 from .vq_blocks import AttnBlock, DecoderLevel, ResnetBlock, group_norm, swish
 
 

@@ -33,12 +33,11 @@ import re
 
 import torch
 
+from ..contract import EncodedPrompt, ImageGeometry, check_texts
+from ..family import ModelFamily, Sampling, config_names, read_config
+from ..files.hf_files import load_pretrained, load_tokenizer
 from .chameleon_vqgan import load_vqgan_decoder
-from .contract import EncodedPrompt, ImageGeometry
-from .devices import resolve_device, resolve_dtype
-from .family import ModelFamily, Sampling, config_names, read_config
 from .hf_common import SharedVocabImageModel, to_pil
-from .hf_files import load_pretrained, load_tokenizer
 
 LAYOUTS = ("lumina", "anole")
 IMAGE_START, IMAGE_END = "<racm3:break>", "<eoss>"
@@ -73,6 +72,28 @@ def lumina_sizes(target_size: int):
     return sizes
 
 
+def lumina_grid(model, label: str, resolution, target_size: int, f: int, vocab: dict) -> tuple:
+    """The code grid (H, W) of a Lumina layout at `resolution` ("WxH"; None: the `target_size` square) for an
+    image tokenizer downsampling `f`x; sets ``model.resolution`` (w, h) and ``model.size_ids`` (the size
+    tokens, height first). ValueError naming the sizes `label` offers, or the missing token."""
+    sizes = lumina_sizes(target_size)
+    if resolution is None:
+        resolution = f"{target_size}x{target_size}"
+    m = re.fullmatch(r"\s*(\d+)\s*x\s*(\d+)\s*", resolution) if isinstance(resolution, str) else None
+    if m is None or (int(m.group(1)), int(m.group(2))) not in sizes:
+        raise ValueError(f"resolution {resolution!r} is not a {label} size for target_size {target_size}; "
+                         f"allowed (WxH): {', '.join(f'{w}x{h}' for w, h in sizes)}")
+    w, h = int(m.group(1)), int(m.group(2))
+    if LUMINA_PATCH % f:
+        raise ValueError(f"the image tokenizer downsamples {f}x; {label}'s 32-pixel size tokens need a divisor of 32")
+    names = [lumina_size_token(h // LUMINA_PATCH), lumina_size_token(w // LUMINA_PATCH)]
+    for n in names:
+        if n not in vocab:
+            raise ValueError(f"the tokenizer in {model.folder!r} has no size token {n} for {resolution}")
+    model.resolution, model.size_ids = (w, h), [vocab[n] for n in names]
+    return h // f, w // f
+
+
 def lumina_size_token(n: int) -> str:
     return f"<reserved{8800 + n:05d}>"
 
@@ -87,10 +108,7 @@ class ChameleonImageModel(SharedVocabImageModel):
 
         cfg = read_config(folder)
         cfg_path = os.path.join(folder, "config.json")
-        self.folder = folder
-        self.name = os.path.basename(os.path.normpath(folder)) or "chameleon"
-        self._device = resolve_device(device)
-        self._dtype = resolve_dtype(dtype, self._device)
+        self._open_folder(folder, device, dtype, "chameleon")
         if layout is None:
             layout = "lumina" if is_lumina(cfg) else "anole"
         if layout not in LAYOUTS:
@@ -154,25 +172,7 @@ class ChameleonImageModel(SharedVocabImageModel):
         if isinstance(target_size, bool) or not isinstance(target_size, int) or target_size < LUMINA_PATCH:
             raise ValueError(f"target_size must be an int >= {LUMINA_PATCH} (Lumina-mGPT: 512, 768 or 1024), "
                              f"got {target_size!r}")
-        sizes = lumina_sizes(target_size)
-        if resolution is None:
-            resolution = f"{target_size}x{target_size}"
-        m = re.fullmatch(r"\s*(\d+)\s*x\s*(\d+)\s*", resolution) if isinstance(resolution, str) else None
-        if m is None or (int(m.group(1)), int(m.group(2))) not in sizes:
-            shown = ", ".join(f"{w}x{h}" for w, h in sizes)
-            raise ValueError(f"resolution {resolution!r} is not one Lumina-mGPT offers for target_size {target_size}; "
-                             f"allowed (WxH): {shown}")
-        w, h = int(m.group(1)), int(m.group(2))
-        if LUMINA_PATCH % f:
-            raise ValueError(f"the image tokenizer downsamples {f}x; Lumina-mGPT's 32-pixel size tokens need a "
-                             f"divisor of 32")
-        self.resolution = (w, h)
-        names = [lumina_size_token(h // LUMINA_PATCH), lumina_size_token(w // LUMINA_PATCH)]
-        for n in names:
-            if n not in vocab:
-                raise ValueError(f"the tokenizer in {self.folder!r} has no size token {n} for {resolution}")
-        self.size_ids = [vocab[n] for n in names]
-        return h // f, w // f
+        return lumina_grid(self, "Lumina-mGPT", resolution, target_size, f, vocab)
 
     # -- prompts ---------------------------------------------------------------------------
     def _text_ids(self, text: str) -> list:
@@ -191,9 +191,7 @@ class ChameleonImageModel(SharedVocabImageModel):
         return ids + [self.boi_id] + self.size_ids
 
     def encode_prompt(self, text: str, negative_text: str = "") -> EncodedPrompt:
-        for name, value in (("prompt", text), ("negative_prompt", negative_text)):
-            if not isinstance(value, str):
-                raise ValueError(f"{name} must be a str, got {type(value).__name__}")
+        check_texts(text, negative_text)
         if negative_text:
             uncond = self._ids(negative_text)
         elif self.layout == "lumina":
@@ -236,7 +234,7 @@ def size_options(folder: str, w: int, h: int) -> dict:
     for target in LUMINA_TARGETS:
         if (w, h) in lumina_sizes(target):
             return {"resolution": f"{w}x{h}", "target_size": target}
-    from .resolutions import RESOLUTIONS  # the sizes the nodes list (resolutions.py imports the families)
+    from ..resolutions import RESOLUTIONS  # the sizes the nodes list (resolutions.py imports the families)
     offered = sorted({f"{a}x{b}" for t in LUMINA_TARGETS for a, b in lumina_sizes(t)} & set(RESOLUTIONS))
     raise ValueError(f"Lumina-mGPT does not offer {w}x{h}: of the sizes listed, it offers {', '.join(offered)}")
 

@@ -3,7 +3,8 @@
 Row r keeps its left-padded prompt in slots ``0..P-1`` and sequence position j at slot
 ``P + j``; draft node i of a forward goes to slot ``P + committed + i``. This module is the one
 implementation of the prefill mask, of the draft-tree mask / positions (one tree shared by all
-rows, or one tree per row) and of the slot moves that commit an accepted tree path.
+rows, or one tree per row) and of the slot moves that commit an accepted tree path (the cache that
+holds the slots: kv/store.py).
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from typing import Any, Sequence, Union
 
 import torch
 
-from .contract import tree_ancestry, tree_depths
+from ..contract import tree_ancestry, tree_depths
 
 
 @dataclass
@@ -129,12 +130,4 @@ def path_moves(state: SlotState, committed: torch.Tensor, path: torch.Tensor):
     dst = base[:, None] + torch.arange(path.shape[1], device=dev)
     return rows, dst, src
 
-
-def gather_kv_slots(layers, rows: torch.Tensor, dst: torch.Tensor, src: torch.Tensor) -> None:
-    """Keep an accepted path in a static KV cache: for every layer's (keys, values) tensors
-    [R, H, S, hd] (viewed as [R, S, H, hd]), slot ``src`` is copied to slot ``dst`` of each row."""
-    for layer in layers:
-        for c in layer:
-            v = c.permute(0, 2, 1, 3)
-            v[rows, dst] = v[rows, src]
 

@@ -15,7 +15,7 @@ import os
 import torch
 from torch import nn
 
-from .checkpoints import load_into, load_state_dict
+from ..files.checkpoints import load_into, load_state_dict
 from .vq_blocks import AttnBlock, DecoderLevel, ResnetBlock, group_norm, swish
 
 CONFIG_FILE = "vqgan.yaml"

@@ -34,16 +34,16 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .checkpoints import load_into, load_state_dict
-from .contract import EncodedPrompt, ImageGeometry
-from .devices import resolve_device, resolve_dtype
-from .family import ModelFamily, Sampling, choose_square_size
+from ..contract import EncodedPrompt, ImageGeometry, check_texts
+from ..devices import resolve_dtype
+from ..family import ModelFamily, Sampling, choose_square_size
+from ..files.checkpoints import load_into, load_state_dict
+from ..kv.slot_model import SlotCacheModel
+from ..kv.store import SlotKV, attend, write_slots
+from ..precision.quantize import quantize_module
 from .hf_common import decode_in_chunks
 from .llama import RMSNorm
 from .llamagen_vq import load_llamagen_vq
-from .quantize import quantize_module
-from .slot_model import SlotCacheModel
-from .slots import gather_kv_slots
 
 # heads of the authors' GPT sizes, by width (gpt.py GPT_models: B, L, XL, XXL, XXXL, 1B, 3B, 7B)
 HEADS_BY_DIM = {768: 12, 1024: 16, 1280: 20, 1536: 24, 2560: 40, 2048: 32, 3200: 32, 4096: 32}
@@ -114,12 +114,7 @@ class Attention(nn.Module):
         q, k, v = self.wqkv(x).split([self.h * self.hd, self.kv * self.hd, self.kv * self.hd], -1)
         q = apply_rope(q.view(R, T, self.h, self.hd), rot).transpose(1, 2)
         k = apply_rope(k.view(R, T, self.kv, self.hd), rot)
-        kc, vc = kv  # [R, kv, S, hd]
-        kc.permute(0, 2, 1, 3)[rows, slots] = k.to(kc.dtype)
-        vc.permute(0, 2, 1, 3)[rows, slots] = v.view(R, T, self.kv, self.hd).to(vc.dtype)
-        rep = self.h // self.kv
-        out = F.scaled_dot_product_attention(q, kc.repeat_interleave(rep, 1), vc.repeat_interleave(rep, 1),
-                                             attn_mask=mask[:, None])
+        out = attend(q, write_slots(kv, k, v.view(R, T, self.kv, self.hd), slots, rows), mask)
         return self.wo(out.transpose(1, 2).reshape(R, T, -1))
 
 
@@ -172,19 +167,13 @@ class LlamaGenGPT(nn.Module):
         self.output = nn.Linear(cfg.dim, cfg.vocab_size, bias=False)
 
 
-class SlotKV:
-    """Static per-row keys/values of every layer; remembers where each row's image starts."""
+class LlamaGenKV(SlotKV):
+    """The slot cache, remembering where each row's image starts (`pos0`: [R] position of image code 0, the
+    prompt's length, set by the prefill)."""
 
-    def __init__(self, cfg: LlamaGenConfig, rows: int, capacity: int, dtype, device):
-        shape = (rows, cfg.n_kv_head, capacity, cfg.head_dim)
-        self.layers = [(torch.zeros(shape, dtype=dtype, device=device), torch.zeros(shape, dtype=dtype, device=device))
-                       for _ in range(cfg.n_layer)]
-        self.pos0 = None  # [R] position of image code 0 (the prompt length), set by the prefill
+    pos0 = None
 
-    reusable_for_sessions = True  # slot_model.reset_cache zeroes its tensors, `forget_session` the rest
-
-    def forget_session(self) -> None:
-        """What besides its tensors a new session must not inherit (slot_model.reset_cache)."""
+    def forget_session(self) -> None:  # what besides its tensors a new session must not inherit (reset_cache)
         self.pos0 = None
 
 
@@ -194,10 +183,7 @@ class LlamaGenImageModel(SlotCacheModel):
 
     def __init__(self, folder: str, device=None, dtype=None, image_size=None, n_head=None, t5_dtype=None,
                  quantize=None):
-        self.folder = folder
-        self.name = os.path.basename(os.path.normpath(folder)) or "llamagen"
-        self._device = resolve_device(device)
-        self._dtype = resolve_dtype(dtype, self._device)
+        self._open_folder(folder, device, dtype, "llamagen")
         gpt_path, vq_path = self._files(folder)
         self.vq = load_llamagen_vq(vq_path, device=self._device)
         state = load_state_dict(gpt_path)
@@ -219,7 +205,7 @@ class LlamaGenImageModel(SlotCacheModel):
             torch.set_default_dtype(default)
         load_into(self.gpt, state, gpt_path, ignore=("freqs_cis", "causal_mask"))
         del state
-        # quantized (quantize.py) in CPU memory, before the move: the device holds the quantized weights only
+        # quantized (precision/quantize.py) in CPU memory, before the move: the device holds the quantized weights only
         self.gpt = self.gpt.to(dtype=self._dtype)
         quantize_module(self.gpt, quantize)
         self.gpt = self.gpt.to(device=self._device).eval()
@@ -247,7 +233,7 @@ class LlamaGenImageModel(SlotCacheModel):
     def _load_t5(self, folder, t5_dtype):
         from transformers import T5EncoderModel
 
-        from .hf_files import load_pretrained, load_tokenizer
+        from ..files.hf_files import load_pretrained, load_tokenizer
         sub = next((os.path.join(folder, n) for n in T5_FOLDERS if os.path.isdir(os.path.join(folder, n))), None)
         if sub is None:
             raise ValueError(f"a LlamaGen t2i folder needs the FLAN-T5-XL text encoder in {folder!r}/flan-t5-xl "
@@ -262,10 +248,6 @@ class LlamaGenImageModel(SlotCacheModel):
         self._rope = rope_2d(G, self.cfg.head_dim).to(self._device)
 
     # -- contract ---------------------------------------------------------------------------
-    @property
-    def device(self):
-        return self._device
-
     @property
     def hidden_size(self):
         return self.cfg.dim
@@ -294,9 +276,7 @@ class LlamaGenImageModel(SlotCacheModel):
         return self._captions[text]
 
     def encode_prompt(self, text: str, negative_text: str = "") -> EncodedPrompt:
-        for name, value in (("prompt", text), ("negative_prompt", negative_text)):
-            if not isinstance(value, str):
-                raise ValueError(f"{name} must be a str, got {type(value).__name__}")
+        check_texts(text, negative_text)
         if self.cfg.kind == "c2i":
             if negative_text:
                 raise ValueError("class-conditional LlamaGen takes no negative prompt (its CFG branch is the null class)")
@@ -308,7 +288,8 @@ class LlamaGenImageModel(SlotCacheModel):
 
     # -- SlotCacheModel hooks ----------------------------------------------------------------
     def _new_cache(self, rows, capacity):
-        return SlotKV(self.cfg, rows, capacity, self._dtype, self._device)
+        c = self.cfg
+        return LlamaGenKV(c.n_layer, rows, c.n_kv_head, capacity, c.head_dim, self._dtype, self._device)
 
     def _embed_prompt(self, ids):
         ce = self.gpt.cls_embedding
@@ -320,7 +301,7 @@ class LlamaGenImageModel(SlotCacheModel):
     def embed_tokens(self, tokens):
         return self.gpt.tok_embeddings(tokens)
 
-    def _run(self, embeds, positions, allowed, cache: SlotKV, slots):
+    def _run(self, embeds, positions, allowed, cache: LlamaGenKV, slots):
         if cache.pos0 is None:  # the prefill: every row's prompt ends at its last position
             cache.pos0 = positions[:, -1] + 1
         cell = (positions - cache.pos0[:, None] + 1).clamp(0, self._rope.shape[0] - 1)  # 0: condition token
@@ -330,9 +311,6 @@ class LlamaGenImageModel(SlotCacheModel):
         for layer, kv in zip(self.gpt.layers, cache.layers):
             x = layer(x, rot, kv, rows, slots, allowed)
         return self.gpt.norm(x)
-
-    def _gather(self, cache, rows, dst, src):
-        gather_kv_slots(cache.layers, rows, dst, src)
 
     def image_logits(self, hidden):
         return self.gpt.output(hidden)

@@ -38,29 +38,27 @@ Pixels: MoVQGAN-270M (lumina2_vq.py) from ``movqgan_270M.safetensors`` or ``movq
 from __future__ import annotations
 
 import os
-import re
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .chameleon import lumina_sizes, lumina_size_token
-from .contract import EncodedPrompt, ImageGeometry
-from .devices import resolve_device, resolve_dtype
-from .family import ModelFamily, Sampling, config_names, read_config
+from ..contract import EncodedPrompt, ImageGeometry, check_texts
+from ..family import ModelFamily, Sampling, config_names, read_config
+from ..files.checkpoints import weight_mismatch
+from ..files.hf_files import load_tokenizer, safetensors_files
+from ..kv.slot_model import SlotCacheModel
+from ..kv.store import SlotKV, attend, write_slots
+from ..precision.quantize import check_mode, quantize_module
+from .chameleon import LUMINA_PATCH, lumina_grid, lumina_sizes
 from .hf_common import decode_in_chunks
-from .hf_files import load_tokenizer, safetensors_files
 from .llama import RMSNorm, apply_rope
 from .lumina2_vq import load_movqgan
-from .quantize import check_mode, quantize_module
-from .slot_model import SlotCacheModel
-from .slots import gather_kv_slots
 
 IMAGE_TOKEN_OFFSET = 155000  # vocabulary id of image code 0 (the authors' get_image_token)
 IMAGE_START, IMAGE_END = "<racm3:break>", "<eoss>"
 SEP, NEWLINE = "<reserved08706>", "<reserved08799>"
 PROMPT = "Generate an image of {w}x{h} according to the following prompt:\n{text}"
-PATCH = 32  # pixels per size-token unit
 TARGET_SIZE = 768  # the released checkpoint's training size (its crop list: (768 / 32)^2 patches, ratio <= 4)
 VQ_FILES = ("movqgan_270M.safetensors", "movqgan_270M.ckpt")
 IGNORED_WEIGHTS = ("model.vqmodel.", "rotary_emb.")  # Chameleon's VQ encoder (unused; absent in the release)
@@ -140,12 +138,8 @@ class Attention(nn.Module):
         q = self.q_norm(self.q_proj(x).view(R, T, self.h, self.hd)).transpose(1, 2)
         k = self.k_norm(self.k_proj(x).view(R, T, self.kv, self.hd)).transpose(1, 2)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)  # [R, heads, T, hd]
-        kc, vc = kv  # [R, kv, S, hd]: written at each row's slots, then attended as a whole
-        kc.permute(0, 2, 1, 3)[rows, slots] = k.transpose(1, 2).to(kc.dtype)
-        vc.permute(0, 2, 1, 3)[rows, slots] = self.v_proj(x).view(R, T, self.kv, self.hd).to(vc.dtype)
-        rep = self.h // self.kv
-        out = F.scaled_dot_product_attention(q, kc.repeat_interleave(rep, 1), vc.repeat_interleave(rep, 1),
-                                             attn_mask=mask[:, None])
+        kv = write_slots(kv, k.transpose(1, 2), self.v_proj(x).view(R, T, self.kv, self.hd), slots, rows)
+        out = attend(q, kv, mask)
         return self.o_proj(out.transpose(1, 2).reshape(R, T, -1))
 
 
@@ -220,14 +214,10 @@ def load_weights(folder: str, c: Lumina2Config, dtype, device, head_rows: slice)
                              f"file? copy it again") from e
     if c.tied and "lm_head.weight" not in state and "model.embed_tokens.weight" in state:
         state["lm_head.weight"] = state["model.embed_tokens.weight"][head_rows]  # the head is the embedding
-    missing = sorted(set(expected) - set(state) - set(wrong))
-    wrong = [wrong[k] for k in sorted(wrong)]
-    problems = [f"{what} ({len(items)}): {', '.join(items[:4])}{' ...' if len(items) > 4 else ''}"
-                for what, items in (("missing", missing), ("unexpected", sorted(extra)), ("wrong shape", wrong))
-                if items]
+    problems = weight_mismatch(sorted(set(expected) - set(state) - set(wrong)), sorted(extra),
+                               [wrong[k] for k in sorted(wrong)])
     if problems:
-        raise ValueError(f"weights in {where} do not match {os.path.join(folder, 'config.json')}: "
-                         + "; ".join(problems))
+        raise ValueError(f"weights in {where} do not match {os.path.join(folder, 'config.json')}: {problems}")
     head = state.pop("lm_head.weight")
     net.lm_head = nn.Linear(c.dim, head.shape[0], bias=False, device="meta")  # the image rows only
     state["lm_head.weight"] = head
@@ -235,23 +225,11 @@ def load_weights(folder: str, c: Lumina2Config, dtype, device, head_rows: slice)
     return net.eval()
 
 
-class Lumina2KV:
-    def __init__(self, c: Lumina2Config, rows: int, capacity: int, dtype, device):
-        shape = (rows, c.n_kv_head, capacity, c.head_dim)
-        self.layers = [(torch.zeros(shape, dtype=dtype, device=device), torch.zeros(shape, dtype=dtype, device=device))
-                       for _ in range(c.n_layer)]
-
-    reusable_for_sessions = True  # tensors only: slot_model.reset_cache zeroes them for the next session
-
-
 class Lumina2ImageModel(SlotCacheModel):
     family = "lumina2"
 
     def __init__(self, folder: str, device=None, dtype=None, resolution=None, target_size=None, quantize=None):
-        self.folder = folder
-        self.name = os.path.basename(os.path.normpath(folder)) or "lumina-mgpt-2"
-        self._device = resolve_device(device)
-        self._dtype = resolve_dtype(dtype, self._device)
+        self._open_folder(folder, device, dtype, "lumina-mgpt-2")
         cfg_path = os.path.join(folder, "config.json")
         c = self.cfg = Lumina2Config(read_config(folder), cfg_path)
         tok = self.tokenizer = load_tokenizer(folder)
@@ -279,7 +257,7 @@ class Lumina2ImageModel(SlotCacheModel):
         # one of the training crop sizes
         self.max_positions = None
         quantize = check_mode(quantize)
-        # quantized (quantize.py) in CPU memory, before the move: the device holds the quantized weights only
+        # quantized (precision/quantize.py) in CPU memory, before the move: the device holds the quantized weights only
         self.net = load_weights(folder, c, self._dtype, "cpu" if quantize != "none" else self._device,
                                 slice(IMAGE_TOKEN_OFFSET, IMAGE_TOKEN_OFFSET + V))
         if quantize != "none":
@@ -297,33 +275,13 @@ class Lumina2ImageModel(SlotCacheModel):
     def _grid(self, resolution, target_size, f, vocab):
         if target_size is None:
             target_size = TARGET_SIZE
-        if isinstance(target_size, bool) or not isinstance(target_size, int) or target_size < PATCH or \
-                target_size % PATCH:
-            raise ValueError(f"target_size must be a multiple of {PATCH} (Lumina-mGPT 2.0 is trained at "
+        if isinstance(target_size, bool) or not isinstance(target_size, int) or target_size < LUMINA_PATCH or \
+                target_size % LUMINA_PATCH:
+            raise ValueError(f"target_size must be a multiple of {LUMINA_PATCH} (Lumina-mGPT 2.0 is trained at "
                              f"{TARGET_SIZE}), got {target_size!r}")
-        sizes = lumina_sizes(target_size)
-        if resolution is None:
-            resolution = f"{target_size}x{target_size}"
-        m = re.fullmatch(r"\s*(\d+)\s*x\s*(\d+)\s*", resolution) if isinstance(resolution, str) else None
-        if m is None or (int(m.group(1)), int(m.group(2))) not in sizes:
-            raise ValueError(f"resolution {resolution!r} is not a Lumina-mGPT 2.0 size for target_size {target_size}; "
-                             f"allowed (WxH): {', '.join(f'{w}x{h}' for w, h in sizes)}")
-        w, h = int(m.group(1)), int(m.group(2))
-        if PATCH % f:
-            raise ValueError(f"the image tokenizer downsamples {f}x; the 32-pixel size tokens need a divisor of 32")
-        self.resolution = (w, h)
-        names = [lumina_size_token(h // PATCH), lumina_size_token(w // PATCH)]
-        for n in names:
-            if n not in vocab:
-                raise ValueError(f"the tokenizer in {self.folder!r} has no size token {n} for {resolution}")
-        self.size_ids = [vocab[n] for n in names]
-        return h // f, w // f
+        return lumina_grid(self, "Lumina-mGPT 2.0", resolution, target_size, f, vocab)
 
     # -- contract ---------------------------------------------------------------------------
-    @property
-    def device(self):
-        return self._device
-
     @property
     def hidden_size(self):
         return self.cfg.dim
@@ -337,9 +295,7 @@ class Lumina2ImageModel(SlotCacheModel):
         return [self.bos_id] + list(body) + [self.sep_id, self.boi_id] + self.size_ids
 
     def encode_prompt(self, text: str, negative_text: str = "") -> EncodedPrompt:
-        for name, value in (("prompt", text), ("negative_prompt", negative_text)):
-            if not isinstance(value, str):
-                raise ValueError(f"{name} must be a str, got {type(value).__name__}")
+        check_texts(text, negative_text)
         uncond = self._ids(negative_text) if negative_text else [self.boi_id] + self.size_ids
         return EncodedPrompt(cond=self._ids(text), uncond=uncond, text=text, negative_text=negative_text)
 
@@ -350,7 +306,8 @@ class Lumina2ImageModel(SlotCacheModel):
 
     # -- SlotCacheModel hooks ----------------------------------------------------------------
     def _new_cache(self, rows, capacity):
-        return Lumina2KV(self.cfg, rows, capacity, self._dtype, self._device)
+        c = self.cfg
+        return SlotKV(c.n_layer, rows, c.n_kv_head, capacity, c.head_dim, self._dtype, self._device)
 
     def _embed_prompt(self, ids):
         return self.net.model.embed_tokens(ids)
@@ -358,7 +315,7 @@ class Lumina2ImageModel(SlotCacheModel):
     def embed_tokens(self, tokens):
         return self.net.model.embed_tokens(self._engine_to_model[tokens])
 
-    def _run(self, embeds, positions, allowed, cache: Lumina2KV, slots):
+    def _run(self, embeds, positions, allowed, cache: SlotKV, slots):
         freqs = positions.float()[..., None] * self._inv_freq  # [R, T, hd / 2], in fp32 as the authors
         angles = torch.cat([freqs, freqs], -1)[:, None]
         cos, sin = angles.cos().to(embeds.dtype), angles.sin().to(embeds.dtype)
@@ -367,9 +324,6 @@ class Lumina2ImageModel(SlotCacheModel):
         for layer, kv in zip(self.net.model.layers, cache.layers):
             x = layer(x, cos, sin, kv, rows, slots, allowed)
         return self.net.model.norm(x)
-
-    def _gather(self, cache, rows, dst, src):
-        gather_kv_slots(cache.layers, rows, dst, src)
 
     def image_logits(self, hidden):
         return self.net.lm_head(hidden)

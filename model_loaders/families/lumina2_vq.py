@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .checkpoints import load_into, load_state_dict
+from ..files.checkpoints import load_into, load_state_dict
 from .vq_blocks import group_norm, swish
 
 IGNORED = ("encoder.", "quant_conv.", "loss.", "ema_", "quantize.codebook_used")

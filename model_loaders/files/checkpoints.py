@@ -74,15 +74,19 @@ def load_into(module: torch.nn.Module, state: dict, path: str, prefix: str = "",
     missing = sorted(set(own) - set(sub))
     extra = sorted(k for k in set(sub) - set(own) if not k.startswith(tuple(ignore)))
     wrong = sorted(k for k in set(own) & set(sub) if tuple(own[k].shape) != tuple(sub[k].shape))
-    problems = []
-    for what, items in (("missing", missing), ("unexpected", extra), ("wrong shape", wrong)):
-        if items:
-            shown = ", ".join(prefix + i + (f" {tuple(sub[i].shape)} vs {tuple(own[i].shape)}" if what == "wrong shape"
-                                            else "") for i in items[:4])
-            problems.append(f"{what} ({len(items)}): {shown}{' ...' if len(items) > 4 else ''}")
+    problems = weight_mismatch([prefix + k for k in missing], [prefix + k for k in extra],
+                               [f"{prefix}{k} {tuple(sub[k].shape)} vs {tuple(own[k].shape)}" for k in wrong])
     if problems:
-        raise ValueError(f"weights in {path} do not match the expected architecture: " + "; ".join(problems))
+        raise ValueError(f"weights in {path} do not match the expected architecture: {problems}")
     module.load_state_dict({k: sub[k] for k in own}, strict=True)
+
+
+def weight_mismatch(missing: list, unexpected: list, wrong_shape: list) -> str:
+    """"missing (n): a, b ...; unexpected (n): ...; wrong shape (n): ..." for the lists that are not empty
+    (their first four names each), or "" when all are."""
+    return "; ".join(f"{what} ({len(items)}): {', '.join(items[:4])}{' ...' if len(items) > 4 else ''}"
+                     for what, items in (("missing", missing), ("unexpected", unexpected), ("wrong shape", wrong_shape))
+                     if items)
 
 
 def convert_checkpoint(src: str, dst: str) -> int:

@@ -19,9 +19,9 @@ REL_TOL = 2e-2
 
 
 def _weights(module: torch.nn.Module) -> dict:
-    """name -> a function giving the tensor: the parameters, and for a quantized linear layer (quantize.py) its
-    dequantized weight under the name the layer's weight had (one at a time: never all dequantized at once), so
-    a drafter trained on the unquantized model matches the quantized one."""
+    """name -> a function giving the tensor: the parameters, and for a quantized linear layer
+    (precision/quantize.py) its dequantized weight under the name the layer's weight had (one at a time: never
+    all dequantized at once), so a drafter trained on the unquantized model matches the quantized one."""
     out = {n: (lambda p=p: p) for n, p in module.named_parameters()}
     for name, m in module.named_modules():
         if hasattr(m, "dequantized_weight"):

@@ -3,24 +3,20 @@
 The adapters drive the family's own transformers decoder (``LlamaModel`` inside Janus,
 ``Emu3TextModel`` inside Emu3) directly, layer stack only, with:
 
-- `SlotCache` (hf_cache.py): a preallocated static KV cache with per-row slots;
+- `SlotCache` (kv/transformers_cache.py): a preallocated static KV cache with per-row slots;
 - an explicit FLOAT additive 4D attention mask ``(R, 1, T, S)`` in the model dtype (0 = attend,
   ``finfo.min`` = blocked; transformers passes a 4D mask through unchanged) and explicit
-  ``position_ids`` (left padding, tree nodes at prefix length + depth).
+  ``position_ids`` (left padding, tree nodes at prefix length + depth), in the slot layout of every
+  adapter (kv/slots.py).
 
-Slot layout per internal row r (the same as `llama_adapter`): the left-padded prompt fills slots
-``0..P-1`` (its last token at ``P-1``); sequence position j lives at slot ``P + j``; draft node i
-of a forward is written to slot ``P + committed + i``; `commit` gathers an accepted tree path to
-consecutive slots.
-
-Loading the checkpoint safely is hf_files.py's job; the device and dtype, devices.py's.
+Loading the checkpoint safely is files/hf_files.py's job; the device and dtype, devices.py's.
 """
 from __future__ import annotations
 
 import torch
 
-from .hf_files import load_pretrained
-from .slot_model import SlotCacheModel
+from ..files.hf_files import load_pretrained
+from ..kv.slot_model import SlotCacheModel
 
 
 def to_pil(images: torch.Tensor):
@@ -51,10 +47,6 @@ class HFImageModel(SlotCacheModel):
     """
 
     backbone: torch.nn.Module
-
-    @property
-    def device(self) -> torch.device:
-        return self._device
 
     @property
     def dtype(self) -> torch.dtype:
@@ -97,9 +89,9 @@ class HFImageModel(SlotCacheModel):
 
     # SlotCacheModel hooks ----------------------------------------------------------------------
     def _new_cache(self, rows: int, capacity: int):
-        from .hf_cache import SlotCache  # imports transformers: only once a model of these families runs
+        from ..kv.transformers_cache import SlotCache  # imports transformers: only once a model of these families runs
 
-        return SlotCache(self._num_layers, rows, capacity)
+        return SlotCache(self._num_layers, capacity)  # each layer allocated at its first write
 
     def _embed_prompt(self, ids):
         return self._prompt_embeds(ids)
@@ -109,9 +101,6 @@ class HFImageModel(SlotCacheModel):
 
     def image_logits(self, hidden):
         return self._image_logits(hidden)
-
-    def _gather(self, cache, rows, dst, src):
-        cache.gather(rows, dst, src)
 
     def _run(self, embeds, positions, allowed, cache, slots):
         """One pass of the decoder stack; `allowed` [R, T, S] bool -> float additive mask."""

@@ -117,9 +117,9 @@ def load_pretrained(cls, folder: str, device: torch.device, dtype: torch.dtype, 
     """`cls.from_pretrained` from a local folder only: safetensors, no remote code, and every
     checkpoint tensor must match the config (no silently random-initialised weights), except
     missing parameters under the `allow_missing` prefixes (parts image generation never runs).
-    ``quantize`` ("int8" / "int4", quantize.py): the linear layers are quantized in CPU memory,
+    ``quantize`` ("int8" / "int4", precision/quantize.py): the linear layers are quantized in CPU memory,
     before the model moves to `device`, so the device only ever holds the quantized weights."""
-    from .quantize import check_mode, quantize_module
+    from ..precision.quantize import check_mode, quantize_module
 
     quantize = check_mode(quantize)
     if quantize != "none" and device_map is not None:

@@ -1,9 +1,8 @@
-"""A small Llama-style decoder with a static KV cache written by index (gpt-fast style).
+"""A small Llama-style decoder over the slot KV cache (kv/store.py).
 
-Used by the tiny test models and the embedded demo model. The cache has a fixed capacity; a
-forward writes its keys/values at given slots and attends under an explicit boolean mask, so
-draft trees, rollback (nothing to undo: uncommitted slots are simply overwritten later) and
-per-row prefix lengths all come for free.
+Used by the tiny test models and the embedded demo model (and, one block of it, by the EAGLE
+drafter). A forward writes its keys/values at given slots and attends under an explicit boolean
+mask, so draft trees, rollback and per-row prefix lengths all come for free.
 """
 from __future__ import annotations
 
@@ -13,6 +12,8 @@ from dataclasses import asdict, dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from ..kv.store import attend, empty_layer, write_slots
 
 
 @dataclass
@@ -73,7 +74,7 @@ class Attention(nn.Module):
     def forward(self, x, cos, sin, kv, slots, mask):
         R, T, _ = x.shape
         q, k, v = self.project(x, cos, sin, kv, slots)
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask[:, None])
+        out = attend(q, (k, v), mask)
         return self.o(out.transpose(1, 2).reshape(R, T, -1))
 
     def project(self, x, cos, sin, kv=None, slots=None):
@@ -84,11 +85,7 @@ class Attention(nn.Module):
         q, k = self.pre_rope(q, k)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         if kv is not None:  # static cache [R, H, S, hd]: write by slot, attend over all slots
-            kc, vc = kv
-            rows = torch.arange(R, device=x.device)[:, None]
-            kc.permute(0, 2, 1, 3)[rows, slots] = k.transpose(1, 2).to(kc.dtype)
-            vc.permute(0, 2, 1, 3)[rows, slots] = v.transpose(1, 2).to(vc.dtype)
-            k, v = kc, vc
+            k, v = write_slots(kv, k.transpose(1, 2), v.transpose(1, 2), slots)
         return q, k, v
 
     def pre_rope(self, q, k):
@@ -125,14 +122,12 @@ class LlamaDecoder(nn.Module):
         self.register_buffer("rope_cos", cos, persistent=False)
         self.register_buffer("rope_sin", sin, persistent=False)
 
-    def new_cache(self, rows: int, capacity: int, dtype=None, device=None):
-        """Static cache: one (keys, values) pair per layer, each [rows, heads, capacity, head_dim]."""
-        cfg = self.cfg
-        dtype = dtype or self.embed.weight.dtype
-        device = device or self.embed.weight.device
-        shape = (rows, cfg.num_heads, capacity, cfg.hidden_size // cfg.num_heads)
-        return [(torch.zeros(shape, dtype=dtype, device=device), torch.zeros(shape, dtype=dtype, device=device))
-                for _ in range(cfg.num_layers)]
+    def new_cache(self, rows: int, capacity: int) -> list:
+        """One `empty_layer` per block: a plain list, not a `SlotKV`, so that the CUDA-graph path's walk over
+        the step's state (capture.tensor_paths, 4 levels) reaches it and its tensors get buffer homes."""
+        cfg, w = self.cfg, self.embed.weight
+        hd = cfg.hidden_size // cfg.num_heads
+        return [empty_layer(rows, cfg.num_heads, capacity, hd, w.dtype, w.device) for _ in range(cfg.num_layers)]
 
     def hidden_states(self, tokens, positions, mask, cache=None, slots=None, embeds=None):
         """tokens/positions [R, T]; mask [R, T, S] bool (True = attend); cache from `new_cache`

@@ -21,11 +21,10 @@ import os
 
 import torch
 
-from .contract import EncodedPrompt, ImageGeometry
-from .devices import resolve_device, resolve_dtype
-from .family import ModelFamily, Sampling, config_names, read_config, square_size
+from ..contract import EncodedPrompt, ImageGeometry, check_texts
+from ..family import ModelFamily, Sampling, config_names, read_config, square_size
+from ..files.hf_files import load_tokenizer
 from .hf_common import HFImageModel, to_pil
-from .hf_files import load_tokenizer
 
 # the Janus-Pro format, used when the folder ships no chat template
 FALLBACK_TEMPLATE = "<|User|>: {text}\n\n<|Assistant|>:"
@@ -61,10 +60,7 @@ class JanusImageModel(HFImageModel):
         from transformers import GenerationConfig, JanusForConditionalGeneration
 
         read_config(folder)  # a missing or broken config.json is reported here
-        self.folder = folder
-        self.name = os.path.basename(os.path.normpath(folder)) or "janus"
-        self._device = resolve_device(device)
-        self._dtype = resolve_dtype(dtype, self._device)
+        self._open_folder(folder, device, dtype, "janus")
         # tokenizer first: a missing file fails before the (slow) weight loading
         self.tokenizer = load_tokenizer(folder)
         mc = self._load_transformers_model(JanusForConditionalGeneration, folder, device_map, max_memory, offload_folder,
@@ -116,9 +112,7 @@ class JanusImageModel(HFImageModel):
         return s + self.boi_token
 
     def encode_prompt(self, text: str, negative_text: str = "") -> EncodedPrompt:
-        for name, value in (("prompt", text), ("negative_prompt", negative_text)):
-            if not isinstance(value, str):
-                raise ValueError(f"{name} must be a str, got {type(value).__name__}")
+        check_texts(text, negative_text)
         cond = list(self.tokenizer(self.format_prompt(text)).input_ids)
         if negative_text:
             uncond = list(self.tokenizer(self.format_prompt(negative_text)).input_ids)
