@@ -9,7 +9,7 @@ import torch
 
 import specar
 from specar.model_loaders.demo.data import dataset
-from specar.model_loaders.demo.judge import PromptJudge
+from specar.tooling.demo_judge import PromptJudge
 from specar.model_loaders.demo.model import WEIGHTS, load_demo_model
 from specar.model_loaders.demo.tokenizer import psnr
 

@@ -11,7 +11,7 @@ import os
 import torch
 
 from ..cli.args import positive_int
-from ..model_loaders.demo.judge import JUDGE_PROMPTS, PromptJudge
+from .demo_judge import JUDGE_PROMPTS, PromptJudge
 from ..model_loaders.registry import load_model
 from ..samplers.api import generate
 from ..samplers.backends import BACKENDS

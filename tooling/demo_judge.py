@@ -15,7 +15,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .data import COLOURS, SHAPES, dataset
+from ..model_loaders.demo.data import COLOURS, SHAPES, dataset
 
 _NAMES = list(COLOURS)
 _PALETTE = torch.tensor([COLOURS[n] for n in _NAMES], dtype=torch.float32)
