@@ -13,6 +13,9 @@ Loading the checkpoint safely is files/hf_files.py's job; the device and dtype, 
 """
 from __future__ import annotations
 
+import functools
+import inspect
+
 import torch
 
 from ..files.hf_files import load_pretrained
@@ -108,8 +111,15 @@ class HFImageModel(SlotCacheModel):
         mask.masked_fill_(~allowed, torch.finfo(embeds.dtype).min)
         cache.set_slots(slots)
         out = self.backbone(inputs_embeds=embeds, attention_mask=mask[:, None], position_ids=positions,
-                            past_key_values=cache, use_cache=True)
+                            use_cache=True, **{_cache_keyword(type(self.backbone)): cache})
         return out.last_hidden_state
+
+
+@functools.lru_cache(maxsize=None)
+def _cache_keyword(backbone_class) -> str:
+    """transformers 5.x names the forward's cache `cache` (`past_key_values` warns and goes in 5.40); 4.x has only
+    `past_key_values`."""
+    return "cache" if "cache" in inspect.signature(backbone_class.forward).parameters else "past_key_values"
 
 
 class SharedVocabImageModel(HFImageModel):
