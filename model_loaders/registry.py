@@ -16,7 +16,8 @@ from .hub_cache import find_cached, hub_cache_dir, is_repo_id
 from .quantize import check_mode
 
 # one line per family: its module (relative to model_loaders), which ends with `FAMILY = ModelFamily(...)`
-FAMILY_MODULES = (".demo", ".janus", ".emu3", ".lumina2", ".chameleon", ".llamagen")  # lumina2 before .chameleon
+FAMILY_MODULES = (".demo", ".janus", ".emu3", ".lumina2", ".chameleon", ".llamagen",
+                 ".glm_image")  # lumina2 before .chameleon
 FAMILIES = {f.name: f for f in (importlib.import_module(m, __package__).FAMILY for m in FAMILY_MODULES)}
 BUILTIN_MODELS = {name: f for f in FAMILIES.values() for name in f.builtin}  # name -> family
 
