@@ -170,8 +170,8 @@ class GlmImageModel(SharedVocabImageModel):
         if not isinstance(text, str):
             raise ValueError(f"prompt must be a str, got {type(text).__name__}")
         messages = [[{"role": "user", "content": [{"type": "text", "text": text}]}]]
-        out = self.processor.apply_chat_template(messages, tokenize=True, target_h=self.height, target_w=self.width,
-                                                 return_dict=True, return_tensors="pt")
+        out = self.processor.apply_chat_template(messages, tokenize=True, return_dict=True, return_tensors="pt",
+                                                 processor_kwargs=dict(target_h=self.height, target_w=self.width))
         return out["input_ids"][0].tolist()
 
     def encode_prompt(self, text: str, negative_text: str = "") -> EncodedPrompt:
@@ -236,11 +236,17 @@ class GlmImageModel(SharedVocabImageModel):
         if self._pipeline is None:
             try:
                 from diffusers import GlmImagePipeline
+                from diffusers.utils import logging as diffusers_logging
             except ImportError as e:
                 raise ImportError(MISSING_DIFFUSERS) from e
-            self._pipeline = GlmImagePipeline.from_pretrained(
-                self.pipeline_folder, vision_language_encoder=self.model, processor=self.processor,
-                torch_dtype=self._dtype, local_files_only=True).to(self.device)
+            level = diffusers_logging.get_verbosity()
+            diffusers_logging.set_verbosity_error()  # else it prints the whole AR model we hand it ("cannot verify")
+            try:
+                self._pipeline = GlmImagePipeline.from_pretrained(
+                    self.pipeline_folder, vision_language_encoder=self.model, processor=self.processor,
+                    dtype=self._dtype, local_files_only=True).to(self.device)
+            finally:
+                diffusers_logging.set_verbosity(level)
             self._pipeline.set_progress_bar_config(disable=True)
         return self._pipeline
 
