@@ -24,6 +24,7 @@ if not hasattr(transformers, "GlmImageForConditionalGeneration"):
 import specar
 from specar.model_loaders import glm_image
 from specar.model_loaders.glm_image import generate_two_grids
+from specar.testing import mark_long
 
 CODES = 8
 PROMPT = "a red cat"
@@ -200,3 +201,26 @@ def test_dit_decodes_through_diffusers(tiny, tmp_path):
     assert m.decoder_problem is None
     res = generate_two_grids(m, "a sign 'no'", backend="sjd", seed=1)
     assert res.target.image.size == (64, 96) and res.preview.image is None
+
+
+# the exactness suite's cases on the target stage (a 1x2 grid after a fixed 11x22 preview: 64 images to enumerate;
+# the preview grid itself, ~16x16 by the processor's rule, is too large to enumerate); reproducible=False: each
+# backend's own rejection sampling, the mode where only the distribution ties it to AR
+CHI_CASES = [("ar", {}), ("sjd", dict(window=3, init="random")),
+             ("scd", dict(window=3, coupling="maximal")), ("sjd_pac", dict(window=3, tree_depth=2, tree_width=2))]
+
+
+@pytest.mark.parametrize("case", mark_long(CHI_CASES, (1,)), ids=lambda c: c[0])
+def test_target_stage_chi_square(tiny, case):
+    from specar.testing import chi_square_test, exact_distribution
+    backend, params = case
+    m = specar.load_model(os.path.join(tiny[0], "vision_language_encoder"), resolution="64x32")._as_stage("target")
+    assert (m.geometry.height, m.geometry.width) == (1, 2)
+    preview = torch.arange(m.geometries["preview"].num_image_tokens) % CODES
+    prompt = m.target_prompt(PROMPT, preview)
+    settings = dict(temperature=0.9, top_p=0.75)
+    exact = exact_distribution(m, prompt, **settings)
+    tokens = torch.cat([specar.generate(m, prompt, backend=backend, seed=100 + i, batch_size=1000, reproducible=False,
+                                        **settings, **params).tokens for i in range(4)])
+    p, stat, dof, tv = chi_square_test(tokens, exact)
+    assert p > 1e-6, f"chi2={stat:.1f} dof={dof} p={p:.2e} TV={tv:.4f}"
