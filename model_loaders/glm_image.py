@@ -147,6 +147,7 @@ class GlmImageModel(SharedVocabImageModel):
             warnings.warn(MISSING_DIFFUSERS, stacklevel=2)
         self._pipeline = None
         self._text = ""
+        self._stages = {"target": self}  # shared by the stage objects
 
     # -- the two stages ------------------------------------------------------------------------
     def preview_stage(self) -> "GlmImageModel":
@@ -154,10 +155,16 @@ class GlmImageModel(SharedVocabImageModel):
         return self._as_stage("preview")
 
     def _as_stage(self, stage: str) -> "GlmImageModel":
-        view = copy.copy(self)
-        for k in [k for k in view.__dict__ if k.startswith(("_graph", "_tree_memo", "_compiled"))]:
-            del view.__dict__[k]  # per-stage caches: a compiled step and its buffers belong to one geometry
-        view.stage, view.geometry = stage, self.geometries[stage]
+        """The model as `stage`: one object per stage, kept (compiled steps and measured costs are kept per model
+        object), with this one's public settings (random_drafter_seed, name, ...)."""
+        view = self._stages.get(stage)
+        if view is None:
+            view = self._stages[stage] = copy.copy(self)
+            for k in [k for k in view.__dict__ if k.startswith(("_graph", "_tree_memo"))]:
+                del view.__dict__[k]  # per-stage caches: a session cache belongs to one geometry
+            view.stage, view.geometry = stage, self.geometries[stage]
+        view.__dict__.update({k: v for k, v in self.__dict__.items()
+                              if not k.startswith("_") and k not in ("stage", "geometry")})
         return view
 
     def _grid_prompt_tokens(self) -> int:

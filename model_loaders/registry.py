@@ -27,7 +27,7 @@ def load_model(name_or_path: str, device=None, dtype=None, quantize=None, **opti
 
     Folders in transformers format are recognised from their config.json: Janus / Janus-Pro
     (``model_type: janus``), Emu3 (``emu3``) and Chameleon-family models, Lumina-mGPT and Anole
-    (``chameleon``). Options for those: ``device_map``, ``max_memory``, ``offload_folder``
+    (``chameleon``); GLM-Image (``glm_image``, or its released folder's model_index.json: glm_image.py). Options for those: ``device_map``, ``max_memory``, ``offload_folder``
     (accelerate big-model loading), ``attn_implementation``. ``resolution="WxH"`` (every family; "model
     default": its own) becomes the family's size options, or a ValueError naming the sizes it offers; Emu3
     also takes ``image_area`` and ``ratio``, Chameleon ``layout`` (``lumina`` / ``anole``) and

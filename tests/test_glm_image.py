@@ -117,6 +117,7 @@ def test_layout_sizes_and_defaults(tiny):
     ids = pv.encode_prompt(PROMPT).cond
     assert proc.tokenizer.decode(ids[-9:]).replace(" ", "") == "<sop>32<eop><sop>1913<eop><|dit_token_8|>"
     assert glm_image.grids(1024, 1024) == ((32, 32), (16, 16))
+    assert mdl.preview_stage() is pv and pv._as_stage("target") is mdl  # one object per stage: its compiled steps
     assert mdl.default_sampling == {"cfg_scale": 1.0, "top_k": CODES}  # generation_config.json, no AR CFG
     assert mdl.recommended == {"temperature": 0.9, "top_p": 0.75}
     assert specar.model_loaders.registry.family_of(os.path.join(root, "vision_language_encoder")).name == "glm_image"
