@@ -109,7 +109,7 @@ class GlmImageModel(SharedVocabImageModel):
         from transformers import GlmImageForConditionalGeneration
 
         ar_folder, proc_folder, self.pipeline_folder = layout_folders(folder)
-        cfg = read_config(ar_folder)
+        read_config(ar_folder)  # a clear error where config.json is missing
         self.folder = ar_folder
         self.name = os.path.basename(os.path.normpath(folder)) or "glm_image"
         self._device = resolve_device(device)
@@ -138,6 +138,9 @@ class GlmImageModel(SharedVocabImageModel):
         self.recommended = {"temperature": float(gen.get("temperature", 1.0)), "top_p": float(gen.get("top_p", 1.0))}
         self._use_backbone(self.model.model.language_model, mc.text_config)
         self._map_image_codes(list(range(V)), [])
+        if isinstance(dit_steps, bool) or not isinstance(dit_steps, int) or dit_steps < 1:
+            raise ValueError(f"dit_steps must be an int >= 1 (the DiT's denoising steps; released: {DIT_STEPS}), "
+                             f"got {dit_steps!r}")
         self.dit_steps = dit_steps
         self.decoder_problem = None  # why decode_tokens gives no image (None: it decodes)
         if self.pipeline_folder is None:
@@ -224,7 +227,8 @@ class GlmImageModel(SharedVocabImageModel):
     # -- decoding --------------------------------------------------------------------------
     def decode_tokens(self, tokens: torch.Tensor):
         """Target codes [B, H, W] -> PIL images through the released pipeline's DiT (its CFG, 2x upsampled codes,
-        the prompt's glyphs); None for the preview stage or without the DiT (``decoder_problem`` says why)."""
+        the prompt's glyphs); None for the preview stage or without the DiT (``decoder_problem`` says why). The DiT's
+        noise is seeded from the codes: the same tokens give the same pixels (same image as AR, decoded too)."""
         if self.stage != "target" or self.decoder_problem is not None:
             return None
         pipe = self.dit_pipeline()
@@ -234,7 +238,7 @@ class GlmImageModel(SharedVocabImageModel):
         for b in range(B):
             res = pipe(prompt=self._text, height=self.height, width=self.width, guidance_scale=DIT_GUIDANCE,
                        prior_token_ids=up[b].long().reshape(1, -1).to(self.device), num_inference_steps=self.dit_steps,
-                       generator=torch.Generator(device="cpu").manual_seed(b))
+                       generator=torch.Generator().manual_seed(hash(tuple(tokens[b].flatten().tolist())) % 2 ** 63))
             out.append(res.images[0])
         return out
 

@@ -202,6 +202,10 @@ def test_dit_decodes_through_diffusers(tiny, tmp_path):
     assert m.decoder_problem is None
     res = generate_two_grids(m, "a sign 'no'", backend="sjd", seed=1)
     assert res.target.image.size == (64, 96) and res.preview.image is None
+    again = m.decode_tokens(res.target.tokens[None])[0]  # the DiT's noise follows the codes
+    assert again.tobytes() == res.target.image.tobytes()
+    with pytest.raises(ValueError, match="dit_steps"):
+        specar.load_model(full, resolution=SIZE, dit_steps=0)
 
 
 # the exactness suite's cases on the target stage (a 1x2 grid after a fixed 11x22 preview: 64 images to enumerate;
