@@ -104,7 +104,7 @@ class GlmImageModel(SharedVocabImageModel):
     stage = "target"
 
     def __init__(self, folder: str, device=None, dtype=None, width=None, height=None, device_map=None,
-                 max_memory=None, offload_folder=None, attn_implementation=None, dit_steps=DIT_STEPS):
+                 max_memory=None, offload_folder=None, attn_implementation=None, quantize=None, dit_steps=DIT_STEPS):
         super().__init__()
         from transformers import GlmImageForConditionalGeneration
 
@@ -122,7 +122,7 @@ class GlmImageModel(SharedVocabImageModel):
         (H, W), (h, w) = grids(width, height)
         self.target_grid, self.preview_grid = (H, W), (h, w)
         mc = self._load_transformers_model(GlmImageForConditionalGeneration, ar_folder, device_map, max_memory,
-                                           offload_folder, attn_implementation)
+                                           offload_folder, attn_implementation, quantize)
         V = int(mc.vq_config.num_embeddings)
         if not (mc.image_start_token_id >= V and mc.image_end_token_id >= V
                 and mc.text_config.vision_vocab_size > V):
@@ -321,4 +321,4 @@ def size_options(folder: str, w: int, h: int) -> dict:
 FAMILY = ModelFamily(
     name=GlmImageModel.family, label="GLM-Image", files="released layout (model_index.json) or its AR folder",
     load=GlmImageModel, detect=is_glm_image, sizes="GLM-Image W x H, multiples of 32 up to 2048",
-    size_options=size_options, transformers=True, resolutions=RESOLUTIONS)
+    size_options=size_options, transformers=True, resolutions=RESOLUTIONS, quantize=True)

@@ -174,6 +174,15 @@ def test_sizes_and_stage_errors(tiny, mdl):
         generate_two_grids(specar.load_model("demo"), PROMPT)
 
 
+def test_int8_weights_generate_both_grids(tiny):
+    from specar.model_loaders.quantize import QuantLinear
+    m = specar.load_model(os.path.join(tiny[0], "vision_language_encoder"), resolution=SIZE, quantize="int8")
+    assert isinstance(m.backbone.layers[0].mlp.gate_up_proj, QuantLinear)
+    ar = generate_two_grids(m, PROMPT, backend="ar", seed=2)
+    res = generate_two_grids(m, PROMPT, backend="sjd", seed=2)
+    assert torch.equal(res.target.tokens, ar.target.tokens) and res.target.tokens.shape == (3, 2)
+
+
 def test_missing_diffusers_is_one_line_and_tokens_still_come(tiny, tmp_path, monkeypatch):
     root = tmp_path / "GLM-Image"
     shutil.copytree(os.path.join(tiny[0], "vision_language_encoder"), root / "vision_language_encoder")
