@@ -276,7 +276,8 @@ def generate_two_grids(model: GlmImageModel, prompt: str, backend="ar", seed: in
                        batch_size: int = 1, temperature=None, top_p=None, **kwargs) -> TwoGrids:
     """GLM-Image's generation: the preview grid, then for each image the target grid after its preview, both with
     `backend` (specar.generate; same image as AR for every lossless backend, stage by stage). Temperature and top-p
-    default to the checkpoint's generation_config.json, as the released pipeline samples."""
+    default to the checkpoint's generation_config.json, as the released pipeline samples. With batch_size > 1 the
+    target result holds every image's tokens and images, and the stats of the first image's target run."""
     from ..samplers.api import generate
 
     if not isinstance(model, GlmImageModel):
