@@ -182,7 +182,15 @@ class GlmImageModel(SharedVocabImageModel):
         messages = [[{"role": "user", "content": [{"type": "text", "text": text}]}]]
         out = self.processor.apply_chat_template(messages, tokenize=True, return_dict=True, return_tensors="pt",
                                                  processor_kwargs=dict(target_h=self.height, target_w=self.width))
-        return out["input_ids"][0].tolist()
+        ids = out["input_ids"][0].tolist()
+        p = self.processor
+        (H, W), (h, w) = self.target_grid, self.preview_grid
+        suffix = p.tokenizer(f"{p.grid_bos_token}{H} {W}{p.grid_eos_token}{p.grid_bos_token}{h} {w}{p.grid_eos_token}"
+                             f"{p.bos_token}", add_special_tokens=False).input_ids
+        if ids[-len(suffix):] != suffix:  # a processor that took another size would give other grids, silently
+            raise ValueError(f"GLM-Image's processor did not build the {self.width}x{self.height} layout "
+                             f"(its prompt does not end with the grids {H}x{W} and {h}x{w}): transformers too old?")
+        return ids
 
     def encode_prompt(self, text: str, negative_text: str = "") -> EncodedPrompt:
         if self.stage != "preview":

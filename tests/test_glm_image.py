@@ -174,6 +174,15 @@ def test_sizes_and_stage_errors(tiny, mdl):
         generate_two_grids(specar.load_model("demo"), PROMPT)
 
 
+def test_a_processor_that_ignores_the_size_is_caught(mdl, monkeypatch):
+    proc = mdl.processor
+    original = type(proc).apply_chat_template
+    monkeypatch.setattr(proc, "apply_chat_template",  # its default size (768x1152) instead of the one asked
+                        lambda messages, processor_kwargs=None, **kw: original(proc, messages, **kw))
+    with pytest.raises(ValueError, match="did not build the 64x96 layout"):
+        mdl.preview_stage().encode_prompt(PROMPT)
+
+
 def test_int8_weights_generate_both_grids(tiny):
     from specar.model_loaders.quantize import QuantLinear
     m = specar.load_model(os.path.join(tiny[0], "vision_language_encoder"), resolution=SIZE, quantize="int8")
