@@ -1,7 +1,8 @@
 """GLM-Image (zai-org) through transformers' `GlmImageForConditionalGeneration` (its AR stage) and diffusers'
 `GlmImagePipeline` (its DiT decoder, optional: the ``glm-image`` extra).
 
-Layout of a text-to-image generation, as `GlmImageProcessor` and `GlmImageModel.get_rope_index` build it:
+Layout of a text-to-image generation, as transformers' `GlmImageProcessor` and `GlmImageModel.get_rope_index`
+build it:
 
     prompt:  chat template(text) "<sop>{H} {W}<eop><sop>{h} {w}<eop>" <image start>   (the processor's ids)
     AR:      h*w preview codes, then H*W target codes, then <image end>; no row-end tokens
@@ -99,7 +100,7 @@ def read_generation_config(folder: str) -> dict:
         return {}
 
 
-class GlmImageModel(SharedVocabImageModel):
+class GlmImageARModel(SharedVocabImageModel):
     family = "glm_image"
     stage = "target"
 
@@ -153,11 +154,11 @@ class GlmImageModel(SharedVocabImageModel):
         self._stages = {"target": self}  # shared by the stage objects
 
     # -- the two stages ------------------------------------------------------------------------
-    def preview_stage(self) -> "GlmImageModel":
+    def preview_stage(self) -> "GlmImageARModel":
         """The preview stage (same weights): geometry h x w, prompt = the text layout."""
         return self._as_stage("preview")
 
-    def _as_stage(self, stage: str) -> "GlmImageModel":
+    def _as_stage(self, stage: str) -> "GlmImageARModel":
         """The model as `stage`: one object per stage, kept (compiled steps and measured costs are kept per model
         object), with this one's public settings (random_drafter_seed, name, ...)."""
         view = self._stages.get(stage)
@@ -280,7 +281,7 @@ def stage_seed(seed: int, row: int) -> int:
     return (seed + 0x9E3779B97F4A7C15 * (row + 1)) % 2 ** 64
 
 
-def generate_two_grids(model: GlmImageModel, prompt: str, backend="ar", seed: int = 0, negative_prompt: str = "",
+def generate_two_grids(model: GlmImageARModel, prompt: str, backend="ar", seed: int = 0, negative_prompt: str = "",
                        batch_size: int = 1, temperature=None, top_p=None, **kwargs) -> TwoGrids:
     """GLM-Image's generation: the preview grid, then for each image the target grid after its preview, both with
     `backend` (specar.generate; same image as AR for every lossless backend, stage by stage). Temperature and top-p
@@ -288,7 +289,7 @@ def generate_two_grids(model: GlmImageModel, prompt: str, backend="ar", seed: in
     target result holds every image's tokens and images, and the stats of the first image's target run."""
     from ..samplers.api import generate
 
-    if not isinstance(model, GlmImageModel):
+    if not isinstance(model, GlmImageARModel):
         raise ValueError(f"generate_two_grids takes a GLM-Image model, got {type(model).__name__}")
     target = model if model.stage == "target" else model._as_stage("target")
     temperature = model.recommended["temperature"] if temperature is None else temperature
@@ -328,6 +329,6 @@ def size_options(folder: str, w: int, h: int) -> dict:
 
 
 FAMILY = ModelFamily(
-    name=GlmImageModel.family, label="GLM-Image", files="released layout (model_index.json) or its AR folder",
-    load=GlmImageModel, detect=is_glm_image, sizes="GLM-Image W x H, multiples of 32 up to 2048",
+    name=GlmImageARModel.family, label="GLM-Image", files="released layout (model_index.json) or its AR folder",
+    load=GlmImageARModel, detect=is_glm_image, sizes="GLM-Image W x H, multiples of 32 up to 2048",
     size_options=size_options, transformers=True, resolutions=RESOLUTIONS, quantize=True)
