@@ -69,8 +69,9 @@ def build_tiny_glm_image(root, seed=0, hidden=32):
             if p.dim() >= 2 and ("language_model" in name or name.startswith("lm_head")):
                 p.copy_(torch.randn(p.shape, generator=g) * (1.0 if "embed" in name else p.shape[-1] ** -0.5))
         model.lm_head.weight.mul_(3.0)
-    model.generation_config = GenerationConfig(do_sample=True, temperature=0.9, top_p=0.75, top_k=CODES, bos_token_id=CODES,
-                                               eos_token_id=CODES + 1, pad_token_id=tok.pad_token_id)
+    model.generation_config = GenerationConfig(
+        do_sample=True, temperature=0.9, top_p=0.75, top_k=CODES, bos_token_id=CODES, eos_token_id=CODES + 1,
+        pad_token_id=tok.pad_token_id)
     model.save_pretrained(os.path.join(root, "vision_language_encoder"))
     proc.save_pretrained(os.path.join(root, "processor"))
     return model, proc
