@@ -18,9 +18,10 @@ build it:
 - the DiT decodes the target codes upsampled 2x (nearest) with the prompt's quoted text as glyphs.
 
 Two grids, one contract grid each (`ImageGeometry` is one grid): the model has a "preview" stage (geometry h x w,
-the text prompt) and a "target" stage (geometry H x W, the prompt followed by the preview codes). `generate_two_grids`
-runs the preview then the target with one backend, each stage exactly as the contract and every backend expect;
-`load_model` gives the target stage, `preview_stage()` the other (same weights).
+the text prompt) and a "target" stage (geometry H x W, the prompt followed by the preview codes). `load_model` gives
+the target stage; its `preceding_stage()` is the preview (same weights) and `prompt_after` its prompt after the
+preview codes (the contract's two-grid hook), so `specar.generate(model, text)` runs the preview then the target
+with one backend, each stage exactly as the contract and every backend expect.
 """
 from __future__ import annotations
 
@@ -30,7 +31,6 @@ import json
 import math
 import os
 import warnings
-from typing import NamedTuple
 
 import torch
 
@@ -135,8 +135,8 @@ class GlmImageARModel(SharedVocabImageModel):
         self.geometry = self.geometries["target"]
         gen = read_generation_config(ar_folder)  # what the released pipeline samples with
         top_k = int(gen.get("top_k") or 0) if gen.get("do_sample", True) else 0
-        self.default_sampling = {"cfg_scale": 1.0, "top_k": min(top_k, V)}
-        self.recommended = {"temperature": float(gen.get("temperature", 1.0)), "top_p": float(gen.get("top_p", 1.0))}
+        self.default_sampling = {"cfg_scale": 1.0, "top_k": min(top_k, V),
+                                 "temperature": float(gen.get("temperature", 1)), "top_p": float(gen.get("top_p", 1))}
         self._use_backbone(self.model.model.language_model, mc.text_config)
         self._map_image_codes(list(range(V)), [])
         if isinstance(dit_steps, bool) or not isinstance(dit_steps, int) or dit_steps < 1:
@@ -154,9 +154,10 @@ class GlmImageARModel(SharedVocabImageModel):
         self._stages = {"target": self}  # shared by the stage objects
 
     # -- the two stages ------------------------------------------------------------------------
-    def preview_stage(self) -> "GlmImageARModel":
-        """The preview stage (same weights): geometry h x w, prompt = the text layout."""
-        return self._as_stage("preview")
+    def preceding_stage(self):
+        """The target stage's preview stage (same weights): geometry h x w, prompt = the text layout; None for the
+        preview stage itself."""
+        return self._as_stage("preview") if self.stage == "target" else None
 
     def _as_stage(self, stage: str) -> "GlmImageARModel":
         """The model as `stage`: one object per stage, kept (compiled steps and measured costs are kept per model
@@ -195,12 +196,12 @@ class GlmImageARModel(SharedVocabImageModel):
 
     def encode_prompt(self, text: str, negative_text: str = "") -> EncodedPrompt:
         if self.stage != "preview":
-            raise ValueError("GLM-Image's target grid follows its preview grid: generate both with "
-                             "generate_two_grids(model, prompt, ...), or give model.target_prompt(text, preview)")
+            raise ValueError("GLM-Image's target grid follows its preview grid: specar.generate(model, text) generates "
+                             "both; a prompt of the target grid alone is model.prompt_after(text, preview codes)")
         cond, uncond = self.text_ids(text), self.text_ids(negative_text)
         return EncodedPrompt(cond=cond, uncond=uncond, text=text, negative_text=negative_text)
 
-    def target_prompt(self, text: str, preview, negative_text: str = "") -> EncodedPrompt:
+    def prompt_after(self, text: str, preview, negative_text: str = "") -> EncodedPrompt:
         """The target stage's prompt: the text layout followed by the preview codes ([h, w] or [h * w])."""
         g = self.geometries["preview"]
         codes = torch.as_tensor(preview).flatten()
@@ -269,44 +270,6 @@ class GlmImageARModel(SharedVocabImageModel):
                 diffusers_logging.set_verbosity(level)
             self._pipeline.set_progress_bar_config(disable=True)
         return self._pipeline
-
-
-class TwoGrids(NamedTuple):
-    preview: object  # GenerationResult of the preview grid
-    target: object  # GenerationResult of the target grid (its image: the DiT's, where it decodes)
-
-
-def stage_seed(seed: int, row: int) -> int:
-    """The target stage's seed for image `row`: its own random stream, apart from the preview's."""
-    return (seed + 0x9E3779B97F4A7C15 * (row + 1)) % 2 ** 64
-
-
-def generate_two_grids(model: GlmImageARModel, prompt: str, backend="ar", seed: int = 0, negative_prompt: str = "",
-                       batch_size: int = 1, temperature=None, top_p=None, **kwargs) -> TwoGrids:
-    """GLM-Image's generation: the preview grid, then for each image the target grid after its preview, both with
-    `backend` (specar.generate; same image as AR for every lossless backend, stage by stage). Temperature and top-p
-    default to the checkpoint's generation_config.json, as the released pipeline samples. With batch_size > 1 the
-    target result holds every image's tokens and images, and the stats of the first image's target run."""
-    from ..samplers.api import generate
-
-    if not isinstance(model, GlmImageARModel):
-        raise ValueError(f"generate_two_grids takes a GLM-Image model, got {type(model).__name__}")
-    target = model if model.stage == "target" else model._as_stage("target")
-    temperature = model.recommended["temperature"] if temperature is None else temperature
-    top_p = model.recommended["top_p"] if top_p is None else top_p
-    settings = dict(backend=backend, temperature=temperature, top_p=top_p, **kwargs)
-    preview = generate(model.preview_stage(), prompt, seed=seed, negative_prompt=negative_prompt,
-                       batch_size=batch_size, **settings)
-    codes = preview.tokens.reshape(batch_size, *model.preview_grid)
-    results = [generate(target, target.target_prompt(prompt, codes[b], negative_prompt), seed=stage_seed(seed, b),
-                        **settings) for b in range(batch_size)]
-    if batch_size == 1:
-        return TwoGrids(preview, results[0])
-    first = results[0]
-    first.tokens = torch.stack([r.tokens for r in results])
-    first.sequence = torch.cat([r.sequence for r in results])
-    first.images = [r.image for r in results]
-    return TwoGrids(preview, first)
 
 
 def is_glm_image(folder: str, config) -> bool:

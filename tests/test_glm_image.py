@@ -23,7 +23,6 @@ if not hasattr(transformers, "GlmImageForConditionalGeneration"):
 
 import specar
 from specar.model_loaders import glm_image
-from specar.model_loaders.glm_image import generate_two_grids
 from specar.testing import mark_long
 
 CODES = 8
@@ -113,14 +112,15 @@ def mdl(tiny):
 def test_layout_sizes_and_defaults(tiny):
     root, hf, proc, mdl = tiny
     assert (mdl.geometry.height, mdl.geometry.width, mdl.geometry.vocab_size) == (3, 2, CODES)
-    pv = mdl.preview_stage()
+    pv = mdl.preceding_stage()
     assert (pv.geometry.height, pv.geometry.width) == (19, 13) and pv.geometry.row_end is False
     ids = pv.encode_prompt(PROMPT).cond
     assert proc.tokenizer.decode(ids[-9:]).replace(" ", "") == "<sop>32<eop><sop>1913<eop><|dit_token_8|>"
     assert glm_image.grids(1024, 1024) == ((32, 32), (16, 16))
-    assert mdl.preview_stage() is pv and pv._as_stage("target") is mdl  # one object per stage: its compiled steps
-    assert mdl.default_sampling == {"cfg_scale": 1.0, "top_k": CODES}  # generation_config.json, no AR CFG
-    assert mdl.recommended == {"temperature": 0.9, "top_p": 0.75}
+    # one object per stage (its compiled steps); the preview stage is the first: nothing precedes it
+    assert mdl.preceding_stage() is pv and pv._as_stage("target") is mdl and pv.preceding_stage() is None
+    # generation_config.json, no AR CFG
+    assert mdl.default_sampling == {"cfg_scale": 1.0, "top_k": CODES, "temperature": 0.9, "top_p": 0.75}
     assert specar.model_loaders.registry.family_of(os.path.join(root, "vision_language_encoder")).name == "glm_image"
 
 
@@ -130,11 +130,11 @@ def test_ar_reproduces_transformers_generate_over_both_grids(tiny):
     messages = [[{"role": "user", "content": [{"type": "text", "text": PROMPT}]}]]
     inputs = proc.apply_chat_template(messages, tokenize=True, return_dict=True, return_tensors="pt",
                                       processor_kwargs=dict(target_h=96, target_w=64))
-    n = mdl.preview_stage().geometry.num_image_tokens + mdl.geometry.num_image_tokens
+    n = mdl.preceding_stage().geometry.num_image_tokens + mdl.geometry.num_image_tokens
     out = hf.generate(**inputs, max_new_tokens=n, do_sample=False, suppress_tokens=[CODES, CODES + 1])
     ref = out[0, inputs["input_ids"].shape[1]:]
-    res = generate_two_grids(mdl, PROMPT, backend="ar", temperature=0)
-    ours = torch.cat([res.preview.tokens.flatten(), res.target.tokens.flatten()])
+    res = specar.generate(mdl, PROMPT, backend="ar", temperature=0)
+    ours = torch.cat([res.preceding.tokens.flatten(), res.tokens.flatten()])
     assert ours.tolist() == ref.tolist()
     assert len(set(ref.tolist())) > 2  # the tiny model's greedy path is not one repeated code
 
@@ -142,11 +142,81 @@ def test_ar_reproduces_transformers_generate_over_both_grids(tiny):
 @pytest.mark.parametrize("backend", list(specar.BACKENDS))
 def test_every_backend_same_image_as_ar_on_both_grids(mdl, backend, monkeypatch):
     monkeypatch.setattr(mdl, "random_drafter_seed", 0, raising=False)  # hawk / adt_tree: random-weight drafters
-    ar = generate_two_grids(mdl, PROMPT, backend="ar", seed=11, batch_size=2)
-    res = generate_two_grids(mdl, PROMPT, backend=backend, seed=11, batch_size=2)
-    assert res.preview.tokens.shape == (2, 19, 13) and res.target.tokens.shape == (2, 3, 2)
-    assert torch.equal(res.preview.tokens, ar.preview.tokens)
-    assert torch.equal(res.target.tokens, ar.target.tokens)
+    ar = specar.generate(mdl, PROMPT, backend="ar", seed=11, batch_size=2)
+    res = specar.generate(mdl, PROMPT, backend=backend, seed=11, batch_size=2)
+    assert res.preceding.tokens.shape == (2, 19, 13) and res.tokens.shape == (2, 3, 2)
+    assert torch.equal(res.preceding.tokens, ar.preceding.tokens)
+    assert torch.equal(res.tokens, ar.tokens)
+
+
+def test_one_generate_spans_both_grids(mdl):
+    """specar.generate on the two-grid model: stats over both grids (AR compresses exactly 1.0: each target prefill
+    yields a token), one progress bar over both, the interrupt honoured in either grid, the model usable after."""
+    n_prev, n = mdl.preceding_stage().geometry.num_image_tokens, mdl.geometry.num_image_tokens
+    seen = []
+    ar = specar.generate(mdl, PROMPT, backend="ar", seed=4, batch_size=2, progress=lambda d, t: seen.append((d, t)))
+    st = ar.stats
+    assert (st.batch, st.image_tokens, st.steps) == (2, n_prev + n, [n_prev + n - 1] * 2)
+    assert st.nfe == n_prev - 1 + 2 * n and st.step_compression == pytest.approx(1.0)
+    assert st.accepted_length_histogram == {1: 2 * (n_prev - 1) + 2 * (n - 1)} and st.mean_accepted_length == 1.0
+    assert torch.tensor(st.accepted_at_step).shape == (2, 3, 2)  # the image's grid (the heatmap's)
+    assert st.latency_s == pytest.approx(st.prefill_s + st.decode_s) and st.latency_s > ar.preceding.stats.latency_s
+    assert seen[-1] == (2 * (n_prev + n),) * 2 and {t for _, t in seen} == {2 * (n_prev + n)}
+    assert [d for d, _ in seen] == sorted(d for d, _ in seen) and any(2 * n_prev < d < seen[-1][0] for d, _ in seen)
+
+    res = specar.generate(mdl, PROMPT, backend="sjd", seed=4, batch_size=2)
+    first, st = res.preceding.stats, res.stats
+    target_steps = [s - p - 1 for s, p in zip(st.steps, first.steps)]  # each image's target run, its prefill apart
+    assert min(target_steps) >= 0 and st.nfe == first.nfe + sum(s + 1 for s in target_steps)
+    assert st.step_compression == pytest.approx(sum((n_prev + n) / (s + 1) for s in st.steps) / 2)
+    assert torch.equal(res.tokens, ar.tokens)
+
+    for stop_after in (1, n_prev + 2):  # AR checks once per forward: in the preview grid, then in the target's
+        calls, seen = [], []
+        with pytest.raises(specar.GenerationInterrupted):
+            specar.generate(mdl, PROMPT, backend="ar", seed=4, progress=lambda d, t: seen.append(d),
+                            interrupt=lambda: calls.append(1) or len(calls) >= stop_after)
+        assert (seen[-1] > n_prev) == (stop_after > n_prev)
+    assert torch.equal(specar.generate(mdl, PROMPT, backend="ar", seed=4, batch_size=2).tokens, ar.tokens)
+
+
+def test_the_sampler_node_runs_every_backend_as_ar(tiny, comfy, monkeypatch):
+    """The released layout in ComfyUI's models/specar/: listed and loaded by the loader node at a listed size, and
+    every lossless backend through the sampler node (same image as AR on) gives AR's tokens."""
+    from specar.model_loaders import registry
+    from specar.nodes import models
+    from specar_node_harness import execute, node_classes, run_sampler_node, sampler_values
+    folder = os.path.join(comfy["models_dir"], "specar", "GLM-Image-tiny")
+    shutil.copytree(tiny[0], folder)
+    with open(os.path.join(folder, "model_index.json"), "w") as f:
+        json.dump({"_class_name": "GlmImagePipeline"}, f)
+    real = glm_image.importlib.util.find_spec  # no DiT files here: the node shows the codes
+    monkeypatch.setattr(glm_image.importlib.util, "find_spec", lambda n, *a: None if n == "diffusers" else real(n, *a))
+    monkeypatch.setattr(models, "load_model", registry.load_model)  # the real loader, not the fixture's stand-in
+    classes = node_classes("v1")
+    assert "GLM-Image-tiny" in models.model_choices()
+    assert "256x256" in models.allowed_values("GLM-Image-tiny")["resolution"]
+    handle, = execute(classes["SpecARModelLoader"], model="GLM-Image-tiny", device="cpu", dtype="auto",
+                      resolution="256x256")[0]
+    m = models.resolve(handle)
+    assert m.family == "glm_image" and (m.geometry.height, m.geometry.width) == (8, 8)
+    monkeypatch.setattr(m, "random_drafter_seed", 0, raising=False)  # hawk / adt_tree: random-weight drafters
+    n = m.preceding_stage().geometry.num_image_tokens + m.geometry.num_image_tokens
+
+    def run(backend):
+        comfy["progress"].clear()
+        (image, tokens, stats, _), _ = run_sampler_node(classes["SpecARSampler"], handle, sampler_values(
+            prompt=PROMPT, seed=5, backend=backend, same_image_as_ar=True))
+        assert comfy["progress"][-1] == (n, n), backend  # one bar over both grids
+        return tokens["tokens"], json.loads(stats), image
+
+    ar, stats, image = run("ar")
+    assert ar.shape == (1, 8, 8) and image.shape == (1, 8, 8, 3)  # no decoder: the codes as grey levels
+    assert stats["image_tokens"] == n and stats["step_compression"] == pytest.approx(1.0)
+    for backend in specar.BACKENDS[1:]:
+        tokens, stats, _ = run(backend)
+        assert torch.equal(tokens, ar), backend
+        assert stats["backend"] == backend and stats["reproducible"]
 
 
 @pytest.mark.parametrize("stage", ["preview", "target"])
@@ -154,10 +224,10 @@ def test_every_backend_same_image_as_ar_on_both_grids(mdl, backend, monkeypatch)
 def test_adapter_conformance(mdl, stage, cfg, monkeypatch):
     from specar.model_loaders.conformance import (check_commit_path, check_hidden_states, check_per_row_trees,
                                                   check_tree_forward)
-    model = mdl.preview_stage() if stage == "preview" else mdl._as_stage("target")
+    model = mdl.preceding_stage() if stage == "preview" else mdl._as_stage("target")
     if stage == "target":  # the target stage's prompt ends with a preview grid (the text layout, then its codes)
         preview = torch.arange(model.geometries["preview"].num_image_tokens) % CODES
-        monkeypatch.setattr(model, "encode_prompt", lambda t, n="": model.target_prompt(t, preview, n))
+        monkeypatch.setattr(model, "encode_prompt", lambda t, n="": model.prompt_after(t, preview, n))
     for check in (check_tree_forward, check_per_row_trees, check_commit_path, check_hidden_states):
         check(model, cfg, TOL)
 
@@ -167,12 +237,10 @@ def test_sizes_and_stage_errors(tiny, mdl):
     for bad in ("70x96", "4096x1024", "0x64"):
         with pytest.raises(ValueError, match="multiples of 32"):
             specar.load_model(ar, resolution=bad)
-    with pytest.raises(ValueError, match="generate_two_grids"):
+    with pytest.raises(ValueError, match=r"specar.generate\(model, text\) generates both"):
         mdl.encode_prompt(PROMPT)
     with pytest.raises(ValueError, match="19x13 preview grid"):
-        mdl.target_prompt(PROMPT, torch.zeros(5, dtype=torch.long))
-    with pytest.raises(ValueError, match="GLM-Image model"):
-        generate_two_grids(specar.load_model("demo"), PROMPT)
+        mdl.prompt_after(PROMPT, torch.zeros(5, dtype=torch.long))
 
 
 def test_a_processor_that_ignores_the_size_is_caught(mdl, monkeypatch):
@@ -181,16 +249,16 @@ def test_a_processor_that_ignores_the_size_is_caught(mdl, monkeypatch):
     monkeypatch.setattr(proc, "apply_chat_template",  # its default size (768x1152) instead of the one asked
                         lambda messages, processor_kwargs=None, **kw: original(proc, messages, **kw))
     with pytest.raises(ValueError, match="did not build the 64x96 layout"):
-        mdl.preview_stage().encode_prompt(PROMPT)
+        mdl.preceding_stage().encode_prompt(PROMPT)
 
 
 def test_int8_weights_generate_both_grids(tiny):
     from specar.model_loaders.quantize import QuantLinear
     m = specar.load_model(os.path.join(tiny[0], "vision_language_encoder"), resolution=SIZE, quantize="int8")
     assert isinstance(m.backbone.layers[0].mlp.gate_up_proj, QuantLinear)
-    ar = generate_two_grids(m, PROMPT, backend="ar", seed=2)
-    res = generate_two_grids(m, PROMPT, backend="sjd", seed=2)
-    assert torch.equal(res.target.tokens, ar.target.tokens) and res.target.tokens.shape == (3, 2)
+    ar = specar.generate(m, PROMPT, backend="ar", seed=2)
+    res = specar.generate(m, PROMPT, backend="sjd", seed=2)
+    assert torch.equal(res.tokens, ar.tokens) and res.tokens.shape == (3, 2)
 
 
 def test_missing_diffusers_is_one_line_and_tokens_still_come(tiny, tmp_path, monkeypatch):
@@ -206,8 +274,8 @@ def test_missing_diffusers_is_one_line_and_tokens_still_come(tiny, tmp_path, mon
     said = [str(w.message) for w in caught if "diffusers" in str(w.message)]
     assert said == [glm_image.MISSING_DIFFUSERS] and "\n" not in said[0] and "specar[glm-image]" in said[0]
     assert m.decoder_problem == glm_image.MISSING_DIFFUSERS
-    res = generate_two_grids(m, PROMPT, backend="sjd", seed=3)
-    assert res.target.image is None and res.target.tokens.shape == (3, 2)
+    res = specar.generate(m, PROMPT, backend="sjd", seed=3)
+    assert res.image is None and res.tokens.shape == (3, 2)
     monkeypatch.setitem(__import__("sys").modules, "diffusers", None)  # import diffusers -> ImportError
     with pytest.raises(ImportError, match=r"specar\[glm-image\]"):
         m.dit_pipeline()
@@ -219,10 +287,10 @@ def test_dit_decodes_through_diffusers(tiny, tmp_path):
     build_tiny_dit(full, *build_tiny_glm_image(full))
     m = specar.load_model(full, resolution=SIZE, dit_steps=2)
     assert m.decoder_problem is None
-    res = generate_two_grids(m, "a sign 'no'", backend="sjd", seed=1)
-    assert res.target.image.size == (64, 96) and res.preview.image is None
-    again = m.decode_tokens(res.target.tokens[None])[0]  # the DiT's noise follows the codes
-    assert again.tobytes() == res.target.image.tobytes()
+    res = specar.generate(m, "a sign 'no'", backend="sjd", seed=1)
+    assert res.image.size == (64, 96) and res.preceding.image is None
+    again = m.decode_tokens(res.tokens[None])[0]  # the DiT's noise follows the codes
+    assert again.tobytes() == res.image.tobytes()
     with pytest.raises(ValueError, match="dit_steps"):
         specar.load_model(full, resolution=SIZE, dit_steps=0)
 
@@ -241,7 +309,7 @@ def test_target_stage_chi_square(tiny, case):
     m = specar.load_model(os.path.join(tiny[0], "vision_language_encoder"), resolution="64x32")._as_stage("target")
     assert (m.geometry.height, m.geometry.width) == (1, 2)
     preview = torch.arange(m.geometries["preview"].num_image_tokens) % CODES
-    prompt = m.target_prompt(PROMPT, preview)
+    prompt = m.prompt_after(PROMPT, preview)
     settings = dict(temperature=0.9, top_p=0.75)
     exact = exact_distribution(m, prompt, **settings)
     tokens = torch.cat([specar.generate(m, prompt, backend=backend, seed=100 + i, batch_size=1000, reproducible=False,
