@@ -4,8 +4,9 @@ installed) and loaded by `specar.load_model`.
 
 Checks: the prompt carries the processor's grid sizes; `ar` on the two stages reproduces transformers' own
 `generate` over both grids token for token (greedy: the M-RoPE grid positions); every backend gives AR's tokens on
-both grids (same image as AR); the adapter conformance suite on both stages; sizes; the missing-extra message; the
-DiT decode through diffusers (skipped without diffusers).
+both grids (same image as AR); one `specar.generate` spans both grids (stats, progress, interrupt); the loader and
+sampler nodes on the folder, every lossless backend as AR; the adapter conformance suite on both stages; sizes; the
+missing-extra message; the DiT decode through diffusers (skipped without diffusers).
 """
 import json
 import os
