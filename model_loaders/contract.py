@@ -173,6 +173,16 @@ class ARImageModel(ABC):
         """[B, H, W] image codes -> list of PIL images, or None when the model has no decoder."""
         return None
 
+    # -- two-grid models (GLM-Image: a preview grid, then the image's grid after it) ----------------
+    def preceding_stage(self) -> Optional["ARImageModel"]:
+        """The stage generated before this one from a text prompt (same weights, its own grid), or None (one
+        grid). `generate` runs it first, then this one from `prompt_after`."""
+        return None
+
+    def prompt_after(self, text: str, codes: torch.Tensor, negative_text: str = "") -> EncodedPrompt:
+        """This stage's prompt after one image's codes [n] of `preceding_stage`."""
+        raise NotImplementedError(f"{type(self).__name__} has no preceding stage")
+
     def check_prompt(self, prompt) -> EncodedPrompt:
         """Accept a string or an EncodedPrompt; anything else is a clear ValueError."""
         if isinstance(prompt, EncodedPrompt):

@@ -17,7 +17,7 @@ from .precision.quantize import check_mode
 
 # one line per family: its module (relative to model_loaders), which ends with `FAMILY = ModelFamily(...)`
 FAMILY_MODULES = (".demo", ".families.janus", ".families.emu3", ".families.lumina2", ".families.chameleon",
-                  ".families.llamagen")  # lumina2 before chameleon
+                  ".families.llamagen", ".families.glm_image")  # lumina2 before chameleon
 FAMILIES = {f.name: f for f in (importlib.import_module(m, __package__).FAMILY for m in FAMILY_MODULES)}
 BUILTIN_MODELS = {name: f for f in FAMILIES.values() for name in f.builtin}  # name -> family
 

@@ -9,7 +9,7 @@ import torch
 from ..model_loaders.contract import ARImageModel
 from .backends import BACKENDS, DEFAULT_BACKEND, BackendConfig, make_backend
 from .engine import SpeculativeEngine
-from .stats import GenerationStats
+from .stats import GenerationStats, chained_stats
 from .target import SamplingParams
 
 
@@ -26,6 +26,9 @@ class GenerationResult:
     stats: GenerationStats
     images: Optional[list] = None  # every sample's PIL image (batch_size > 1)
     sequence: Optional[torch.Tensor] = None  # [B, seq_len] engine ids, structure tokens included
+    # a two-grid model (GLM-Image): the preceding stage's result (its grids, e.g. the preview's codes, and stats);
+    # `stats` then cover both grids
+    preceding: Optional["GenerationResult"] = None
 
 
 def _check_seed(seed):
@@ -35,15 +38,17 @@ def _check_seed(seed):
 
 
 def generate(model: ARImageModel, prompt, backend=DEFAULT_BACKEND, seed: int = 0, cfg_scale: Optional[float] = None,
-             temperature: float = 1.0, top_k: Optional[int] = None, top_p: float = 1.0, negative_prompt: str = "",
-             batch_size: int = 1, progress: Optional[Callable[[int, int], None]] = None,
+             temperature: Optional[float] = None, top_k: Optional[int] = None, top_p: Optional[float] = None,
+             negative_prompt: str = "", batch_size: int = 1, progress: Optional[Callable[[int, int], None]] = None,
              interrupt: Optional[Callable[[], bool]] = None, profile: bool = False, preview=None,
              compile: bool = False, reproducible: Optional[bool] = None, **backend_params) -> GenerationResult:
     """Generate image tokens (and the decoded image) with the chosen backend.
 
     Every lossless backend samples exactly the distribution of ``backend="ar"`` for the same
-    sampling settings. ``cfg_scale`` and ``top_k`` default to the model's recommended values
-    (None); ``top_k=0`` is no top-k (every image token).
+    sampling settings. ``cfg_scale``, ``temperature``, ``top_k`` and ``top_p`` default to the model's
+    recommended values (None; `default_sampling`, else 1.0 and no top-k / top-p); ``top_k=0`` is no top-k.
+    A two-grid model (`ARImageModel.preceding_stage`, GLM-Image) generates both grids from a str prompt:
+    ``tokens`` / ``image`` are the second grid's, ``preceding`` the first grid's result, ``stats`` cover both.
     ``progress(done_tokens, total_tokens)`` is called once per step; ``interrupt()`` returning
     True stops the generation with `GenerationInterrupted` (the model stays usable). ``preview``: a
     `specar.samplers.preview.PartialImage` (or any object with ``due()`` and ``__call__(seq, done,
@@ -71,38 +76,66 @@ def generate(model: ARImageModel, prompt, backend=DEFAULT_BACKEND, seed: int = 0
     defaults = getattr(model, "default_sampling", {})
     sampling = SamplingParams(
         cfg_scale=defaults.get("cfg_scale", 1.0) if cfg_scale is None else cfg_scale,
-        temperature=temperature,
+        temperature=defaults.get("temperature", 1.0) if temperature is None else temperature,
         top_k=(defaults.get("top_k") or 0) if top_k is None else top_k,  # None: the model's; 0: off
-        top_p=top_p,
+        top_p=defaults.get("top_p", 1.0) if top_p is None else top_p,
     ).validated(model.geometry.vocab_size)
     _check_seed(seed)
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
-    if isinstance(prompt, str):
-        if not isinstance(negative_prompt, str):
-            raise ValueError(f"negative_prompt must be a str, got {type(negative_prompt).__name__}")
-        encoded = model.encode_prompt(prompt, negative_prompt)
-    else:
-        encoded = model.check_prompt(prompt)
+    if isinstance(prompt, str) and not isinstance(negative_prompt, str):
+        raise ValueError(f"negative_prompt must be a str, got {type(negative_prompt).__name__}")
     if not isinstance(compile, bool):
         raise ValueError(f"compile must be True or False, got {compile!r}")
     if reproducible is not None and not isinstance(reproducible, bool):
         raise ValueError(f"reproducible must be True, False or None (the default: True for a lossless backend), "
                          f"got {reproducible!r}")
-    engine = SpeculativeEngine(model, spec, sampling, seed, batch_size, profile=profile, compile=compile,
-                               reproducible=reproducible)
+    run = dict(spec=spec, sampling=sampling, interrupt=interrupt,
+               engine=dict(profile=profile, compile=compile, reproducible=reproducible))
+    first = model.preceding_stage() if isinstance(prompt, str) else None
+    if first is not None:
+        return _after_preceding_stage(first, model, prompt, negative_prompt, seed, batch_size, progress, preview, run)
+    encoded = model.encode_prompt(prompt, negative_prompt) if isinstance(prompt, str) else model.check_prompt(prompt)
+    return _run(model, encoded, seed, batch_size, progress, preview, **run)
+
+
+def _run(model, encoded, seed, batch, progress, preview, spec, sampling, interrupt, engine) -> GenerationResult:
+    """One grid: the engine's run from the encoded prompt, its tokens and the decoded images."""
+    engine = SpeculativeEngine(model, spec, sampling, seed, batch, **engine)
     with torch.inference_mode():
         seq, stats = engine.run(encoded, progress=progress, interrupt=interrupt, preview=preview)
     geo = model.geometry
-    grid = seq[:, geo.image_positions().to(seq.device)].view(batch_size, geo.height, geo.width).cpu()
+    grid = seq[:, geo.image_positions().to(seq.device)].view(batch, geo.height, geo.width).cpu()
     images = model.decode_tokens(grid)
+    return GenerationResult(tokens=grid[0] if batch == 1 else grid, image=images[0] if images else None, stats=stats,
+                            images=images, sequence=seq.cpu())
+
+
+def stage_seed(seed: int, row: int) -> int:
+    """The seed of image `row`'s grid after a preceding stage: its own random stream, apart from the preceding
+    stage's (`seed`) and from the other images'."""
+    return (seed + 0x9E3779B97F4A7C15 * (row + 1)) % 2 ** 64
+
+
+def _after_preceding_stage(first, model, prompt, negative_prompt, seed, batch, progress, preview, run):
+    """A two-grid model (`ARImageModel.preceding_stage`): the preceding stage's grids (the batch, `seed`), then
+    each image's grid after its own codes (one run per image, `stage_seed`: each prompt ends with that image's
+    codes). One progress bar over both grids; the live preview (built for `model`'s grid) shows the second."""
+    n_first, n = first.geometry.seq_len, model.geometry.seq_len
+    total = batch * (n_first + n)
+
+    def spanning(offset):
+        return None if progress is None else (lambda done, _: progress(offset + done, total))
+
+    head = _run(first, first.encode_prompt(prompt, negative_prompt), seed, batch, spanning(0), None, **run)
+    codes = head.tokens.reshape(batch, -1)
+    rows = [_run(model, model.prompt_after(prompt, codes[b], negative_prompt), stage_seed(seed, b), 1,
+                 spanning(batch * n_first + b * n), preview, **run) for b in range(batch)]
+    images = [r.image for r in rows] if rows[0].images else None
     return GenerationResult(
-        tokens=grid[0] if batch_size == 1 else grid,
-        image=images[0] if images else None,
-        stats=stats,
-        images=images,
-        sequence=seq.cpu(),
-    )
+        tokens=rows[0].tokens if batch == 1 else torch.stack([r.tokens for r in rows]),
+        image=rows[0].image, images=images, stats=chained_stats(head.stats, [r.stats for r in rows]),
+        sequence=torch.cat([r.sequence for r in rows]), preceding=head)
 
 
 __all__ = ["BACKENDS", "GenerationResult", "REPRODUCIBLE_DEFAULT", "generate"]

@@ -1,7 +1,7 @@
 """What a generation reports (DESIGN.md 5)."""
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Optional
 
 import torch
@@ -75,6 +75,38 @@ def generation_stats(engine, run, at_step: torch.Tensor, nfe: int, prefill_s: fl
         accepted_at_step=maps, lossy=not engine.drafter.lossless, backend_report=engine.drafter.report(),
         reproducible=engine.reproducible, same_image_guarantee=engine.same_image_guarantee, compile=compile,
         sampling=asdict(engine.sampling))
+
+
+def chained_stats(first: GenerationStats, rows: list) -> GenerationStats:
+    """The report of a two-grid generation: `first` (the preceding stage, the whole batch) then `rows[b]` (image
+    b's grid after it, batch 1). Counts and times are summed; each second-grid prefill is a forward that yields a
+    token, as a decode step of one sequence over both grids would (AR: step compression 1.0); the per-token step
+    maps are the second grid's (the image's; the first grid's are in its own result); the settings and the backend
+    report, the first image's second grid's."""
+    hist = dict(first.accepted_length_histogram)
+    for r in rows:
+        for k, v in r.accepted_length_histogram.items():
+            hist[k] = hist.get(k, 0) + v
+    n_img = first.image_tokens + rows[0].image_tokens
+    steps = [s + 1 + r.steps[0] for s, r in zip(first.steps, rows)]
+    parts = [first, *rows]
+
+    def total(name):
+        values = [getattr(p, name) for p in parts]
+        return None if None in values else sum(values)
+
+    return replace(
+        rows[0], batch=first.batch, image_tokens=n_img, forced_tokens=first.forced_tokens + rows[0].forced_tokens,
+        nfe=first.nfe + sum(r.nfe + 1 for r in rows), steps=steps,
+        step_compression=sum(n_img / (s + 1) for s in steps) / len(steps),
+        mean_accepted_length=sum(k * v for k, v in hist.items()) / max(sum(hist.values()), 1),
+        accepted_length_histogram=hist, prefill_s=total("prefill_s"), decode_s=total("decode_s"),
+        latency_s=total("latency_s"), forward_s=total("forward_s"), overhead_s=total("overhead_s"),
+        peak_memory_bytes=None if first.peak_memory_bytes is None else max(p.peak_memory_bytes for p in parts),
+        accepted_at_step=[r.accepted_at_step[0] for r in rows],
+        compile=None if first.compile is None else {  # counts summed; the eager fallback and totals: the last run's
+            k: sum(p.compile[k] for p in parts) if isinstance(v, (int, float)) else rows[-1].compile[k]
+            for k, v in first.compile.items()})
 
 
 def busy_machine_note() -> str:

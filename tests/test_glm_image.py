@@ -1,0 +1,319 @@
+"""GLM-Image adapter on a tiny random-weight `GlmImageForConditionalGeneration` and `GlmImageProcessor` saved in
+the released layout (vision_language_encoder/, processor/; model_index.json and the DiT where diffusers is
+installed) and loaded by `specar.load_model`.
+
+Checks: the prompt carries the processor's grid sizes; `ar` on the two stages reproduces transformers' own
+`generate` over both grids token for token (greedy: the M-RoPE grid positions); every backend gives AR's tokens on
+both grids (same image as AR); one `specar.generate` spans both grids (stats, progress, interrupt); the loader and
+sampler nodes on the folder, every lossless backend as AR; the adapter conformance suite on both stages; sizes; the
+missing-extra message; the DiT decode through diffusers (skipped without diffusers).
+"""
+import json
+import os
+import shutil
+import warnings
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+if not hasattr(transformers, "GlmImageForConditionalGeneration"):
+    pytest.skip("this transformers has no GLM-Image", allow_module_level=True)
+
+import specar
+from specar.model_loaders.families import glm_image
+from specar.testing import mark_long
+
+CODES = 8
+PROMPT = "a red cat"
+SIZE = "64x96"  # W x H pixels: a 3x2 target grid, and the processor's 19x13 preview grid
+TOL = 1e-5
+
+
+def build_tiny_glm_image(root, seed=0, hidden=32):
+    """The AR stage and its processor in the released layout under `root`; returns (model, processor)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import (GenerationConfig, GlmImageConfig, GlmImageForConditionalGeneration,
+                              GlmImageImageProcessorPil, GlmImageProcessor, PreTrainedTokenizerFast)
+
+    vision = [f"<|dit_token_{i}|>" for i in range(CODES + 2)]  # the codes, then image start (BOS), image end (EOS)
+    words = ["<unk>", "a", "red", "blue", "cat", "dog", "on", "the", "grass", "sky", "sign", "no"] + \
+        [str(d) for d in range(65)]
+    specials = ["<|endoftext|>", "[gMASK]", "<sop>", "<eop>", "<|user|>", "<|assistant|>", "<|image|>"]
+    tk = Tokenizer(models.WordLevel({t: i for i, t in enumerate(vision + words)}, unk_token="<unk>"))
+    tk.pre_tokenizer = pre_tokenizers.Whitespace()
+    tk.add_special_tokens(vision + specials)
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=tk, bos_token=vision[CODES], eos_token=vision[CODES + 1], pad_token="<|endoftext|>",
+        unk_token="<unk>",
+        extra_special_tokens={"image_token": "<|image|>", "grid_bos_token": "<sop>", "grid_eos_token": "<eop>"})
+    template = ("[gMASK]<sop>{% for m in messages %}<|{{ m['role'] }}|>{% for c in m['content'] %}"
+                "{% if c['type'] == 'text' %}{{ c['text'] }}{% endif %}{% endfor %}{% endfor %}<|assistant|>")
+    proc = GlmImageProcessor(image_processor=GlmImageImageProcessorPil(), tokenizer=tok, chat_template=template)
+    cfg = GlmImageConfig(
+        text_config=dict(vocab_size=len(tok), hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=2,
+                         num_attention_heads=2, num_key_value_heads=1, vision_vocab_size=CODES + 2,
+                         rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3]},
+                         pad_token_id=tok.pad_token_id, eos_token_id=CODES + 1),
+        vision_config=dict(depth=1, hidden_size=32, num_heads=2, intermediate_size=64, image_size=64, patch_size=16),
+        vq_config=dict(embed_dim=8, num_embeddings=CODES, latent_channels=32),
+        image_token_id=tok.convert_tokens_to_ids("<|image|>"), image_start_token_id=CODES,
+        image_end_token_id=CODES + 1)
+    torch.manual_seed(seed)
+    model = GlmImageForConditionalGeneration(cfg).eval()
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() >= 2 and ("language_model" in name or name.startswith("lm_head")):
+                p.copy_(torch.randn(p.shape, generator=g) * (1.0 if "embed" in name else p.shape[-1] ** -0.5))
+        model.lm_head.weight.mul_(3.0)
+    model.generation_config = GenerationConfig(
+        do_sample=True, temperature=0.9, top_p=0.75, top_k=CODES, bos_token_id=CODES, eos_token_id=CODES + 1,
+        pad_token_id=tok.pad_token_id)
+    model.save_pretrained(os.path.join(root, "vision_language_encoder"))
+    proc.save_pretrained(os.path.join(root, "processor"))
+    return model, proc
+
+
+def build_tiny_dit(root, hf, proc, seed=0):
+    """The DiT, VAE, glyph encoder and scheduler with diffusers' GlmImagePipeline.save_pretrained: the whole
+    released layout (model_index.json) under `root`."""
+    from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, GlmImagePipeline, GlmImageTransformer2DModel
+    from transformers import ByT5Tokenizer, T5Config, T5EncoderModel
+
+    torch.manual_seed(seed)
+    C = 4
+    vae = AutoencoderKL(in_channels=3, out_channels=3, latent_channels=C, block_out_channels=(8, 8, 8, 8),
+                        down_block_types=("DownEncoderBlock2D",) * 4, up_block_types=("UpDecoderBlock2D",) * 4,
+                        layers_per_block=1, norm_num_groups=4, latents_mean=[0.0] * C, latents_std=[1.0] * C)
+    glyphs = T5EncoderModel(T5Config(vocab_size=384, d_model=16, d_kv=8, d_ff=32, num_layers=1, num_heads=2))
+    dit = GlmImageTransformer2DModel(patch_size=2, in_channels=C, out_channels=C, num_layers=1, attention_head_dim=8,
+                                     num_attention_heads=2, text_embed_dim=16, time_embed_dim=16, condition_dim=8,
+                                     prior_vq_quantizer_codebook_size=CODES)
+    scheduler = FlowMatchEulerDiscreteScheduler(use_dynamic_shifting=True, base_shift=0.25, max_shift=0.75)
+    GlmImagePipeline(tokenizer=ByT5Tokenizer(), processor=proc, text_encoder=glyphs, vision_language_encoder=hf,
+                     vae=vae, transformer=dit, scheduler=scheduler).save_pretrained(root)
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    root = str(tmp_path_factory.mktemp("glm") / "GLM-Image-tiny")
+    hf, proc = build_tiny_glm_image(root)
+    ar = os.path.join(root, "vision_language_encoder")
+    return root, hf, proc, specar.load_model(ar, resolution=SIZE)
+
+
+@pytest.fixture(scope="module")
+def mdl(tiny):
+    return tiny[3]
+
+
+def test_layout_sizes_and_defaults(tiny):
+    root, hf, proc, mdl = tiny
+    assert (mdl.geometry.height, mdl.geometry.width, mdl.geometry.vocab_size) == (3, 2, CODES)
+    pv = mdl.preceding_stage()
+    assert (pv.geometry.height, pv.geometry.width) == (19, 13) and pv.geometry.row_end is False
+    ids = pv.encode_prompt(PROMPT).cond
+    assert proc.tokenizer.decode(ids[-9:]).replace(" ", "") == "<sop>32<eop><sop>1913<eop><|dit_token_8|>"
+    assert glm_image.grids(1024, 1024) == ((32, 32), (16, 16))
+    # one object per stage (its compiled steps); the preview stage is the first: nothing precedes it
+    assert mdl.preceding_stage() is pv and pv._as_stage("target") is mdl and pv.preceding_stage() is None
+    # generation_config.json, no AR CFG
+    assert mdl.default_sampling == {"cfg_scale": 1.0, "top_k": CODES, "temperature": 0.9, "top_p": 0.75}
+    assert specar.model_loaders.registry.family_of(os.path.join(root, "vision_language_encoder")).name == "glm_image"
+
+
+def test_ar_reproduces_transformers_generate_over_both_grids(tiny):
+    """Greedy: transformers' generate (its cached M-RoPE decode positions) over the preview then the target grid."""
+    root, hf, proc, mdl = tiny
+    messages = [[{"role": "user", "content": [{"type": "text", "text": PROMPT}]}]]
+    inputs = proc.apply_chat_template(messages, tokenize=True, return_dict=True, return_tensors="pt",
+                                      processor_kwargs=dict(target_h=96, target_w=64))
+    n = mdl.preceding_stage().geometry.num_image_tokens + mdl.geometry.num_image_tokens
+    out = hf.generate(**inputs, max_new_tokens=n, do_sample=False, suppress_tokens=[CODES, CODES + 1])
+    ref = out[0, inputs["input_ids"].shape[1]:]
+    res = specar.generate(mdl, PROMPT, backend="ar", temperature=0)
+    ours = torch.cat([res.preceding.tokens.flatten(), res.tokens.flatten()])
+    assert ours.tolist() == ref.tolist()
+    assert len(set(ref.tolist())) > 2  # the tiny model's greedy path is not one repeated code
+
+
+@pytest.mark.parametrize("backend", list(specar.BACKENDS))
+def test_every_backend_same_image_as_ar_on_both_grids(mdl, backend, monkeypatch):
+    monkeypatch.setattr(mdl, "random_drafter_seed", 0, raising=False)  # hawk / adt_tree: random-weight drafters
+    ar = specar.generate(mdl, PROMPT, backend="ar", seed=11, batch_size=2)
+    res = specar.generate(mdl, PROMPT, backend=backend, seed=11, batch_size=2)
+    assert res.preceding.tokens.shape == (2, 19, 13) and res.tokens.shape == (2, 3, 2)
+    assert torch.equal(res.preceding.tokens, ar.preceding.tokens)
+    assert torch.equal(res.tokens, ar.tokens)
+
+
+def test_one_generate_spans_both_grids(mdl):
+    """specar.generate on the two-grid model: stats over both grids (AR compresses exactly 1.0: each target prefill
+    yields a token), one progress bar over both, the interrupt honoured in either grid, the model usable after."""
+    n_prev, n = mdl.preceding_stage().geometry.num_image_tokens, mdl.geometry.num_image_tokens
+    seen = []
+    ar = specar.generate(mdl, PROMPT, backend="ar", seed=4, batch_size=2, progress=lambda d, t: seen.append((d, t)))
+    st = ar.stats
+    assert (st.batch, st.image_tokens, st.steps) == (2, n_prev + n, [n_prev + n - 1] * 2)
+    assert st.nfe == n_prev - 1 + 2 * n and st.step_compression == pytest.approx(1.0)
+    assert st.accepted_length_histogram == {1: 2 * (n_prev - 1) + 2 * (n - 1)} and st.mean_accepted_length == 1.0
+    assert torch.tensor(st.accepted_at_step).shape == (2, 3, 2)  # the image's grid (the heatmap's)
+    assert st.latency_s == pytest.approx(st.prefill_s + st.decode_s) and st.latency_s > ar.preceding.stats.latency_s
+    assert seen[-1] == (2 * (n_prev + n),) * 2 and {t for _, t in seen} == {2 * (n_prev + n)}
+    assert [d for d, _ in seen] == sorted(d for d, _ in seen) and any(2 * n_prev < d < seen[-1][0] for d, _ in seen)
+
+    res = specar.generate(mdl, PROMPT, backend="sjd", seed=4, batch_size=2)
+    first, st = res.preceding.stats, res.stats
+    target_steps = [s - p - 1 for s, p in zip(st.steps, first.steps)]  # each image's target run, its prefill apart
+    assert min(target_steps) >= 0 and st.nfe == first.nfe + sum(s + 1 for s in target_steps)
+    assert st.step_compression == pytest.approx(sum((n_prev + n) / (s + 1) for s in st.steps) / 2)
+    assert torch.equal(res.tokens, ar.tokens)
+
+    for stop_after in (1, n_prev + 2):  # AR checks once per forward: in the preview grid, then in the target's
+        calls, seen = [], []
+        with pytest.raises(specar.GenerationInterrupted):
+            specar.generate(mdl, PROMPT, backend="ar", seed=4, progress=lambda d, t: seen.append(d),
+                            interrupt=lambda: calls.append(1) or len(calls) >= stop_after)
+        assert (seen[-1] > n_prev) == (stop_after > n_prev)
+    assert torch.equal(specar.generate(mdl, PROMPT, backend="ar", seed=4, batch_size=2).tokens, ar.tokens)
+
+
+def test_the_sampler_node_runs_every_backend_as_ar(tiny, comfy, monkeypatch):
+    """The released layout in ComfyUI's models/specar/: listed and loaded by the loader node at a listed size, and
+    every lossless backend through the sampler node (same image as AR on) gives AR's tokens."""
+    from specar.model_loaders import registry
+    from specar.nodes import models
+    from specar_node_harness import execute, node_classes, run_sampler_node, sampler_values
+    folder = os.path.join(comfy["models_dir"], "specar", "GLM-Image-tiny")
+    shutil.copytree(tiny[0], folder)
+    with open(os.path.join(folder, "model_index.json"), "w") as f:
+        json.dump({"_class_name": "GlmImagePipeline"}, f)
+    real = glm_image.importlib.util.find_spec  # no DiT files here: the node shows the codes
+    monkeypatch.setattr(glm_image.importlib.util, "find_spec", lambda n, *a: None if n == "diffusers" else real(n, *a))
+    monkeypatch.setattr(models, "load_model", registry.load_model)  # the real loader, not the fixture's stand-in
+    classes = node_classes("v1")
+    assert "GLM-Image-tiny" in models.model_choices()
+    assert "256x256" in models.allowed_values("GLM-Image-tiny")["resolution"]
+    handle, = execute(classes["SpecARModelLoader"], model="GLM-Image-tiny", device="cpu", dtype="auto",
+                      resolution="256x256")[0]
+    m = models.resolve(handle)
+    assert m.family == "glm_image" and (m.geometry.height, m.geometry.width) == (8, 8)
+    monkeypatch.setattr(m, "random_drafter_seed", 0, raising=False)  # hawk / adt_tree: random-weight drafters
+    n = m.preceding_stage().geometry.num_image_tokens + m.geometry.num_image_tokens
+
+    def run(backend):
+        comfy["progress"].clear()
+        (image, tokens, stats, _), _ = run_sampler_node(classes["SpecARSampler"], handle, sampler_values(
+            prompt=PROMPT, seed=5, backend=backend, same_image_as_ar=True))
+        assert comfy["progress"][-1] == (n, n), backend  # one bar over both grids
+        return tokens["tokens"], json.loads(stats), image
+
+    ar, stats, image = run("ar")
+    assert ar.shape == (1, 8, 8) and image.shape == (1, 8, 8, 3)  # no decoder: the codes as grey levels
+    assert stats["image_tokens"] == n and stats["step_compression"] == pytest.approx(1.0)
+    for backend in specar.BACKENDS[1:]:
+        tokens, stats, _ = run(backend)
+        assert torch.equal(tokens, ar), backend
+        assert stats["backend"] == backend and stats["reproducible"]
+
+
+@pytest.mark.parametrize("stage", ["preview", "target"])
+@pytest.mark.parametrize("cfg", [False, True])
+def test_adapter_conformance(mdl, stage, cfg, monkeypatch):
+    from specar.model_loaders.conformance import (check_commit_path, check_hidden_states, check_per_row_trees,
+                                                  check_tree_forward)
+    model = mdl.preceding_stage() if stage == "preview" else mdl._as_stage("target")
+    if stage == "target":  # the target stage's prompt ends with a preview grid (the text layout, then its codes)
+        preview = torch.arange(model.geometries["preview"].num_image_tokens) % CODES
+        monkeypatch.setattr(model, "encode_prompt", lambda t, n="": model.prompt_after(t, preview, n))
+    for check in (check_tree_forward, check_per_row_trees, check_commit_path, check_hidden_states):
+        check(model, cfg, TOL)
+
+
+def test_sizes_and_stage_errors(tiny, mdl):
+    ar = os.path.join(tiny[0], "vision_language_encoder")
+    for bad in ("70x96", "4096x1024", "0x64"):
+        with pytest.raises(ValueError, match="multiples of 32"):
+            specar.load_model(ar, resolution=bad)
+    with pytest.raises(ValueError, match=r"specar.generate\(model, text\) generates both"):
+        mdl.encode_prompt(PROMPT)
+    with pytest.raises(ValueError, match="19x13 preview grid"):
+        mdl.prompt_after(PROMPT, torch.zeros(5, dtype=torch.long))
+
+
+def test_a_processor_that_ignores_the_size_is_caught(mdl, monkeypatch):
+    proc = mdl.processor
+    original = type(proc).apply_chat_template
+    monkeypatch.setattr(proc, "apply_chat_template",  # its default size (768x1152) instead of the one asked
+                        lambda messages, processor_kwargs=None, **kw: original(proc, messages, **kw))
+    with pytest.raises(ValueError, match="did not build the 64x96 layout"):
+        mdl.preceding_stage().encode_prompt(PROMPT)
+
+
+def test_int8_weights_generate_both_grids(tiny):
+    from specar.model_loaders.precision.quantize import QuantLinear
+    m = specar.load_model(os.path.join(tiny[0], "vision_language_encoder"), resolution=SIZE, quantize="int8")
+    assert isinstance(m.backbone.layers[0].mlp.gate_up_proj, QuantLinear)
+    ar = specar.generate(m, PROMPT, backend="ar", seed=2)
+    res = specar.generate(m, PROMPT, backend="sjd", seed=2)
+    assert torch.equal(res.tokens, ar.tokens) and res.tokens.shape == (3, 2)
+
+
+def test_missing_diffusers_is_one_line_and_tokens_still_come(tiny, tmp_path, monkeypatch):
+    root = tmp_path / "GLM-Image"
+    shutil.copytree(os.path.join(tiny[0], "vision_language_encoder"), root / "vision_language_encoder")
+    shutil.copytree(os.path.join(tiny[0], "processor"), root / "processor")
+    (root / "model_index.json").write_text(json.dumps({"_class_name": "GlmImagePipeline"}))
+    real = glm_image.importlib.util.find_spec
+    monkeypatch.setattr(glm_image.importlib.util, "find_spec", lambda n, *a: None if n == "diffusers" else real(n, *a))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        m = specar.load_model(str(root), resolution=SIZE)  # the released layout's root, found by model_index.json
+    said = [str(w.message) for w in caught if "diffusers" in str(w.message)]
+    assert said == [glm_image.MISSING_DIFFUSERS] and "\n" not in said[0] and "specar[glm-image]" in said[0]
+    assert m.decoder_problem == glm_image.MISSING_DIFFUSERS
+    res = specar.generate(m, PROMPT, backend="sjd", seed=3)
+    assert res.image is None and res.tokens.shape == (3, 2)
+    monkeypatch.setitem(__import__("sys").modules, "diffusers", None)  # import diffusers -> ImportError
+    with pytest.raises(ImportError, match=r"specar\[glm-image\]"):
+        m.dit_pipeline()
+
+
+def test_dit_decodes_through_diffusers(tiny, tmp_path):
+    pytest.importorskip("diffusers")
+    full = str(tmp_path / "GLM-Image-full")
+    build_tiny_dit(full, *build_tiny_glm_image(full))
+    m = specar.load_model(full, resolution=SIZE, dit_steps=2)
+    assert m.decoder_problem is None
+    res = specar.generate(m, "a sign 'no'", backend="sjd", seed=1)
+    assert res.image.size == (64, 96) and res.preceding.image is None
+    again = m.decode_tokens(res.tokens[None])[0]  # the DiT's noise follows the codes
+    assert again.tobytes() == res.image.tobytes()
+    with pytest.raises(ValueError, match="dit_steps"):
+        specar.load_model(full, resolution=SIZE, dit_steps=0)
+
+
+# the exactness suite's cases on the target stage (a 1x2 grid after a fixed 11x22 preview: 64 images to enumerate;
+# the preview grid itself, ~16x16 by the processor's rule, is too large to enumerate); reproducible=False: each
+# backend's own rejection sampling, the mode where only the distribution ties it to AR
+CHI_CASES = [("ar", {}), ("sjd", dict(window=3, init="random")),
+             ("scd", dict(window=3, coupling="maximal")), ("sjd_pac", dict(window=3, tree_depth=2, tree_width=2))]
+
+
+@pytest.mark.parametrize("case", mark_long(CHI_CASES, (1,)), ids=lambda c: c[0])
+def test_target_stage_chi_square(tiny, case):
+    from specar.testing import chi_square_test, exact_distribution
+    backend, params = case
+    m = specar.load_model(os.path.join(tiny[0], "vision_language_encoder"), resolution="64x32")._as_stage("target")
+    assert (m.geometry.height, m.geometry.width) == (1, 2)
+    preview = torch.arange(m.geometries["preview"].num_image_tokens) % CODES
+    prompt = m.prompt_after(PROMPT, preview)
+    settings = dict(temperature=0.9, top_p=0.75)
+    exact = exact_distribution(m, prompt, **settings)
+    tokens = torch.cat([specar.generate(m, prompt, backend=backend, seed=100 + i, batch_size=1000, reproducible=False,
+                                        **settings, **params).tokens for i in range(4)])
+    p, stat, dof, tv = chi_square_test(tokens, exact)
+    assert p > 1e-6, f"chi2={stat:.1f} dof={dof} p={p:.2e} TV={tv:.4f}"
