@@ -1,7 +1,7 @@
 """ADT-Tree (EAGLE drafter + adjacency-adaptive dynamic trees): exactness, planted bugs, greedy,
 LANTERN's relaxed bound, drafter files.
 
-Exactness follows tests/test_exactness.py (cases from specar.testing): N_SAMPLES (16000) images
+Exactness follows tests/test_exactness.py (cases from specar.tooling.testing): N_SAMPLES (16000) images
 in one batched generation on a tiny model (random-weight EAGLE layer, no files), Pearson
 chi-square against the teacher-forced enumeration of every image; a case fails when
 p < P_FAIL = 1e-6.
@@ -18,10 +18,10 @@ from specar.samplers.drafters.adt_tree import ADTTreeDrafter
 from specar.samplers.drafters.base import SIBLINGS_INDEPENDENT
 from specar.samplers.drafters.eagle import EagleConfig, EagleNet, load_eagle
 from specar.samplers.verification import rejection as rejection_mod
-from specar.testing import (EXACTNESS_MODELS, EXACTNESS_SAMPLES, chi_square_test, exact_distribution, exactness_model,
+from specar.tooling.testing import (EXACTNESS_MODELS, EXACTNESS_SAMPLES, chi_square_test, exact_distribution, exactness_model,
                             tiny_model)
-from specar.testing import check_exact as sample_and_test
-from specar.testing import greedy_and_argmax, mark_long, use_drafter
+from specar.tooling.testing import check_exact as sample_and_test
+from specar.tooling.testing import greedy_and_argmax, mark_long, use_drafter
 
 N_SAMPLES = EXACTNESS_SAMPLES
 P_FAIL = 1e-6

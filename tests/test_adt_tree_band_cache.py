@@ -14,7 +14,7 @@ import specar
 from specar.samplers.backends import make_backend
 from specar.samplers.drafters.adt_tree import ADTTreeDrafter
 from specar.samplers.target import SamplingParams
-from specar.testing import check_exact, exactness_model, tiny_model, use_drafter
+from specar.tooling.testing import check_exact, exactness_model, tiny_model, use_drafter
 
 P_FAIL = 1e-6
 # 6 x 8 codes with row ends: band of 2 rows (18 positions), trees at most 5 deep (fresh = 6)

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import specar
-from specar.testing import tiny_model
+from specar.tooling.testing import tiny_model
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

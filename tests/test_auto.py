@@ -11,8 +11,8 @@ import torch
 import specar
 from specar.samplers.backends import make_backend
 from specar.samplers.drafters import auto as auto_mod
-from specar.testing import exactness_model, greedy_and_argmax
-from specar.testing import check_exact, mark_long, use_drafter
+from specar.tooling.testing import exactness_model, greedy_and_argmax
+from specar.tooling.testing import check_exact, mark_long, use_drafter
 
 P_FAIL = 1e-6
 

@@ -18,7 +18,7 @@ import torch
 from specar.samplers.backends import make_backend
 from specar.samplers.drafters import auto as auto_mod
 from specar.samplers.target import SamplingParams
-from specar.testing import check_exact, exactness_model, mark_long, use_drafter
+from specar.tooling.testing import check_exact, exactness_model, mark_long, use_drafter
 
 P_FAIL = 1e-6
 
@@ -199,7 +199,7 @@ def test_the_next_generation_starts_where_the_last_one_ended(monkeypatch):
     how many generations are behind it. cost_model=forwards keeps no memory (deterministic). The tokens stay AR's
     (same image as AR)."""
     import specar
-    from specar.testing import tiny_model
+    from specar.tooling.testing import tiny_model
     mdl = tiny_model(16, (6, 6), seed=2, row_end=True)
     now, windows = [0.0], []
     plan = auto_mod.AutoDrafter.plan

@@ -13,7 +13,7 @@ from specar.samplers.drafters import auto as auto_mod
 from specar.samplers.verification import step as step_mod
 from specar.samplers.drafters.jacobi import JacobiDrafter
 from specar.samplers.target import SamplingParams
-from specar.testing import check_exact, exactness_model, tiny_model
+from specar.tooling.testing import check_exact, exactness_model, tiny_model
 
 P_FAIL = 1e-6
 # the planted sibling bug's setting of tests/test_exactness.py (sjd_pac there), with auto choosing the steps

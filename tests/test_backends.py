@@ -6,7 +6,7 @@ import pytest
 
 from specar.samplers.backends import METHODS, SCHEMAS, make_backend
 from specar.samplers.target import SamplingParams
-from specar.testing import tiny_model
+from specar.tooling.testing import tiny_model
 
 
 @pytest.mark.parametrize("method", METHODS, ids=lambda m: m.name)

@@ -29,7 +29,7 @@ import specar
 from specar.model_loaders.precision import batch_invariant
 from specar.model_loaders.precision.batch_invariant import FLOAT32, GUARANTEE, BatchInvariant
 from specar.samplers.backends import BACKENDS
-from specar.testing import tiny_model
+from specar.tooling.testing import tiny_model
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the tiny-model builders (--import-mode=importlib)
 

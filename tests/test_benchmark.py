@@ -96,7 +96,7 @@ def test_demo_command_saves_pictures(tmp_path):
 
 def test_lossy_rows_are_marked():
     from specar.cli import benchmark
-    from specar.testing import tiny_model
+    from specar.tooling.testing import tiny_model
     model = tiny_model(16, (2, 3), seed=0, row_end=True)
     model.random_drafter_seed = 0
     configs = [benchmark.parse_config("adt_tree:node_budget=4,depth=2,width=2,candidate_mode=topk,relaxed=true,relaxed_delta=0.3"),
@@ -109,7 +109,7 @@ def test_lossy_rows_are_marked():
 def test_preview_rows_measure_the_overhead_within_the_run(monkeypatch):
     from specar.cli import benchmark
     from specar.samplers import preview
-    from specar.testing import tiny_model
+    from specar.tooling.testing import tiny_model
     # the first preview as soon as possible (the node waits 0.25 s; this run is shorter than that)
     monkeypatch.setitem(preview.PREVIEW_THROTTLE, "min_interval_s", 0.0)
     model = tiny_model(16, (2, 3), seed=0)

@@ -29,7 +29,7 @@ import specar
 from specar.model_loaders.conformance import check_conformance
 from specar.model_loaders.families.chameleon import code_token_name, lumina_sizes
 from specar.model_loaders.families.chameleon_vqgan import VQGANDecoder
-from specar.testing import chi_square_test, exact_distribution, mark_long
+from specar.tooling.testing import chi_square_test, exact_distribution, mark_long
 
 TOL = 1e-5
 N_SAMPLES = 16000

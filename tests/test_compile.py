@@ -12,7 +12,7 @@ import torch
 
 import specar
 from specar.samplers.compiled_step import shape_compiled as compiled_mod
-from specar.testing import tiny_model
+from specar.tooling.testing import tiny_model
 
 CONFIGS = [
     ("ar", {}),  # one shape: the pending token

@@ -12,7 +12,7 @@ comparisons of tests/test_compile.py.
 import pytest
 
 from specar.samplers.verification import rejection as rejection_mod
-from specar.testing import check_exact
+from specar.tooling.testing import check_exact
 
 P_FAIL = 1e-6
 CASES = [

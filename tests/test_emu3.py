@@ -25,7 +25,7 @@ if not hasattr(transformers, "Emu3ForConditionalGeneration"):
 
 import specar
 from specar.model_loaders.contract import tree_ancestry
-from specar.testing import chi_square_test, exact_distribution, mark_long
+from specar.tooling.testing import chi_square_test, exact_distribution, mark_long
 
 TOL = 1e-5
 N_SAMPLES = 16000

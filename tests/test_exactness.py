@@ -12,9 +12,9 @@ import specar
 from specar.samplers.drafters import jacobi as jacobi_mod
 from specar.samplers.verification import rejection as rejection_mod
 from specar.samplers.verification import step as step_mod
-from specar.testing import EXACTNESS_MODELS, EXACTNESS_SETTINGS, exactness_model, tiny_model
-from specar.testing import greedy_and_argmax, mark_long
-from specar.testing import check_exact as sample_and_test
+from specar.tooling.testing import EXACTNESS_MODELS, EXACTNESS_SETTINGS, exactness_model, tiny_model
+from specar.tooling.testing import greedy_and_argmax, mark_long
+from specar.tooling.testing import check_exact as sample_and_test
 
 P_FAIL = 1e-6
 MODELS = EXACTNESS_MODELS

@@ -12,7 +12,7 @@ import specar
 from specar.samplers.compiled_step.few_rows_matmul import MAX_ROWS, few_rows_pass
 from specar.samplers.compiled_step.shape_compiled import compile_settings
 from specar.samplers.compiled_step.step_graphs import compile_stats
-from specar.testing import tiny_model
+from specar.tooling.testing import tiny_model
 
 pytestmark = pytest.mark.skipif(few_rows_pass() is None, reason="this torch has no inductor custom-pass API")
 

@@ -22,7 +22,7 @@ from specar.cli import benchmark, call
 from specar.cli.model_spec import model_from_spec
 from specar.nodes import core, layouts, report, spec
 from specar.nodes.widgets import flatten
-from specar.testing import tiny_model
+from specar.tooling.testing import tiny_model
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # the folder that holds the `specar` this test imports: a subprocess runs the same code (not an installed copy)

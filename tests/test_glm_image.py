@@ -24,7 +24,7 @@ if not hasattr(transformers, "GlmImageForConditionalGeneration"):
 
 import specar
 from specar.model_loaders.families import glm_image
-from specar.testing import mark_long
+from specar.tooling.testing import mark_long
 
 CODES = 8
 PROMPT = "a red cat"
@@ -305,7 +305,7 @@ CHI_CASES = [("ar", {}), ("sjd", dict(window=3, init="random")),
 
 @pytest.mark.parametrize("case", mark_long(CHI_CASES, (1,)), ids=lambda c: c[0])
 def test_target_stage_chi_square(tiny, case):
-    from specar.testing import chi_square_test, exact_distribution
+    from specar.tooling.testing import chi_square_test, exact_distribution
     backend, params = case
     m = specar.load_model(os.path.join(tiny[0], "vision_language_encoder"), resolution="64x32")._as_stage("target")
     assert (m.geometry.height, m.geometry.width) == (1, 2)

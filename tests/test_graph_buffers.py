@@ -16,7 +16,7 @@ from specar.samplers.compiled_step import graph_buffers as graph_buffers_mod
 from specar.samplers.compiled_step import shape_compiled as compiled_mod
 from specar.samplers.compiled_step import step_graphs as step_graphs_mod
 from specar.samplers.compiled_step.graph_buffers import BufferHomes, copy_graph_outputs
-from specar.testing import reused_cache_differences, tiny_model
+from specar.tooling.testing import reused_cache_differences, tiny_model
 
 Pair = namedtuple("Pair", "a b")
 

@@ -1,7 +1,7 @@
 """Hawk (spatial draft heads + speculation cache): exactness, a planted bug, greedy, head files,
 the node budget.
 
-Exactness follows tests/test_exactness.py (cases from specar.testing): 16000 images in one batched generation on a
+Exactness follows tests/test_exactness.py (cases from specar.tooling.testing): 16000 images in one batched generation on a
 tiny model (random-weight heads, no files), Pearson chi-square against the teacher-forced
 enumeration of every image; a case fails when p < P_FAIL = 1e-6.
 """
@@ -14,8 +14,8 @@ import torch
 import specar
 from specar.model_loaders.files.drafter_files import save_drafter
 from specar.samplers.drafters.hawk import HawkConfig, HawkDrafter, load_heads, random_heads
-from specar.testing import check_exact as sample_and_test
-from specar.testing import EXACTNESS_MODELS, exactness_model, greedy_and_argmax, mark_long, tiny_model, use_drafter
+from specar.tooling.testing import check_exact as sample_and_test
+from specar.tooling.testing import EXACTNESS_MODELS, exactness_model, greedy_and_argmax, mark_long, tiny_model, use_drafter
 
 P_FAIL = 1e-6
 MODELS = EXACTNESS_MODELS

@@ -24,7 +24,7 @@ if not hasattr(transformers, "JanusForConditionalGeneration"):
 import specar
 from specar.model_loaders.contract import tree_ancestry
 from specar.samplers.drafters import jacobi as jacobi_mod
-from specar.testing import chi_square_test, exact_distribution, mark_long
+from specar.tooling.testing import chi_square_test, exact_distribution, mark_long
 
 TOL = 1e-5
 N_SAMPLES = 16000

@@ -13,7 +13,7 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LAYERS = {"tooling": 4, "nodes": 3, "cli": 3, "training": 2, "testing": 2, "samplers": 1, "model_loaders": 0}
-PRODUCT = tuple(LAYERS)  # folders, and testing.py (the test-side helpers the bench's tiny models use)
+PRODUCT = tuple(LAYERS)  # folders, and testing.py (the tiny models of the bench and the tests)
 
 
 def module_name(path: str) -> str:
@@ -114,7 +114,8 @@ def test_the_graph_is_read():
     assert "samplers.drafters.jacobi" in graph["samplers.backends"]
     assert "model_loaders.files.drafter_files" in graph["samplers.drafters.eagle.files"]
     assert "samplers.drafters.eagle.lantern_conversion" in graph["cli.convert_drafter"]
-    assert "testing" in graph["cli.model_spec"] and "samplers.api" in graph["testing"]
+    assert "testing" in graph["cli.model_spec"] and "model_loaders.families.llama_adapter" in graph["testing"]
+    assert "samplers.api" in graph["tooling.testing"] and "testing" in graph["tooling.testing"]
     assert "samplers.drafters.hawk.network" in graph["training.hawk"]
     folders = folder_graph(graph)
     assert folders["cli"] >= {"testing", "samplers", "model_loaders"} and "samplers" in folders["training"]

@@ -25,7 +25,7 @@ import specar
 from specar.model_loaders.conformance import check_commit_path, check_hidden_states, check_per_row_trees, \
     check_tree_forward
 from specar.model_loaders.families.llamagen_vq import LlamaGenVQDecoder
-from specar.testing import reused_cache_differences
+from specar.tooling.testing import reused_cache_differences
 
 TOL = 1e-5
 DIM, HEADS, KV, LAYERS, FFN, CODES, CLASSES, CAP = 32, 4, 2, 2, 128, 16, 10, 16  # FFN: the authors' SwiGLU width for dim 32, multiple_of 128

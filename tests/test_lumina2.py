@@ -33,7 +33,7 @@ from specar.model_loaders.families.lumina2 import IMAGE_TOKEN_OFFSET, is_lumina2
 from specar.model_loaders.families.lumina2_vq import MoVQDecoder
 from specar.model_loaders.registry import FAMILIES, detect_family
 from specar.model_loaders.resolutions import load_options
-from specar.testing import reused_cache_differences
+from specar.tooling.testing import reused_cache_differences
 
 DIM, HEADS, KV, GROUPS, LAYERS, FFN, CODES = 32, 4, 2, 2, 2, 64, 8
 VOCAB = IMAGE_TOKEN_OFFSET + CODES + 8  # the image codes are not the last ids (the real vocabulary pads past them)

@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from specar.model_loaders.contract import tree_ancestry, tree_depths
-from specar.testing import tiny_model
+from specar.tooling.testing import tiny_model
 
 TOL = 1e-5
 

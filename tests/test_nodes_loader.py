@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from specar.nodes import core, models, spec, v1
-from specar.testing import tiny_model
+from specar.tooling.testing import tiny_model
 from specar_node_harness import (  # devtools/node_harness.py, loaded by tests/conftest.py
     stubs, flavours, node_classes, execute, comfy_validation_errors, sampler_values, run_sampler_node)
 

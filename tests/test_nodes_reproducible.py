@@ -9,7 +9,7 @@ import torch
 
 from specar.nodes import core, spec, workflows
 from specar.samplers.backends import SCHEMAS
-from specar.testing import tiny_model
+from specar.tooling.testing import tiny_model
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ import torch
 
 import specar
 from specar.samplers.preview import PartialImage
-from specar.testing import tiny_model
+from specar.tooling.testing import tiny_model
 
 
 class EveryStep(PartialImage):

@@ -13,7 +13,7 @@ from specar.model_loaders.precision.quantize import QuantLinear, check_mode, qua
 from specar.samplers.api import generate
 from specar.samplers.compiled_step.step_graphs import compile_stats
 from specar.samplers.drafters import jacobi as jacobi_mod
-from specar.testing import EXACTNESS_SAMPLES, chi_square_test, exact_distribution, tiny_model
+from specar.tooling.testing import EXACTNESS_SAMPLES, chi_square_test, exact_distribution, tiny_model
 
 P_FAIL = 1e-6
 

@@ -22,7 +22,7 @@ import torch
 import specar
 from specar.samplers.drafters.base import Drafter, DraftTree
 from specar.samplers.verification.rejection import one_hot
-from specar.testing import tiny_model
+from specar.tooling.testing import tiny_model
 from specar.samplers.drafters.params import DraftNetworkCost, Method, StepCost, chain_tokens, param
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -20,7 +20,7 @@ import specar
 from specar.samplers.verification import agreement as agreement_mod
 from specar.samplers.compiled_step.forward_costs import _FORWARD_COSTS
 from specar.samplers.randomness import GUMBEL_TABLE_BYTES, PositionNoise, position_gumbel
-from specar.testing import EXACTNESS_SETTINGS, check_exact, exactness_model, greedy_and_argmax, tiny_model
+from specar.tooling.testing import EXACTNESS_SETTINGS, check_exact, exactness_model, greedy_and_argmax, tiny_model
 
 P_FAIL = 1e-6
 BATCH = 24  # rows per generation: 24 independent seeds' worth of noise

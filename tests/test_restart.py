@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from specar.samplers.drafters import jacobi as jacobi_mod
-from specar.testing import check_exact, mark_long
+from specar.tooling.testing import check_exact, mark_long
 
 P_FAIL = 1e-6
 

@@ -1,7 +1,7 @@
 """The spatial backend (Jacobi window drafted by spatial heads): exactness, a planted bug, greedy,
 support at 8192 / 16384 codes, fixed shapes, parameters, head files.
 
-Exactness follows tests/test_exactness.py (cases from specar.testing): 16000 images in one batched
+Exactness follows tests/test_exactness.py (cases from specar.tooling.testing): 16000 images in one batched
 generation on a tiny model (random-weight heads, no files; every row its own frontier and tree),
 Pearson chi-square against the teacher-forced enumeration of every image; a case fails when
 p < P_FAIL = 1e-6. Each case also checks that the heads drafted some positions, so the head path
@@ -20,7 +20,7 @@ from specar.samplers.backends import make_backend
 from specar.samplers.drafters.spatial import drafter as drafter_mod
 from specar.samplers.drafters.spatial.drafter import SpatialDrafter
 from specar.samplers.drafters.spatial.network import SpatialConfig, load_heads, random_heads
-from specar.testing import (EXACTNESS_MODELS, EXACTNESS_SAMPLES, EXACTNESS_SETTINGS, chi_square_test,
+from specar.tooling.testing import (EXACTNESS_MODELS, EXACTNESS_SAMPLES, EXACTNESS_SETTINGS, chi_square_test,
                             exact_distribution, exactness_model, greedy_and_argmax, mark_long, tiny_model, use_drafter)
 
 P_FAIL = 1e-6

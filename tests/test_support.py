@@ -39,7 +39,7 @@ import torch
 import specar
 from specar.samplers import randomness
 from specar.samplers.target import SamplingParams, target_probs
-from specar.testing import chi_square_test, mark_long, tiny_model
+from specar.tooling.testing import chi_square_test, mark_long, tiny_model
 
 P_FAIL = 1e-6
 U_ZERO = 2.0 ** -24  # P[torch.rand() == 0] per float32 element

@@ -16,10 +16,10 @@ import pytest
 import torch
 
 import specar
-from specar.testing import EXACTNESS_MODELS, EXACTNESS_SETTINGS, tiny_model
+from specar.tooling.testing import EXACTNESS_MODELS, EXACTNESS_SETTINGS, tiny_model
 
 PINS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "token_pins.json")
-# the exactness suite's models and settings (specar.testing), plus a larger row-end model and greedy
+# the exactness suite's models and settings (specar.tooling.testing), plus a larger row-end model and greedy
 MODELS = {**EXACTNESS_MODELS, "v16-4x5-rowend": dict(vocab_size=16, grid=(4, 5), seed=3, row_end=True)}
 SETTINGS = {**{k: EXACTNESS_SETTINGS[k] for k in ("plain", "cfg", "topk", "topp", "mixed")},
             "greedy": dict(temperature=0.0, cfg_scale=2.0)}

@@ -27,7 +27,7 @@ import pytest
 
 import specar
 from specar.samplers.verification import step as step_mod
-from specar.testing import chi_square_test, exact_distribution, mark_long, tiny_model
+from specar.tooling.testing import chi_square_test, exact_distribution, mark_long, tiny_model
 
 P_FAIL = 1e-6
 

@@ -38,7 +38,7 @@ def exactness_cases() -> list:
 
 def _chi_square_case(device, backend, params, model_name, setting, n, seed, models) -> dict:
     from ...samplers.api import generate
-    from ...testing import EXACTNESS_MODELS, EXACTNESS_SETTINGS, chi_square_test, exact_distribution, tiny_model
+    from ..testing import EXACTNESS_MODELS, EXACTNESS_SETTINGS, chi_square_test, exact_distribution, tiny_model
     if model_name not in models:
         models[model_name] = tiny_model(**EXACTNESS_MODELS[model_name], device=str(device))
     mdl = models[model_name]
