@@ -3,12 +3,21 @@
 Stages (stages.py), each in its own Python process with its own time budget (runner.py), so that a
 failure (an exception, a CUDA error or device-side assert that poisons the process's CUDA context,
 an out-of-memory, a crash) or a stage that runs past its budget is recorded and the next stage
-still runs:
+still runs; in this order (the default run on CUDA: environment, exactness, images, quantized, projection;
+a dry run: every stage):
   environment  torch / CUDA / driver versions, the device, bf16, SDPA kernels, a compile smoke test,
                measured copy bandwidth and bf16 matrix-product rate
   exactness    chi-square vs exact enumeration for every registered lossless backend on tiny models on
                the device (a correct sampler fails the stage with probability < 1e-4), and a planted
                bug the same test must catch
+  images       generations at released models' shapes (tooling/released_models.py: Janus-Pro-7B, Emu3-Gen,
+               Lumina-mGPT 2.0; random bf16 weights built on the device by each family's classes, loaded
+               through its loader), every registered backend eager, then compiled ones: seconds of a whole image
+               or of its first rows (stated), ms per step (median, p90), compile seconds, CUDA-graph re-recordings
+               and skips inside the timed run, peak memory, tokens vs AR's in the same-image mode with the
+               batch-invariant mode as set and flipped; ratios to AR written as each row finishes (images.py)
+  quantized    int8 / int4 weight-only (ours; torchao's or bitsandbytes' where installed) vs bf16 at the 7B shape:
+               forward ms, peak memory, the exactness case on each quantized target (quantized.py)
   backends     every registered backend eager vs compiled (the model's compiled step: CUDA graphs, mode
                reduce-overhead) on the demo model: latency and its ratio to AR's, forwards, compression,
                compile time, graph breaks, recompiles, dynamo's counters, tokens equal to eager's;
@@ -16,6 +25,8 @@ still runs:
   forward_7b   forward latency of a random-weight Lumina-mGPT-7B-shape model in bf16 for 1..65
                tokens x 2 CFG rows over a full static KV cache, eager and compiled, and the roofline
                projection (tooling/roofline.py) re-fitted to them
+  projection   the images stage's step costs x the step counts of committed regime runs, beside published
+               anchors, every row labelled a projection (projection.py)
 Every stage records its peak device memory (torch.cuda.max_memory_allocated, reset per stage),
 what torch logged about graph breaks, recompiles and CUDA graphs, and torch._dynamo's counters.
 A stage that met a CUDA error is run once more with CUDA_LAUNCH_BLOCKING=1 after the other stages
@@ -24,7 +35,22 @@ A stage that met a CUDA error is run once more with CUDA_LAUNCH_BLOCKING=1 after
 Writes gpu_check.json and gpu_check.md to --out, and again while each stage runs, so that a command killed
 from outside leaves what it measured. `--plan-only` prints each stage's plan and its predicted seconds
 against the budget (plan.py: from the committed GPU reports) and runs nothing. `--dry-run` runs the same
-stages on the CPU at tiny shapes (a tiny Llama in place of the 7B shape, few samples, compiled AR only).
+stages on the CPU at tiny shapes (tiny widths at each released model's real geometry, few positions, a tiny
+Llama in place of the 7B shape, few samples, compiled AR only).
+
+The maintainer's commands (from the repository root; `make gpu-check` imports this checkout without installing):
+  make gpu-check GPU_CHECK_ARGS=--plan-only                      # the plan, predicted seconds per stage; no GPU
+  make gpu-check GPU_CHECK_OUT=docs/figures/gpu_<card>_<mmdd>     # the default run (426 s predicted, 560 budgeted)
+  python -m specar.tooling gpu-check --dry-run --out output/gpu-check-dry   # the whole command on the CPU
+Follow-ups, each a separate lease (add --out docs/figures/gpu_<card>_<mmdd><letter>):
+  python -m specar.tooling gpu-check --stages images --image-families emu3-gen --budget 560 \
+      --stage-budget images=540                                   # Emu3-Gen, its first 2 rows
+  python -m specar.tooling gpu-check --stages images projection --image-families janus-pro-7b \
+      --image-compile-backends ar auto scd sjd_pac --budget 560 --stage-budget images=540   # compiled backends
+  python -m specar.tooling gpu-check --stages images --image-families lumina-mgpt-2-7b --image-rows 0 \
+      --image-backends ar auto --image-compile-backends --budget 560 --stage-budget images=540   # a whole
+                                                                  # Lumina-mGPT 2.0 image, eager AR and auto
+  python -m specar.tooling gpu-check --stages backends forward_7b # the demo model and the 7B forwards (as 2026-11-26)
 """
 from __future__ import annotations
 
