@@ -43,8 +43,8 @@ The maintainer's commands (from the repository root; `make gpu-check` imports th
   make gpu-check GPU_CHECK_OUT=docs/figures/gpu_<card>_<mmdd>     # the default run (426 s predicted, 560 budgeted)
   python -m specar.tooling gpu-check --dry-run --out output/gpu-check-dry   # the whole command on the CPU
 Follow-ups, each a separate lease (add --out docs/figures/gpu_<card>_<mmdd><letter>):
-  python -m specar.tooling gpu-check --stages images --image-families emu3-gen --budget 560 \
-      --stage-budget images=540                                   # Emu3-Gen, its first 2 rows
+  python -m specar.tooling gpu-check --stages images --image-families emu3-gen --image-rows 8 --budget 560 \
+      --stage-budget images=540                                   # Emu3-Gen, its first 8 rows
   python -m specar.tooling gpu-check --stages images projection --image-families janus-pro-7b \
       --image-compile-backends ar auto scd sjd_pac --budget 560 --stage-budget images=540   # compiled backends
   python -m specar.tooling gpu-check --stages images --image-families lumina-mgpt-2-7b --image-rows 0 \
