@@ -197,6 +197,12 @@ def options_from_args(args, reports=None) -> dict:
     return options
 
 
+def options_from_argv(argv, reports=None) -> dict:
+    """`options_from_args` of a gpu-check command line (without the command's name): for tests and scripts."""
+    from .. import parser
+    return options_from_args(parser("gpu-check").parse_args(["gpu-check", *argv]), reports)
+
+
 def _image_options(args, profile: dict, backends: list) -> dict:
     """The images stage's options: families, rows timed, backends (the registry's, AR first), which compile, which
     also run with the batch-invariant mode flipped (AR and the default backend), the paper presets."""
@@ -247,4 +253,4 @@ def run(args):
     return report
 
 
-__all__ = ["PAPER_PRESETS", "PROFILES", "STAGE_NAMES", "add_arguments", "options_from_args", "run", "write_report"]
+__all__ = ["PAPER_PRESETS", "PROFILES", "STAGE_NAMES", "add_arguments", "options_from_args", "options_from_argv", "run", "write_report"]
