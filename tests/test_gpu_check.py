@@ -261,12 +261,13 @@ def test_a_backend_registered_in_methods_is_in_the_gpu_check(ninth_backend):
     assert f"eager {ninth_backend}" in items
     cases = [i["item"] for i in dry["plan"]["stages"]["exactness"]["items"]]
     assert any(case.startswith(f"chi-square {ninth_backend} ") for case in cases)
-    gpu = options("--plan-only", dry=False)
+    gpu = options("--plan-only", "--stages", "backends", "images", dry=False)
     measured = plan.compiled_on_a_gpu(plan.committed_reports())
     order = gpu["compile_backends"]
     assert order[0] == plan.RATIO_BASE and ninth_backend in order
     assert all(order.index(ninth_backend) < order.index(b) for b in measured if b != plan.RATIO_BASE)
     assert f"compiled {ninth_backend}" in [i["item"] for i in gpu["plan"]["stages"]["backends"]["items"]]
+    assert any(i["item"].startswith(f"janus-pro-7b: eager {ninth_backend},") for i in gpu["plan"]["stages"]["images"]["items"])
     rep = runner.run_check(dict(dry, stages=["backends"]), in_process=True)
     row = rep["stages"]["backends"]["result"]["rows"][ninth_backend]
     assert row["eager"]["latency_s"] > 0 and row["eager"]["speedup_vs_ar"] > 0

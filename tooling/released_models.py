@@ -33,6 +33,13 @@ class Released:
     spec: Spec  # real_size_builders' description: family, checkpoint, source, dims, layers
     assumed: Optional[str]  # what is not read from the released config.json (None: nothing)
     tiny: dict  # the dry run's widths (every geometry number kept)
+    pixels_per_code: int  # the image tokenizer's downsampling
+    row_end: bool  # a row-end token after each row of codes
+
+    def positions(self, rows=None) -> int:
+        """Sequence positions of the first `rows` rows of an image at the released size (None: the whole image)."""
+        grid = self.spec.dims["image"] // self.pixels_per_code
+        return min(grid, grid if rows is None else rows) * (grid + int(self.row_end))
 
 
 RELEASED = {
@@ -44,10 +51,10 @@ RELEASED = {
              dict(SPECS["janus-pro-1b"].dims, hidden=4096, heads=32, kv=32, ffn=11008), 30, 30),
         "the language model's numbers are DeepSeek-LLM-7B's (no grouped KV heads: num_key_value_heads = 32, as that "
         "release), not read from Janus-Pro-7B's own config.json here",
-        dict(hidden=32, heads=4, kv=4, ffn=64, v_hidden=16, v_layers=1, v_heads=2, vq_ch=32)),
+        dict(hidden=32, heads=4, kv=4, ffn=64, v_hidden=16, v_layers=1, v_heads=2, vq_ch=32), 16, False),
     "emu3-gen": Released(
         dataclasses.replace(SPECS["emu3-gen"], run_layers=32), None,
-        dict(hidden=64, heads=8, kv=2, ffn=128, vq_base=32, vq_blocks=1)),
+        dict(hidden=64, heads=8, kv=2, ffn=128, vq_base=32, vq_blocks=1), 8, True),
     "lumina-mgpt-2-7b": Released(
         Spec("lumina2", "Alpha-VLLM/Lumina-mGPT-2.0",
              "docs/MODELS.md (Lumina-mGPT 2.0 memory): hidden 4096, 32 layers, 32 heads, intermediate 11008; image "
@@ -55,7 +62,7 @@ RELEASED = {
              dict(hidden=4096, heads=32, kv=32, ffn=11008, vocab=172032, codes=16384, image=768, groups=1), 32, 32),
         "vocab_size 172032 (at least 171384; the real value is not known here), num_key_value_heads 32 and "
         "model_parallel_size 1 (Chameleon-7B's)",
-        dict(hidden=32, heads=4, kv=4, ffn=64)),
+        dict(hidden=32, heads=4, kv=4, ffn=64), 8, True),
 }
 
 

@@ -209,13 +209,8 @@ def _step_costs(t: Timings, backend: str):
 
 def _positions(options: dict, family: str, rows="asked") -> int:
     from ..released_models import RELEASED
-    d = RELEASED[family].spec.dims
-    per_row = {"janus": 16, "emu3": 8, "lumina2": 8}[RELEASED[family].spec.family]  # pixels per code
-    grid = d["image"] // per_row
-    row = grid + (RELEASED[family].spec.family != "janus")  # Emu3 and Lumina-mGPT 2.0: a row end per row
-    rows = options["image_rows"].get(family) if rows == "asked" else rows
+    n = RELEASED[family].positions(options["image_rows"].get(family) if rows == "asked" else rows)
     cap = options.get("image_positions_cap")
-    n = grid * row if rows is None else min(rows, grid) * row
     return n if cap is None else min(n, cap)
 
 
