@@ -267,7 +267,8 @@ def test_a_backend_registered_in_methods_is_in_the_gpu_check(ninth_backend):
     assert order[0] == plan.RATIO_BASE and ninth_backend in order
     assert all(order.index(ninth_backend) < order.index(b) for b in measured if b != plan.RATIO_BASE)
     assert f"compiled {ninth_backend}" in [i["item"] for i in gpu["plan"]["stages"]["backends"]["items"]]
-    assert any(i["item"].startswith(f"janus-pro-7b: eager {ninth_backend},") for i in gpu["plan"]["stages"]["images"]["items"])
+    images = [i["item"] for i in gpu["plan"]["stages"]["images"]["items"]]
+    assert any(i.startswith(f"janus-pro-7b: eager {ninth_backend},") for i in images)
     rep = runner.run_check(dict(dry, stages=["backends"]), in_process=True)
     row = rep["stages"]["backends"]["result"]["rows"][ninth_backend]
     assert row["eager"]["latency_s"] > 0 and row["eager"]["speedup_vs_ar"] > 0

@@ -145,3 +145,19 @@ def test_projection_takes_each_backends_row_at_its_defaults_or_paper_preset():
                                           gpu_check.PAPER_PRESETS)
     assert comp["ar"] == 1.0 and set(comp) <= set(SCHEMAS) and "sjd_pac" in comp
     assert all(c >= 1.0 for c in comp.values())
+
+
+@pytest.mark.long
+def test_the_compiled_path_at_a_released_geometry():
+    """AR compiled (the dry run's compiled backend) on Lumina-mGPT 2.0's native classes in bf16 with the batch-invariant
+    mode traced: no recompile, no graph break, no re-recording in the timed run, AR's eager tokens (about 30 s: one
+    compile on the CPU)."""
+    rep = runner.run_check(options("--stages", "images", "--image-families", "lumina-mgpt-2-7b", "--image-backends",
+                                   "ar"), in_process=True)
+    c = rep["stages"]["images"]["result"]["families"]["lumina-mgpt-2-7b"]["rows"]["ar"]["compiled"]
+    assert "error" not in c and "skipped" not in c, c
+    if c["eager_fallback"]:
+        pytest.skip(f"no compiler here: {c['eager_fallback']}")
+    assert c["compile_s"] > 0 and c["recompiles"] == 0 and c["graph_breaks"] == 0
+    assert c["rerecords"] == 0 and c["cudagraph_skips"] == 0 and c["batch_invariant"]
+    assert c["vs_ar"]["tokens_differing"] == 0 and c["speedup_vs_ar"] > 0

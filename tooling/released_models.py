@@ -153,7 +153,8 @@ def build_released(name: str, workdir: str, device, dtype, tiny: bool = False):
                    "assumed": r.assumed, "tiny_widths": tiny, "layers": layers, "layers_released": r.spec.layers,
                    "hidden": dims["hidden"], "heads": dims["heads"], "kv_heads": dims["kv"],
                    "grid": [geo.height, geo.width], "row_end": geo.row_end, "seq_len": geo.seq_len,
-                   "image_codes": geo.vocab_size, "parameters": sum(p.numel() for p in model.torch_module().parameters()),
+                   "image_codes": geo.vocab_size,
+                   "parameters": sum(p.numel() for p in model.torch_module().parameters()),
                    "weights": "random, built in memory on the device; loaded through the family loader"}
 
 

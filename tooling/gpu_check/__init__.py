@@ -101,7 +101,8 @@ def add_arguments(ap) -> None:
                     "against the budget (from the committed GPU reports), run nothing; needs no GPU")
     ap.add_argument("--device", default=None, help=f"cuda, cuda:N (unset: {_both('device')})")
     ap.add_argument("--stages", nargs="+", choices=STAGE_NAMES, default=None,
-                    help=f"stages to run, in this order: {' '.join(STAGE_NAMES)} (unset: "
+                    help=f"stages to run, in the order given (projection reads images: after it); all: "
+                    f"{' '.join(STAGE_NAMES)} (unset: "
                     f"{' '.join(PROFILES['cuda']['stages'])}; with --dry-run: every stage)")
     ap.add_argument("--no-compile", action="store_true", help="skip every torch.compile (eager only)")
     ap.add_argument("--budget", type=positive_float, default=None,
@@ -124,12 +125,13 @@ def add_arguments(ap) -> None:
     ap.add_argument("--image-backends", nargs="+", default=None, metavar="BACKEND",
                     help="the images stage's backends, in order (unset: every registered backend, AR first)")
     ap.add_argument("--image-compile-backends", nargs="*", default=None, metavar="BACKEND",
-                    help="the images stage's backends also run compiled (unset: AR and the default backend on CUDA; "
-                    "AR in a dry run)")
+                    help="the images stage's backends also run compiled, in order (unset: AR; none: no compiled run)")
     ap.add_argument("--image-rows", type=non_negative_int, default=None, metavar="N",
-                    help="time the first N rows of each image (0: the whole image; unset: "
-                    f"{_both('image_rows', lambda d: ', '.join(f'{k} {v}' for k, v in d.items()) + ', else whole')})")
-    ap.add_argument("--seed", type=non_negative_int, default=0, help="seed of the backends stage's generations")
+                    help="time the first N rows of each image (0: the whole image; unset: " +
+                    ", ".join(f"{k} {v}" for k, v in PROFILES["cuda"]["image_rows"].items()) + ", else the whole "
+                    f"image; with --dry-run: the first {PROFILES['dry']['image_positions_cap']} positions)")
+    ap.add_argument("--seed", type=non_negative_int, default=0,
+                    help="seed of the backends and images stages' generations")
     ap.add_argument("--bench-json", default=DEFAULT_BENCH_JSON,
                     help="the `bench --json` file whose step compressions the refitted projection uses")
     ap.add_argument("--in-process", action="store_true",
@@ -220,7 +222,8 @@ def _image_options(args, profile: dict, backends: list) -> dict:
     return {"image_families": families, "image_rows": rows, "image_backends": image_backends,
             "image_compile_backends": [b for b in compiled if b in image_backends],
             "image_invariant_backends": [b for b in (RATIO_BASE, DEFAULT_BACKEND) if b in image_backends],
-            "image_invariant_rows": profile["image_invariant_rows"], "image_positions_cap": profile["image_positions_cap"],
+            "image_invariant_rows": profile["image_invariant_rows"],
+            "image_positions_cap": profile["image_positions_cap"],
             "image_presets": {b: p for b, p in PAPER_PRESETS.items() if b in SCHEMAS}}
 
 
@@ -253,4 +256,5 @@ def run(args):
     return report
 
 
-__all__ = ["PAPER_PRESETS", "PROFILES", "STAGE_NAMES", "add_arguments", "options_from_args", "options_from_argv", "run", "write_report"]
+__all__ = ["PAPER_PRESETS", "PROFILES", "STAGE_NAMES", "add_arguments", "options_from_args", "options_from_argv", "run",
+           "write_report"]
