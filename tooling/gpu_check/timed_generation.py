@@ -59,7 +59,8 @@ def _image_codes(positions: torch.Tensor, geometry) -> torch.Tensor:
 def timed_generation(model, prompt: str, backend, limit: Optional[int] = None, seed: int = 0, compile: bool = False,
                      invariant: Optional[bool] = None) -> tuple:
     """(image codes committed so far, in raster order (batch 1), record) of one generation with `backend` (a name
-    or a BackendConfig), cut once `limit` positions (row ends included) are committed (None or >= the image: the whole image)."""
+    or a BackendConfig), cut once `limit` positions (row ends included) are committed (None or >= the image: the
+    whole image). `invariant`: the batch-invariant mode forced on / off (None: the product's choice)."""
     from ...samplers.api import generate
     from ...samplers.engine import GenerationInterrupted
     seq_len = model.geometry.seq_len
