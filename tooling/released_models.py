@@ -130,10 +130,27 @@ def _lumina2_folder(d: dict, layers: int, folder: str) -> None:
     torch.save(vq.state_dict(), os.path.join(folder, l2.VQ_FILES[1]))
 
 
-def build_released(name: str, workdir: str, device, dtype, tiny: bool = False):
-    """(model, description) of `name` (RELEASED): its folder written under `workdir` (no weights), loaded by
-    `specar.load_model` with random weights built on `device` in `dtype`; random-weight drafters of the model's
-    width for the trained backends (hawk, adt_tree, spatial)."""
+def _lumina2_weights(folder: str, dtype) -> None:
+    """Random decoder weights in the release's format (model.safetensors, the full head) beside the folder's
+    config.json: what `saved` writes for Lumina-mGPT 2.0."""
+    from safetensors.torch import save_file
+
+    from ..model_loaders.lumina2 import Lumina2Config, Lumina2Net
+    from .shapes import random_init_
+    with open(os.path.join(folder, "config.json")) as f:
+        c = Lumina2Config(json.load(f), folder)
+    with torch.device("meta"):
+        net = Lumina2Net(c)
+    net = random_init_(net.to(dtype=dtype).to_empty(device="cpu"), "cpu")
+    save_file({k: v.contiguous() for k, v in net.state_dict().items()}, os.path.join(folder, "model.safetensors"))
+
+
+def build_released(name: str, workdir: str, device, dtype, tiny: bool = False, saved: bool = False):
+    """(model, description) of `name` (RELEASED): its folder written under `workdir`, loaded by `specar.load_model`:
+    without weights, random ones built on `device` in `dtype` while loading (weights_in_memory); `saved`: random
+    weights written in the family's file format and read back by the loader as a real checkpoint's (slow at the
+    released sizes: the weights are built on the CPU). Random-weight drafters of the model's width for the trained
+    backends (hawk, adt_tree, spatial)."""
     from ..model_loaders.registry import load_model
     if name not in RELEASED:
         raise ValueError(f"unknown released model {name!r}; allowed: {', '.join(RELEASED)}")
@@ -143,9 +160,11 @@ def build_released(name: str, workdir: str, device, dtype, tiny: bool = False):
     folder = os.path.join(workdir, name)
     if r.spec.family == "lumina2":
         _lumina2_folder(dims, layers, folder)
+        if saved:
+            _lumina2_weights(folder, dtype)
     else:
-        build_folder(name, workdir, layers=layers, spec=r.spec, dims=dims, weights=False, dtype=dtype)
-    with weights_in_memory():
+        build_folder(name, workdir, layers=layers, spec=r.spec, dims=dims, weights=saved, dtype=dtype)
+    with contextlib.nullcontext() if saved else weights_in_memory():
         model = load_model(folder, device=device, dtype=dtype)
     model.random_drafter_seed = 0  # no trained drafter exists for random weights: random ones of the right width
     geo = model.geometry
@@ -155,7 +174,8 @@ def build_released(name: str, workdir: str, device, dtype, tiny: bool = False):
                    "grid": [geo.height, geo.width], "row_end": geo.row_end, "seq_len": geo.seq_len,
                    "image_codes": geo.vocab_size,
                    "parameters": sum(p.numel() for p in model.torch_module().parameters()),
-                   "weights": "random, built in memory on the device; loaded through the family loader"}
+                   "weights": "random, saved in the family's format and loaded by its loader" if saved else
+                   "random, built in memory on the device; loaded through the family loader"}
 
 
 __all__ = ["RELEASED", "Released", "build_released", "released_names", "weights_in_memory"]

@@ -130,6 +130,10 @@ def add_arguments(ap) -> None:
                     help="time the first N rows of each image (0: the whole image; unset: " +
                     ", ".join(f"{k} {v}" for k, v in PROFILES["cuda"]["image_rows"].items()) + ", else the whole "
                     f"image; with --dry-run: the first {PROFILES['dry']['image_positions_cap']} positions)")
+    ap.add_argument("--image-weights", choices=["memory", "saved"], default="memory",
+                    help="the images stage's random weights: built in memory on the device while the family loader "
+                    "runs (default), or saved in the family's file format and loaded back (slow at released sizes: "
+                    "built on the CPU, written, read)")
     ap.add_argument("--seed", type=non_negative_int, default=0,
                     help="seed of the backends and images stages' generations")
     ap.add_argument("--bench-json", default=DEFAULT_BENCH_JSON,
@@ -220,6 +224,7 @@ def _image_options(args, profile: dict, backends: list) -> dict:
     else:
         compiled = [RATIO_BASE] + ([DEFAULT_BACKEND] if profile["compile_images"] == "base and default" else [])
     return {"image_families": families, "image_rows": rows, "image_backends": image_backends,
+            "image_weights": args.image_weights,
             "image_compile_backends": [b for b in compiled if b in image_backends],
             "image_invariant_backends": [b for b in (RATIO_BASE, DEFAULT_BACKEND) if b in image_backends],
             "image_invariant_rows": profile["image_invariant_rows"],

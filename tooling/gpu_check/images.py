@@ -62,7 +62,8 @@ def _family(ctx, name: str, fam: dict, workdir: str) -> None:
     opt = ctx.options
     dry = opt["dry_run"]
     t = time.perf_counter()
-    model, info = build_released(name, workdir, opt["device"], torch.bfloat16, tiny=dry)
+    model, info = build_released(name, workdir, opt["device"], torch.bfloat16, tiny=dry,
+                                 saved=opt["image_weights"] == "saved")
     fam.update(model=info, build_s=round(time.perf_counter() - t, 2), prompt=PROMPT,
                sampling=dict(model.default_sampling), rows={})
     rows_asked = opt["image_rows"].get(name)

@@ -191,6 +191,7 @@ def plan(options: dict, reports: list) -> dict:
 # weights on the device and its loader's files; a forced batch-invariant (float64) step against a bf16 one; our
 # weight-only int8 / int4 forward against bf16 (a bf16 copy of each weight per forward)
 BUILD_7B_S, INVARIANT_STEP_FACTOR, OURS_QUANT_FACTOR = 15.0, 4.0, 3.0
+SAVED_7B_S = 180.0  # `--image-weights saved`: 7B weights built on the CPU, written (15 GB) and read back
 ESTIMATE = "from the 7B shape's forwards and the demo model's steps (plan.py)"
 
 
@@ -221,8 +222,10 @@ def _images_items(options: dict, t: Timings, gpu: bool) -> list:
     for fam in options["image_families"]:
         n = _positions(options, fam)
         n_inv = _positions(options, fam, options["image_invariant_rows"])
-        items.append((f"{fam}: build (random weights on the device, the loader's files), first generation",
-                      BUILD_7B_S if gpu else None, ESTIMATE))
+        saved = options["image_weights"] == "saved"
+        items.append((f"{fam}: build ({'random weights written and read back' if saved else 'random weights on the device'}"
+                      f", the loader's files), first generation",
+                      (SAVED_7B_S if saved else BUILD_7B_S) if gpu else None, ESTIMATE))
         for b in options["image_backends"]:
             e, _, _ = _step_costs(t, b) if gpu else (None, None, None)
             items.append((f"{fam}: eager {b}, {n} positions", None if e is None else n * e, ESTIMATE))
