@@ -141,10 +141,15 @@ def test_the_default_cuda_plan_fits_its_budget_and_takes_backends_from_the_regis
 
 
 def test_projection_takes_each_backends_row_at_its_defaults_or_paper_preset():
-    comp = projection.regime_compressions(f"{plan.REPO_ROOT}/{projection.REGIMES['paper'][0]}",
-                                          gpu_check.PAPER_PRESETS)
-    assert comp["ar"] == 1.0 and set(comp) <= set(SCHEMAS) and "sjd_pac" in comp
-    assert all(c >= 1.0 for c in comp.values())
+    for path, _ in projection.REGIMES.values():
+        comp = projection.regime_compressions(f"{plan.REPO_ROOT}/{path}", gpu_check.PAPER_PRESETS)
+        assert comp["ar"] == 1.0 and set(comp) <= set(SCHEMAS) and "sjd_pac" in comp
+        assert all(c >= 1.0 for c in comp.values())
+    # the same-image regime's rows are all same-image runs, token-identical to AR's
+    import json
+    with open(f"{plan.REPO_ROOT}/{projection.REGIMES['paper, same image'][0]}") as f:
+        rows = json.load(f)["rows"]
+    assert all(r["reproducible"] and r["same_tokens_as_ar"] == r["samples"] for r in rows)
 
 
 @pytest.mark.long
