@@ -131,9 +131,9 @@ def add_arguments(ap) -> None:
                     ", ".join(f"{k} {v}" for k, v in PROFILES["cuda"]["image_rows"].items()) + ", else the whole "
                     f"image; with --dry-run: the first {PROFILES['dry']['image_positions_cap']} positions)")
     ap.add_argument("--image-weights", choices=["memory", "saved"], default="memory",
-                    help="the images stage's random weights: built in memory on the device while the family loader "
-                    "runs (default), or saved in the family's file format and loaded back (slow at released sizes: "
-                    "built on the CPU, written, read)")
+                    help="the images stage's random weights: memory, built on the device while the family loader "
+                    "runs; saved, written in the family's file format and loaded back (slow at released sizes: built "
+                    "on the CPU, written, read)")
     ap.add_argument("--seed", type=non_negative_int, default=0,
                     help="seed of the backends and images stages' generations")
     ap.add_argument("--bench-json", default=DEFAULT_BENCH_JSON,
