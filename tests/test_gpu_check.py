@@ -22,9 +22,7 @@ from specar.tooling.shapes import SHAPES
 
 
 def options(*argv, dry=True, reports=None):
-    ap = tooling.parser("gpu-check")
-    args = ap.parse_args(["gpu-check", *(["--dry-run"] if dry else []), *argv])
-    return gpu_check.options_from_args(args, reports)
+    return gpu_check.options_from_argv([*(["--dry-run"] if dry else []), *argv], reports)
 
 
 def cli(tmp_path, *argv, timeout=240):
@@ -38,7 +36,7 @@ def cli(tmp_path, *argv, timeout=240):
 
 
 def test_dry_run_end_to_end_writes_the_json_and_the_markdown(tmp_path):
-    report, md = cli(tmp_path, "--no-compile", "--samples", "300")
+    report, md = cli(tmp_path, "--no-compile", "--samples", "300", "--image-families", "lumina-mgpt-2-7b")
     st = report["stages"]
     assert list(st) == gpu_check.STAGE_NAMES
     for name, rec in st.items():
@@ -81,7 +79,8 @@ def test_dry_run_end_to_end_writes_the_json_and_the_markdown(tmp_path):
     assert "DRY RUN" in md
     for name in gpu_check.STAGE_NAMES:
         assert f"| {name} | ok |" in md
-    for head in ("## Environment", "## Exactness on cpu", "## Backends on", "## Forward latency", "PROJECTION"):
+    for head in ("## Environment", "## Exactness on cpu", "## Backends on", "## Forward latency", "PROJECTION",
+                 "## Images at released shapes", "## Quantized weights"):
         assert head in md
     assert set(report["plan"]["stages"]) == set(gpu_check.STAGE_NAMES)
 
@@ -262,12 +261,14 @@ def test_a_backend_registered_in_methods_is_in_the_gpu_check(ninth_backend):
     assert f"eager {ninth_backend}" in items
     cases = [i["item"] for i in dry["plan"]["stages"]["exactness"]["items"]]
     assert any(case.startswith(f"chi-square {ninth_backend} ") for case in cases)
-    gpu = options("--plan-only", dry=False)
+    gpu = options("--plan-only", "--stages", "backends", "images", dry=False)
     measured = plan.compiled_on_a_gpu(plan.committed_reports())
     order = gpu["compile_backends"]
     assert order[0] == plan.RATIO_BASE and ninth_backend in order
     assert all(order.index(ninth_backend) < order.index(b) for b in measured if b != plan.RATIO_BASE)
     assert f"compiled {ninth_backend}" in [i["item"] for i in gpu["plan"]["stages"]["backends"]["items"]]
+    images = [i["item"] for i in gpu["plan"]["stages"]["images"]["items"]]
+    assert any(i.startswith(f"janus-pro-7b: eager {ninth_backend},") for i in images)
     rep = runner.run_check(dict(dry, stages=["backends"]), in_process=True)
     row = rep["stages"]["backends"]["result"]["rows"][ninth_backend]
     assert row["eager"]["latency_s"] > 0 and row["eager"]["speedup_vs_ar"] > 0
@@ -364,6 +365,7 @@ def test_the_plan_predicts_each_stage_from_committed_reports():
 def test_plan_only_needs_no_gpu_and_prints_every_stage_against_its_budget(capsys):
     assert tooling.main(["gpu-check", "--plan-only", "--out", "never-written"]) == 0
     out = capsys.readouterr().out
-    for name, budget in gpu_check.PROFILES["cuda"]["budgets"].items():
+    for name in gpu_check.PROFILES["cuda"]["stages"]:  # the default run's stages
+        budget = gpu_check.PROFILES["cuda"]["budgets"][name]
         assert any(line.split()[:2] == [name, f"{budget:.0f}"] for line in out.splitlines()), (name, out)
     assert "backends, in order: " + " ".join(plan.backend_order(plan.committed_reports())) in out

@@ -4,7 +4,8 @@
 - gpu_check/: `gpu-check`, the CUDA path in one command: the command and its plan (__init__.py, plan.py), the
   isolated stage runner (runner.py), the stages (stages.py and one module each), the report (report.py), the
   roofline refit (refit.py)
-- real_size.py, real_size_builders.py: `real-size`, every family at a released checkpoint's widths
+- real_size.py, real_size_builders.py: `real-size`, every family at a released checkpoint's widths;
+  released_models.py: the released 7-8B models gpu-check's images stage generates with
 - shape_bench.py: `shape-bench`, 7B-shape forwards vs the sampling core (and `--roofline`: roofline.py's
   projection); shapes.py: the random-weight 7B shape it shares with gpu-check
 - compile_rows.py, calibrate_regime.py, evaluate_demo.py: one measurement each; memory.py: `memory`, what a released

@@ -106,6 +106,20 @@ class _default_dtype:
         torch.set_default_dtype(self.old)
 
 
+def _save_hf(cls, cfg, generation_config, tok, folder, dtype, weights: bool) -> None:
+    """A transformers folder: config, generation config, tokenizer and (`weights`) the random-weight model of `cls`;
+    without weights, what a loader reads besides them (gpu-check builds the weights in memory on the device)."""
+    if weights:
+        with _default_dtype(dtype):
+            model = cls(cfg).eval()
+        model.generation_config = generation_config
+        model.save_pretrained(folder)
+    else:
+        cfg.save_pretrained(folder)
+        generation_config.save_pretrained(folder)
+    tok.save_pretrained(folder)
+
+
 def _build_llamagen(d, layers, folder, dtype):
     from ..model_loaders.families.llamagen_vq import LlamaGenVQDecoder
     g = torch.Generator().manual_seed(0)
@@ -128,7 +142,7 @@ def _build_llamagen(d, layers, folder, dtype):
     return heads
 
 
-def _build_janus(d, layers, folder, dtype):
+def _build_janus(d, layers, folder, dtype, weights=True):
     from transformers import GenerationConfig, JanusConfig, JanusForConditionalGeneration
     specials = ["<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", "<｜▁pad▁｜>", "<|User|>", "<|Assistant|>",
                 "<image_placeholder>", "<begin_of_image>", "<end_of_image>"]
@@ -153,17 +167,14 @@ def _build_janus(d, layers, folder, dtype):
                        base_channels=d["vq_ch"], channel_multiplier=list(d["vq_mult"]), num_res_blocks=2,
                        projection_dim=d["hidden"], image_token_embed_dim=d["hidden"], num_patches=grid),
         image_token_id=tok.convert_tokens_to_ids("<image_placeholder>"))
-    with _default_dtype(dtype):
-        model = JanusForConditionalGeneration(cfg).eval()
-    model.generation_config = GenerationConfig(
-        bos_token_id=tok.bos_token_id, pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id,
-        generation_kwargs={"boi_token_id": tok.convert_tokens_to_ids("<begin_of_image>")})
-    model.save_pretrained(folder)
-    tok.save_pretrained(folder)
+    gen = GenerationConfig(bos_token_id=tok.bos_token_id, pad_token_id=tok.pad_token_id,
+                           eos_token_id=tok.eos_token_id,
+                           generation_kwargs={"boi_token_id": tok.convert_tokens_to_ids("<begin_of_image>")})
+    _save_hf(JanusForConditionalGeneration, cfg, gen, tok, folder, dtype, weights)
     return {}
 
 
-def _build_emu3(d, layers, folder, dtype):
+def _build_emu3(d, layers, folder, dtype, weights=True):
     from transformers import Emu3Config, Emu3ForConditionalGeneration, GenerationConfig
     specials = ["<|endoftext|>", "<|extra_203|>", "<|extra_204|>", "<|image start|>", "<|image end|>",
                 "<|image token|>", "<|extra_200|>", "<|extra_201|>", "<image>"] + \
@@ -182,12 +193,8 @@ def _build_emu3(d, layers, folder, dtype):
                        num_res_blocks=d["vq_blocks"], hidden_size=d["vq_base"] * d["vq_mult"][-1],
                        num_attention_heads=1),
         vocabulary_map=tok.get_vocab())
-    with _default_dtype(dtype):
-        model = Emu3ForConditionalGeneration(cfg).eval()
-    model.generation_config = GenerationConfig(bos_token_id=tok.bos_token_id, pad_token_id=tok.pad_token_id,
-                                               eos_token_id=tok.eos_token_id)
-    model.save_pretrained(folder)
-    tok.save_pretrained(folder)
+    gen = GenerationConfig(bos_token_id=tok.bos_token_id, pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
+    _save_hf(Emu3ForConditionalGeneration, cfg, gen, tok, folder, dtype, weights)
     with open(os.path.join(folder, "processor_config.json"), "w") as f:
         json.dump({"image_area": d["image"] * d["image"], "ratio": "1:1"}, f)
     return {}
@@ -238,14 +245,17 @@ def _build_chameleon(d, layers, folder, dtype):
 BUILDERS = {"llamagen": _build_llamagen, "janus": _build_janus, "emu3": _build_emu3, "chameleon": _build_chameleon}
 
 
-def build_folder(name: str, out: str, layers=None, reduced: bool = False, dtype=torch.bfloat16) -> str:
+def build_folder(name: str, out: str, layers=None, reduced: bool = False, dtype=torch.bfloat16, spec=None,
+                 dims=None, weights: bool = True) -> str:
     """Write `name`'s random-weight model in its family's folder format under `out`; returns the folder.
-    `reduced`: the CI test's small widths (REDUCED); the load options go to <folder>/real_size.json."""
-    spec = SPECS[name]
-    dims = {**spec.dims, **REDUCED[name]} if reduced else spec.dims
+    `reduced`: the CI test's small widths (REDUCED); the load options go to <folder>/real_size.json. `spec` / `dims`:
+    a checkpoint not in SPECS (tooling/released_models.py); `weights=False` (Janus, Emu3): no weights written."""
+    spec = spec or SPECS[name]
+    dims = dims or ({**spec.dims, **REDUCED[name]} if reduced else spec.dims)
     folder = os.path.join(out, name)
     os.makedirs(folder, exist_ok=True)
-    extra = BUILDERS[spec.family](dims, layers or spec.run_layers, folder, dtype)
+    extra = BUILDERS[spec.family](dims, layers or spec.run_layers, folder, dtype, **({} if weights else
+                                                                                    {"weights": False}))
     with open(os.path.join(folder, "real_size.json"), "w") as f:
         json.dump({"load": {**spec.load, **extra}, "image": dims["image"]}, f)
     return folder

@@ -21,17 +21,24 @@ def random_decoder(shape: dict, device, dtype, max_positions: int):
                       intermediate_size=shape["intermediate_size"], max_positions=max_positions)
     with torch.device("meta"):
         dec = LlamaDecoder(cfg)
-    dec = dec.to(dtype=dtype).to_empty(device=device)
-    g = torch.Generator(device=device).manual_seed(0)
+    dec = random_init_(dec.to(dtype=dtype).to_empty(device=device), device)
     with torch.no_grad():
-        for _, prm in dec.named_parameters():
+        cos, sin = rope_tables(cfg, device)
+        dec.rope_cos, dec.rope_sin = cos.to(dtype), sin.to(dtype)  # as load_model's .to(dtype) leaves them
+    return dec.eval()
+
+
+def random_init_(module, device, seed: int = 0):
+    """`module`'s parameters (allocated, e.g. by ``to_empty``) filled in place: vectors (norm weights) 1, biases of
+    norms too (a random-weight model needs no more), matrices normal with std 1/sqrt(fan-in); returns it."""
+    g = torch.Generator(device=device).manual_seed(seed)
+    with torch.no_grad():
+        for _, prm in module.named_parameters():
             if prm.dim() == 1:
                 prm.fill_(1.0)
             else:
                 prm.normal_(0.0, prm.shape[-1] ** -0.5, generator=g)
-        cos, sin = rope_tables(cfg, device)
-        dec.rope_cos, dec.rope_sin = cos.to(dtype), sin.to(dtype)  # as load_model's .to(dtype) leaves them
-    return dec.eval()
+    return module
 
 
 def sync(device) -> None:
@@ -40,4 +47,4 @@ def sync(device) -> None:
         torch.cuda.synchronize(device)
 
 
-__all__ = ["SHAPES", "random_decoder", "sync"]
+__all__ = ["SHAPES", "random_decoder", "random_init_", "sync"]

@@ -3,12 +3,21 @@
 Stages (stages.py), each in its own Python process with its own time budget (runner.py), so that a
 failure (an exception, a CUDA error or device-side assert that poisons the process's CUDA context,
 an out-of-memory, a crash) or a stage that runs past its budget is recorded and the next stage
-still runs:
+still runs; in this order (the default run on CUDA: environment, exactness, images, quantized, projection;
+a dry run: every stage):
   environment  torch / CUDA / driver versions, the device, bf16, SDPA kernels, a compile smoke test,
                measured copy bandwidth and bf16 matrix-product rate
   exactness    chi-square vs exact enumeration for every registered lossless backend on tiny models on
                the device (a correct sampler fails the stage with probability < 1e-4), and a planted
                bug the same test must catch
+  images       generations at released models' shapes (tooling/released_models.py: Janus-Pro-7B, Emu3-Gen,
+               Lumina-mGPT 2.0; random bf16 weights built on the device by each family's classes, loaded
+               through its loader), every registered backend eager, then compiled ones: seconds of a whole image
+               or of its first rows (stated), ms per step (median, p90), compile seconds, CUDA-graph re-recordings
+               and skips inside the timed run, peak memory, tokens vs AR's in the same-image mode with the
+               batch-invariant mode as set and flipped; ratios to AR written as each row finishes (images.py)
+  quantized    int8 / int4 weight-only (ours; torchao's or bitsandbytes' where installed) vs bf16 at the 7B shape:
+               forward ms, peak memory, the exactness case on each quantized target (quantized.py)
   backends     every registered backend eager vs compiled (the model's compiled step: CUDA graphs, mode
                reduce-overhead) on the demo model: latency and its ratio to AR's, forwards, compression,
                compile time, graph breaks, recompiles, dynamo's counters, tokens equal to eager's;
@@ -16,6 +25,8 @@ still runs:
   forward_7b   forward latency of a random-weight Lumina-mGPT-7B-shape model in bf16 for 1..65
                tokens x 2 CFG rows over a full static KV cache, eager and compiled, and the roofline
                projection (tooling/roofline.py) re-fitted to them
+  projection   the images stage's step costs x the step counts of committed regime runs, beside published
+               anchors, every row labelled a projection (projection.py)
 Every stage records its peak device memory (torch.cuda.max_memory_allocated, reset per stage),
 what torch logged about graph breaks, recompiles and CUDA graphs, and torch._dynamo's counters.
 A stage that met a CUDA error is run once more with CUDA_LAUNCH_BLOCKING=1 after the other stages
@@ -24,7 +35,22 @@ A stage that met a CUDA error is run once more with CUDA_LAUNCH_BLOCKING=1 after
 Writes gpu_check.json and gpu_check.md to --out, and again while each stage runs, so that a command killed
 from outside leaves what it measured. `--plan-only` prints each stage's plan and its predicted seconds
 against the budget (plan.py: from the committed GPU reports) and runs nothing. `--dry-run` runs the same
-stages on the CPU at tiny shapes (a tiny Llama in place of the 7B shape, few samples, compiled AR only).
+stages on the CPU at tiny shapes (tiny widths at each released model's real geometry, few positions, a tiny
+Llama in place of the 7B shape, few samples, compiled AR only).
+
+The maintainer's commands (from the repository root; `make gpu-check` imports this checkout without installing):
+  make gpu-check GPU_CHECK_ARGS=--plan-only                      # the plan, predicted seconds per stage; no GPU
+  make gpu-check GPU_CHECK_OUT=docs/figures/gpu_<card>_<mmdd>     # the default run (426 s predicted, 560 budgeted)
+  python -m specar.tooling gpu-check --dry-run --out output/gpu-check-dry   # the whole command on the CPU
+Follow-ups, each a separate lease (add --out docs/figures/gpu_<card>_<mmdd><letter>):
+  python -m specar.tooling gpu-check --stages images --image-families emu3-gen --image-rows 8 --budget 560 \
+      --stage-budget images=540                                   # Emu3-Gen, its first 8 rows
+  python -m specar.tooling gpu-check --stages images projection --image-families janus-pro-7b \
+      --image-compile-backends ar auto scd sjd_pac --budget 560 --stage-budget images=540   # compiled backends
+  python -m specar.tooling gpu-check --stages images --image-families lumina-mgpt-2-7b --image-rows 0 \
+      --image-backends ar auto --image-compile-backends --budget 560 --stage-budget images=540   # a whole
+                                                                  # Lumina-mGPT 2.0 image, eager AR and auto
+  python -m specar.tooling gpu-check --stages backends forward_7b # the demo model and the 7B forwards (as 2026-11-26)
 """
 from __future__ import annotations
 
@@ -40,14 +66,25 @@ from ..roofline import DEFAULT_BENCH_JSON
 # whole check ends within 9 minutes with process starts. Dry run: generous, a loaded shared machine must not cut a
 # tiny stage; compiles only where quick (AR's one shape, one 7B-shape token count)
 PROFILES = {
-    "cuda": dict(device="cuda", total_budget=520.0, samples=16000, dtype="bfloat16", compile_all=True,
-                 budgets={"environment": 30.0, "exactness": 30.0, "backends": 290.0, "forward_7b": 170.0},
-                 tokens_7b=list(range(1, 66)), compiled_tokens_7b=[1, 33, 65, 17, 9, 2, 49, 5], repeats_7b=10),
+    "cuda": dict(device="cuda", total_budget=560.0, samples=16000, dtype="bfloat16", compile_all=True,
+                 budgets={"environment": 30.0, "exactness": 30.0, "images": 350.0, "quantized": 75.0,
+                          "backends": 290.0, "forward_7b": 170.0, "projection": 15.0},
+                 stages=["environment", "exactness", "images", "quantized", "projection"],
+                 tokens_7b=list(range(1, 66)), compiled_tokens_7b=[1, 33, 65, 17, 9, 2, 49, 5], repeats_7b=10,
+                 image_families=["janus-pro-7b", "lumina-mgpt-2-7b"], image_rows={"lumina-mgpt-2-7b": 2, "emu3-gen": 2},
+                 image_invariant_rows=1, image_positions_cap=None, compile_images="base",
+                 quant_tokens=[1, 17], repeats_quant=10),
     "dry": dict(device="cpu", total_budget=1200.0, samples=1500, dtype="float32", compile_all=False,
-                budgets={"environment": 120.0, "exactness": 240.0, "backends": 400.0, "forward_7b": 300.0},
-                tokens_7b=[1, 2, 3, 5, 9, 17, 33], compiled_tokens_7b=[1], repeats_7b=3),
+                budgets={"environment": 120.0, "exactness": 240.0, "images": 300.0, "quantized": 120.0,
+                         "backends": 400.0, "forward_7b": 300.0, "projection": 60.0},
+                stages=None,  # every stage
+                tokens_7b=[1, 2, 3, 5, 9, 17, 33], compiled_tokens_7b=[1], repeats_7b=3,
+                image_families=None, image_rows={"janus-pro-7b": 1, "lumina-mgpt-2-7b": 1, "emu3-gen": 1},
+                image_invariant_rows=1, image_positions_cap=8, compile_images="base", quant_tokens=[1, 17],
+                repeats_quant=2),
 }
-STAGE_NAMES = list(PROFILES["cuda"]["budgets"])  # the stages in the order they run (stages.STAGES)
+PAPER_PRESETS = {"sjd_pac": "paper"}  # the images stage runs these backends at their paper's setting (the issue's ask)
+STAGE_NAMES = list(PROFILES["cuda"]["budgets"])  # every stage, in the order they run (stages.STAGES)
 
 
 def _both(key: str, fmt=str) -> str:
@@ -63,7 +100,10 @@ def add_arguments(ap) -> None:
     ap.add_argument("--plan-only", action="store_true", help="print each stage's plan and its predicted seconds "
                     "against the budget (from the committed GPU reports), run nothing; needs no GPU")
     ap.add_argument("--device", default=None, help=f"cuda, cuda:N (unset: {_both('device')})")
-    ap.add_argument("--stages", nargs="+", choices=STAGE_NAMES, default=STAGE_NAMES, help="stages to run, in order")
+    ap.add_argument("--stages", nargs="+", choices=STAGE_NAMES, default=None,
+                    help=f"stages to run, in the order given (projection reads images: after it); all: "
+                    f"{' '.join(STAGE_NAMES)} (unset: "
+                    f"{' '.join(PROFILES['cuda']['stages'])}; with --dry-run: every stage)")
     ap.add_argument("--no-compile", action="store_true", help="skip every torch.compile (eager only)")
     ap.add_argument("--budget", type=positive_float, default=None,
                     help=f"total seconds (unset: {_both('total_budget', '{:g}'.format)})")
@@ -78,7 +118,24 @@ def add_arguments(ap) -> None:
     ap.add_argument("--compiled-tokens-7b", nargs="+", type=positive_int, default=None, metavar="T",
                     help="the forward_7b stage's compiled token counts, in order "
                     f"(unset: {_both('compiled_tokens_7b', words)})")
-    ap.add_argument("--seed", type=non_negative_int, default=0, help="seed of the backends stage's generations")
+    from ..released_models import RELEASED
+    ap.add_argument("--image-families", nargs="+", choices=list(RELEASED), default=None, metavar="MODEL",
+                    help=f"the images stage's released models ({', '.join(RELEASED)}; unset: "
+                    f"{_both('image_families', lambda x: words(x or list(RELEASED)))})")
+    ap.add_argument("--image-backends", nargs="+", default=None, metavar="BACKEND",
+                    help="the images stage's backends, in order (unset: every registered backend, AR first)")
+    ap.add_argument("--image-compile-backends", nargs="*", default=None, metavar="BACKEND",
+                    help="the images stage's backends also run compiled, in order (unset: AR; none: no compiled run)")
+    ap.add_argument("--image-rows", type=non_negative_int, default=None, metavar="N",
+                    help="time the first N rows of each image (0: the whole image; unset: " +
+                    ", ".join(f"{k} {v}" for k, v in PROFILES["cuda"]["image_rows"].items()) + ", else the whole "
+                    f"image; with --dry-run: the first {PROFILES['dry']['image_positions_cap']} positions)")
+    ap.add_argument("--image-weights", choices=["memory", "saved"], default="memory",
+                    help="the images stage's random weights: memory, built on the device while the family loader "
+                    "runs; saved, written in the family's file format and loaded back (slow at released sizes: built "
+                    "on the CPU, written, read)")
+    ap.add_argument("--seed", type=non_negative_int, default=0,
+                    help="seed of the backends and images stages' generations")
     ap.add_argument("--bench-json", default=DEFAULT_BENCH_JSON,
                     help="the `bench --json` file whose step compressions the refitted projection uses")
     ap.add_argument("--in-process", action="store_true",
@@ -121,13 +178,15 @@ def options_from_args(args, reports=None) -> dict:
     if dev.type != "cuda" and not args.dry_run:
         raise ValueError(f"--device {device}: gpu-check measures a CUDA device; use --dry-run for the CPU")
     budgets = {**profile["budgets"], **parse_budgets(args.stage_budget or ())}
-    unknown = [b for b in args.backends or () if b not in SCHEMAS]
-    if unknown:
-        raise ValueError(f"--backends: unknown backend(s) {unknown}; allowed: {sorted(SCHEMAS)}")
+    for flag in ("backends", "image_backends", "image_compile_backends"):
+        unknown = [b for b in getattr(args, flag) or () if b not in SCHEMAS]
+        if unknown:
+            raise ValueError(f"--{flag.replace('_', '-')}: unknown backend(s) {unknown}; allowed: {sorted(SCHEMAS)}")
     reports = committed_reports() if reports is None else reports
     backends = list(args.backends or backend_order(reports))
     options = {
-        "dry_run": args.dry_run, "device": device, "stages": list(args.stages), "compile": not args.no_compile,
+        "dry_run": args.dry_run, "device": device, "stages": list(args.stages or profile["stages"] or STAGE_NAMES),
+        "compile": not args.no_compile,
         "budgets": budgets, "total_budget": args.budget or profile["total_budget"], "seed": args.seed,
         "bench_json": args.bench_json, "samples": args.samples or profile["samples"],
         "dtype": profile["dtype"],  # the backends stage's model (CUDA: the product's bf16)
@@ -137,9 +196,40 @@ def options_from_args(args, reports=None) -> dict:
         "tokens_7b": list(profile["tokens_7b"]),
         "compiled_tokens_7b": list(args.compiled_tokens_7b or profile["compiled_tokens_7b"]),
         "repeats_7b": profile["repeats_7b"],
+        **_image_options(args, profile, backends), "quant_tokens": list(profile["quant_tokens"]),
+        "repeats_quant": profile["repeats_quant"],
     }
     options["plan"] = plan(options, reports)
     return options
+
+
+def options_from_argv(argv, reports=None) -> dict:
+    """`options_from_args` of a gpu-check command line (without the command's name): for tests and scripts."""
+    from .. import parser
+    return options_from_args(parser("gpu-check").parse_args(["gpu-check", *argv]), reports)
+
+
+def _image_options(args, profile: dict, backends: list) -> dict:
+    """The images stage's options: families, rows timed, backends (the registry's, AR first), which compile, which
+    also run with the batch-invariant mode flipped (AR and the default backend), the paper presets."""
+    from ...samplers.backends import DEFAULT_BACKEND, SCHEMAS
+    from ..released_models import RELEASED
+    from .plan import RATIO_BASE
+    families = list(args.image_families or profile["image_families"] or RELEASED)
+    rows = {f: (args.image_rows or None) if args.image_rows is not None else profile["image_rows"].get(f)
+            for f in families}
+    image_backends = list(args.image_backends or backends)
+    if args.image_compile_backends is not None:
+        compiled = list(args.image_compile_backends)
+    else:
+        compiled = [RATIO_BASE] + ([DEFAULT_BACKEND] if profile["compile_images"] == "base and default" else [])
+    return {"image_families": families, "image_rows": rows, "image_backends": image_backends,
+            "image_weights": args.image_weights,
+            "image_compile_backends": [b for b in compiled if b in image_backends],
+            "image_invariant_backends": [b for b in (RATIO_BASE, DEFAULT_BACKEND) if b in image_backends],
+            "image_invariant_rows": profile["image_invariant_rows"],
+            "image_positions_cap": profile["image_positions_cap"],
+            "image_presets": {b: p for b, p in PAPER_PRESETS.items() if b in SCHEMAS}}
 
 
 def write_report(report: dict, out: str) -> str:
@@ -171,4 +261,5 @@ def run(args):
     return report
 
 
-__all__ = ["PROFILES", "STAGE_NAMES", "add_arguments", "options_from_args", "run", "write_report"]
+__all__ = ["PAPER_PRESETS", "PROFILES", "STAGE_NAMES", "add_arguments", "options_from_args", "options_from_argv", "run",
+           "write_report"]

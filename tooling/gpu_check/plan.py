@@ -124,7 +124,7 @@ def _stage(budget: float, fixed: list, items: list) -> dict:
     """A stage's plan: its fixed costs, its items in order, the predicted seconds and the items past the budget."""
     known = [s for _, s, _ in fixed + items if s is not None]
     out = {"budget_s": budget, "items": [{"item": n, "predicted_s": None if s is None else round(s, 1),
-                                          **({"estimated": True} if est else {})} for n, s, est in fixed + items]}
+                                          **({"estimated": est} if est else {})} for n, s, est in fixed + items]}
     out["predicted_s"] = round(sum(known), 1) if known and len(known) == len(fixed + items) else None
     spent, cut = 0.0, []
     for n, s, _ in fixed + items:
@@ -175,9 +175,83 @@ def plan(options: dict, reports: list) -> dict:
             items += [(f"compiled forward, {T} tokens", *forward("compiled", T))
                       for T in (options["compiled_tokens_7b"] if options["compile"] else [])]
             stages[name] = _stage(budget, start + [("build the 7B shape", build, False)], items)
+        elif name == "images":
+            stages[name] = _stage(budget, start, _images_items(options, t, gpu))
+        elif name == "quantized":
+            stages[name] = _stage(budget, start, _quantized_items(options, t, gpu))
+        elif name == "projection":
+            stages[name] = _stage(budget, start, [("measured step costs x committed regime step counts (no device "
+                                                   "work)", 0.5 if gpu else None, False)])
     known = [s["predicted_s"] for s in stages.values()]
     return {"sources": t.sources, "backend_order": options["backends"], "total_budget_s": options["total_budget"],
             "predicted_total_s": round(sum(known), 1) if known and None not in known else None, "stages": stages}
+
+
+# the images stage's costs no committed report measured (estimates, marked so): building a 7B model with random
+# weights on the device and its loader's files; a forced batch-invariant (float64) step against a bf16 one; our
+# weight-only int8 / int4 forward against bf16 (a bf16 copy of each weight per forward)
+BUILD_7B_S, INVARIANT_STEP_FACTOR, OURS_QUANT_FACTOR = 15.0, 4.0, 3.0
+SAVED_7B_S = 180.0  # `--image-weights saved`: 7B weights built on the CPU, written (15 GB) and read back
+ESTIMATE = "from the 7B shape's forwards and the demo model's steps (plan.py)"
+
+
+def _step_costs(t: Timings, backend: str):
+    """(eager, compiled) seconds per step of a 7B-shape generation with `backend`, and its compile seconds: the 7B
+    shape's measured 1-token forward plus what the backend's demo step costs besides its forward (its whole eager or
+    compiled step, per forward, on the demo model); None where nothing was measured."""
+    fwd_e, fwd_c = t.fwd["eager"].get(1), t.fwd["compiled"].get(1)
+    demo_e, _ = t.item(t.eager, backend)
+    demo_c, _ = t.item(t.compiled, backend)
+    eager = fwd_e[1] + (demo_e or 0.0) / 255 if fwd_e else None  # the demo image: 255 steps of AR
+    compiled = fwd_c[1] + 1e-3 if fwd_c else None
+    compile_s = max(v[0] for v in t.fwd["compiled"].values()) + (demo_c or 0.0) if t.fwd["compiled"] else None
+    return eager, compiled, compile_s
+
+
+def _positions(options: dict, family: str, rows="asked") -> int:
+    from ..released_models import RELEASED
+    n = RELEASED[family].positions(options["image_rows"].get(family) if rows == "asked" else rows)
+    cap = options.get("image_positions_cap")
+    return n if cap is None else min(n, cap)
+
+
+def _images_items(options: dict, t: Timings, gpu: bool) -> list:
+    """Per family: build, then each backend eager, the batch-invariant flips, the compiled runs; every step count
+    the upper bound of one position per step (random weights accept few drafts), so every item is an estimate."""
+    items = []
+    for fam in options["image_families"]:
+        n = _positions(options, fam)
+        n_inv = _positions(options, fam, options["image_invariant_rows"])
+        saved = options["image_weights"] == "saved"
+        items.append((f"{fam}: build ({'random weights written and read back' if saved else 'random weights on the device'}"
+                      f", the loader's files), first generation",
+                      (SAVED_7B_S if saved else BUILD_7B_S) if gpu else None, ESTIMATE))
+        for b in options["image_backends"]:
+            e, _, _ = _step_costs(t, b) if gpu else (None, None, None)
+            items.append((f"{fam}: eager {b}, {n} positions", None if e is None else n * e, ESTIMATE))
+            if b in options["image_invariant_backends"]:
+                items.append((f"{fam}: eager {b} batch-invariant flipped, {n_inv} positions",
+                              None if e is None else n_inv * e * INVARIANT_STEP_FACTOR, ESTIMATE))
+        for b in options["image_compile_backends"] if options["compile"] else []:
+            _, c, comp = _step_costs(t, b) if gpu else (None, None, None)
+            items.append((f"{fam}: compiled {b} (compile, then timed), {n} positions",
+                          None if c is None else comp + 2 * n * c, ESTIMATE))
+    return items
+
+
+def _quantized_items(options: dict, t: Timings, gpu: bool) -> list:
+    from .quantized import EXACTNESS_ROWS, variants
+    fwd = {T: v[1] for T, v in t.fwd["eager"].items()}
+    items = []
+    for name, _ in variants(gpu):
+        factor = OURS_QUANT_FACTOR if name.startswith("ours") else 1.0
+        forwards = sum((1 + options["repeats_quant"]) * fwd.get(T, max(fwd.values(), default=0))
+                       for T in options["quant_tokens"]) if fwd else None
+        exact = 2 * EXACTNESS_ROWS * 49 * fwd[1] if 1 in fwd else None  # 48 codes and a row end per row
+        items.append((f"{name}: build, forwards of {options['quant_tokens']} tokens, exactness case",
+                      None if not gpu or forwards is None or exact is None else
+                      3.0 + factor * (forwards + exact), ESTIMATE))
+    return items
 
 
 def plan_text(p: dict, verbose: bool = True) -> str:
@@ -191,7 +265,8 @@ def plan_text(p: dict, verbose: bool = True) -> str:
                      + (f"  PREDICTED PAST ITS BUDGET: {len(s['cut'])} item(s) cut" if s["cut"] else ""))
         for it in s["items"] if verbose else []:
             mark = " (cut)" if it["item"] in s["cut"] else ""
-            est = " (estimated: the slowest of its kind)" if it.get("estimated") else ""
+            est = it.get("estimated")
+            est = f" (estimated: {est if isinstance(est, str) else 'the slowest of its kind'})" if est else ""
             lines.append(f"    {fmt(it['predicted_s']):>6s} s  {it['item']}{mark}{est}")
     lines.append(f"{'total':12s} {fmt(p['total_budget_s']):>8s} {fmt(p['predicted_total_s']):>11s}")
     return "\n".join(lines)

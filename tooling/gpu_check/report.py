@@ -40,8 +40,9 @@ def markdown(report: dict) -> str:
         lines.append(f"| {name} | {rec['status']} | {_fmt(rec.get('seconds'))} | {_fmt(rec.get('budget_s'))} | "
                      f"{_fmt(predicted.get(name), '.0f')} | {_mib(rec.get('peak_memory_bytes'))} | {_mib(rec.get('peak_host_rss_bytes'))} | "
                      f"{err_text.replace('|', '/')} |")
-    for name, fn in (("environment", _md_environment), ("exactness", _md_exactness), ("backends", _md_backends),
-                     ("forward_7b", _md_forward)):
+    for name, fn in (("environment", _md_environment), ("exactness", _md_exactness), ("images", _md_images),
+                     ("quantized", _md_quantized), ("backends", _md_backends), ("forward_7b", _md_forward),
+                     ("projection", _md_projection)):
         if name in st and st[name].get("result"):
             try:
                 lines += [""] + fn(st[name]["result"])
@@ -130,6 +131,87 @@ def _md_backends(r: dict) -> list:
                    [_fmt(e.get("latency_s")), _fmt(e.get("speedup_vs_ar"), ".2f"), _fmt(e.get("forwards")),
                     _fmt(e.get("step_compression"), ".2f")])
         lines.append("| " + " | ".join([b] + [str(x).replace("|", "/") for x in e_cells + c_cells]) + " |")
+    return lines
+
+
+def _run_cells(x: dict, compiled: bool = False) -> list:
+    """An images-stage run: seconds, x AR, ms per step (median, p90), steps, peak memory, tokens vs AR's; compiled:
+    compile s and what happened inside the timed run."""
+    if not x or x.get("error") or x.get("skipped"):
+        return [str((x or {}).get("error") or (x or {}).get("skipped") or "not run")] + [""] * (9 if compiled else 6)
+    vs = x.get("vs_ar")
+    diff = "(AR)" if vs is None else ("same" if vs["tokens_differing"] == 0 else
+                                      f"{vs['tokens_differing']} of {vs['positions_compared']} differ, first at "
+                                      f"{vs['first_difference_at']}")
+    cells = [_fmt(x.get("seconds")), _fmt(x.get("speedup_vs_ar"), ".2f"), _fmt(x.get("step_ms_median"), ".1f") + " / "
+             + _fmt(x.get("step_ms_p90"), ".1f"), _fmt(x.get("steps")), _mib(x.get("peak_memory_bytes")),
+             f"{diff} ({'batch-invariant' if x.get('batch_invariant') else 'plain'})", _fmt(x.get("positions"))]
+    if compiled:
+        cells += [_fmt(x.get("compile_s")), f"{_fmt(x.get('recompiles'))} / {_fmt(x.get('graph_breaks'))}",
+                  f"{_fmt(x.get('rerecords'))} / {_fmt(x.get('cudagraph_skips'))}"
+                  + (f"; EAGER FALLBACK: {x['eager_fallback']}" if x.get("eager_fallback") else "")]
+    return cells
+
+
+def _md_images(r: dict) -> list:
+    lines = [f"## Images at released shapes ({r.get('dtype')}, {r.get('device')}, random weights)"]
+    head = "| backend | mode | s | x AR | ms/step median / p90 | steps | peak memory | tokens vs AR | positions |"
+    for name, fam in (r.get("families") or {}).items():
+        m = fam.get("model") or {}
+        lines += ["", f"### {name} ({m.get('checkpoint', '?')}): {fam.get('timed', '')}"]
+        if fam.get("error") or fam.get("skipped"):
+            lines.append(f"not measured: {fam.get('error') or fam.get('skipped')}")
+            continue
+        lines += [f"{m.get('layers')} layers, hidden {m.get('hidden')}, {m.get('heads')} heads / {m.get('kv_heads')} KV, "
+                  f"grid {m.get('grid')}, {m.get('image_codes')} codes, {m.get('parameters', 0) / 1e9:.2f} B parameters"
+                  + (f"; assumed: {m['assumed']}" if m.get("assumed") else ""), "",
+                  head + " compile s | recompiles / breaks | re-recordings / cudagraph skips |",
+                  "| --- " * 12 + "|"]
+        for b, row in (fam.get("rows") or {}).items():
+            label = b + (f" ({row['preset']})" if row.get("preset", "default") != "default" else "")
+            for mode in ("eager", "eager_invariant_flipped", "compiled"):
+                if mode in row:
+                    cells = _run_cells(row[mode], compiled=mode == "compiled") + ([] if mode == "compiled" else
+                                                                                  ["", "", ""])
+                    lines.append("| " + " | ".join([label, mode.replace("_", " ")] + [str(c).replace("|", "/")
+                                                                                      for c in cells]) + " |")
+    return lines
+
+
+def _md_quantized(r: dict) -> list:
+    lines = [f"## Quantized weights ({r.get('shape', {}).get('name')}, {r.get('device')}, 2 CFG rows)"
+             + (f": {r['note']}" if r.get("note") else ""), "",
+             "libraries: " + ", ".join(f"{k} {v or 'not installed'}" for k, v in (r.get("libraries") or {}).items()),
+             "", "| weights | weights MiB | forward ms (tokens: ms) | x bf16 | peak memory | exactness case |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    for name, v in (r.get("variants") or {}).items():
+        if v.get("error") or v.get("skipped"):
+            lines.append(f"| {name} | {v.get('error') or v.get('skipped')} | | | | |")
+            continue
+        fw = ", ".join(f"{T}: {_fmt(ms, '.2f')}" for T, ms in (v.get("forward_ms") or {}).items())
+        ratio = ", ".join(f"{T}: {x:.2f}" for T, x in (v.get("forward_vs_bf16") or {}).items()) or "-"
+        ex = v.get("exactness") or {}
+        same = "same tokens" if ex.get("tokens_differing") == 0 else \
+            f"{ex.get('tokens_differing')} differ, first at {ex.get('first_difference_at')}"
+        lines.append(f"| {name} | {_mib(v.get('weights_bytes'))} | {fw} | {ratio} | {_mib(v.get('peak_memory_bytes'))} | "
+                     f"AR vs {ex.get('backend')}, {ex.get('positions')} positions: {same} "
+                     f"({ex.get('same_image_guarantee')}) |")
+    return lines
+
+
+def _md_projection(r: dict) -> list:
+    lines = ["## PROJECTION: a whole image from measured step costs x committed step counts", "", r.get("note", ""),
+             "", "| family | regime | backend | mode | ms/step (measured) | compression (regime) | steps | s / image "
+             "(projection) | x AR |", "| --- " * 9 + "|"]
+    for x in r.get("rows") or []:
+        if x.get("error"):
+            lines.append(f"| {x.get('regime')} | {x['error']} |" + " |" * 7)
+            continue
+        lines.append(f"| {x['family']} | {x['regime']} | {x['backend']} | {x['mode']} | {x['measured_step_ms']:.1f} | "
+                     f"{x['step_compression']:.2f} | {x['steps_per_image']} | {x['seconds_per_image']} | "
+                     f"{_fmt(x.get('speedup_vs_ar'), '.2f')} |")
+    lines += ["", "Published anchors (not measured here):"]
+    lines += [f"- {a['what']}: {a['value']} on an {a['device']} ({a['source']})" for a in r.get("anchors") or []]
     return lines
 
 

@@ -84,7 +84,7 @@ class LogCapture(logging.Handler):
 
     # messages counted apart from the kept ones (never cut by LOG_KEEP): a stage reads them before and after
     # a generation (`count`), e.g. CUDA graph trees' re-recordings in a generation after the first
-    COUNTED = ("Re-recording",)
+    COUNTED = ("Re-recording", "skipping cudagraphs")
 
     def __init__(self):
         super().__init__(logging.DEBUG)

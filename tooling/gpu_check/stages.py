@@ -11,12 +11,18 @@ from .backends import stage_backends
 from .environment import stage_environment
 from .exactness import stage_exactness
 from .forward_7b import stage_forward_7b
+from .images import stage_images
+from .projection import stage_projection
+from .quantized import stage_quantized
 
 STAGES = {
     "environment": stage_environment,
     "exactness": stage_exactness,
+    "images": stage_images,
+    "quantized": stage_quantized,
     "backends": stage_backends,
     "forward_7b": stage_forward_7b,
+    "projection": stage_projection,
 }
 
 __all__ = ["STAGES"]

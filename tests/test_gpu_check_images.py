@@ -1,0 +1,182 @@
+"""gpu-check's images, quantized and projection stages in their dry run on the CPU: each released model
+(tooling/released_models.py) at its real geometry (grid, sequence length, code vocabulary, CFG rows) with tiny widths,
+built by its family's classes and loaded through its loader; same-image tokens against AR's in bf16 with the
+batch-invariant mode as the product sets it and flipped; ratios kept by a stage cut mid-way; a planted token
+difference reported; the default CUDA plan within its budget.
+
+No GPU here: these check the command; its CUDA figures come from a GPU run."""
+import pytest
+
+from specar.samplers.backends import DEFAULT_BACKEND, SCHEMAS
+from specar.tooling import gpu_check
+from specar.tooling.gpu_check import images, plan, projection, quantized, report, runner
+
+
+
+def options(*argv, dry=True):
+    return gpu_check.options_from_argv([*(["--dry-run"] if dry else []), *argv])
+
+# the released models' geometry (their config.json / processor settings; tooling/released_models.py)
+GEOMETRY = {"janus-pro-7b": ([24, 24], 576, 16384), "emu3-gen": ([90, 90], 8190, 32768),
+            "lumina-mgpt-2-7b": ([96, 96], 9312, 16384)}
+
+
+def _run(*argv):
+    rep = runner.run_check(options("--no-compile", *argv), in_process=True)
+    for name, rec in rep["stages"].items():
+        assert rec["status"] == "ok", (name, rec["result"].get("error"))
+    return rep
+
+
+@pytest.fixture(scope="module")
+def three_families():
+    return _run("--stages", "images", "quantized", "projection", "--image-backends", "ar", DEFAULT_BACKEND)
+
+
+def test_each_released_model_runs_at_its_real_geometry(three_families):
+    fams = three_families["stages"]["images"]["result"]["families"]
+    assert list(fams) == list(GEOMETRY)
+    for name, fam in fams.items():
+        m = fam["model"]
+        assert (m["grid"], m["seq_len"], m["image_codes"]) == GEOMETRY[name], name
+        assert m["tiny_widths"] and m["layers"] == 2 and m["layers_released"] >= 30
+        assert fam["sampling"]["cfg_scale"] > 1  # two CFG rows, as the released model's default sampling
+        assert fam["timed"] == f"the first 8 of {m['seq_len']} positions (dry run)"
+        ar, other = fam["rows"]["ar"]["eager"], fam["rows"][DEFAULT_BACKEND]["eager"]
+        for run in (ar, other):
+            assert run["positions"] == 8 and not run["whole_image"] and run["steps"] >= 1 and run["seconds"] > 0
+            assert run["step_ms_median"] > 0 and run["step_ms_p90"] >= run["step_ms_median"]
+            assert run["peak_memory_bytes"] is None  # the CPU
+            assert run["batch_invariant"]  # bf16 on the CPU: the product's batch-invariant forwards
+        assert other["speedup_vs_ar"] == ar["latency_s"] / other["latency_s"]
+        # the same-image guarantee measured: the default backend's tokens are AR's
+        assert other["vs_ar"] == {"positions_compared": 8, "tokens_differing": 0, "first_difference_at": None}
+        flipped = fam["rows"][DEFAULT_BACKEND]["eager_invariant_flipped"]
+        assert not flipped["batch_invariant"] and flipped["vs_ar"]["positions_compared"] == 8
+    # assumed numbers are said; Emu3-Gen's are all read from its config
+    assert fams["emu3-gen"]["model"]["assumed"] is None
+    assert fams["janus-pro-7b"]["model"]["assumed"] and fams["lumina-mgpt-2-7b"]["model"]["assumed"]
+
+
+def test_quantized_and_projection_stages_in_the_dry_run(three_families):
+    q = three_families["stages"]["quantized"]["result"]
+    assert q["note"] == quantized.NOT_TIMED
+    assert {"bf16", "ours int8", "ours int4"} <= set(q["variants"])
+    for name, v in q["variants"].items():
+        assert set(v["forward_ms"].values()) == {quantized.NOT_TIMED}, name
+        assert v["exactness"]["tokens_differing"] == 0 and v["exactness"]["backend"] == DEFAULT_BACKEND
+    assert q["variants"]["ours int4"]["weights_bytes"] < q["variants"]["ours int8"]["weights_bytes"] < \
+        q["variants"]["bf16"]["weights_bytes"]
+    p = three_families["stages"]["projection"]["result"]
+    assert p["kind"] == "projection" and p["rows"] and len(p["anchors"]) == 3
+    for row in p["rows"]:
+        assert row["kind"] == "projection" and "error" not in row, row
+        assert row["seconds_per_image"] == round(row["steps_per_image"] * row["measured_step_ms"] / 1e3, 2) or \
+            abs(row["seconds_per_image"] - row["steps_per_image"] * row["measured_step_ms"] / 1e3) < 0.01
+    md = report.markdown(three_families)
+    for head in ("## Images at released shapes", "## Quantized weights", "## PROJECTION", "Published anchors"):
+        assert head in md
+
+
+def test_every_registered_backend_gives_ars_tokens_at_a_released_geometry():
+    rep = _run("--stages", "images", "--image-families", "lumina-mgpt-2-7b")
+    rows = rep["stages"]["images"]["result"]["families"]["lumina-mgpt-2-7b"]["rows"]
+    assert list(rows) == plan.backend_order(plan.committed_reports()) and set(rows) == set(SCHEMAS)
+    assert rows["sjd_pac"]["preset"] == gpu_check.PAPER_PRESETS["sjd_pac"]
+    for b, row in rows.items():
+        if b != "ar" and SCHEMAS[b].lossless:
+            assert row["eager"]["vs_ar"]["tokens_differing"] == 0, b
+
+
+def test_a_planted_token_difference_is_reported(monkeypatch):
+    real = images.timed_generation
+
+    def plant(model, prompt, backend, limit, **kw):
+        tokens, rec = real(model, prompt, backend, limit, **kw)
+        if getattr(backend, "name", backend) == DEFAULT_BACKEND:
+            tokens = tokens.clone()
+            tokens[5] = (tokens[5] + 1) % model.geometry.vocab_size
+        return tokens, rec
+
+    monkeypatch.setattr(images, "timed_generation", plant)
+    rep = _run("--stages", "images", "--image-families", "lumina-mgpt-2-7b", "--image-backends", "ar", DEFAULT_BACKEND)
+    row = rep["stages"]["images"]["result"]["families"]["lumina-mgpt-2-7b"]["rows"][DEFAULT_BACKEND]
+    assert row["eager"]["vs_ar"]["tokens_differing"] == 1 and row["eager"]["vs_ar"]["first_difference_at"] == 5
+    assert "1 of 8 differ, first at 5" in report.markdown(rep)  # 8 positions: the first 8 codes of a 96-code row
+
+
+def test_an_images_stage_cut_mid_way_keeps_the_ratios_of_its_finished_rows(monkeypatch):
+    real, calls = images.timed_generation, []
+
+    def cut(*a, **kw):  # the untimed first generation, AR, AR flipped, one more backend; the 5th call is cut
+        calls.append(a[2])
+        if len(calls) == 5:
+            raise runner.StageTimeout("planted: the stage's budget ends here")
+        return real(*a, **kw)
+
+    monkeypatch.setattr(images, "timed_generation", cut)
+    rep = runner.run_check(options("--no-compile", "--stages", "images", "--image-families", "lumina-mgpt-2-7b",
+                                   "--image-backends", "ar", "sjd", "scd"), in_process=True)
+    rec = rep["stages"]["images"]
+    assert rec["status"] == "timed out"
+    rows = rec["result"]["families"]["lumina-mgpt-2-7b"]["rows"]
+    assert rows["sjd"]["eager"]["speedup_vs_ar"] == rows["ar"]["eager"]["latency_s"] / rows["sjd"]["eager"]["latency_s"]
+    assert "eager" not in rows.get("scd", {})
+
+
+def test_the_default_cuda_plan_fits_its_budget_and_takes_backends_from_the_registry():
+    opt = options("--plan-only", dry=False)
+    p = opt["plan"]
+    assert list(p["stages"]) == gpu_check.PROFILES["cuda"]["stages"]
+    assert p["predicted_total_s"] is not None and p["predicted_total_s"] <= p["total_budget_s"] <= 560
+    for name, st in p["stages"].items():
+        assert not st["cut"], (name, st["cut"])
+    assert opt["image_backends"] == plan.backend_order(plan.committed_reports())
+    items = [i["item"] for i in p["stages"]["images"]["items"]]
+    for fam in opt["image_families"]:
+        for b in SCHEMAS:
+            assert any(i.startswith(f"{fam}: eager {b},") for i in items), (fam, b)
+    text = plan.plan_text(p)
+    assert "images" in text and "estimated: from the 7B shape's forwards" in text
+
+
+def test_projection_takes_each_backends_row_at_its_defaults_or_paper_preset():
+    for path, _ in projection.REGIMES.values():
+        comp = projection.regime_compressions(f"{plan.REPO_ROOT}/{path}", gpu_check.PAPER_PRESETS)
+        assert comp["ar"] == 1.0 and set(comp) <= set(SCHEMAS) and "sjd_pac" in comp
+        assert all(c >= 1.0 for c in comp.values())
+    # the same-image regime's rows are all same-image runs, token-identical to AR's
+    import json
+    with open(f"{plan.REPO_ROOT}/{projection.REGIMES['paper, same image'][0]}") as f:
+        rows = json.load(f)["rows"]
+    assert all(r["reproducible"] and r["same_tokens_as_ar"] == r["samples"] for r in rows)
+
+
+@pytest.mark.long
+def test_the_compiled_path_at_a_released_geometry():
+    """AR compiled (the dry run's compiled backend) on Lumina-mGPT 2.0's native classes in bf16 with the batch-invariant
+    mode traced: no recompile, no graph break, no re-recording in the timed run, AR's eager tokens (about 30 s: one
+    compile on the CPU)."""
+    rep = runner.run_check(options("--stages", "images", "--image-families", "lumina-mgpt-2-7b", "--image-backends",
+                                   "ar"), in_process=True)
+    c = rep["stages"]["images"]["result"]["families"]["lumina-mgpt-2-7b"]["rows"]["ar"]["compiled"]
+    assert "error" not in c and "skipped" not in c, c
+    if c["eager_fallback"]:
+        pytest.skip(f"no compiler here: {c['eager_fallback']}")
+    assert c["compile_s"] > 0 and c["recompiles"] == 0 and c["graph_breaks"] == 0
+    assert c["rerecords"] == 0 and c["cudagraph_skips"] == 0 and c["batch_invariant"]
+    assert c["vs_ar"]["tokens_differing"] == 0 and c["speedup_vs_ar"] > 0
+
+
+def test_saved_weights_are_read_back_by_each_family_loader(tmp_path):
+    """`--image-weights saved`: random weights written in each family's file format and loaded as a real checkpoint
+    (no weight reader replaced), at the released geometry with tiny widths."""
+    import os
+
+    import torch
+
+    from specar.tooling.released_models import build_released
+    for name, (grid, seq_len, codes) in GEOMETRY.items():
+        model, info = build_released(name, str(tmp_path), "cpu", torch.bfloat16, tiny=True, saved=True)
+        assert info["weights"].startswith("random, saved") and (info["grid"], info["seq_len"]) == (grid, seq_len)
+        assert any(f.endswith(".safetensors") for f in os.listdir(tmp_path / name))

@@ -1,0 +1,113 @@
+"""One generation timed step by step, whole or cut after a fixed number of committed positions (the first rows of an
+image, where a whole image does not fit a GPU lease), with its tokens so far; and the batch-invariant mode forced on
+or off (gpu-check's images and quantized stages).
+
+Timing: the engine reads the device once per step (its host read, which waits for the device on CUDA) and calls
+`progress` there; the step times are the intervals between those calls, from the first step to the one that
+committed the asked number of positions (the prefill and the image decode are left out; `prefill_s` is apart).
+A cut run stops at the next host read (`interrupt`); its tokens are the sequence captured at the step that reached
+the limit (`preview`, which never changes the tokens): every position before the limit is committed there."""
+from __future__ import annotations
+
+import contextlib
+import statistics
+import time
+from typing import Optional
+
+import torch
+
+
+@contextlib.contextmanager
+def batch_invariant_mode(on: Optional[bool]):
+    """The target's forwards with the batch-invariant mode (model_loaders/batch_invariant.py) forced on (True: also on
+    CUDA, where the product leaves it off) or off (False: also on the CPU in half precision); None: the product's
+    choice. Same-image runs only; restored after."""
+    from ...model_loaders import batch_invariant as bi
+    if on is None:
+        yield
+        return
+    product_plan = bi.plan
+
+    def forced(model, reproducible: bool):
+        if not reproducible:
+            return product_plan(model, reproducible)
+        return (bi.BatchInvariant, "batch-invariant (forced by gpu-check)") if on else \
+            (contextlib.nullcontext, "not guaranteed: batch-invariant mode off (gpu-check)")
+
+    bi.plan = forced
+    try:
+        yield
+    finally:
+        bi.plan = product_plan
+
+
+def _quantile(xs: list, q: float) -> Optional[float]:
+    if not xs:
+        return None
+    s = sorted(xs)
+    return s[min(len(s) - 1, int(round(q * (len(s) - 1))))]
+
+
+def _image_codes(positions: torch.Tensor, geometry) -> torch.Tensor:
+    """The image codes among a sequence's first positions, in raster order (row ends left out)."""
+    if not geometry.row_end:
+        return positions
+    keep = torch.arange(positions.numel(), device=positions.device) % (geometry.width + 1) != geometry.width
+    return positions[keep]
+
+
+def timed_generation(model, prompt: str, backend, limit: Optional[int] = None, seed: int = 0, compile: bool = False,
+                     invariant: Optional[bool] = None) -> tuple:
+    """(image codes committed so far, in raster order (batch 1), record) of one generation with `backend` (a name
+    or a BackendConfig), cut once `limit` positions (row ends included) are committed (None or >= the image: the
+    whole image). `invariant`: the batch-invariant mode forced on / off (None: the product's choice)."""
+    from ...samplers.api import generate
+    from ...samplers.engine import GenerationInterrupted
+    seq_len = model.geometry.seq_len
+    limit = seq_len if limit is None else min(limit, seq_len)
+    marks, captured = [], {}
+
+    class Capture:  # the sequence at the step that committed `limit` positions
+        def due(self):
+            return marks[-1][1] >= limit and not captured
+
+        def __call__(self, seq, done, at_step):
+            captured["seq"] = seq[:, :limit].clone()
+
+    from ...model_loaders import batch_invariant as bi
+    dev = model.device
+    with batch_invariant_mode(invariant):
+        guarantee = bi.plan(model, True)[1]  # the same-image mode's (lossless backends' default)
+        t0 = time.perf_counter()
+        try:
+            res = generate(model, prompt, backend=backend, seed=seed, compile=compile, preview=Capture(),
+                           progress=lambda done, total: marks.append((time.perf_counter(), done)),
+                           interrupt=lambda: bool(captured))
+            n_codes = _image_codes(torch.arange(limit), model.geometry).numel()  # finished at or past the limit
+            tokens, stats = res.tokens.reshape(-1)[:n_codes], res.stats
+        except GenerationInterrupted:
+            tokens, stats = _image_codes(captured["seq"].reshape(-1), model.geometry), None
+    wall = time.perf_counter() - t0
+    end = next(i for i, (_, done) in enumerate(marks) if done >= limit)
+    steps = [1e3 * (marks[i][0] - marks[i - 1][0]) for i in range(1, end + 1)]
+    record = {"positions": limit, "whole_image": limit == seq_len, "seconds": round(marks[end][0] - marks[0][0], 4),
+              "prefill_s": round(marks[0][0] - t0, 4), "wall_s": round(wall, 4), "steps": len(steps),
+              "step_ms_median": statistics.median(steps) if steps else None, "step_ms_p90": _quantile(steps, 0.9),
+              "positions_per_step": round((limit - marks[0][1]) / len(steps), 3) if steps else None,
+              "peak_memory_bytes": torch.cuda.max_memory_allocated(dev) if dev.type == "cuda" else None,
+              "batch_invariant": bool(guarantee and guarantee.startswith("batch-invariant")),
+              "same_image_guarantee": guarantee}
+    if stats is not None:
+        record.update(forwards=stats.nfe, step_compression=stats.step_compression, decode_s=stats.decode_s)
+    return tokens, record
+
+
+def compare_tokens(tokens: torch.Tensor, reference: torch.Tensor) -> dict:
+    """Tokens differing from the reference's over their common positions, and the first position that differs."""
+    n = min(tokens.shape[-1], reference.shape[-1])
+    diff = (tokens[..., :n].reshape(-1) != reference[..., :n].reshape(-1)).nonzero()
+    return {"positions_compared": n, "tokens_differing": int(diff.numel()),
+            "first_difference_at": None if diff.numel() == 0 else int(diff[0])}
+
+
+__all__ = ["batch_invariant_mode", "compare_tokens", "timed_generation"]
