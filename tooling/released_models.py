@@ -73,8 +73,8 @@ def released_names() -> list:
 def _random_hf(cls, folder, device, dtype, quantize=None, **_):
     """In place of hf_files.load_pretrained: `cls` from the folder's config with random weights, built on `device`
     (transformers' own initialisation), quantized as the loader would."""
-    from ..model_loaders.hf_files import transformers_version
-    from ..model_loaders.quantize import check_mode, quantize_module
+    from ..model_loaders.files.hf_files import transformers_version
+    from ..model_loaders.precision.quantize import check_mode, quantize_module
     config = cls.config_class.from_pretrained(folder)
     with torch.device(device):
         model = cls._from_config(config, **{"dtype" if transformers_version() >= (4, 56) else "torch_dtype": dtype})
@@ -87,7 +87,7 @@ def _random_lumina2(folder, c, dtype, device, head_rows):
     image rows of the head only, as the loader keeps them."""
     from torch import nn
 
-    from ..model_loaders.lumina2 import Lumina2Net
+    from ..model_loaders.families.lumina2 import Lumina2Net
     from .shapes import random_init_
     with torch.device("meta"):
         net = Lumina2Net(c)
@@ -98,7 +98,7 @@ def _random_lumina2(folder, c, dtype, device, head_rows):
 @contextlib.contextmanager
 def weights_in_memory():
     """Inside: the families' weight readers build random weights on the device instead (restored after)."""
-    from ..model_loaders import hf_common, lumina2
+    from ..model_loaders.families import hf_common, lumina2
     saved = hf_common.load_pretrained, lumina2.load_weights
     hf_common.load_pretrained, lumina2.load_weights = _random_hf, _random_lumina2
     try:
@@ -111,11 +111,11 @@ def _lumina2_folder(d: dict, layers: int, folder: str) -> None:
     """What Lumina2ImageModel reads besides the decoder weights: config.json with the authors' keys, a tokenizer with
     the layout's tokens, and a MoVQGAN checkpoint with the real codebook (16384 codes) at tiny widths (its decode
     is not what the stage times)."""
-    from ..model_loaders import lumina2 as l2
-    from ..model_loaders.chameleon import lumina_size_token
-    from ..model_loaders.lumina2_vq import MoVQDecoder
+    from ..model_loaders.families import lumina2 as l2
+    from ..model_loaders.families.chameleon import lumina_size_token
+    from ..model_loaders.families.lumina2_vq import MoVQDecoder
     os.makedirs(folder, exist_ok=True)
-    n = d["image"] // l2.PATCH
+    n = d["image"] // l2.LUMINA_PATCH
     specials = ["<|endoftext|>", l2.IMAGE_START, l2.IMAGE_END, l2.SEP, l2.NEWLINE, lumina_size_token(n)]
     _word_tokenizer(64, specials, eos_token="<|endoftext|>").save_pretrained(folder)
     cfg = dict(architectures=["ChameleonXLLMXForConditionalGeneration"], model_type="chameleon",
@@ -135,7 +135,7 @@ def _lumina2_weights(folder: str, dtype) -> None:
     config.json: what `saved` writes for Lumina-mGPT 2.0."""
     from safetensors.torch import save_file
 
-    from ..model_loaders.lumina2 import Lumina2Config, Lumina2Net
+    from ..model_loaders.families.lumina2 import Lumina2Config, Lumina2Net
     from .shapes import random_init_
     with open(os.path.join(folder, "config.json")) as f:
         c = Lumina2Config(json.load(f), folder)

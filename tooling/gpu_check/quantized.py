@@ -1,6 +1,6 @@
 """gpu-check's quantized stage: int8 and int4 weight-only weights against bf16 at the Lumina-mGPT 7B shape
 (tooling/shapes.py, random weights built on the device): forward ms for 1 and 17 tokens x 2 CFG rows, peak device
-memory and the weights' bytes, per variant: bf16, ours (model_loaders/quantize.py: dequantises each weight inside the
+memory and the weights' bytes, per variant: bf16, ours (model_loaders/precision/quantize.py: dequantises each weight inside the
 matmul) and torchao's or bitsandbytes' kernels where that library is importable (never required: recorded as not
 installed otherwise); then the exactness case on each quantized target: AR against the default backend in the
 same-image mode over the first rows of an image (tokens differing, first difference).
@@ -58,7 +58,7 @@ def _bitsandbytes(module, bits: int) -> None:
 
 def variants(cuda: bool) -> list:
     """(name, quantizer or None): bf16, ours, then each importable library's (bitsandbytes on CUDA only)."""
-    from ...model_loaders.quantize import quantize_module
+    from ...model_loaders.precision.quantize import quantize_module
     out = [("bf16", None)] + [(f"ours {m}", lambda mod, m=m: quantize_module(mod, m)) for m in ("int8", "int4")]
     if _version("torchao"):
         out += [(f"torchao int{b}", lambda mod, b=b: _torchao(mod, b)) for b in (8, 4)]
@@ -73,7 +73,7 @@ def _weights_bytes(module) -> int:
 
 def _variant(ctx, name, quantize, shape, dev) -> dict:
     from ...model_loaders.contract import ImageGeometry
-    from ...model_loaders.llama_adapter import IMAGE_OFFSET, LlamaImageModel, byte_text_encoder
+    from ...model_loaders.families.llama_adapter import IMAGE_OFFSET, LlamaImageModel, byte_text_encoder
     from ...samplers.backends import DEFAULT_BACKEND
     opt, cuda = ctx.options, dev.type == "cuda"
     if cuda:

@@ -19,10 +19,10 @@ import torch
 
 @contextlib.contextmanager
 def batch_invariant_mode(on: Optional[bool]):
-    """The target's forwards with the batch-invariant mode (model_loaders/batch_invariant.py) forced on (True: also on
+    """The target's forwards with the batch-invariant mode (model_loaders/precision/batch_invariant.py) forced on (True: also on
     CUDA, where the product leaves it off) or off (False: also on the CPU in half precision); None: the product's
     choice. Same-image runs only; restored after."""
-    from ...model_loaders import batch_invariant as bi
+    from ...model_loaders.precision import batch_invariant as bi
     if on is None:
         yield
         return
@@ -74,7 +74,7 @@ def timed_generation(model, prompt: str, backend, limit: Optional[int] = None, s
         def __call__(self, seq, done, at_step):
             captured["seq"] = seq[:, :limit].clone()
 
-    from ...model_loaders import batch_invariant as bi
+    from ...model_loaders.precision import batch_invariant as bi
     dev = model.device
     with batch_invariant_mode(invariant):
         guarantee = bi.plan(model, True)[1]  # the same-image mode's (lossless backends' default)
