@@ -73,13 +73,14 @@ def run(args):
     from ..samplers.api import generate
     from ..samplers.backends import DEFAULT_BACKEND
     from .benchmark import parse_config
-    from .machine import busy_note, choose_threads, cpu_name, load_average
+    from .machine import busy_note, choose_threads, machine
     from .model_spec import model_from_spec
     args.fast = args.fast or DEFAULT_BACKEND
     try:  # a bad --fast fails before any work
         configs = [{"backend": "ar"}, parse_config(args.fast)]
     except ValueError as e:
         raise ValueError(f"--fast {args.fast!r}: {e}") from None
+    started = machine()  # the machine and its load at the start (the JSON's record)
     args.threads = choose_threads(args.threads)
     torch.set_num_threads(args.threads)
     os.makedirs(args.out, exist_ok=True)
@@ -124,8 +125,7 @@ def run(args):
         print(f"The two rows differ image by image: {configs[1]['backend']} draws its own random samples, from the same "
               f"distribution as AR's (lossless), not AR's images.")
     with open(os.path.join(args.out, "demo.json"), "w") as f:
-        json.dump({"command": args.command_line,
-                   "date": time.strftime("%Y-%m-%d"), "processor": cpu_name(), "threads": args.threads,
-                   "load_average": load_average(),
-                   "speedup_vs_ar": speedup, "images_equal_to_ar": same, "runs": report}, f, indent=1)
+        json.dump({"command": args.command_line, "date": time.strftime("%Y-%m-%d"), **started,
+                   "threads": args.threads, "speedup_vs_ar": speedup, "images_equal_to_ar": same, "runs": report},
+                  f, indent=1)
     return speedup
