@@ -300,20 +300,34 @@ def test_dit_decodes_through_diffusers(tiny, tmp_path):
 # the preview grid itself, ~16x16 by the processor's rule, is too large to enumerate); reproducible=False: each
 # backend's own rejection sampling, the mode where only the distribution ties it to AR
 CHI_CASES = [("ar", {}), ("sjd", dict(window=3, init="random")),
-             ("scd", dict(window=3, coupling="maximal")), ("sjd_pac", dict(window=3, tree_depth=2, tree_width=2))]
+             ("scd", dict(window=3, coupling="maximal")), ("sjd_pac", dict(window=3, tree_depth=2, tree_width=2)),
+             ("auto", dict(max_window=2)), ("hawk", {}), ("adt_tree", {}), ("spatial", {})]  # random drafters
 
 
-@pytest.mark.parametrize("case", mark_long(CHI_CASES, (1,)), ids=lambda c: c[0])
-def test_target_stage_chi_square(tiny, case):
+def _target_chi_square(tiny, backend, params, sampled=None):
+    """chi-square of `backend`'s target-stage images against the exact distribution at `settings` (`sampled`: the
+    settings the backend samples with, a planted mismatch when they differ)."""
     from specar.tooling.testing import chi_square_test, exact_distribution
-    backend, params = case
     m = specar.load_model(os.path.join(tiny[0], "vision_language_encoder"), resolution="64x32")._as_stage("target")
     assert (m.geometry.height, m.geometry.width) == (1, 2)
+    m.random_drafter_seed = 0  # hawk / adt_tree / spatial: random-weight drafters
     preview = torch.arange(m.geometries["preview"].num_image_tokens) % CODES
     prompt = m.prompt_after(PROMPT, preview)
     settings = dict(temperature=0.9, top_p=0.75)
     exact = exact_distribution(m, prompt, **settings)
     tokens = torch.cat([specar.generate(m, prompt, backend=backend, seed=100 + i, batch_size=1000, reproducible=False,
-                                        **settings, **params).tokens for i in range(4)])
-    p, stat, dof, tv = chi_square_test(tokens, exact)
+                                        **(sampled or settings), **params).tokens for i in range(4)])
+    return chi_square_test(tokens, exact)
+
+
+@pytest.mark.parametrize("case", mark_long(CHI_CASES, (1,)), ids=lambda c: c[0])
+def test_target_stage_chi_square(tiny, case):
+    assert set(specar.BACKENDS) <= {c[0] for c in CHI_CASES}, "a registered backend without its chi-square case"
+    p, stat, dof, tv = _target_chi_square(tiny, *case)
     assert p > 1e-6, f"chi2={stat:.1f} dof={dof} p={p:.2e} TV={tv:.4f}"
+
+
+def test_the_chi_square_catches_a_sampler_off_the_distribution(tiny):
+    """Planted: sjd sampling at top-p 0.9 where the exact distribution is at top-p 0.75 fails the same test."""
+    p, stat, dof, tv = _target_chi_square(tiny, "sjd", dict(window=3, init="random"), dict(temperature=0.9, top_p=0.9))
+    assert p < 1e-6, f"a sampler off the distribution passed: chi2={stat:.1f} dof={dof} p={p:.2e} TV={tv:.4f}"
