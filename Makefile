@@ -23,7 +23,7 @@ $(STAMP): pyproject.toml requirements.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@$(PY) -c "import torch" 2>/dev/null || { echo "Installing $(TORCH) $(TORCH_WHAT): progress below"; \
 		$(PY) -m pip install --progress-bar on $(TORCH_FROM) "$(TORCH)"; }
-	$(PY) -m pip install -q -e ".[test]"
+	$(PY) -m pip install -q -e ".[test,glm-image]"  # glm-image: diffusers, so the tests decode GLM-Image through its DiT
 	touch $(STAMP)
 
 # --rootdir=tests: the repository root is itself a package (specar); pytest would import its

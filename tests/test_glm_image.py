@@ -331,3 +331,21 @@ def test_the_chi_square_catches_a_sampler_off_the_distribution(tiny):
     """Planted: sjd sampling at top-p 0.9 where the exact distribution is at top-p 0.75 fails the same test."""
     p, stat, dof, tv = _target_chi_square(tiny, "sjd", dict(window=3, init="random"), dict(temperature=0.9, top_p=0.9))
     assert p < 1e-6, f"a sampler off the distribution passed: chi2={stat:.1f} dof={dof} p={p:.2e} TV={tv:.4f}"
+
+
+def test_nothing_of_diffusers_is_imported_until_an_image_is_decoded(tiny):
+    """diffusers (the glm-image extra) is imported by GLM-Image's decode only: not by the package, another family,
+    nor loading and sampling GLM-Image's AR folder (planted: the check sees an import of diffusers)."""
+    import subprocess
+    import sys
+    code = ("import sys, specar; m = specar.load_model(sys.argv[1], resolution=sys.argv[2]); "
+            "specar.generate(specar.load_model('demo'), 'a red circle', backend='ar'); "
+            "specar.generate(m, 'a cat', backend='sjd'); {plant}"
+            "print(sorted(n for n in sys.modules if n.split('.')[0] == 'diffusers'))")
+    for plant, want in (("", "[]"), ("import diffusers; ", "'diffusers'")):
+        folder = os.path.join(tiny[0], "vision_language_encoder")
+        out = subprocess.run([sys.executable, "-c", code.format(plant=plant), folder, SIZE], capture_output=True,
+                             text=True, timeout=300)
+        assert out.returncode == 0, out.stderr[-2000:]
+        last = out.stdout.strip().splitlines()[-1]
+        assert (last == want) if want == "[]" else (want in last), last
