@@ -34,8 +34,7 @@ import warnings
 
 import torch
 
-from ..contract import EncodedPrompt, ImageGeometry
-from ..devices import resolve_device, resolve_dtype
+from ..contract import EncodedPrompt, ImageGeometry, check_texts
 from ..family import ModelFamily, config_names, read_config
 from .hf_common import SharedVocabImageModel
 
@@ -111,10 +110,8 @@ class GlmImageARModel(SharedVocabImageModel):
 
         ar_folder, proc_folder, self.pipeline_folder = layout_folders(folder)
         read_config(ar_folder)  # a clear error where config.json is missing
-        self.folder = ar_folder
-        self.name = os.path.basename(os.path.normpath(folder)) or "glm_image"
-        self._device = resolve_device(device)
-        self._dtype = resolve_dtype(dtype, self._device)
+        self._open_folder(folder, device, dtype, "glm_image")  # named after the folder asked for
+        self.folder = ar_folder  # the weights' folder (drafters and the fingerprint sit beside them)
         self.processor = load_processor(proc_folder)
         if width is None or height is None:  # the processor's own default size
             width, height = width or self.processor.target_w, height or self.processor.target_h
@@ -179,8 +176,6 @@ class GlmImageARModel(SharedVocabImageModel):
     # -- prompts ---------------------------------------------------------------------------
     def text_ids(self, text: str) -> list:
         """The released pipeline's AR prompt: its chat template and size suffix, through the processor."""
-        if not isinstance(text, str):
-            raise ValueError(f"prompt must be a str, got {type(text).__name__}")
         messages = [[{"role": "user", "content": [{"type": "text", "text": text}]}]]
         out = self.processor.apply_chat_template(messages, tokenize=True, return_dict=True, return_tensors="pt",
                                                  processor_kwargs=dict(target_h=self.height, target_w=self.width))
@@ -198,11 +193,13 @@ class GlmImageARModel(SharedVocabImageModel):
         if self.stage != "preview":
             raise ValueError("GLM-Image's target grid follows its preview grid: specar.generate(model, text) generates "
                              "both; a prompt of the target grid alone is model.prompt_after(text, preview codes)")
+        check_texts(text, negative_text)
         cond, uncond = self.text_ids(text), self.text_ids(negative_text)
         return EncodedPrompt(cond=cond, uncond=uncond, text=text, negative_text=negative_text)
 
     def prompt_after(self, text: str, preview, negative_text: str = "") -> EncodedPrompt:
         """The target stage's prompt: the text layout followed by the preview codes ([h, w] or [h * w])."""
+        check_texts(text, negative_text)
         g = self.geometries["preview"]
         codes = torch.as_tensor(preview).flatten()
         if codes.numel() != g.num_image_tokens or codes.min() < 0 or codes.max() >= g.vocab_size:
