@@ -28,12 +28,19 @@ $(STAMP): pyproject.toml requirements.txt
 
 # --rootdir=tests: the repository root is itself a package (specar); pytest would import its
 # __init__.py under the checkout folder's name, which fails for names like "ci-clone"
-# the cases marked `long` (high-power statistical cases, slow runs: pyproject.toml's markers) wait for test-long
+# the cases marked `long` (high-power statistical cases, slow runs: pyproject.toml's markers) wait for test-long.
+# TEST_WORKERS pytest-xdist processes (default: one per core, at most 4), one thread each; whole files per worker
+# (--dist loadfile: a file's module fixtures, e.g. a shared compiled model, stay in one process). torch.compile's
+# kernels go to a folder in the venv, so a second run of this checkout compiles nothing (TORCHINDUCTOR_CACHE_DIR
+# set by the caller wins).
+TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ $$n -gt 4 ] && n=4; echo $$n)
+PYTEST := OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} TORCHINDUCTOR_CACHE_DIR=$${TORCHINDUCTOR_CACHE_DIR:-$(abspath $(VENV))/torchinductor} \
+	$(PY) -m pytest -q --rootdir=tests -n $(TEST_WORKERS) --dist loadfile
 test: $(STAMP)
-	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} $(PY) -m pytest -q --rootdir=tests -m "not long"
+	$(PYTEST) -m "not long"
 
 test-long: $(STAMP)
-	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} $(PY) -m pytest -q --rootdir=tests -m long
+	$(PYTEST) -m long
 
 # the main job: images from the embedded demo model, AR vs the default backend, in output/
 demo: $(STAMP)

@@ -36,7 +36,9 @@ def test_dequantized_weight_is_within_half_a_step_and_forward_uses_it(bits, grou
     assert ((w - lin.weight).abs() <= step / 2 + 1e-6).all()
     assert (w - lin.weight).abs().max() > 0  # it did quantize
     x = torch.randn(3, 5, 256, generator=g)
-    torch.testing.assert_close(q(x), torch.nn.functional.linear(x, w, lin.bias), rtol=1e-5, atol=1e-5)
+    # 1e-4: the two products may sum their 256 terms in another order (BLAS blocking depends on the thread count);
+    # a forward on the unquantized weight is off by 0.5 (int8) to 7 (int4) here
+    torch.testing.assert_close(q(x), torch.nn.functional.linear(x, w, lin.bias), rtol=1e-4, atol=1e-4)
 
 
 def test_int4_codes_round_trip_exactly():
