@@ -14,11 +14,14 @@ import specar
 from specar.samplers.compiled_step import shape_compiled as compiled_mod
 from specar.tooling.testing import tiny_model
 
+# make test compiles AR's one shape; the two others (each a minute or more of compiling on a CPU with an empty cache)
+# run in make test-long
 CONFIGS = [
     ("ar", {}),  # one shape: the pending token
     # two plans (the chain, and chain + branches); rejection sampling: the step's draws replayed in the graph
-    ("sjd_pac", dict(window=3, tree_depth=2, tree_width=2, reproducible=False)),
-    ("hawk", dict(node_budget=8)),  # per-row trees: the mask is built from a [B, N] parents tensor in the graph
+    pytest.param("sjd_pac", dict(window=3, tree_depth=2, tree_width=2, reproducible=False), marks=pytest.mark.long),
+    # per-row trees: the mask is built from a [B, N] parents tensor in the graph
+    pytest.param("hawk", dict(node_budget=8), marks=pytest.mark.long),
 ]
 
 

@@ -56,8 +56,11 @@ def test_limit_zero_is_no_rewrite():
     assert "post_grad_custom_pre_pass" in compile_settings("cpu")["options"]
 
 
+@pytest.mark.long
 def test_compiled_ar_through_the_rewrite_gives_eager_tokens():
-    """Batch 1 with CFG: AR's forward is 2 rows (the rewrite applies), the sjd chain's 2 x 3 = 6."""
+    """Batch 1 with CFG: AR's forward is 2 rows (the rewrite applies), the sjd chain's 2 x 3 = 6. (make test-long: in
+    make test, tests/test_compile.py's AR at batch 3 with CFG, 6 rows, and the transformers family below go through
+    the rewrite.)"""
     kw = dict(vocab_size=16, grid=(4, 4), seed=7)
     eager, comp = tiny_model(**kw), tiny_model(**kw)
     for backend, params in (("ar", {}), ("sjd", dict(window=2))):

@@ -210,6 +210,7 @@ def test_the_watch_catches_tokens_handed_out_from_a_home(monkeypatch):
     assert _watched_generations(monkeypatch, "ar", {}, seeds=(21, 22)).overwritten == [0]
 
 
+@pytest.mark.long  # four compiled generations over two backends: make test-long
 def test_the_model_keeps_the_homes_of_the_backend_it_runs_now(monkeypatch):
     """Homes the last generation did not use are let go: switching backends does not pile up KV caches."""
     monkeypatch.setattr(capture_mod, "GRAPH_BUFFERS_ON_CPU", True)
@@ -280,6 +281,7 @@ def test_homes_a_generation_did_not_use_are_let_go():
 
 # -- the KV cache: one per model on the CUDA-graph path (slot_model._session_cache) ------------------------
 
+@pytest.mark.long  # compiled generations: make test-long
 def test_the_kv_cache_is_made_once_and_reused_unseen(monkeypatch):
     model = tiny_model(vocab_size=16, grid=(4, 4), seed=5, row_end=True)
     assert reused_cache_differences(model, ["a cat", "a much longer prompt about a dog", "x"]) == ([], True)
