@@ -97,7 +97,6 @@ def test_a_ninth_backend_reaches_nodes_web_bench_and_roofline(ninth_backend):
     assert backends.make_backend("throwaway", window=3).typed_params == ThrowawayParams(window=3)
 
 
-@pytest.mark.skipif(not shutil.which("node"), reason="needs node to run the web extension")
 def test_a_ninth_backend_generates(ninth_backend):
     """Registered by one line, it runs through the engine and the one verification: AR's image in the same-image
     mode, and in its own draws an image of the model's codes in fewer forwards than AR on a repetitive target."""
@@ -110,6 +109,7 @@ def test_a_ninth_backend_generates(ninth_backend):
     assert same.stats.nfe <= ar.stats.nfe and own.stats.nfe <= ar.stats.nfe
 
 
+@pytest.mark.skipif(not shutil.which("node"), reason="needs node to run the web extension")
 def test_the_web_extension_reads_implied_choices_from_the_node_definition(ninth_backend, tmp_path):
     """specar.js holds no table of backends: the implied choice of the 9th backend comes from the node's
     definition, and choosing it sets the other input (flat layout)."""
