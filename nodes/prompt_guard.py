@@ -60,7 +60,10 @@ def loader_refusal(inputs: dict) -> Optional[str]:
     from . import models, spec
     if isinstance(inputs.get("model"), list) or inputs.get("model") not in models.model_choices():
         return None  # the model's own check: ComfyUI's (V1 combo) or the validate function's (V3, which takes it)
-    values = {w.name: _posted(inputs, w.name, w.default) for w in spec.loader_spec(list).inputs}
+    widgets = spec.loader_spec(list).inputs
+    values = {w.name: _posted(inputs, w.name, w.default) for w in widgets}
+    if any(w.check(values[w.name]) for w in widgets if w.name in ("resolution", "quantize", "offload")):
+        return None  # a value in none of the lists: ComfyUI's own check refuses it, under its input
     return models.loader_error(values["model"], values["resolution"], values["quantize"], values["offload"])
 
 

@@ -38,8 +38,8 @@ def test_model_loader_lists_folders_caches_and_frees(flavour, comfy):
 
     assert comfy_validation_errors(loader, dict(model="demo", device="auto", dtype="auto")) == []
     messages = []  # device: ComfyUI's own choice check; model: the V3 loader's check, which names the choices
-    assert comfy_validation_errors(loader, dict(model="nope", device="tpu", dtype="auto"), messages=messages) == [
-        "device", "model"]  # (V1: ComfyUI checks the model's choice itself)
+    assert sorted(comfy_validation_errors(loader, dict(model="nope", device="tpu", dtype="auto"),
+                                          messages=messages)) == ["device", "model"]  # (V1: ComfyUI checks the model)
     assert messages == ([] if flavour == "v1" else ["model must be one of demo, emu3-gen, janus-pro-1b; got 'nope'"])
     with pytest.raises(ValueError, match=r"model must be one of demo, emu3-gen, janus-pro-1b; got 'nope'"):
         execute(loader, model="nope", device="auto", dtype="auto")
@@ -115,10 +115,14 @@ def test_loader_resolution_and_offload_become_the_familys_options(flavour, comfy
     # refused when the prompt is queued, naming what the chosen model allows, once (under the one input the
     # validate function takes)
     bad, messages = queue_errors({"1": {"class_type": "SpecARModelLoader", "inputs": dict(
-        model="demo", device="auto", dtype="auto", resolution="640x480", offload="none")}},
+        model="demo", device="auto", dtype="auto", resolution="512x512", offload="none")}},
         {"SpecARModelLoader": loader})["1"]
     assert bad == ["unique_id" if flavour == "v1" else "model"]
-    assert messages[0].startswith("resolution '640x480' is not offered for demo: choose one of model default")
+    assert messages[0].startswith("resolution '512x512' is not offered for demo: choose one of model default")
+    # a size in no family's list: ComfyUI's own check of the list, under resolution, and nothing else
+    assert queue_errors({"1": {"class_type": "SpecARModelLoader", "inputs": dict(
+        model="demo", device="auto", dtype="auto", resolution="640x480")}}, {"SpecARModelLoader": loader}) == {
+        "1": (["resolution"], [])}
 
 
 @pytest.mark.parametrize("flavour", flavours())
@@ -154,11 +158,13 @@ def test_a_failed_load_keeps_the_working_model(comfy, monkeypatch):
 
 def test_drafter_folders_are_listed_and_resolved(comfy):
     base = os.path.join(comfy["models_dir"], spec.DRAFTER_FOLDER)
-    for name, kind in (("my-hawk-heads", "hawk"), ("my-eagle", "eagle"), ("broken", None)):
+    for name, kind, fmt in (("my-hawk-heads", "hawk", 1), ("my-eagle", "eagle", 1), ("broken", None, 1),
+                            ("old-hawk", "hawk", None)):  # a drafter.json this SpecAR does not read: not listed
         os.makedirs(os.path.join(base, name))
         if kind:
             with open(os.path.join(base, name, "drafter.json"), "w") as f:
-                json.dump({"kind": kind}, f)
+                json.dump({"kind": kind, "format": fmt}, f)
+            open(os.path.join(base, name, "drafter.safetensors"), "wb").close()
     req = v1.SpecARSampler.INPUT_TYPES()["required"]
     assert req["hawk_heads"][0] == [spec.BESIDE_MODEL, "my-hawk-heads"]
     assert req["adt_tree_drafter"][0] == [spec.BESIDE_MODEL, "my-eagle"]

@@ -82,6 +82,26 @@ def test_object_info_has_the_three_nodes_with_the_documented_inputs(server):
         list(info["SpecARSampler"]["output_name"])[:3] == ["image", "tokens", "stats"]
 
 
+JARGON = ("Medusa", "VSD", "EAGLE-2", "TV(", "Sequoia", "Jacobi", "preset=", "docs/", "issue ")
+
+
+def test_tooltips_are_plain_and_the_backend_tooltip_is_short(server):
+    tooltips = {}
+
+    def collect(node, inputs):
+        for section in ("required", "optional"):
+            for name, (kind, opts) in (inputs.get(section) or {}).items():
+                tooltips[f"{node}.{name}"] = (opts or {}).get("tooltip", "")
+                for option in (opts or {}).get("options", []) if kind == "COMFY_DYNAMICCOMBO_V3" else []:
+                    collect(f"{node}.{name}.{option['key']}", option["inputs"])
+    for node in ("SpecARModelLoader", "SpecARSampler", "SpecARDecode"):
+        collect(node, server.object_info[node]["input"])
+    assert len(tooltips) > 20
+    jargon = {k: [j for j in JARGON if j in t] for k, t in tooltips.items() if any(j in t for j in JARGON)}
+    assert not jargon, jargon
+    assert 0 < len(tooltips["SpecARSampler.backend"]) <= 700, len(tooltips["SpecARSampler.backend"])
+
+
 @pytest.fixture(scope="module")
 def side_by_side(server):
     entry, _ = server.run(example(server, SIDE_BY_SIDE))
@@ -173,7 +193,9 @@ def test_cancel_ends_the_run_and_the_next_run_gives_the_same_image(server):
     entry, events = server.run(prompt, on_event=interrupt_at_first_progress)
     assert sent == [200], "the run ended before it showed progress"
     assert ended(entry) == ["execution_interrupted"], entry["status"]
-    assert events[-1]["type"] == "execution_interrupted" and not saved_images(entry, "20")
+    # the sampler itself stopped (ComfyUI would also stop the prompt before the next node)
+    assert events[-1]["type"] == "execution_interrupted" and events[-1]["data"]["node_id"] == SAMPLER, events[-1]
+    assert not saved_images(entry, "20")
     after, _ = server.run(prompt)  # the same prompt again: the sampler runs (nothing was cached)
     assert ended(after) == ["execution_success"], after["status"]
     fresh = copy.deepcopy(prompt)
