@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.specar-installed
 
-.PHONY: test test-long test-floor demo bench gpu-check venv clean
+.PHONY: test test-long test-floor test-comfyui demo bench gpu-check venv clean
 
 venv: $(STAMP)
 
@@ -41,6 +41,11 @@ test: $(STAMP)
 
 test-long: $(STAMP)
 	$(PYTEST) -m long
+
+# the pack in a real ComfyUI server (tests/comfyui/): COMFYUI_DIR, a folder made by ../shared/comfyui/setup.sh, or
+# COMFYUI_VERSION (0.3.64, 0.33.0: setup.sh makes output/comfyui-<version>); skipped with one line without either
+test-comfyui: $(STAMP)
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} $(PY) -m pytest -q -rs --rootdir=tests tests/comfyui
 
 # the main job: images from the embedded demo model, AR vs the default backend, in output/
 demo: $(STAMP)

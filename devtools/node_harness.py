@@ -121,7 +121,8 @@ def comfy_validation_errors(cls, values: dict, unique_id=None, messages: list = 
     fn = validate_fn(cls)
     if hasattr(cls, "define_schema"):
         cls.hidden = SimpleNamespace(unique_id=unique_id, prompt=getattr(getattr(cls, "hidden", None), "prompt", None))
-    named = [] if fn is None else [p for p in inspect.signature(fn).parameters if p != "cls"]
+    # the function's positional inputs (inspect.getfullargspec(...).args, as ComfyUI reads them)
+    named = [] if fn is None else [p for p in inspect.getfullargspec(fn).args if p != "cls"]
     expanded, types = {}, cls.INPUT_TYPES()
     optional = set(types.get("optional", {}))
     for name, (kind, opts) in {**types["required"], **types.get("optional", {})}.items():
@@ -149,7 +150,8 @@ def comfy_validation_errors(cls, values: dict, unique_id=None, messages: list = 
         # is none of its options is gone), then build_nested_inputs, which adds a dict for every DynamicCombo
         # left, named or not, holding only the named values (None for the rest); the verdict is filed
         # against each named input ComfyUI had
-        filtered = {k: v for k, v in values.items() if k in named and k in expanded}
+        filtered = {k: (None if isinstance(v, list) else v)  # a link: present, its value not known yet
+                    for k, v in values.items() if k in named and k in expanded}
         if "unique_id" in named and "unique_id" in types.get("hidden", {}):
             filtered["unique_id"] = unique_id
         passed = {k: v for k, v in filtered.items() if "." not in k}
@@ -169,9 +171,10 @@ def comfy_validation_errors(cls, values: dict, unique_id=None, messages: list = 
 
 def queue_errors(prompt: dict, classes: dict) -> dict:
     """{node id: (inputs filed against, messages)} for an API prompt as ComfyUI's POST /prompt checks it: the
-    on-prompt handlers first (SpecAR's on/off check, nodes/prompt_guard.py), on the prompt as posted, then each
+    on-prompt handlers first (SpecAR's, nodes/prompt_guard.py), on the prompt as posted, then each
     node's validation."""
     from specar.nodes import prompt_guard
+    prompt_guard.register(dynamic=any(is_dynamic(c) for c in classes.values()))  # as nodes/__init__.py
     prompt_guard.check_prompt({"prompt": prompt})
     out = {}
     for nid, node in prompt.items():
@@ -179,8 +182,7 @@ def queue_errors(prompt: dict, classes: dict) -> dict:
         if cls is None:
             continue
         messages = []
-        bad = comfy_validation_errors(cls, {k: v for k, v in node["inputs"].items() if not isinstance(v, list)},
-                                      unique_id=nid, messages=messages)
+        bad = comfy_validation_errors(cls, dict(node["inputs"]), unique_id=nid, messages=messages)
         if bad:
             out[nid] = (bad, messages)
     return out

@@ -12,9 +12,11 @@
 - layouts.py: the sampler's values in every layout (DynamicCombo, flat, SpecAR 0.1), mapped by name;
 - workflows.py: the example workflows, generated from spec.py.
 
-`NODE_CLASS_MAPPINGS` holds the V3 classes under current ComfyUI (ComfyUI registers the classes of
-NODE_CLASS_MAPPINGS whatever their API, and ignores `comfy_entrypoint` when that dictionary
-exists), and the V1 classes otherwise, so importing this package never needs ComfyUI.
+`NODE_CLASS_MAPPINGS` holds the V3 classes under a ComfyUI with the V3 DynamicCombo (ComfyUI registers the
+classes of NODE_CLASS_MAPPINGS whatever their API, and ignores `comfy_entrypoint` when that dictionary
+exists), and the V1 classes otherwise (importing this package never needs ComfyUI): without DynamicCombo the
+two flavours have the same flat inputs, and ComfyUI 0.3.x checks the choices of V1 combos when a prompt is
+queued but not those of V3 combos (a drafter folder not in the list, dtype float64 passed).
 `comfy_entrypoint` is the V3 registration hook for loaders that prefer it.
 """
 from __future__ import annotations
@@ -31,10 +33,11 @@ except Exception:  # no ComfyUI, or a ComfyUI without the V3 schema
     _io = None
 if _io is not None:
     try:
-        from .v3 import build_nodes
+        from .v3 import build_nodes, dynamic_combo_available
 
-        NODES = build_nodes(_io)
-        NODE_API = "v3"
+        if dynamic_combo_available(_io):
+            NODES = build_nodes(_io)
+            NODE_API = "v3"
     except Exception as e:  # an incompatible comfy_api: the V1 classes still work
         logging.getLogger("specar").warning("SpecAR: V3 nodes unavailable (%s); using the V1 nodes", e)
 
@@ -42,7 +45,7 @@ NODE_CLASS_MAPPINGS = {cls.__name__: cls for cls in NODES}
 NODE_DISPLAY_NAME_MAPPINGS = dict(v1.NODE_DISPLAY_NAME_MAPPINGS)
 
 models.register_model_folder()  # inside ComfyUI: models/specar becomes a model folder (no-op without it)
-prompt_guard.register()  # inside ComfyUI: on/off inputs checked on the prompt as posted
+prompt_guard.register(dynamic=NODE_API == "v3")  # inside ComfyUI: the refusals checked on the prompt as posted
 
 
 async def comfy_entrypoint():

@@ -14,6 +14,7 @@ from typing import Optional
 
 import torch
 
+from ..model_loaders.files.drafter_files import CONFIG_FILE, FORMAT, WEIGHTS_FILE
 from ..model_loaders.files.hub_cache import cached_models, find_cached
 from ..model_loaders.precision.quantize import QUANTIZE_MODES
 from ..model_loaders.registry import BUILTIN_MODELS, detect_family, family_of, load_model
@@ -24,6 +25,7 @@ from .widgets import validate
 
 log = logging.getLogger("specar")
 FOLDER = "specar"  # ComfyUI/models/specar/<model folder>
+_said: set = set()  # drafter folders the console was told are not listed
 _cache: dict = {}  # the loader's values (a tuple of items) -> the loaded model; one model at a time
 
 
@@ -126,13 +128,23 @@ def resolve_model(name: str) -> str:
 
 
 def drafter_folders(kind: str) -> list:
-    """Drafter folders of one kind ("hawk", "eagle") under ComfyUI/models/specar_drafters."""
+    """Drafter folders of one kind ("hawk", "eagle") under ComfyUI/models/specar_drafters: those whose
+    drafter.json has this kind and the format this SpecAR reads, beside their weights file. Others are not
+    listed (the console says why), so ComfyUI refuses them when a prompt is queued."""
     names = []
     for d, path in _subfolders(spec.DRAFTER_FOLDER):
         try:
-            with open(os.path.join(path, "drafter.json")) as f:
-                if json.load(f).get("kind") == kind:
-                    names.append(d)
+            with open(os.path.join(path, CONFIG_FILE)) as f:
+                meta = json.load(f)
+            if meta.get("kind") != kind:
+                continue
+            if meta.get("format") != FORMAT or not os.path.isfile(os.path.join(path, WEIGHTS_FILE)):
+                if path not in _said:  # once per folder: the lists are read on every node definition request
+                    _said.add(path)
+                    log.info("SpecAR: not listing the drafter folder %s: its %s has format %r (this SpecAR reads "
+                             "%s) or its %s is missing", path, CONFIG_FILE, meta.get("format"), FORMAT, WEIGHTS_FILE)
+                continue
+            names.append(d)
         except (OSError, ValueError, AttributeError):
             continue  # not a drafter folder (or unreadable): not listed; loading it would say why
     return names
@@ -200,8 +212,8 @@ def loader_error(model=None, resolution=MODEL_DEFAULT_SIZE, quantize="none", off
             try:  # the family's own words (what it generates, what offload is for)
                 load_options(resolve_model(model), resolution, offload)
             except ValueError as e:
-                why = f"{e}. "
-            return f"{why}{name} {value!r} is not offered for {model}: choose one of {', '.join(allowed[name])}"
+                why = f" ({e})"
+            return f"{name} {value!r} is not offered for {model}: choose one of {', '.join(allowed[name])}{why}"
     if quantize != "none" and offload != "none":
         return f"quantize {quantize} loads the whole model on the device: choose offload none, or quantize none"
     return None

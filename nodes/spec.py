@@ -30,6 +30,14 @@ MODEL_TYPE = "SPECAR_MODEL"
 DRAFTER_FOLDER = "specar_drafters"  # ComfyUI/models/specar_drafters/<drafter folder>
 TOKENS_TYPE = "SPECAR_TOKENS"
 DEVICES = ("auto", "cpu", "cuda")
+TOP_K_MAX = 65536  # above every image vocabulary of the families (Emu3's 32768 codes the largest)
+
+
+def devices() -> list:
+    """The loader's device choices: cuda only where this torch sees a CUDA GPU, so that ComfyUI refuses it
+    at queue time elsewhere (under the device input, naming auto and cpu)."""
+    import torch
+    return [d for d in DEVICES if d != "cuda" or torch.cuda.is_available()]
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 PREVIEW_MODES = ("image", "image + acceptance", "off")
 
@@ -77,6 +85,24 @@ PLAIN_WORDS = (
      "as accepted)"),
     ("total-variation budget delta of the relaxation", "how much probability the relaxation may move (0: none)"),
     ("step compression", "tokens per forward"),
+    ("Hawk paper: Medusa-style heads (paper setting: 4, our tree)", "Hawk paper: 4"),
+    ("; Hawk paper: VSD", ""),
+    ("EAGLE-2's trees (paper setting: 32)", "the paper's: 32"),
+    ("(off: a fixed EAGLE-2 tree)", "(off: a fixed tree)"),
+    ("EAGLE-2's deterministic top-k", "the k most likely children, chosen deterministically"),
+    ("EAGLE drafter with adjacency-adaptive dynamic draft trees", "a trained drafter's tree of guesses, grown "
+     "where neighbouring tokens were accepted"),
+    ("Speculative Jacobi Decoding with coupled re-drafts", "SJD whose re-drafts stay close to the previous draft"),
+    ("Speculative Jacobi Decoding", "a window of guessed tokens checked in one forward"),
+    ("SJD with proactive drafting and adaptive continuation", "SJD that also drafts branches after a rejection"),
+    ("spatial (horizontal + vertical) draft heads with a speculation cache", "trained heads guess the tokens to "
+     "the right and below"),
+    ("SCD whose window and draft init are chosen every step from this device's step cost, measured during the "
+     "generation, and the acceptance seen so far", "SCD whose window is chosen every step from the step cost and "
+     "acceptance it measures"),
+    ("a Jacobi window over the rows ahead, drafted by trained spatial heads from the rows above and refined by the "
+     "target, with proactive branches", "trained heads draft the rows ahead from the rows above"),
+    ("paper: topk (EAGLE-2)", "paper: topk"),
 )
 # parameters that change nothing with same_image_as_ar on: a re-draft is then AR's own sample for the seed, however
 # the backend would couple it (samplers/drafters/jacobi/drafter.py `_coupled_draft`)
@@ -127,15 +153,24 @@ def param_widget(p, label: str, drafter_choices: Callable[[str], list]) -> Widge
 def backend_switch(drafter_choices: Callable[[str], list] = lambda kind: []) -> Switch:
     schemas = _backends.SCHEMAS  # read each time: a backend registered later appears too
     names = tuple(schemas)
-    help_text = "; ".join(f"{s.label}: {node_text(s.description)}" + (
-        " (with same_image_as_ar on, its coupling has no effect: it samples as SJD)"
-        if {p.name for p in s.params} >= set(MOOT_WHEN_SAME_IMAGE) else "") for s in schemas.values())
+    help_text = "; ".join(f"{s.label}: {short_help(s.description)}" for s in schemas.values())
     return Switch(
         "backend", f"how tokens are drafted and verified. {help_text}. Every lossless backend samples exactly what AR "
         "samples; only the chosen backend's parameters are shown.", default=_backends.DEFAULT_BACKEND, prefix=True,
         labels={n: s.label for n, s in schemas.items()},
         options={n: [advanced(param_widget(p, s.label, drafter_choices), is_advanced(n, p.name)) for p in s.params]
                  for n, s in schemas.items()})
+
+
+def short_help(description: str) -> str:
+    """A backend's description as one clause of the backend tooltip: its first clause, without the authors
+    ("(Teng et al.)") or notes in parentheses."""
+    text = node_text(description)
+    text = re.split(r"\. |; ", text, maxsplit=1)[0]
+    text = re.sub(r"\s*\([^()]*\)", "", text)
+    for jargon, plain in PLAIN_WORDS:
+        text = text.replace(jargon, plain)
+    return text.strip().rstrip(".")
 
 
 def advanced(w: Widget, flag: bool) -> Widget:
@@ -157,8 +192,8 @@ def guidance_switch() -> Switch:
                                  "closer to the prompt (0 = the unconditional branch alone)", default=3.0, min=0.0,
                                  max=100.0, step=0.1),
                           Widget("top_k", "INT", "keep the k most likely image tokens (0 = all tokens; at most the "
-                                 "model's image vocabulary, checked when the node runs)", default=256, min=0,
-                                 max=INT_MAX, step=1),
+                                 f"model's image vocabulary, checked when the node runs, and at most {TOP_K_MAX})",
+                                 default=256, min=0, max=TOP_K_MAX, step=1),
                       ]})
 
 
@@ -180,8 +215,8 @@ def loader_spec(model_choices: Callable[[], list], allowed: Callable[[], dict] =
                    "checkpoints already in your Hugging Face cache, by repo id (org/name; found without network "
                    "access). The size, quantize and offload lists show what the chosen model allows",
                    default="demo", options=model_choices, extra={"specar_allowed": allowed}),
-            Widget("device", "COMBO", "where the model runs; auto: ComfyUI's device", default="auto",
-                   options=DEVICES),
+            Widget("device", "COMBO", "where the model runs; auto: ComfyUI's device (cuda is listed where torch "
+                   "sees a CUDA GPU)", default="auto", options=devices),
             Widget("dtype", "COMBO", "weights precision; auto: the model's recommended one (float32 on CPU)",
                    default="auto", options=DTYPES),
             # new inputs go after the old ones: saved workflows keep their positional values

@@ -39,14 +39,14 @@ def _make(node_fn, function: str, run, validate):
         @classmethod
         def INPUT_TYPES(cls):
             types = input_types(node_fn())
-            if validate is _validate_sampler:
+            if validate is not None:
                 types["hidden"] = {"unique_id": "UNIQUE_ID"}
             return types
 
-        # VALIDATE_INPUTS names only the inputs its check needs: ComfyUI skips its own range and choice checks
-        # for the inputs it names and files the verdict once per named input. The widgets declare their ranges
-        # and choices, so ComfyUI files any other bad value against its own input; the node checks everything
-        # again, and the limits between inputs, when it runs.
+        # The widgets declare their ranges and choices, so ComfyUI files a bad value against its own input.
+        # ComfyUI files a VALIDATE_INPUTS verdict under every input the function takes: it takes only the
+        # hidden unique_id, by which it finds this node's refusal noted on the prompt as posted
+        # (prompt_guard.py); the node checks everything again, and the limits between inputs, when it runs.
         if validate is not None:
             VALIDATE_INPUTS = classmethod(validate)
 
@@ -63,15 +63,11 @@ def _make(node_fn, function: str, run, validate):
     return Node
 
 
-def _validate_loader(cls, model=None, resolution=spec.MODEL_DEFAULT_SIZE, quantize="none", offload="none"):
-    return models.loader_error(model, resolution, quantize, offload) or True
-
-
-def _validate_sampler(cls, unique_id=None):
+def _validate(cls, unique_id=None):
     return prompt_guard.refusal(unique_id) or True
 
 
-def _load(self, **values):
+def _load(self, unique_id=None, **values):  # unique_id: the hidden input ComfyUI passes along
     return (models.load_handle(**values),)
 
 
@@ -84,8 +80,7 @@ def _decode(self, tokens):
     return (core.decode_tokens(tokens),)
 
 
-NODE_SPECS = ((models.loader_spec, "load", _load, _validate_loader), (models.sampler_spec, "sample", _sample,
-                                                                      _validate_sampler),
+NODE_SPECS = ((models.loader_spec, "load", _load, _validate), (models.sampler_spec, "sample", _sample, _validate),
               (spec.decode_spec, "decode", _decode, None))
 NODES = [_make(*n) for n in NODE_SPECS]
 SpecARModelLoader, SpecARSampler, SpecARDecode = NODES

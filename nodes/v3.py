@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from . import core, models, prompt_guard, spec
 from .layouts import flat_prompt_on_dynamic
-from .widgets import NOT_AN_OPTION, NodeSpec, Switch, Widget
+from .widgets import NodeSpec, Switch, Widget
 
 
 def _widget_input(io, types: dict, w: Widget):
@@ -73,31 +73,8 @@ def schema(io, types: dict, node: NodeSpec, dynamic: bool = False, hidden: tuple
     )
 
 
-def _check_switches(dynamic: bool = False, prompt=None, **values):
-    """validate_inputs' verdict on the sampler's switches, flat values or DynamicCombo dicts. `prompt`: the
-    whole API prompt where ComfyUI hands it over (an output node's hidden PROMPT), for the value ComfyUI
-    dropped."""
-    switches = (spec.backend_switch(), spec.guidance_switch())
-    for sw in switches:
-        value = values[sw.name]
-        err = sw.choice_error(value.get(sw.name) if isinstance(value, dict) else value)
-        if err:
-            if dynamic and value is None:  # dropped by ComfyUI, which files this under the switch it still has
-                nodes = prompt.values() if isinstance(prompt, dict) else ()
-                bad = sorted({repr(n["inputs"][sw.name]) for n in nodes if isinstance(n, dict) and
-                              n.get("class_type") == "SpecARSampler" and isinstance(n.get("inputs"), dict) and
-                              n["inputs"].get(sw.name, sw.default) not in sw.options})
-                if bad:  # the prompt's own value instead of ComfyUI's none
-                    err = err.replace(f"got {NOT_AN_OPTION}", "got " + " / ".join(bad))
-                other = next(o.name for o in switches if o is not sw)
-                err += (f". The value to fix is {sw.name}'s: ComfyUI drops a DynamicCombo value that is none of its "
-                        f"options and lists this message under {other}")
-            return err
-    return True
-
-
 def _refusal(cls):
-    """An on/off input of this node that was not a boolean in the prompt as posted (prompt_guard.py)."""
+    """This node's refusal noted on the prompt as posted (prompt_guard.py), by its hidden unique id."""
     return prompt_guard.refusal(getattr(getattr(cls, "hidden", None), "unique_id", None))
 
 
@@ -111,19 +88,20 @@ def build_nodes(io) -> list:
     }
 
     # The widgets declare their ranges and choices, so ComfyUI files a bad value against its own input,
-    # once; a validate_inputs names only the inputs its check needs (ComfyUI skips its own checks of those and
-    # files the verdict once per named input). The nodes check everything again, and the limits between
-    # inputs, when they run.
+    # once. ComfyUI files a validate_inputs verdict under every input the function takes (and skips its own
+    # checks of those): each takes one, `model`, which every prompt of the node has; the refusals that need
+    # the other values are noted on the prompt as posted (prompt_guard.py). The nodes check everything
+    # again, and the limits between inputs, when they run.
 
     class SpecARModelLoader(io.ComfyNode):
         @classmethod
         def define_schema(cls):
-            return schema(io, types, models.loader_spec())
+            return schema(io, types, models.loader_spec(), hidden=(io.Hidden.unique_id,))
 
         @classmethod
-        def validate_inputs(cls, model=None, resolution=spec.MODEL_DEFAULT_SIZE, quantize="none", offload="none"):
-            # the choices that depend on the model, refused when the prompt is queued, naming what it allows
-            return models.loader_error(model, resolution, quantize, offload) or True
+        def validate_inputs(cls, model=None):
+            # the model's choice here; the choices that depend on the model on the prompt as posted
+            return models.loader_error(model) or _refusal(cls) or True
 
         @classmethod
         def execute(cls, **values):
@@ -137,22 +115,12 @@ def build_nodes(io) -> list:
             return schema(io, types, models.sampler_spec(), dynamic=dynamic, hidden=(io.Hidden.unique_id,))
 
         # ComfyUI (execution.validate_inputs) passes the inputs this function names, then nests them
-        # (build_nested_inputs), which adds a dict for EVERY DynamicCombo whose value is one of its
-        # options, named or not: with DynamicCombos the function takes both switches, backend and
-        # guidance. ComfyUI checks no DynamicCombo value itself, only its options' widgets (against
-        # their ranges, once each); the nested widget values arrive here as None, so only the choices
-        # are checked. A switch whose value is none of its options reaches us as no value at all, and
-        # ComfyUI files the verdict against the named inputs it still has (the other switch). In the
-        # flat layout guidance is a plain combo that ComfyUI checks itself, so only backend is named.
-        if dynamic:
-            @classmethod
-            def validate_inputs(cls, backend=None, guidance=None):
-                return _refusal(cls) or _check_switches(dynamic=True, backend=backend, guidance=guidance,
-                                                        prompt=getattr(getattr(cls, "hidden", None), "prompt", None))
-        else:
-            @classmethod
-            def validate_inputs(cls, backend=None):
-                return _refusal(cls) or _check_switches(backend=backend, guidance=spec.MODEL_DEFAULT)
+        # (build_nested_inputs), which adds a dict for EVERY DynamicCombo whose value is one of its options,
+        # named or not: backend and guidance are keyword-only, so that ComfyUI files the verdict under `model`
+        # alone (a link, which every prompt has; a switch whose value is none of its options is dropped).
+        @classmethod
+        def validate_inputs(cls, model=None, *, backend=None, guidance=None):
+            return _refusal(cls) or True
 
         @classmethod
         def execute(cls, model, **values):

@@ -9,6 +9,8 @@ import sys
 
 import pytest
 
+collect_ignore = ["comfyui"]  # a real ComfyUI server's tests: `make test-comfyui` (tests/comfyui/conftest.py)
+
 _path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "devtools", "node_harness.py")
 _spec = importlib.util.spec_from_file_location("specar_node_harness", _path)
 harness = importlib.util.module_from_spec(_spec)

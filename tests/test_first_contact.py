@@ -277,8 +277,9 @@ def test_scd_coupling_is_said_to_be_moot_with_same_image_as_ar():
     assert not any("no effect" in n for n in off["notes"]) and "its own draws" in off["summary"]
     tooltips = {w.name: w.tooltip for w in flatten(spec.sampler_spec().inputs)}
     assert "No effect with same_image_as_ar on" in tooltips["scd_coupling"]
-    assert "its coupling has no effect" in tooltips["backend"] and "SCD's coupling has no effect" in \
-        tooltips["same_image_as_ar"]
+    # on the inputs it concerns (the backend's tooltip keeps one short line per backend)
+    assert "SCD's coupling has no effect" in tooltips["same_image_as_ar"]
+    assert "No effect" in tooltips["scd_coupling_strength"]
 
 
 def test_a_busy_machine_is_named_in_the_summary(monkeypatch):
@@ -322,20 +323,18 @@ def _v3_sampler(dynamic: bool):
     return {c.__name__: c for c in v3.build_nodes(stubs.make_io(with_dynamic_combo=dynamic))}["SpecARSampler"]
 
 
-def test_a_dropped_backend_value_says_which_input_to_fix():
-    sampler = _v3_sampler(dynamic=True)
-    verdict = sampler.validate_inputs(backend=None, guidance={"guidance": "model default"})
-    assert verdict.startswith("backend must be one of ar, ")
-    assert "The value to fix is backend's" in verdict and "lists this message under guidance" in verdict
-    assert sampler.validate_inputs(backend={"backend": "sjd", "window": None},
-                                   guidance={"guidance": "model default"}) is True
-    # where ComfyUI hands over the prompt (an output node's hidden PROMPT), the dropped value itself is named
-    sampler.hidden = SimpleNamespace(prompt={"10": {"class_type": "SpecARSampler", "inputs": {"backend": "turbo"}},
-                                             "11": {"class_type": "SpecARSampler", "inputs": {"backend": "sjd"}}})
-    named = sampler.validate_inputs(backend=None, guidance={"guidance": "model default"})
-    assert "; got 'turbo'. The value to fix is backend's" in named
-    # the flat layout names backend itself: no such note
-    assert "value to fix" not in _v3_sampler(dynamic=False).validate_inputs(backend="turbo")
+def test_a_dropped_backend_value_is_refused_once_naming_it(comfy):
+    """ComfyUI drops a DynamicCombo value that is none of its options: the prompt guard names it, once."""
+    from specar_node_harness import api_inputs, node_classes, queue_errors, sampler_values
+    classes = node_classes("v3")
+    inputs = api_inputs(classes["SpecARSampler"], sampler_values(backend="sjd"))
+    prompt = {"1": {"class_type": "SpecARModelLoader", "inputs": {"model": "demo", "device": "auto", "dtype": "auto"}},
+              "10": {"class_type": "SpecARSampler", "inputs": {"model": ["1", 0], **inputs, "backend": "turbo"}}}
+    bad, messages = queue_errors(prompt, classes)["10"]
+    assert bad == ["model"] and len(messages) == 1
+    assert messages[0].startswith("backend must be one of ar, ") and messages[0].endswith("; got 'turbo'")
+    prompt["10"]["inputs"]["backend"] = "sjd"
+    assert queue_errors(prompt, classes) == {}
 
 
 def _example(*parts):

@@ -12,7 +12,7 @@ import torch
 from specar.nodes import core, models, spec, v1
 from specar.tooling.testing import tiny_model
 from specar_node_harness import (  # devtools/node_harness.py, loaded by tests/conftest.py
-    stubs, flavours, node_classes, execute, comfy_validation_errors, sampler_values, run_sampler_node)
+    stubs, flavours, node_classes, execute, comfy_validation_errors, queue_errors, sampler_values, run_sampler_node)
 
 
 @pytest.mark.parametrize("flavour", flavours())
@@ -37,10 +37,10 @@ def test_model_loader_lists_folders_caches_and_frees(flavour, comfy):
     assert len(comfy["loaded"]) == 3
 
     assert comfy_validation_errors(loader, dict(model="demo", device="auto", dtype="auto")) == []
-    messages = []  # device: ComfyUI's own choice check; model: the loader's check, which names the choices
-    assert comfy_validation_errors(loader, dict(model="nope", device="tpu", dtype="auto"), messages=messages) == [
-        "device", "model"]
-    assert messages == ["model must be one of demo, emu3-gen, janus-pro-1b; got 'nope'"]
+    messages = []  # device: ComfyUI's own choice check; model: the V3 loader's check, which names the choices
+    assert sorted(comfy_validation_errors(loader, dict(model="nope", device="tpu", dtype="auto"),
+                                          messages=messages)) == ["device", "model"]  # (V1: ComfyUI checks the model)
+    assert messages == ([] if flavour == "v1" else ["model must be one of demo, emu3-gen, janus-pro-1b; got 'nope'"])
     with pytest.raises(ValueError, match=r"model must be one of demo, emu3-gen, janus-pro-1b; got 'nope'"):
         execute(loader, model="nope", device="auto", dtype="auto")
     with pytest.raises(ValueError, match="dtype must be one of"):
@@ -112,11 +112,17 @@ def test_loader_resolution_and_offload_become_the_familys_options(flavour, comfy
     ]:
         with pytest.raises(ValueError, match=re.escape(message)):
             load(model, resolution, offload)
-    # refused when the prompt is queued, naming what the chosen model allows (filed on each input the check reads)
-    messages = []
-    assert comfy_validation_errors(loader, dict(model="demo", device="auto", dtype="auto", resolution="640x480",
-                                                offload="none"), messages=messages) == ["model", "resolution", "offload"]
-    assert messages[0].endswith("resolution '640x480' is not offered for demo: choose one of model default")
+    # refused when the prompt is queued, naming what the chosen model allows, once (under the one input the
+    # validate function takes)
+    bad, messages = queue_errors({"1": {"class_type": "SpecARModelLoader", "inputs": dict(
+        model="demo", device="auto", dtype="auto", resolution="512x512", offload="none")}},
+        {"SpecARModelLoader": loader})["1"]
+    assert bad == ["unique_id" if flavour == "v1" else "model"]
+    assert messages[0].startswith("resolution '512x512' is not offered for demo: choose one of model default")
+    # a size in no family's list: ComfyUI's own check of the list, under resolution, and nothing else
+    assert queue_errors({"1": {"class_type": "SpecARModelLoader", "inputs": dict(
+        model="demo", device="auto", dtype="auto", resolution="640x480")}}, {"SpecARModelLoader": loader}) == {
+        "1": (["resolution"], [])}
 
 
 @pytest.mark.parametrize("flavour", flavours())
@@ -152,11 +158,13 @@ def test_a_failed_load_keeps_the_working_model(comfy, monkeypatch):
 
 def test_drafter_folders_are_listed_and_resolved(comfy):
     base = os.path.join(comfy["models_dir"], spec.DRAFTER_FOLDER)
-    for name, kind in (("my-hawk-heads", "hawk"), ("my-eagle", "eagle"), ("broken", None)):
+    for name, kind, fmt in (("my-hawk-heads", "hawk", 1), ("my-eagle", "eagle", 1), ("broken", None, 1),
+                            ("old-hawk", "hawk", None)):  # a drafter.json this SpecAR does not read: not listed
         os.makedirs(os.path.join(base, name))
         if kind:
             with open(os.path.join(base, name, "drafter.json"), "w") as f:
-                json.dump({"kind": kind}, f)
+                json.dump({"kind": kind, "format": fmt}, f)
+            open(os.path.join(base, name, "drafter.safetensors"), "wb").close()
     req = v1.SpecARSampler.INPUT_TYPES()["required"]
     assert req["hawk_heads"][0] == [spec.BESIDE_MODEL, "my-hawk-heads"]
     assert req["adt_tree_drafter"][0] == [spec.BESIDE_MODEL, "my-eagle"]
@@ -184,18 +192,21 @@ def test_loader_offers_per_model_values_and_refuses_others_when_queued(flavour, 
     assert set(allowed["emu3-gen"]["resolution"]) <= set(RESOLUTIONS)
 
     def refused(**values):
-        messages = []
-        bad = comfy_validation_errors(loader, dict(dict(device="auto", dtype="auto"), **values), messages=messages)
-        return bad, messages
+        errors = queue_errors({"1": {"class_type": "SpecARModelLoader", "inputs": dict(
+            dict(device="auto", dtype="auto"), **values)}}, {"SpecARModelLoader": loader})
+        return errors.get("1", ([], []))
+    once = ["unique_id" if flavour == "v1" else "model"]  # the one input the validate function takes
 
     assert refused(model="janus-pro-7b", resolution="384x384", quantize="int4") == ([], [])
     bad, messages = refused(model="janus-pro-7b", resolution="1024x768")
-    assert bad == ["model", "resolution"] and "Janus generates square images" in messages[0]
-    assert messages[0].endswith(f"choose one of {', '.join(janus['resolution'])}")
+    assert bad == once and "Janus generates square images" in messages[0]
+    assert f"choose one of {', '.join(janus['resolution'])}" in messages[0]
     bad, messages = refused(model="demo", offload="auto")
-    assert "is for transformers-format models" in messages[0] and messages[0].endswith("choose one of none")
+    assert "is for transformers-format models" in messages[0] and "choose one of none" in messages[0]
     bad, messages = refused(model="janus-pro-7b", quantize="int8", offload="auto")
-    assert bad == ["model", "quantize", "offload"] and "choose offload none, or quantize none" in messages[0]
+    assert bad == once and "choose offload none, or quantize none" in messages[0]
+    bad, messages = refused(model="no-such-model")  # once: ComfyUI's combo check (V1) or the validate function's
+    assert bad == ["model"] and all("model must be one of demo" in m for m in messages)
     with pytest.raises(ValueError, match="choose offload none, or quantize none"):  # the same check when it runs
         execute(loader, model="janus-pro-7b", device="cpu", dtype="auto", quantize="int8", offload="auto")
 

@@ -10,7 +10,7 @@ import torch
 import specar
 from specar.nodes import core, models, report, v1
 from specar_node_harness import (  # devtools/node_harness.py, loaded by tests/conftest.py
-    stubs, flavours, node_classes, is_dynamic, as_comfy_passes, execute, comfy_validation_errors,
+    stubs, flavours, node_classes, is_dynamic, as_comfy_passes, execute,
     sampler_values, api_inputs, dynamic_name, run_sampler_node, BASE, BACKEND_CHOICES, queue_errors)
 
 
@@ -23,9 +23,11 @@ from specar_node_harness import (  # devtools/node_harness.py, loaded by tests/c
     ({"seed": -1}, "seed", "seed must be in [0, 18446744073709551615]"),
     ({"top_p": 0.0}, "top_p", "top_p must be in [0.01, 1.0]"),
     ({"temperature": float("nan")}, "temperature", "temperature must be a finite number"),
-    # an on/off input: ComfyUI runs bool(value), so it files nothing itself (the prompt guard refuses it when
-    # queued: test_on_off_inputs_refuse_other_values_when_queued); the node refuses what reaches it unconverted
-    ({"backend": "sjd_pac", "sjd_pac_continuation": "yes"}, None, "sjd_pac_continuation must be true or false"),
+    # an on/off input: ComfyUI runs bool(value), so it files nothing itself; the prompt guard refuses it when
+    # queued, filed under the one input the validate function takes (ComfyUI files its verdict under each);
+    # the node refuses what reaches it unconverted
+    ({"backend": "sjd_pac", "sjd_pac_continuation": "yes"}, "(validate)",
+     "sjd_pac_continuation must be true or false"),
     ({"guidance": "custom", "cfg_scale": -1.0}, "cfg_scale", "cfg_scale must be in [0.0, 100.0], got -1.0"),
     ({"guidance": "always"}, "guidance", "guidance must be one of model default, custom"),
     ({"backend": "hawk", "hawk_heads": "elsewhere"}, "hawk_heads", "hawk_heads must be one of (beside the model)"),
@@ -37,20 +39,27 @@ def test_bad_values_give_one_error_on_the_right_input(flavour, change, bad_input
     classes = node_classes(flavour)
     sampler, loader = classes["SpecARSampler"], classes["SpecARModelLoader"]
     values = {**BASE, **change}
+    validate_input = "unique_id" if flavour == "v1" else "model"  # the one input the validate function takes
     if is_dynamic(sampler):
         message = message.replace(f"{values['backend']}_", "", 1)  # nested inputs keep their own names
     if is_dynamic(sampler) and bad_input:
         bad_input = dynamic_name(bad_input, values["backend"])
-        message = message.split("; got")[0] if bad_input in ("backend", "guidance") else message  # value dropped
-        # ComfyUI drops a switch whose value is none of its options, so the verdict is filed against the
-        # other switch
-        bad_input = {"backend": "guidance", "guidance": "backend"}.get(bad_input, bad_input)
-    assert comfy_validation_errors(sampler, api_inputs(sampler, values)) == ([bad_input] if bad_input else [])
+        # ComfyUI drops a switch whose value is none of its options: the prompt guard refuses it (and the node,
+        # which never sees the value, says "none" when it runs)
+        message = message.split("; got")[0] if bad_input in ("backend", "guidance") else message
+        bad_input = validate_input if bad_input in ("backend", "guidance") else bad_input
+    bad_input = validate_input if bad_input == "(validate)" else bad_input
+
+    def prompt(values):
+        return {"1": {"class_type": "SpecARModelLoader", "inputs": {"model": "demo", "device": "auto", "dtype": "auto"}},
+                "10": {"class_type": "SpecARSampler", "inputs": {"model": ["1", 0], **api_inputs(sampler, values)}}}
+    errors = queue_errors(prompt(values), classes)
+    assert {nid: bad for nid, (bad, _) in errors.items()} == ({"10": [bad_input]} if bad_input else {})
     model, = execute(loader, model="demo", device="auto", dtype="auto")[0]
     with pytest.raises(ValueError) as e:
         run_sampler_node(sampler, model, values)
     assert message in str(e.value)
-    assert comfy_validation_errors(sampler, api_inputs(sampler, BASE)) == [] and core.sampler_error(BASE) is None
+    assert queue_errors(prompt(BASE), classes) == {} and core.sampler_error(BASE) is None
     # the inputs of backends not chosen are not the node's concern when it runs
     assert core.sampler_error({**BASE, "backend": "ar", "sjd_pac_tree_depth": 100}) is None
 
@@ -74,6 +83,7 @@ def test_on_off_inputs_refuse_other_values_when_queued(flavour, comfy):
         errors = queue_errors(prompt(**change), classes)
         assert list(errors) == ["10"], change
         bad, messages = errors["10"]
+        assert bad == ["unique_id" if flavour == "v1" else "model"]  # once: the validate function's one input
         value = next(iter(change.values()))
         assert messages == [f"{name} must be true or false, got {value!r} (ComfyUI would run any other value as on)"]
     assert queue_errors(prompt(compile=True), classes) == {}  # a later good prompt for the same node passes

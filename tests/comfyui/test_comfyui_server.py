@@ -1,0 +1,257 @@
+"""The pack in a real ComfyUI server (`make test-comfyui`; tests/comfyui/conftest.py starts it): the import, the
+node definitions, both example workflows, every lossless backend's pixels, the queue-time refusals, Cancel, an
+upstream failure, quantized and GLM-Image models, and the server's memory over twenty prompts."""
+import copy
+import json
+import os
+import re
+
+import pytest
+
+if not (os.environ.get("COMFYUI_DIR") or os.environ.get("COMFYUI_VERSION")):
+    pytest.skip("no ComfyUI: set COMFYUI_DIR (a folder made by ../shared/comfyui/setup.sh) or COMFYUI_VERSION",
+                allow_module_level=True)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+EXAMPLES = os.path.join(ROOT, "example_workflows", "api")
+DEMO = "SpecAR demo - auto.json"
+SIDE_BY_SIDE = "SpecAR - every backend side by side.json"
+LOADER, SAMPLER = "1", "10"
+
+
+def example(server, name):
+    """An example's API twin for this server's layout (DynamicCombo keys, or the flat twin)."""
+    with open(os.path.join(EXAMPLES, *([] if server.dynamic else ["flat"]), name)) as f:
+        return json.load(f)
+
+
+def demo(server, backend="ar", **sampler):
+    """The demo example with `backend` (its parameters' defaults), no compare_with_ar, preview off, and the
+    `sampler` inputs given."""
+    p = example(server, DEMO)
+    inputs = p[SAMPLER]["inputs"]
+    if server.dynamic:  # the chosen option's inputs only, with their defaults from /object_info
+        for key in [k for k in inputs if k.startswith("backend.")]:
+            del inputs[key]
+        options = server.object_info["SpecARSampler"]["input"]["required"]["backend"][1]["options"]
+        chosen = next(o for o in options if o["key"] == backend)["inputs"]
+        for name, (_, opts) in {**chosen.get("required", {}), **chosen.get("optional", {})}.items():
+            inputs[f"backend.{name}"] = opts.get("default")
+    inputs.update({"backend": backend, "compare_with_ar": False, "preview": "off", **sampler})
+    return p
+
+
+def param(server, backend, name):
+    """A backend parameter's API name on this server."""
+    return f"backend.{name}" if server.dynamic else f"{backend}_{name}"
+
+
+def ended(entry):
+    return [m[0] for m in entry["status"]["messages"] if m[0].startswith("execution_") and m[0] != "execution_start"
+            and m[0] != "execution_cached"]
+
+
+def saved_images(entry, node):
+    return entry["outputs"].get(node, {}).get("images", [])
+
+
+def test_the_pack_imports_without_error(server):
+    log = server.log()
+    line = re.search(r"([\d.]+) seconds(?: \(IMPORT FAILED\))?: \S*custom_nodes[/\\]specar\s*$", log, re.M)
+    assert line, log[-3000:]
+    assert "IMPORT FAILED" not in line.group(0), log[-6000:]
+    print(f"\nComfyUI up in {server.start_s:.1f} s; the pack imported in {line.group(1)} s (ComfyUI's import "
+          f"times)")
+
+
+def test_object_info_has_the_three_nodes_with_the_documented_inputs(server):
+    info = server.object_info
+    assert {"SpecARModelLoader", "SpecARSampler", "SpecARDecode"} <= set(info)
+
+    def inputs(node):
+        i = info[node]["input"]
+        return set(i.get("required", {})) | set(i.get("optional", {}))
+    # docs/NODES.md, "Nodes"
+    assert inputs("SpecARModelLoader") == {"model", "device", "dtype", "resolution", "offload", "quantize"}
+    assert {"model", "prompt", "negative_prompt", "seed", "backend", "temperature", "top_p", "batch_size",
+            "preview", "compare_with_ar", "compile", "same_image_as_ar"} <= inputs("SpecARSampler")
+    assert ("guidance" in inputs("SpecARSampler")) or not server.dynamic
+    assert inputs("SpecARDecode") == {"tokens"}
+    assert info["SpecARSampler"]["category"] == "SpecAR"
+    assert info["SpecARSampler"]["output_name"][:3] == ["image", "tokens", "stats"] or \
+        list(info["SpecARSampler"]["output_name"])[:3] == ["image", "tokens", "stats"]
+
+
+JARGON = ("Medusa", "VSD", "EAGLE-2", "TV(", "Sequoia", "Jacobi", "preset=", "docs/", "issue ")
+
+
+def test_tooltips_are_plain_and_the_backend_tooltip_is_short(server):
+    tooltips = {}
+
+    def collect(node, inputs):
+        for section in ("required", "optional"):
+            for name, (kind, opts) in (inputs.get(section) or {}).items():
+                tooltips[f"{node}.{name}"] = (opts or {}).get("tooltip", "")
+                for option in (opts or {}).get("options", []) if kind == "COMFY_DYNAMICCOMBO_V3" else []:
+                    collect(f"{node}.{name}.{option['key']}", option["inputs"])
+    for node in ("SpecARModelLoader", "SpecARSampler", "SpecARDecode"):
+        collect(node, server.object_info[node]["input"])
+    assert len(tooltips) > 20
+    jargon = {k: [j for j in JARGON if j in t] for k, t in tooltips.items() if any(j in t for j in JARGON)}
+    assert not jargon, jargon
+    assert 0 < len(tooltips["SpecARSampler.backend"]) <= 700, len(tooltips["SpecARSampler.backend"])
+
+
+@pytest.fixture(scope="module")
+def side_by_side(server):
+    entry, _ = server.run(example(server, SIDE_BY_SIDE))
+    return entry
+
+
+def test_the_demo_example_runs_and_saves_its_image(server):
+    entry, events = server.run(example(server, DEMO))
+    assert ended(entry) == ["execution_success"], entry["status"]
+    assert len(saved_images(entry, "20")) == 1 and saved_images(entry, "30")  # the image saved, the heatmap shown
+    stats = json.loads(entry["outputs"][SAMPLER]["specar_stats"][0])
+    assert stats["backend"] == "auto" and stats["nfe"] >= 1 and stats["speedup_vs_ar"] > 0
+    assert any(e["type"] == "progress" for e in events)
+
+
+def test_the_side_by_side_example_runs_and_every_lossless_backend_gives_ars_pixels(server, side_by_side):
+    assert ended(side_by_side) == ["execution_success"], side_by_side["status"]
+    prompt = example(server, SIDE_BY_SIDE)
+    samplers = {nid: n["inputs"]["backend"] for nid, n in prompt.items() if n["class_type"] == "SpecARSampler"}
+    saves = {n["inputs"]["images"][0]: nid for nid, n in prompt.items() if n["class_type"] == "SaveImage"}
+    assert len(samplers) == 8 and set(saves) == set(samplers)
+    pixels = {}
+    for nid, backend in samplers.items():
+        images = saved_images(side_by_side, saves[nid])
+        assert len(images) == 1, backend
+        pixels[backend] = server.image_pixels(images[0])
+    assert len(pixels["ar"]) > 0
+    differ = [b for b, px in pixels.items() if px != pixels["ar"]]
+    assert not differ, f"not AR's pixels through the server: {differ}"
+
+
+# (the demo's backend, a change to its prompt, the input the message must name, a value it must list as allowed)
+REFUSED = {
+    "resolution": ("ar", lambda s, p: p[LOADER]["inputs"].update(resolution="512x512"), "resolution",
+                   "model default"),
+    "quantize+offload": ("ar", lambda s, p: p[LOADER]["inputs"].update(quantize="int4", offload="auto"), "offload",
+                         "none"),
+    "model": ("ar", lambda s, p: p[LOADER]["inputs"].update(model="no-such-model"), "model", "demo"),
+    "dtype": ("ar", lambda s, p: p[LOADER]["inputs"].update(dtype="float64"), "dtype", "float32"),
+    "backend": ("ar", lambda s, p: p[SAMPLER]["inputs"].update(backend="turbo"), "backend", "sjd_pac"),
+    "drafter not listed": ("hawk", lambda s, p: p[SAMPLER]["inputs"].update(
+        {param(s, "hawk", "heads"): "no-such-drafter"}), "heads", "(beside the model)"),
+    "drafter.json without format": ("hawk", lambda s, p: p[SAMPLER]["inputs"].update(
+        {param(s, "hawk", "heads"): "hawk-no-format"}), "heads", "(beside the model)"),
+    "on/off string": ("ar", lambda s, p: p[SAMPLER]["inputs"].update(compare_with_ar="no"), "compare_with_ar",
+                      "true or false"),
+    "backend on/off string": ("sjd_pac", lambda s, p: p[SAMPLER]["inputs"].update(
+        {param(s, "sjd_pac", "continuation"): "off"}), "continuation", "true or false"),
+    "top_k 100000": ("ar", lambda s, p: p[SAMPLER]["inputs"].update(
+        guidance="custom", **({"guidance.cfg_scale": 3.0, "guidance.top_k": 100000} if s.dynamic else
+                              {"cfg_scale": 3.0, "top_k": 100000})), "top_k", "65536"),
+    "temperature -1": ("ar", lambda s, p: p[SAMPLER]["inputs"].update(temperature=-1.0), "temperature", "0"),
+    "batch_size 0": ("ar", lambda s, p: p[SAMPLER]["inputs"].update(batch_size=0), "batch_size", "1"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(REFUSED))
+def test_a_bad_input_is_refused_at_queue_time_once_naming_it_and_the_allowed_values(server, case):
+    backend, change, name, allowed = REFUSED[case]
+    prompt = demo(server, backend)
+    change(server, prompt)
+    status, answer = server.queue(prompt)
+    assert status == 400, (case, answer)
+    errors = [e for node in answer["node_errors"].values() for e in node["errors"]]
+    assert len(errors) == 1, json.dumps(errors, indent=1)
+    text = f"{errors[0]['message']}: {errors[0]['details']}"
+    assert name in text and allowed in text, text
+
+
+def test_cuda_is_refused_at_queue_time_where_torch_has_no_cuda(server):
+    if any(d.get("type") == "cuda" for d in server.get("/system_stats").get("devices", [])):
+        pytest.skip("this server's torch sees a CUDA GPU: cuda is a valid device here")
+    prompt = demo(server)
+    prompt[LOADER]["inputs"]["device"] = "cuda"
+    status, answer = server.queue(prompt)
+    assert status == 400, answer
+    errors = answer["node_errors"][LOADER]["errors"]
+    assert len(errors) == 1 and errors[0]["extra_info"]["input_name"] == "device", errors
+    assert "cpu" in errors[0]["details"] and "auto" in errors[0]["details"]
+
+
+def test_cancel_ends_the_run_and_the_next_run_gives_the_same_image(server):
+    prompt = demo(server, seed=1234, batch_size=2, preview="image")
+    sent = []
+
+    def interrupt_at_first_progress(msg):
+        if msg["type"] == "progress" and msg["data"].get("node") == SAMPLER and not sent:
+            sent.append(server.post("/interrupt")[0])
+    entry, events = server.run(prompt, on_event=interrupt_at_first_progress)
+    assert sent == [200], "the run ended before it showed progress"
+    assert ended(entry) == ["execution_interrupted"], entry["status"]
+    # the sampler itself stopped (ComfyUI would also stop the prompt before the next node)
+    assert events[-1]["type"] == "execution_interrupted" and events[-1]["data"]["node_id"] == SAMPLER, events[-1]
+    assert not saved_images(entry, "20")
+    after, _ = server.run(prompt)  # the same prompt again: the sampler runs (nothing was cached)
+    assert ended(after) == ["execution_success"], after["status"]
+    fresh = copy.deepcopy(prompt)
+    fresh[SAMPLER]["inputs"]["preview"] = "off"  # another input: the sampler runs again, uninterrupted
+    reference, _ = server.run(fresh)
+    assert server.image_pixels(saved_images(after, "20")[0]) == server.image_pixels(saved_images(reference, "20")[0])
+
+
+def test_an_upstream_failure_names_the_loader_and_the_sampler_does_not_run(server):
+    if server.glm != "built":
+        pytest.skip(server.glm)
+    prompt = demo(server, seed=99)
+    prompt[LOADER]["inputs"].update(model="GLM-Image-broken", resolution="256x256")
+    entry, events = server.run(prompt)
+    assert ended(entry) == ["execution_error"], entry["status"]
+    error = next(e for e in events if e["type"] == "execution_error")["data"]
+    assert error["node_id"] == LOADER and error["node_type"] == "SpecARModelLoader"
+    assert "safetensors" in error["exception_message"], error["exception_message"]
+    assert SAMPLER not in entry["outputs"]
+    assert not any(e["type"] == "executing" and e["data"].get("node") == SAMPLER for e in events)
+    after, _ = server.run(demo(server, seed=99))  # the demo model still runs after it
+    assert ended(after) == ["execution_success"], after["status"]
+
+
+@pytest.mark.parametrize("quantize", ["int8", "int4"])
+def test_the_demo_model_generates_quantized(server, quantize):
+    prompt = demo(server, backend="sjd", seed=5)
+    prompt[LOADER]["inputs"]["quantize"] = quantize
+    entry, _ = server.run(prompt)
+    assert ended(entry) == ["execution_success"], entry["status"]
+    assert len(saved_images(entry, "20")) == 1
+
+
+def test_the_tiny_glm_image_folder_runs_through_the_node(server):
+    if server.glm != "built":
+        pytest.skip(server.glm)
+    model = server.object_info["SpecARModelLoader"]["input"]["required"]["model"]  # V1 list, or V3 COMBO
+    assert "GLM-Image-tiny" in (model[0] if isinstance(model[0], list) else model[1]["options"])
+    images = {}
+    for backend in ("ar", "sjd"):
+        prompt = demo(server, backend=backend, seed=3)
+        prompt[LOADER]["inputs"].update(model="GLM-Image-tiny", resolution="256x256")
+        prompt[SAMPLER]["inputs"]["prompt"] = "a red cat"
+        entry, _ = server.run(prompt)
+        assert ended(entry) == ["execution_success"], (backend, entry["status"], server.log()[-3000:])
+        images[backend] = server.image_pixels(saved_images(entry, "20")[0])
+    assert images["sjd"] == images["ar"]
+
+
+def test_twenty_prompts_in_a_row_keep_the_servers_memory_flat(server):
+    rss = []
+    for seed in range(20):
+        entry, _ = server.run(demo(server, backend="sjd_pac", seed=10_000 + seed))
+        assert ended(entry) == ["execution_success"], entry["status"]
+        rss.append(server.rss_mb())
+    growth = rss[-1] - rss[4]
+    print(f"\nserver RSS over 20 prompts: {rss[0]:.0f} MB after the first, {rss[4]:.0f} after 5, {rss[-1]:.0f} "
+          f"after 20 (+{growth:.0f} MB over the last 15)")
+    assert growth < 64, rss
