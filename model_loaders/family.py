@@ -94,6 +94,9 @@ class ModelFamily:
     transformers: bool = False  # an adapter over transformers' classes: needs TRANSFORMERS_FLOOR, can offload
     resolutions: tuple = ()  # the "WxH" sizes its checkpoints generate, for the loader's resolution list
     quantize: bool = False  # its loader takes quantize="int8" / "int4" (weight-only, precision/quantize.py)
+    # (folder) -> None, or a ValueError naming every file the folder lacks: run when the loader node lists or
+    # queues the folder (None: the family's loader says what is missing)
+    check: Optional[Callable[[str], None]] = None
 
 
 def read_config(folder: str) -> dict:

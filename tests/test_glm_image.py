@@ -351,3 +351,58 @@ def test_nothing_of_diffusers_is_imported_until_an_image_is_decoded(tiny):
         assert out.returncode == 0, out.stderr[-2000:]
         last = out.stdout.strip().splitlines()[-1]
         assert (last == want) if want == "[]" else (want in last), last
+
+
+@pytest.fixture(scope="module")
+def full_folder(tmp_path_factory):
+    """The whole released layout (the DiT's parts saved by diffusers' GlmImagePipeline.save_pretrained)."""
+    pytest.importorskip("diffusers", reason="the glm-image extra (diffusers) is not installed: no DiT parts to save")
+    full = str(tmp_path_factory.mktemp("glm-full") / "GLM-Image-full")
+    build_tiny_dit(full, *build_tiny_glm_image(full))
+    return full
+
+
+def test_every_file_the_loaders_read_is_checked(full_folder, tmp_path):
+    """Each file of the released layout whose absence breaks loading or decoding (the ByT5 tokenizer's
+    added_tokens.json does not) is named when it is missing (planted: a part left out of the check)."""
+    from specar.model_loaders.families.glm_image_folder import missing_files
+    assert missing_files(full_folder, decoder=True) == []
+    files = sorted(os.path.relpath(os.path.join(d, f), full_folder) for d, _, fs in os.walk(full_folder) for f in fs)
+    needed = [f for f in files if f not in ("model_index.json", "tokenizer/added_tokens.json")]
+    assert len(needed) == 15
+    for rel in needed:
+        root = str(tmp_path / rel.replace("/", "_"))
+        shutil.copytree(full_folder, root)
+        os.remove(os.path.join(root, rel))
+        said = [os.path.relpath(m, root) for m in missing_files(root, decoder=True)]
+        assert len(said) == 1 and said[0].split(" ")[0] == rel, (rel, said)
+
+
+def test_a_folder_missing_files_is_refused_naming_every_one(tiny, comfy, monkeypatch):
+    """A GLM-Image folder holding model_index.json and part of the AR stage: `load_model` and the loader node at
+    queue time name every missing file at once; the node lists the folder (so the message is seen), and the
+    complete AR stage passes."""
+    from specar.model_loaders import registry
+    from specar.nodes import models
+    folder = os.path.join(comfy["models_dir"], "specar", "GLM-Image-partial")
+    os.makedirs(os.path.join(folder, "vision_language_encoder"))
+    shutil.copy(os.path.join(tiny[0], "vision_language_encoder", "config.json"),
+                os.path.join(folder, "vision_language_encoder"))
+    with open(os.path.join(folder, "model_index.json"), "w") as f:
+        json.dump({"_class_name": "GlmImagePipeline"}, f)
+    real = glm_image.importlib.util.find_spec  # the AR stage's files only (the DiT's are checked with diffusers)
+    monkeypatch.setattr(glm_image.importlib.util, "find_spec", lambda n, *a: None if n == "diffusers" else real(n, *a))
+    monkeypatch.setattr(models, "load_model", registry.load_model)
+    want = ["vision_language_encoder/generation_config.json", "vision_language_encoder/model.safetensors",
+            "processor/tokenizer.json", "processor/tokenizer_config.json", "processor/processor_config.json",
+            "processor/chat_template.jinja"]
+    with pytest.raises(ValueError) as e:
+        specar.load_model(folder, resolution=SIZE)
+    assert all(w in str(e.value) for w in want) and "6 files" in str(e.value)
+    assert "vision_language_encoder/config.json" not in str(e.value)
+    assert "GLM-Image-partial" in models.model_choices()
+    err = models.loader_error("GLM-Image-partial", "1024x1024")
+    assert err is not None and all(w in err for w in want), err
+    for sub in ("vision_language_encoder", "processor"):
+        shutil.copytree(os.path.join(tiny[0], sub), os.path.join(folder, sub), dirs_exist_ok=True)
+    assert models.loader_error("GLM-Image-partial", "1024x1024") is None

@@ -35,7 +35,8 @@ import warnings
 import torch
 
 from ..contract import EncodedPrompt, ImageGeometry, check_texts
-from ..family import ModelFamily, config_names, read_config
+from ..family import ModelFamily, config_names
+from .glm_image_folder import check_folder, layout_folders, read_generation_config
 from .hf_common import SharedVocabImageModel
 
 PIXELS_PER_TOKEN = 32  # GlmImageProcessor._get_target_shape's factor
@@ -66,19 +67,6 @@ def grids(width: int, height: int):
     return (H, W), (int(math.sqrt(H / W) * half), int(math.sqrt(W / H) * half))
 
 
-def layout_folders(folder: str):
-    """(AR folder, processor folder, pipeline folder or None) of the released layout (model_index.json with
-    vision_language_encoder/ and processor/) or of an AR folder alone (config.json; its processor beside it or in
-    ../processor)."""
-    if os.path.isfile(os.path.join(folder, "model_index.json")):
-        return os.path.join(folder, "vision_language_encoder"), os.path.join(folder, "processor"), folder
-    up = os.path.dirname(os.path.normpath(folder))
-    if os.path.isfile(os.path.join(folder, "tokenizer_config.json")):
-        return folder, folder, None
-    pipeline = up if os.path.isfile(os.path.join(up, "model_index.json")) else None
-    return folder, os.path.join(up, "processor"), pipeline
-
-
 def load_processor(folder: str):
     if not os.path.isfile(os.path.join(folder, "tokenizer_config.json")):
         raise ValueError(f"GLM-Image's processor is missing: {folder!r} has no tokenizer_config.json (the released "
@@ -90,15 +78,6 @@ def load_processor(folder: str):
         raise ValueError(f"could not load GLM-Image's processor from {folder!r}: {e}") from e
 
 
-def read_generation_config(folder: str) -> dict:
-    p = os.path.join(folder, "generation_config.json")
-    try:
-        with open(p, encoding="utf-8") as f:
-            return json.load(f) or {}
-    except (OSError, ValueError):
-        return {}
-
-
 class GlmImageARModel(SharedVocabImageModel):
     family = "glm_image"
     stage = "target"
@@ -108,8 +87,8 @@ class GlmImageARModel(SharedVocabImageModel):
         super().__init__()
         from transformers import GlmImageForConditionalGeneration
 
+        check_folder(folder)  # every missing file named at once
         ar_folder, proc_folder, self.pipeline_folder = layout_folders(folder)
-        read_config(ar_folder)  # a clear error where config.json is missing
         self._open_folder(folder, device, dtype, "glm_image")  # named after the folder asked for
         self.folder = ar_folder  # the weights' folder (drafters and the fingerprint sit beside them)
         self.processor = load_processor(proc_folder)
@@ -291,4 +270,4 @@ def size_options(folder: str, w: int, h: int) -> dict:
 FAMILY = ModelFamily(
     name=GlmImageARModel.family, label="GLM-Image", files="released layout (model_index.json) or its AR folder",
     load=GlmImageARModel, detect=is_glm_image, sizes="GLM-Image W x H, multiples of 32 up to 2048",
-    size_options=size_options, transformers=True, resolutions=RESOLUTIONS, quantize=True)
+    size_options=size_options, transformers=True, resolutions=RESOLUTIONS, quantize=True, check=check_folder)
