@@ -265,7 +265,7 @@ def run_sampler(model, values: dict, progress: Optional[Callable] = None, interr
         del ratios[:-SPEEDUP_HISTORY]
     text, stats = report(res.stats, ar_stats, settings, values, model, tuple(image.shape[1:3]), label,
                          ratios=ratios, first_run=first_run)
-    tokens = {"tokens": grid, "model": model}
+    tokens = {"tokens": grid, "model": model, "prompt": res.prompt}  # prompt: what a conditioned decoder reads
     return image, tokens, stats, heat, text
 
 
@@ -289,7 +289,7 @@ def run_sampler_in_comfy(handle, values: dict):
 def decode_tokens(tokens) -> torch.Tensor:
     if not isinstance(tokens, dict) or "model" not in tokens or "tokens" not in tokens:
         raise ValueError("tokens must come from the tokens output of a SpecAR Sampler")
-    images = resolve(tokens["model"]).decode_tokens(tokens["tokens"])
+    images = resolve(tokens["model"]).decode_tokens(tokens["tokens"], prompt=tokens.get("prompt"))
     if not images:
         raise ValueError("this model has no image decoder")
     return pil_to_tensor(images)

@@ -290,8 +290,13 @@ def test_dit_decodes_through_diffusers(tiny, tmp_path):
     assert m.decoder_problem is None
     res = specar.generate(m, "a sign 'no'", backend="sjd", seed=1)
     assert res.image.size == (64, 96) and res.preceding.image is None
-    again = m.decode_tokens(res.tokens[None])[0]  # the DiT's noise follows the codes
-    assert again.tobytes() == res.image.tobytes()
+    other = specar.generate(m, "a red cat", backend="sjd", seed=1)  # another prompt in between
+    # the DiT's noise follows the codes, its glyphs the prompt the result carries (not the model's last prompt)
+    again = m.decode_tokens(res.tokens[None], prompt=res.prompt)[0]
+    assert again.tobytes() == res.image.tobytes() and res.prompt.text == "a sign 'no'"
+    assert m.decode_tokens(res.tokens[None], prompt=other.prompt)[0].tobytes() != res.image.tobytes()
+    with pytest.raises(ValueError, match="prompt=result.prompt"):
+        m.decode_tokens(res.tokens[None])
     with pytest.raises(ValueError, match="dit_steps"):
         specar.load_model(full, resolution=SIZE, dit_steps=0)
 
@@ -406,3 +411,19 @@ def test_a_folder_missing_files_is_refused_naming_every_one(tiny, comfy, monkeyp
     for sub in ("vision_language_encoder", "processor"):
         shutil.copytree(os.path.join(tiny[0], sub), os.path.join(folder, sub), dirs_exist_ok=True)
     assert models.loader_error("GLM-Image-partial", "1024x1024") is None
+
+
+def test_the_live_preview_shows_the_preview_grid_then_the_target(mdl):
+    """A live preview on the two-grid model shows the preview grid while it is sampled, then the target grid, each
+    code coloured by its VQ codebook vector (planted: no preview for the first grid)."""
+    from specar.samplers.preview import PartialImage
+    shown = []
+    preview = PartialImage(mdl, lambda images, done, total: shown.append((images[0].size, done, total)),
+                           min_interval_s=0.0, share=0.99)
+    res = specar.generate(mdl, PROMPT, backend="ar", seed=6, preview=preview)
+    sizes = [size for size, _, _ in shown]
+    first = sizes.index((2, 3))  # PIL (W, H): the 3x2 target grid
+    assert first > 0 and set(sizes[:first]) == {(13, 19)} and set(sizes[first:]) == {(2, 3)}
+    assert [t for _, _, t in shown] == [19 * 13] * first + [6] * (len(shown) - first)
+    colors = mdl.decode_preview(res.tokens[None])[0]
+    assert colors.size == (2, 3) and len(set(colors.getdata())) == len(set(res.tokens.flatten().tolist()))

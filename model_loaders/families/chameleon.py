@@ -207,7 +207,7 @@ class ChameleonImageModel(SharedVocabImageModel):
 
     # -- model hooks -----------------------------------------------------------------------
     @torch.inference_mode()
-    def decode_tokens(self, tokens: torch.Tensor, chunk: int = 4):
+    def decode_tokens(self, tokens: torch.Tensor, chunk: int = 4, prompt=None):
         dev = self.vqgan.post_quant_conv.weight.device
         out = []
         for i in range(0, tokens.shape[0], chunk):

@@ -126,7 +126,6 @@ class GlmImageARModel(SharedVocabImageModel):
             self.decoder_problem = MISSING_DIFFUSERS
             warnings.warn(MISSING_DIFFUSERS, stacklevel=2)
         self._pipeline = None
-        self._text = ""
         self._stages = {"target": self}  # shared by the stage objects
 
     # -- the two stages ------------------------------------------------------------------------
@@ -185,7 +184,6 @@ class GlmImageARModel(SharedVocabImageModel):
             raise ValueError(f"preview must be the {g.height}x{g.width} preview grid's codes (0..{g.vocab_size - 1}), "
                              f"got {tuple(torch.as_tensor(preview).shape)}")
         codes = codes.tolist()
-        self._text = text  # the DiT renders the prompt's quoted text (decode_tokens)
         return EncodedPrompt(cond=self.text_ids(text) + codes, uncond=self.text_ids(negative_text) + codes,
                              text=text, negative_text=negative_text)
 
@@ -211,22 +209,44 @@ class GlmImageARModel(SharedVocabImageModel):
         return super()._run(embeds, self.rope_positions(positions, cache.glm_text_len), allowed, cache, slots)
 
     # -- decoding --------------------------------------------------------------------------
-    def decode_tokens(self, tokens: torch.Tensor):
+    def decode_tokens(self, tokens: torch.Tensor, prompt: EncodedPrompt = None):
         """Target codes [B, H, W] -> PIL images through the released pipeline's DiT (its CFG, 2x upsampled codes,
-        the prompt's glyphs); None for the preview stage or without the DiT (``decoder_problem`` says why). The DiT's
-        noise is seeded from the codes: the same tokens give the same pixels (same image as AR, decoded too)."""
+        the glyphs of `prompt`'s text: the EncodedPrompt the codes came from, `GenerationResult.prompt`); None for
+        the preview stage or without the DiT (``decoder_problem`` says why). The DiT's noise is seeded from the
+        codes: the same tokens give the same pixels (same image as AR, decoded too)."""
         if self.stage != "target" or self.decoder_problem is not None:
             return None
+        if not isinstance(prompt, EncodedPrompt):
+            raise ValueError(f"GLM-Image's DiT renders the text of the prompt the codes came from: "
+                             f"decode_tokens(tokens, prompt=result.prompt), got prompt {type(prompt).__name__}")
         pipe = self.dit_pipeline()
         B, H, W = tokens.shape
         up = torch.nn.functional.interpolate(tokens.reshape(B, 1, H, W).float(), scale_factor=2, mode="nearest")
         out = []
         for b in range(B):
-            res = pipe(prompt=self._text, height=self.height, width=self.width, guidance_scale=DIT_GUIDANCE,
+            res = pipe(prompt=prompt.text, height=self.height, width=self.width, guidance_scale=DIT_GUIDANCE,
                        prior_token_ids=up[b].long().reshape(1, -1).to(self.device), num_inference_steps=self.dit_steps,
                        generator=torch.Generator().manual_seed(hash(tuple(tokens[b].flatten().tolist())) % 2 ** 63))
             out.append(res.images[0])
         return out
+
+    def decode_preview(self, tokens: torch.Tensor):
+        """The live preview of either grid: each code coloured by its VQ codebook vector's first three principal
+        components (one pixel per token; the DiT is far too slow to run every few steps)."""
+        from PIL import Image
+        colors = self._stages["target"].__dict__.get("_code_colors")
+        if colors is None:
+            try:
+                book = self.model.model.vqmodel.quantize.embedding.weight.detach().float().cpu()
+            except (RuntimeError, NotImplementedError):  # offloaded (meta) weights: the codes as grey levels
+                return None
+            book = book - book.mean(0)
+            _, _, v = torch.linalg.svd(book, full_matrices=False)
+            pc = book @ v[:3].T
+            lo, hi = pc.min(0).values, pc.max(0).values
+            colors = ((pc - lo) / (hi - lo).clamp(min=1e-9) * 255).round().to(torch.uint8)
+            self._stages["target"]._code_colors = colors
+        return [Image.fromarray(colors[t.long()].numpy()) for t in tokens.cpu()]
 
     def dit_pipeline(self):
         """diffusers' GlmImagePipeline over the pipeline folder, sharing this AR model and processor (loaded once)."""
