@@ -196,7 +196,10 @@ def test_the_sampler_node_runs_every_backend_as_ar(tiny, comfy, monkeypatch):
     monkeypatch.setattr(models, "load_model", registry.load_model)  # the real loader, not the fixture's stand-in
     classes = node_classes("v1")
     assert "GLM-Image-tiny" in models.model_choices()
-    assert "256x256" in models.allowed_values("GLM-Image-tiny")["resolution"]
+    allowed = models.allowed_values("GLM-Image-tiny")["resolution"]
+    assert {"256x256", "1536x1536", "2048x2048", "2048x1152", "1152x2048"} <= set(allowed) and "720x720" not in allowed
+    assert "multiples of 32" in models.loader_error("GLM-Image-tiny", "720x720")  # at queue time, per model
+    assert "2048x2048" in models.loader_error("demo", "2048x2048")
     handle, = execute(classes["SpecARModelLoader"], model="GLM-Image-tiny", device="cpu", dtype="auto",
                       resolution="256x256")[0]
     m = models.resolve(handle)
@@ -212,8 +215,16 @@ def test_the_sampler_node_runs_every_backend_as_ar(tiny, comfy, monkeypatch):
         return tokens["tokens"], json.loads(stats), image
 
     ar, stats, image = run("ar")
-    assert ar.shape == (1, 8, 8) and image.shape == (1, 8, 8, 3)  # no decoder: the codes as grey levels
+    assert ar.shape == (1, 8, 8) and image.shape == (1, 8, 8, 3)  # no decoder: the codes in their preview colours
+    assert torch.equal(image[0], pil_to_tensor_of(m.decode_preview(ar))[0]) and not torch.equal(image[..., 0],
+                                                                                                image[..., 1])
     assert stats["image_tokens"] == n and stats["step_compression"] == pytest.approx(1.0)
+    # the widgets' defaults (temperature -1, top_p 0) sample at the checkpoint's settings, which the stats show
+    assert {k: stats["sampling"][k] for k in ("temperature", "top_p", "top_k", "cfg_scale")} == \
+        {"temperature": 0.9, "top_p": 0.75, "top_k": CODES, "cfg_scale": 1.0}
+    (_, _, explicit, _), _ = run_sampler_node(classes["SpecARSampler"], handle, sampler_values(
+        prompt=PROMPT, seed=5, backend="ar", temperature=1.0, top_p=1.0))  # a workflow saved before: its values
+    assert {k: json.loads(explicit)["sampling"][k] for k in ("temperature", "top_p")} == {"temperature": 1.0, "top_p": 1.0}
     for backend in specar.BACKENDS[1:]:
         tokens, stats, _ = run(backend)
         assert torch.equal(tokens, ar), backend
@@ -273,12 +284,13 @@ def test_missing_diffusers_is_one_line_and_tokens_still_come(tiny, tmp_path, mon
         warnings.simplefilter("always")
         m = specar.load_model(str(root), resolution=SIZE)  # the released layout's root, found by model_index.json
     said = [str(w.message) for w in caught if "diffusers" in str(w.message)]
-    assert said == [glm_image.MISSING_DIFFUSERS] and "\n" not in said[0] and "specar[glm-image]" in said[0]
+    assert said == [glm_image.MISSING_DIFFUSERS] and "\n" not in said[0]
+    assert os.path.isfile(glm_image.REQUIREMENTS) and glm_image.REQUIREMENTS in said[0]
     assert m.decoder_problem == glm_image.MISSING_DIFFUSERS
     res = specar.generate(m, PROMPT, backend="sjd", seed=3)
     assert res.image is None and res.tokens.shape == (3, 2)
     monkeypatch.setitem(__import__("sys").modules, "diffusers", None)  # import diffusers -> ImportError
-    with pytest.raises(ImportError, match=r"specar\[glm-image\]"):
+    with pytest.raises(ImportError, match="requirements-glm-image.txt"):
         m.dit_pipeline()
 
 
@@ -427,3 +439,57 @@ def test_the_live_preview_shows_the_preview_grid_then_the_target(mdl):
     assert [t for _, _, t in shown] == [19 * 13] * first + [6] * (len(shown) - first)
     colors = mdl.decode_preview(res.tokens[None])[0]
     assert colors.size == (2, 3) and len(set(colors.getdata())) == len(set(res.tokens.flatten().tolist()))
+
+
+def test_the_install_lines_are_what_is_tested(monkeypatch):
+    """requirements-glm-image.txt and the pyproject extra pin the diffusers the suite decodes with and a transformers
+    it runs on; a transformers without the GlmImage classes is one line naming that file (planted: 4.x)."""
+    import re
+    from importlib.metadata import version
+    with open(glm_image.REQUIREMENTS) as f:
+        pins = dict(re.findall(r"^(\w+)([=><].*)$", f.read(), re.M))
+    assert pins == {"transformers": ">=5.24", "diffusers": "==0.42.1"}
+    with open(os.path.join(os.path.dirname(glm_image.REQUIREMENTS), "pyproject.toml")) as f:
+        assert 'glm-image = ["transformers>=5.24", "diffusers==0.42.1"]' in f.read()
+    have = tuple(int(x) for x in re.findall(r"\d+", version("transformers"))[:2])
+    assert have >= (5, 24), version("transformers")
+    if importlib_util_find("diffusers"):
+        assert version("diffusers") == "0.42.1", "the suite decodes with another diffusers than the pin"
+    monkeypatch.setattr(__import__("transformers"), "GlmImageForConditionalGeneration", None)  # the current one
+    with pytest.raises(ValueError, match="needs transformers >= 5.*requirements-glm-image.txt"):
+        glm_image.GlmImageARModel("/nonexistent")
+
+
+def importlib_util_find(name):
+    import importlib.util
+    return importlib.util.find_spec(name) is not None
+
+
+def pil_to_tensor_of(images):
+    from specar.nodes.core import pil_to_tensor
+    return pil_to_tensor(images)
+
+
+@pytest.mark.parametrize("flavour", ["v3", "v1"])
+def test_the_example_workflow_runs_on_the_tiny_folder(tiny, comfy, monkeypatch, flavour):
+    """example_workflows/api/SpecAR - GLM-Image.json (its flat twin for the V1 nodes) through the node classes, the
+    tiny folder as models/specar/GLM-Image: the loader at 1024x1024 (256 + 1024 tokens), the sampler at the
+    checkpoint's sampling; the DiT left out (diffusers hidden: the long test decodes)."""
+    from specar.model_loaders import registry
+    from specar.nodes import models
+    from specar_node_harness import EXAMPLES, load_json, node_classes, run_api_workflow
+    folder = os.path.join(comfy["models_dir"], "specar", "GLM-Image")
+    shutil.copytree(tiny[0], folder)
+    with open(os.path.join(folder, "model_index.json"), "w") as f:  # the AR stage's parts of the released layout
+        json.dump({"_class_name": "GlmImagePipeline"}, f)
+    real = glm_image.importlib.util.find_spec
+    monkeypatch.setattr(glm_image.importlib.util, "find_spec", lambda n, *a: None if n == "diffusers" else real(n, *a))
+    monkeypatch.setattr(models, "load_model", registry.load_model)
+    prompt = load_json(os.path.join(EXAMPLES, "api", "SpecAR - GLM-Image.json"))
+    outputs, uis = run_api_workflow(prompt, node_classes(flavour))
+    (sampler,) = [nid for nid in prompt if prompt[nid]["class_type"] == "SpecARSampler"]
+    image, tokens, stats, _ = outputs[sampler]
+    s = json.loads(stats)
+    assert tokens["tokens"].shape == (1, 32, 32) and image.shape == (1, 32, 32, 3)  # no DiT: the codes' colours
+    assert s["image_tokens"] == 256 + 1024 and s["backend"] == "auto"
+    assert (s["sampling"]["temperature"], s["sampling"]["top_p"]) == (0.9, 0.75)

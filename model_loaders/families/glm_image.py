@@ -43,10 +43,22 @@ PIXELS_PER_TOKEN = 32  # GlmImageProcessor._get_target_shape's factor
 MAX_SIDE = 2048  # the largest side GLM-Image generates (its model card: 1024 to 2048 pixels)
 DIT_STEPS = 50  # GlmImagePipeline's num_inference_steps default
 DIT_GUIDANCE = 1.5  # GlmImagePipeline's guidance_scale default
-MISSING_DIFFUSERS = ("GLM-Image's decoder (its DiT) needs diffusers: pip install 'specar[glm-image]' "
-                     "(diffusers>=0.42); without it GLM-Image gives image tokens only")
+REQUIREMENTS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                            "requirements-glm-image.txt")  # the pack's, beside requirements.txt
+MISSING_DIFFUSERS = (f"GLM-Image's decoder (its DiT) needs diffusers: pip install -r {REQUIREMENTS} (in the Python "
+                     f"that runs SpecAR, e.g. ComfyUI's); without it GLM-Image gives image tokens only")
+NEEDS_TRANSFORMERS_5 = (f"GLM-Image needs transformers >= 5 (its GlmImage classes), you have {{have}}: "
+                        f"pip install -r {REQUIREMENTS} (in the Python that runs SpecAR, e.g. ComfyUI's)")
 # the sizes zai-org recommends (W x H), each a multiple of 32
-RESOLUTIONS = ("1024x1024", "1280x1280", "1568x1056", "1056x1568", "1472x1088", "1088x1472", "1728x960", "960x1728")
+RESOLUTIONS = ("1024x1024", "1280x1280", "1568x1056", "1056x1568", "1472x1088", "1088x1472", "1728x960", "960x1728",
+               # larger ones of its 1024 to 2048 range: squares, 16:9 and 3:2
+               "1536x1536", "2048x2048", "2048x1152", "1152x2048", "1536x1024", "1024x1536", "2048x1376", "1376x2048")
+
+
+def token_counts(width: int, height: int) -> str:
+    """What the AR stage samples at W x H, in words: '256 + 1024 tokens (preview grid 16x16, image grid 32x32)'."""
+    (H, W), (h, w) = grids(width, height)
+    return f"{h * w} + {H * W} tokens (preview grid {w}x{h}, image grid {W}x{H})"
 
 
 def check_size(width: int, height: int) -> None:
@@ -85,6 +97,9 @@ class GlmImageARModel(SharedVocabImageModel):
     def __init__(self, folder: str, device=None, dtype=None, width=None, height=None, device_map=None,
                  max_memory=None, offload_folder=None, attn_implementation=None, quantize=None, dit_steps=DIT_STEPS):
         super().__init__()
+        import transformers
+        if getattr(transformers, "GlmImageForConditionalGeneration", None) is None:
+            raise ValueError(NEEDS_TRANSFORMERS_5.format(have=transformers.__version__))
         from transformers import GlmImageForConditionalGeneration
 
         check_folder(folder)  # every missing file named at once
@@ -289,5 +304,7 @@ def size_options(folder: str, w: int, h: int) -> dict:
 
 FAMILY = ModelFamily(
     name=GlmImageARModel.family, label="GLM-Image", files="released layout (model_index.json) or its AR folder",
-    load=GlmImageARModel, detect=is_glm_image, sizes="GLM-Image W x H, multiples of 32 up to 2048",
+    load=GlmImageARModel, detect=is_glm_image,
+    sizes=f"GLM-Image W x H, multiples of 32 up to 2048 (1024x1024: {token_counts(1024, 1024)}; 2048x2048: "
+          f"{token_counts(2048, 2048)})",
     size_options=size_options, transformers=True, resolutions=RESOLUTIONS, quantize=True, check=check_folder)
