@@ -486,6 +486,13 @@ def test_the_example_workflow_runs_on_the_tiny_folder(tiny, comfy, monkeypatch, 
     monkeypatch.setattr(glm_image.importlib.util, "find_spec", lambda n, *a: None if n == "diffusers" else real(n, *a))
     monkeypatch.setattr(models, "load_model", registry.load_model)
     prompt = load_json(os.path.join(EXAMPLES, "api", "SpecAR - GLM-Image.json"))
+    if flavour == "v3":  # the UI file's loader (what the template browser opens) has the API twin's values, valid
+        from specar_node_harness import comfy_validation_errors, read_ui_values
+        loader = next(n for n in load_json(os.path.join(EXAMPLES, "SpecAR - GLM-Image.json"))["nodes"]
+                      if n["type"] == "SpecARModelLoader")
+        cls = node_classes("v3")["SpecARModelLoader"]
+        read = read_ui_values(cls, loader["widgets_values"], "GLM-Image loader")
+        assert read == prompt[str(loader["id"])]["inputs"] and comfy_validation_errors(cls, read) == []
     outputs, uis = run_api_workflow(prompt, node_classes(flavour))
     (sampler,) = [nid for nid in prompt if prompt[nid]["class_type"] == "SpecARSampler"]
     image, tokens, stats, _ = outputs[sampler]
