@@ -169,9 +169,17 @@ class ARImageModel(ABC):
         """The network whose weights identify this model (drafter fingerprints)."""
         raise NotImplementedError(f"{type(self).__name__} does not expose its weights")
 
-    def decode_tokens(self, tokens: torch.Tensor):
-        """[B, H, W] image codes -> list of PIL images, or None when the model has no decoder."""
+    def decode_tokens(self, tokens: torch.Tensor, prompt: Optional[EncodedPrompt] = None):
+        """[B, H, W] image codes -> list of PIL images, or None when the model has no decoder. ``prompt``: the
+        EncodedPrompt the codes were generated from (`GenerationResult.prompt`), for a decoder conditioned on it
+        (GLM-Image's DiT renders its text); a VQ decoder ignores it."""
         return None
+
+    def decode_preview(self, tokens: torch.Tensor):
+        """[B, H, W] image codes, partly committed -> PIL images for the live preview, or None (the codes as grey
+        levels). The decoder by default; a model whose decoder is too slow to run every few steps, or that has none
+        for a grid (GLM-Image's DiT, its preview grid), renders something cheaper."""
+        return self.decode_tokens(tokens)
 
     # -- two-grid models (GLM-Image: a preview grid, then the image's grid after it) ----------------
     def preceding_stage(self) -> Optional["ARImageModel"]:

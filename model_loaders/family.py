@@ -38,17 +38,23 @@ def size_options(family, name_or_path: str, resolution: str = MODEL_DEFAULT) -> 
 
 @dataclass(frozen=True)
 class Sampling:
-    """A variant's recommended classifier-free guidance scale and top-k (None: no top-k)."""
+    """A variant's recommended classifier-free guidance scale and top-k (None: no top-k), and temperature and top-p
+    where it recommends other than 1.0."""
     variant: str  # "Janus-Pro", "LlamaGen c2i": what the help calls it
     cfg_scale: float
     top_k: Optional[int]
+    temperature: float = 1.0
+    top_p: float = 1.0
 
     def for_vocab(self, vocab_size: int) -> dict:
         """The `default_sampling` of a loaded model: top-k at most its image vocabulary."""
-        return {"cfg_scale": self.cfg_scale, "top_k": 0 if self.top_k is None else min(self.top_k, vocab_size)}
+        out = {"cfg_scale": self.cfg_scale, "top_k": 0 if self.top_k is None else min(self.top_k, vocab_size)}
+        return {**out, **{k: getattr(self, k) for k in ("temperature", "top_p") if getattr(self, k) != 1.0}}
 
     def describe(self) -> str:
-        return f"{self.variant}: cfg {self.cfg_scale:g}, top-k {self.top_k or 'off'}"
+        extra = "".join(f", {k.replace('_', '-')} {getattr(self, k):g}" for k in ("temperature", "top_p")
+                        if getattr(self, k) != 1.0)
+        return f"{self.variant}: cfg {self.cfg_scale:g}, top-k {self.top_k or 'off'}{extra}"
 
 
 def square_size(label: str, sizes: str) -> Callable[[str, int, int], dict]:
@@ -94,6 +100,9 @@ class ModelFamily:
     transformers: bool = False  # an adapter over transformers' classes: needs TRANSFORMERS_FLOOR, can offload
     resolutions: tuple = ()  # the "WxH" sizes its checkpoints generate, for the loader's resolution list
     quantize: bool = False  # its loader takes quantize="int8" / "int4" (weight-only, precision/quantize.py)
+    # (folder) -> None, or a ValueError naming every file the folder lacks: run when the loader node lists or
+    # queues the folder (None: the family's loader says what is missing)
+    check: Optional[Callable[[str], None]] = None
 
 
 def read_config(folder: str) -> dict:

@@ -165,6 +165,7 @@ def backend_config(values: dict):
     err = setting_conflicts(schema, settings.params, values.get("same_image_as_ar", REPRODUCIBLE_DEFAULT))
     if err:
         raise ValueError(err)
+    sampling_overrides(values)  # a bad temperature refused with the rest, before anything runs
     params = dict(settings.params)
     for p in schema.params:
         if p.folder_of and p.name in params:
@@ -199,6 +200,18 @@ def setting_conflicts(schema, params: dict, same_image: bool) -> Optional[str]:
             f"{'them' if len(changes) > 1 else 'it'} on the node (the web extension does when you pick the value)")
 
 
+def sampling_overrides(values: dict) -> dict:
+    """The sampler's temperature and top_p as `generate` takes them: None (the model's recommended value) for the
+    "model default" values (spec.MODEL_TEMPERATURE, spec.MODEL_TOP_P); ValueError for a negative temperature other
+    than that one."""
+    from .spec import MODEL_TEMPERATURE, MODEL_TOP_P
+    t, p = float(values.get("temperature", MODEL_TEMPERATURE)), float(values.get("top_p", MODEL_TOP_P))
+    if t < 0 and t != MODEL_TEMPERATURE:
+        raise ValueError(f"temperature must be {MODEL_TEMPERATURE:g} (the model's recommended value) or in [0, 10] "
+                         f"(0: greedy), got {t:g}")
+    return {"temperature": None if t == MODEL_TEMPERATURE else t, "top_p": None if p == MODEL_TOP_P else p}
+
+
 def sampler_error(values: dict) -> Optional[str]:
     """The sampler's own validation of its values (None = valid)."""
     try:
@@ -223,10 +236,9 @@ def run_sampler(model, values: dict, progress: Optional[Callable] = None, interr
     preview = None
     if mode != "off" and hasattr(progress, "show"):  # only where something shows it (ComfyUI's progress bar)
         preview = PartialImage(model, progress.show, overlay=mode == "image + acceptance", **PREVIEW_THROTTLE)
-    sampling = dict(seed=values["seed"], cfg_scale=settings.cfg_scale, temperature=float(values.get("temperature", 1.0)),
-                    top_k=settings.top_k, top_p=float(values.get("top_p", 1.0)),
-                    negative_prompt=values.get("negative_prompt", ""), batch_size=batch, interrupt=interrupt,
-                    reproducible=values.get("same_image_as_ar", REPRODUCIBLE_DEFAULT))
+    sampling = dict(seed=values["seed"], cfg_scale=settings.cfg_scale, top_k=settings.top_k,
+                    **sampling_overrides(values), negative_prompt=values.get("negative_prompt", ""), batch_size=batch,
+                    interrupt=interrupt, reproducible=values.get("same_image_as_ar", REPRODUCIBLE_DEFAULT))
     compare = bool(values.get("compare_with_ar")) and settings.backend != "ar"
     # compare_with_ar: one progress bar over both generations (the backend's run fills its first half, AR's
     # the second), so the bar does not sit at 100% while AR runs
@@ -237,9 +249,10 @@ def run_sampler(model, values: dict, progress: Optional[Callable] = None, interr
     _GENERATED.add(model)
     geo = model.geometry
     grid = res.tokens.reshape(batch, geo.height, geo.width)
-    if res.images:
-        image = pil_to_tensor(res.images)
-    else:  # no decoder: show the codes as grey levels
+    rendered = res.images or model.decode_preview(grid)  # no decoder: the live preview's (GLM-Image: colours)
+    if rendered:
+        image = pil_to_tensor(rendered)
+    else:  # the codes as grey levels
         codes = grid.float() / max(geo.vocab_size - 1, 1)
         image = codes[..., None].expand(-1, -1, -1, 3).contiguous()
     if preview is not None:  # the finished image replaces the last partial one now, before AR's run
@@ -265,7 +278,7 @@ def run_sampler(model, values: dict, progress: Optional[Callable] = None, interr
         del ratios[:-SPEEDUP_HISTORY]
     text, stats = report(res.stats, ar_stats, settings, values, model, tuple(image.shape[1:3]), label,
                          ratios=ratios, first_run=first_run)
-    tokens = {"tokens": grid, "model": model}
+    tokens = {"tokens": grid, "model": model, "prompt": res.prompt}  # prompt: what a conditioned decoder reads
     return image, tokens, stats, heat, text
 
 
@@ -289,7 +302,7 @@ def run_sampler_in_comfy(handle, values: dict):
 def decode_tokens(tokens) -> torch.Tensor:
     if not isinstance(tokens, dict) or "model" not in tokens or "tokens" not in tokens:
         raise ValueError("tokens must come from the tokens output of a SpecAR Sampler")
-    images = resolve(tokens["model"]).decode_tokens(tokens["tokens"])
+    images = resolve(tokens["model"]).decode_tokens(tokens["tokens"], prompt=tokens.get("prompt"))
     if not images:
         raise ValueError("this model has no image decoder")
     return pil_to_tensor(images)

@@ -169,6 +169,8 @@ def allowed_values(name: str) -> dict:
     families. Read from the family (model_loaders/family.py); ValueError when the model is not found."""
     path = resolve_model(name)
     family = family_of(path)
+    if family.check is not None:  # a folder missing files is refused naming every one (at queue time)
+        family.check(path)
     return {"resolution": [r for r in RESOLUTIONS if _offers(family, path, r)],
             "quantize": list(QUANTIZE_MODES) if family.quantize else ["none"],
             "offload": list(OFFLOADS) if family.transformers else ["none"]}

@@ -180,6 +180,16 @@ def advanced(w: Widget, flag: bool) -> Widget:
 
 
 MODEL_DEFAULT = "model default"
+# the temperature and top_p values that mean "the loaded model's recommended value" (saved workflows from before kept
+# their explicit 1.0)
+MODEL_TEMPERATURE, MODEL_TOP_P = -1.0, 0.0
+
+
+def recommended(name: str) -> str:
+    """Which families recommend a `name` (temperature, top_p) other than 1.0, in words."""
+    named = [f"{s.variant} {getattr(s, name):g}" for f in FAMILIES.values() for s in f.sampling
+             if getattr(s, name) != 1.0]
+    return ", ".join(named + ["GLM-Image its generation_config.json's", "1.0 otherwise"])
 
 
 def guidance_switch() -> Switch:
@@ -254,10 +264,12 @@ def sampler_spec(drafter_choices: Callable[[str], list] = lambda kind: []) -> No
                control_after_generate=True),
         backend_switch(drafter_choices),
         guidance_switch(),
-        Widget("temperature", "FLOAT", "sampling temperature; 1.0 as in the papers, 0 = greedy", default=1.0,
-               min=0.0, max=10.0, step=0.05),
-        Widget("top_p", "FLOAT", "nucleus sampling; 1.0 = off (the papers' setting)", default=1.0, min=0.01,
-               max=1.0, step=0.01),
+        Widget("temperature", "FLOAT", f"sampling temperature: {MODEL_TEMPERATURE:g} = the loaded model's recommended "
+               f"value ({recommended('temperature')}), 0 = greedy; the value used is shown after the run",
+               default=MODEL_TEMPERATURE, min=MODEL_TEMPERATURE, max=10.0, step=0.05),
+        Widget("top_p", "FLOAT", f"nucleus sampling: {MODEL_TOP_P:g} = the loaded model's recommended value "
+               f"({recommended('top_p')}), 1.0 = off; the value used is shown after the run", default=MODEL_TOP_P,
+               min=MODEL_TOP_P, max=1.0, step=0.01),
         Widget("batch_size", "INT", "images generated at once, each with its own random stream (the largest "
                "batch this model allows is checked before generating)", default=1, min=1, max=64, step=1),
         Widget("preview", "COMBO", "live preview while tokens are committed: the partial image, the partial image "

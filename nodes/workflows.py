@@ -50,7 +50,21 @@ WORKFLOWS = {
         "seed": 42,
         "samplers": [{"backend": b, "compare_with_ar": b != "ar"} for b in SCHEMAS],
     },
+    "SpecAR - GLM-Image": {
+        "note": "GLM-Image (zai-org): the released folder in ComfyUI/models/specar/GLM-Image/ and, in ComfyUI's "
+                "Python, pip install -r custom_nodes/specar/requirements-glm-image.txt (files and GPU memory: "
+                "docs/NODES.md, GLM-Image). The sampler runs the AR stage (a 16x16 preview grid, then the 32x32 "
+                "image grid at 1024x1024) with backend auto, losslessly: the same tokens as plain AR for the seed; "
+                "the DiT decoder then paints the image. temperature -1 and top_p 0 take the checkpoint's own "
+                "sampling settings (shown on the node after the run). The thumbnail is this workflow run on the "
+                "tests' tiny random-weight GLM-Image folder: noise, by design.",
+        "prompt": 'a red fox reading a newspaper whose headline says "SpecAR", in a sunny cafe',
+        "seed": 3,
+        "loader": {"model": "GLM-Image", "resolution": "1024x1024"},  # a folder under models/specar, not the demo
+        "samplers": [{"backend": "auto"}],
+    },
 }
+GLM_EXAMPLE = "SpecAR - GLM-Image"  # its thumbnail needs a GLM-Image folder: `--glm-image-folder`
 
 
 def title(backend: str) -> str:
@@ -74,7 +88,7 @@ def loader_values() -> dict:
 
 
 def build_api(desc: dict) -> dict:
-    prompt = {"1": {"class_type": "SpecARModelLoader", "inputs": loader_values(),
+    prompt = {"1": {"class_type": "SpecARModelLoader", "inputs": {**loader_values(), **desc.get("loader", {})},
                     "_meta": {"title": "SpecAR Model Loader"}}}
     for i, s in enumerate(desc["samplers"]):
         sid, img, heat = str(10 + i), str(20 + i), str(30 + i)
@@ -119,7 +133,7 @@ def build_ui(desc: dict) -> dict:
         i = int(nid) % 10
         if ct == "SpecARModelLoader":
             pos, size = [40, 120], [320, 130]
-            widgets = list(loader_values().values())
+            widgets = [node["inputs"][k] for k in loader_values()]  # the loader's values in its widget order
             inputs = []
             outputs = [{"name": "model", "type": "SPECAR_MODEL", "links": outgoing.get((nid, 0), []), "slot_index": 0}]
         elif ct == "SpecARSampler":
@@ -156,13 +170,16 @@ def build_ui(desc: dict) -> dict:
             "groups": [], "config": {}, "extra": {"ds": {"scale": 0.8, "offset": [0, 0]}}, "version": 0.4}
 
 
-def render_thumbnail(desc: dict, path: str) -> None:
-    """Run the workflow's samplers with the demo model and save image + heatmap per backend as a JPEG."""
+def render_thumbnail(desc: dict, path: str, folder: str = None) -> None:
+    """Run the workflow's samplers with the demo model (or the model `folder`, at the workflow's resolution) and
+    save image + heatmap per backend as a JPEG."""
     from PIL import Image, ImageDraw
 
     from . import core
+    from ..model_loaders.registry import load_model
 
-    model = models.load_cached(model="demo", device="cpu")
+    model = models.load_cached(model="demo", device="cpu") if folder is None else \
+        load_model(folder, device="cpu", resolution=desc["loader"]["resolution"])
     api = build_api(desc)
     tiles = []
     for nid, node in api.items():
@@ -192,7 +209,8 @@ def render_thumbnail(desc: dict, path: str) -> None:
 FLAT_API = os.path.join(EXAMPLES, "api", "flat")  # API twins for ComfyUI without DynamicCombo (0.3.x, V1 nodes)
 
 
-def write_all(thumbnails: bool = True) -> list:
+def write_all(thumbnails: bool = True, glm_image_folder: str = None) -> list:
+    """Every example's files; the thumbnails rendered (GLM-Image's only with `glm_image_folder`, else kept)."""
     os.makedirs(FLAT_API, exist_ok=True)
     written = []
     for name, desc in WORKFLOWS.items():
@@ -203,9 +221,9 @@ def write_all(thumbnails: bool = True) -> list:
                 json.dump(data, f, indent=1)
                 f.write("\n")
             written.append(path)
-        if thumbnails:
+        if thumbnails and (name != GLM_EXAMPLE or glm_image_folder):
             path = os.path.join(EXAMPLES, f"{name}.jpg")
-            render_thumbnail(desc, path)
+            render_thumbnail(desc, path, glm_image_folder if name == GLM_EXAMPLE else None)
             written.append(path)
     return written
 
@@ -215,12 +233,14 @@ def main(argv=None):
     ap.add_argument("--no-thumbnails", action="store_true", help="do not render the .jpg thumbnails")
     ap.add_argument("--flat", metavar="API_JSON", help="print this API-format workflow in the flat layout (for a "
                     "ComfyUI without DynamicCombo, before 0.4.0) instead of writing the examples")
+    ap.add_argument("--glm-image-folder", metavar="DIR", help="a GLM-Image folder (e.g. the tests' tiny one) to "
+                    "render the GLM-Image example's thumbnail with; without it that thumbnail is kept")
     args = ap.parse_args(argv)
     if args.flat:
         with open(args.flat) as f:
             print(json.dumps(to_flat(json.load(f)), indent=1))
         return
-    for path in write_all(thumbnails=not args.no_thumbnails):
+    for path in write_all(thumbnails=not args.no_thumbnails, glm_image_folder=args.glm_image_folder):
         print(path)
 
 

@@ -6,7 +6,7 @@ from typing import Callable, Optional
 
 import torch
 
-from ..model_loaders.contract import ARImageModel
+from ..model_loaders.contract import ARImageModel, EncodedPrompt
 from .backends import BACKENDS, DEFAULT_BACKEND, BackendConfig, make_backend
 from .engine import SpeculativeEngine
 from .stats import GenerationStats, chained_stats
@@ -29,6 +29,9 @@ class GenerationResult:
     # a two-grid model (GLM-Image): the preceding stage's result (its grids, e.g. the preview's codes, and stats);
     # `stats` then cover both grids
     preceding: Optional["GenerationResult"] = None
+    # the prompt the grid was generated from (a two-grid batch: image 0's, whose text the others share), what
+    # `model.decode_tokens(tokens, prompt=...)` conditions a decoder on (GLM-Image's DiT)
+    prompt: Optional[EncodedPrompt] = None
 
 
 def _check_seed(seed):
@@ -106,9 +109,9 @@ def _run(model, encoded, seed, batch, progress, preview, spec, sampling, interru
         seq, stats = engine.run(encoded, progress=progress, interrupt=interrupt, preview=preview)
     geo = model.geometry
     grid = seq[:, geo.image_positions().to(seq.device)].view(batch, geo.height, geo.width).cpu()
-    images = model.decode_tokens(grid)
+    images = model.decode_tokens(grid, prompt=encoded)
     return GenerationResult(tokens=grid[0] if batch == 1 else grid, image=images[0] if images else None, stats=stats,
-                            images=images, sequence=seq.cpu())
+                            images=images, sequence=seq.cpu(), prompt=encoded)
 
 
 def stage_seed(seed: int, row: int) -> int:
@@ -120,14 +123,16 @@ def stage_seed(seed: int, row: int) -> int:
 def _after_preceding_stage(first, model, prompt, negative_prompt, seed, batch, progress, preview, run):
     """A two-grid model (`ARImageModel.preceding_stage`): the preceding stage's grids (the batch, `seed`), then
     each image's grid after its own codes (one run per image, `stage_seed`: each prompt ends with that image's
-    codes). One progress bar over both grids; the live preview (built for `model`'s grid) shows the second."""
+    codes). One progress bar over both grids; the live preview (built for `model`'s grid) shows the first grid, then
+    the second (`preview.for_stage`, where the preview has it)."""
     n_first, n = first.geometry.seq_len, model.geometry.seq_len
     total = batch * (n_first + n)
 
     def spanning(offset):
         return None if progress is None else (lambda done, _: progress(offset + done, total))
 
-    head = _run(first, first.encode_prompt(prompt, negative_prompt), seed, batch, spanning(0), None, **run)
+    first_preview = preview.for_stage(first) if hasattr(preview, "for_stage") else None
+    head = _run(first, first.encode_prompt(prompt, negative_prompt), seed, batch, spanning(0), first_preview, **run)
     codes = head.tokens.reshape(batch, -1)
     rows = [_run(model, model.prompt_after(prompt, codes[b], negative_prompt), stage_seed(seed, b), 1,
                  spanning(batch * n_first + b * n), preview, **run) for b in range(batch)]
@@ -135,7 +140,7 @@ def _after_preceding_stage(first, model, prompt, negative_prompt, seed, batch, p
     return GenerationResult(
         tokens=rows[0].tokens if batch == 1 else torch.stack([r.tokens for r in rows]),
         image=rows[0].image, images=images, stats=chained_stats(head.stats, [r.stats for r in rows]),
-        sequence=torch.cat([r.sequence for r in rows]), preceding=head)
+        sequence=torch.cat([r.sequence for r in rows]), preceding=head, prompt=rows[0].prompt)
 
 
 __all__ = ["BACKENDS", "GenerationResult", "REPRODUCIBLE_DEFAULT", "generate"]

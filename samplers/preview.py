@@ -49,6 +49,10 @@ class PartialImage:
         self.spent_s = 0.0
         self.shown = 0
 
+    def for_stage(self, model) -> "PartialImage":
+        """This preview (what it emits to, its overlay and throttle) for another grid: a two-grid model's first."""
+        return PartialImage(model, self.emit, self.overlay, self.min_interval_s, self.share)
+
     def due(self) -> bool:
         return time.perf_counter() >= self.next_at
 
@@ -71,7 +75,7 @@ class PartialImage:
     def render(self, grid: torch.Tensor, committed: torch.Tensor, at_step: Optional[torch.Tensor]) -> list:
         """[B, H, W] codes -> PIL images, uncommitted tokens greyed out (and the overlay tint)."""
         from PIL import Image
-        decoded = self.model.decode_tokens(grid)
+        decoded = self.model.decode_preview(grid)
         if decoded:
             pixels = torch.stack([torch.from_numpy(_rgb_array(im)) for im in decoded]).float() / 255
         else:  # no decoder: the codes as grey levels

@@ -145,6 +145,9 @@ def test_layouts_prompts_and_defaults(tiny, mdl, square, anole):
     assert (g.height, g.width, g.vocab_size, g.row_end) == (2, 4, 4, True)
     assert (anole.geometry.height, anole.geometry.width, anole.geometry.row_end) == (2, 2, False)
     assert mdl.default_sampling == {"cfg_scale": 3.0, "top_k": 4}  # Lumina-mGPT: top-k 2000 capped at 4 codes
+    # Anole: Chameleon's inference samples at temperature 0.7, top-p 0.9, what generate (and the node) use by default
+    assert anole.default_sampling == {"cfg_scale": 3.0, "top_k": 0, "temperature": 0.7, "top_p": 0.9}
+    assert specar.generate(anole, PROMPT, backend="ar", seed=1).stats.sampling["temperature"] == 0.7
     assert mdl.format_prompt(PROMPT) == "Generate an image of 64x32 according to the following prompt:\na red cat"
     v = tok.get_vocab()
     enc = mdl.encode_prompt(PROMPT)

@@ -21,8 +21,9 @@ from specar_node_harness import (  # devtools/node_harness.py, loaded by tests/c
     ({"backend": "scd", "scd_coupling": "strong"}, "scd_coupling", "scd_coupling must be one of maximal, gumbel"),
     ({"sjd_window": 999}, "sjd_window", "sjd_window must be in [1, 128], got 999"),
     ({"seed": -1}, "seed", "seed must be in [0, 18446744073709551615]"),
-    ({"top_p": 0.0}, "top_p", "top_p must be in [0.01, 1.0]"),
+    ({"top_p": -0.5}, "top_p", "top_p must be in [0.0, 1.0]"),  # 0: the model's recommended value
     ({"temperature": float("nan")}, "temperature", "temperature must be a finite number"),
+    ({"temperature": -0.5}, None, "temperature must be -1 (the model's recommended value) or in [0, 10]"),
     # an on/off input: ComfyUI runs bool(value), so it files nothing itself; the prompt guard refuses it when
     # queued, filed under the one input the validate function takes (ComfyUI files its verdict under each);
     # the node refuses what reaches it unconverted

@@ -48,8 +48,9 @@ IMG_NAME = re.compile(r"^IMGIMG([A-J]+)Z$")
 LUMINA_ARCH = "ChameleonXLLMXForConditionalGeneration"
 LUMINA_TARGETS = (512, 768, 1024)  # the target sizes Lumina-mGPT's checkpoints are trained for
 # Lumina-mGPT's recommended settings (its demo: CFG 3, image top-k 2000); Chameleon's own
-# inference guides images with CFG 3 (it samples with top-p 0.9 and temperature 0.7 otherwise)
-SAMPLING = {"lumina": Sampling("Lumina-mGPT", 3.0, 2000), "anole": Sampling("Anole", 3.0, None)}
+# inference guides images with CFG 3 and samples at temperature 0.7, top-p 0.9 (Anole's "model default")
+SAMPLING = {"lumina": Sampling("Lumina-mGPT", 3.0, 2000),
+            "anole": Sampling("Anole", 3.0, None, temperature=0.7, top_p=0.9)}
 
 
 def code_token_name(code: int) -> str:
@@ -207,7 +208,7 @@ class ChameleonImageModel(SharedVocabImageModel):
 
     # -- model hooks -----------------------------------------------------------------------
     @torch.inference_mode()
-    def decode_tokens(self, tokens: torch.Tensor, chunk: int = 4):
+    def decode_tokens(self, tokens: torch.Tensor, chunk: int = 4, prompt=None):
         dev = self.vqgan.post_quant_conv.weight.device
         out = []
         for i in range(0, tokens.shape[0], chunk):

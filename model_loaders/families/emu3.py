@@ -147,7 +147,7 @@ class Emu3ImageModel(SharedVocabImageModel):
 
     # -- model hooks -----------------------------------------------------------------------
     @torch.inference_mode()
-    def decode_tokens(self, tokens: torch.Tensor, chunk: int = 4):
+    def decode_tokens(self, tokens: torch.Tensor, chunk: int = 4, prompt=None):
         B, H, W = tokens.shape
         V = self.geometry.vocab_size
         seq = torch.cat([tokens.reshape(B, H, W), torch.full((B, H, 1), V, dtype=torch.long)], 2).reshape(B, -1)

@@ -35,17 +35,30 @@ import warnings
 import torch
 
 from ..contract import EncodedPrompt, ImageGeometry, check_texts
-from ..family import ModelFamily, config_names, read_config
+from ..family import ModelFamily, config_names
+from .glm_image_folder import check_folder, layout_folders, read_generation_config
 from .hf_common import SharedVocabImageModel
 
 PIXELS_PER_TOKEN = 32  # GlmImageProcessor._get_target_shape's factor
 MAX_SIDE = 2048  # the largest side GLM-Image generates (its model card: 1024 to 2048 pixels)
 DIT_STEPS = 50  # GlmImagePipeline's num_inference_steps default
 DIT_GUIDANCE = 1.5  # GlmImagePipeline's guidance_scale default
-MISSING_DIFFUSERS = ("GLM-Image's decoder (its DiT) needs diffusers: pip install 'specar[glm-image]' "
-                     "(diffusers>=0.42); without it GLM-Image gives image tokens only")
+REQUIREMENTS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                            "requirements-glm-image.txt")  # the pack's, beside requirements.txt
+MISSING_DIFFUSERS = (f"GLM-Image's decoder (its DiT) needs diffusers: pip install -r {REQUIREMENTS} (in the Python "
+                     f"that runs SpecAR, e.g. ComfyUI's); without it GLM-Image gives image tokens only")
+NEEDS_TRANSFORMERS_5 = (f"GLM-Image needs transformers >= 5 (its GlmImage classes), you have {{have}}: "
+                        f"pip install -r {REQUIREMENTS} (in the Python that runs SpecAR, e.g. ComfyUI's)")
 # the sizes zai-org recommends (W x H), each a multiple of 32
-RESOLUTIONS = ("1024x1024", "1280x1280", "1568x1056", "1056x1568", "1472x1088", "1088x1472", "1728x960", "960x1728")
+RESOLUTIONS = ("1024x1024", "1280x1280", "1568x1056", "1056x1568", "1472x1088", "1088x1472", "1728x960", "960x1728",
+               # larger ones of its 1024 to 2048 range: squares, 16:9 and 3:2
+               "1536x1536", "2048x2048", "2048x1152", "1152x2048", "1536x1024", "1024x1536", "2048x1376", "1376x2048")
+
+
+def token_counts(width: int, height: int) -> str:
+    """What the AR stage samples at W x H, in words: '256 + 1024 tokens (preview grid 16x16, image grid 32x32)'."""
+    (H, W), (h, w) = grids(width, height)
+    return f"{h * w} + {H * W} tokens (preview grid {w}x{h}, image grid {W}x{H})"
 
 
 def check_size(width: int, height: int) -> None:
@@ -66,19 +79,6 @@ def grids(width: int, height: int):
     return (H, W), (int(math.sqrt(H / W) * half), int(math.sqrt(W / H) * half))
 
 
-def layout_folders(folder: str):
-    """(AR folder, processor folder, pipeline folder or None) of the released layout (model_index.json with
-    vision_language_encoder/ and processor/) or of an AR folder alone (config.json; its processor beside it or in
-    ../processor)."""
-    if os.path.isfile(os.path.join(folder, "model_index.json")):
-        return os.path.join(folder, "vision_language_encoder"), os.path.join(folder, "processor"), folder
-    up = os.path.dirname(os.path.normpath(folder))
-    if os.path.isfile(os.path.join(folder, "tokenizer_config.json")):
-        return folder, folder, None
-    pipeline = up if os.path.isfile(os.path.join(up, "model_index.json")) else None
-    return folder, os.path.join(up, "processor"), pipeline
-
-
 def load_processor(folder: str):
     if not os.path.isfile(os.path.join(folder, "tokenizer_config.json")):
         raise ValueError(f"GLM-Image's processor is missing: {folder!r} has no tokenizer_config.json (the released "
@@ -90,15 +90,6 @@ def load_processor(folder: str):
         raise ValueError(f"could not load GLM-Image's processor from {folder!r}: {e}") from e
 
 
-def read_generation_config(folder: str) -> dict:
-    p = os.path.join(folder, "generation_config.json")
-    try:
-        with open(p, encoding="utf-8") as f:
-            return json.load(f) or {}
-    except (OSError, ValueError):
-        return {}
-
-
 class GlmImageARModel(SharedVocabImageModel):
     family = "glm_image"
     stage = "target"
@@ -106,10 +97,13 @@ class GlmImageARModel(SharedVocabImageModel):
     def __init__(self, folder: str, device=None, dtype=None, width=None, height=None, device_map=None,
                  max_memory=None, offload_folder=None, attn_implementation=None, quantize=None, dit_steps=DIT_STEPS):
         super().__init__()
+        import transformers
+        if getattr(transformers, "GlmImageForConditionalGeneration", None) is None:
+            raise ValueError(NEEDS_TRANSFORMERS_5.format(have=transformers.__version__))
         from transformers import GlmImageForConditionalGeneration
 
+        check_folder(folder)  # every missing file named at once
         ar_folder, proc_folder, self.pipeline_folder = layout_folders(folder)
-        read_config(ar_folder)  # a clear error where config.json is missing
         self._open_folder(folder, device, dtype, "glm_image")  # named after the folder asked for
         self.folder = ar_folder  # the weights' folder (drafters and the fingerprint sit beside them)
         self.processor = load_processor(proc_folder)
@@ -147,7 +141,6 @@ class GlmImageARModel(SharedVocabImageModel):
             self.decoder_problem = MISSING_DIFFUSERS
             warnings.warn(MISSING_DIFFUSERS, stacklevel=2)
         self._pipeline = None
-        self._text = ""
         self._stages = {"target": self}  # shared by the stage objects
 
     # -- the two stages ------------------------------------------------------------------------
@@ -206,7 +199,6 @@ class GlmImageARModel(SharedVocabImageModel):
             raise ValueError(f"preview must be the {g.height}x{g.width} preview grid's codes (0..{g.vocab_size - 1}), "
                              f"got {tuple(torch.as_tensor(preview).shape)}")
         codes = codes.tolist()
-        self._text = text  # the DiT renders the prompt's quoted text (decode_tokens)
         return EncodedPrompt(cond=self.text_ids(text) + codes, uncond=self.text_ids(negative_text) + codes,
                              text=text, negative_text=negative_text)
 
@@ -232,22 +224,44 @@ class GlmImageARModel(SharedVocabImageModel):
         return super()._run(embeds, self.rope_positions(positions, cache.glm_text_len), allowed, cache, slots)
 
     # -- decoding --------------------------------------------------------------------------
-    def decode_tokens(self, tokens: torch.Tensor):
+    def decode_tokens(self, tokens: torch.Tensor, prompt: EncodedPrompt = None):
         """Target codes [B, H, W] -> PIL images through the released pipeline's DiT (its CFG, 2x upsampled codes,
-        the prompt's glyphs); None for the preview stage or without the DiT (``decoder_problem`` says why). The DiT's
-        noise is seeded from the codes: the same tokens give the same pixels (same image as AR, decoded too)."""
+        the glyphs of `prompt`'s text: the EncodedPrompt the codes came from, `GenerationResult.prompt`); None for
+        the preview stage or without the DiT (``decoder_problem`` says why). The DiT's noise is seeded from the
+        codes: the same tokens give the same pixels (same image as AR, decoded too)."""
         if self.stage != "target" or self.decoder_problem is not None:
             return None
+        if not isinstance(prompt, EncodedPrompt):
+            raise ValueError(f"GLM-Image's DiT renders the text of the prompt the codes came from: "
+                             f"decode_tokens(tokens, prompt=result.prompt), got prompt {type(prompt).__name__}")
         pipe = self.dit_pipeline()
         B, H, W = tokens.shape
         up = torch.nn.functional.interpolate(tokens.reshape(B, 1, H, W).float(), scale_factor=2, mode="nearest")
         out = []
         for b in range(B):
-            res = pipe(prompt=self._text, height=self.height, width=self.width, guidance_scale=DIT_GUIDANCE,
+            res = pipe(prompt=prompt.text, height=self.height, width=self.width, guidance_scale=DIT_GUIDANCE,
                        prior_token_ids=up[b].long().reshape(1, -1).to(self.device), num_inference_steps=self.dit_steps,
                        generator=torch.Generator().manual_seed(hash(tuple(tokens[b].flatten().tolist())) % 2 ** 63))
             out.append(res.images[0])
         return out
+
+    def decode_preview(self, tokens: torch.Tensor):
+        """The live preview of either grid: each code coloured by its VQ codebook vector's first three principal
+        components (one pixel per token; the DiT is far too slow to run every few steps)."""
+        from PIL import Image
+        colors = self._stages["target"].__dict__.get("_code_colors")
+        if colors is None:
+            try:
+                book = self.model.model.vqmodel.quantize.embedding.weight.detach().float().cpu()
+            except (RuntimeError, NotImplementedError):  # offloaded (meta) weights: the codes as grey levels
+                return None
+            book = book - book.mean(0)
+            _, _, v = torch.linalg.svd(book, full_matrices=False)
+            pc = book @ v[:3].T
+            lo, hi = pc.min(0).values, pc.max(0).values
+            colors = ((pc - lo) / (hi - lo).clamp(min=1e-9) * 255).round().to(torch.uint8)
+            self._stages["target"]._code_colors = colors
+        return [Image.fromarray(colors[t.long()].numpy()) for t in tokens.cpu()]
 
     def dit_pipeline(self):
         """diffusers' GlmImagePipeline over the pipeline folder, sharing this AR model and processor (loaded once)."""
@@ -290,5 +304,7 @@ def size_options(folder: str, w: int, h: int) -> dict:
 
 FAMILY = ModelFamily(
     name=GlmImageARModel.family, label="GLM-Image", files="released layout (model_index.json) or its AR folder",
-    load=GlmImageARModel, detect=is_glm_image, sizes="GLM-Image W x H, multiples of 32 up to 2048",
-    size_options=size_options, transformers=True, resolutions=RESOLUTIONS, quantize=True)
+    load=GlmImageARModel, detect=is_glm_image,
+    sizes=f"GLM-Image W x H, multiples of 32 up to 2048 (1024x1024: {token_counts(1024, 1024)}; 2048x2048: "
+          f"{token_counts(2048, 2048)})",
+    size_options=size_options, transformers=True, resolutions=RESOLUTIONS, quantize=True, check=check_folder)

@@ -131,7 +131,7 @@ class JanusImageModel(HFImageModel):
         return self.model.model.generation_head(hidden)
 
     @torch.inference_mode()
-    def decode_tokens(self, tokens: torch.Tensor, chunk: int = 8):
+    def decode_tokens(self, tokens: torch.Tensor, chunk: int = 8, prompt=None):
         B = tokens.shape[0]
         dev = self.model.model.vqmodel.quantize.embedding.weight.device
         out = []

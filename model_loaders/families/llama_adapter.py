@@ -87,5 +87,5 @@ class LlamaImageModel(SlotCacheModel):
         w = self.decoder.lm_head.weight[self._image_rows]  # logits for image rows only
         return hidden @ w.T
 
-    def decode_tokens(self, tokens: torch.Tensor):
+    def decode_tokens(self, tokens: torch.Tensor, prompt=None):
         return None if self._decode is None else self._decode(tokens)

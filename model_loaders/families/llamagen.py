@@ -316,7 +316,7 @@ class LlamaGenImageModel(SlotCacheModel):
         return self.gpt.output(hidden)
 
     @torch.inference_mode()
-    def decode_tokens(self, tokens: torch.Tensor, chunk: int = 8):
+    def decode_tokens(self, tokens: torch.Tensor, chunk: int = 8, prompt=None):
         return decode_in_chunks(self.vq, tokens, self._device, chunk)
 
 

@@ -329,7 +329,7 @@ class Lumina2ImageModel(SlotCacheModel):
         return self.net.lm_head(hidden)
 
     @torch.inference_mode()
-    def decode_tokens(self, tokens: torch.Tensor, chunk: int = 4):
+    def decode_tokens(self, tokens: torch.Tensor, chunk: int = 4, prompt=None):
         return decode_in_chunks(self.vq, tokens, self._device, chunk)
 
 
