@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import sys
 import time
 
@@ -77,19 +78,31 @@ def main(argv=None):
                                          ar_seconds=ar[key][1], forwards=r.stats.nfe,
                                          guarantee=getattr(r.stats, "same_image_guarantee", None)))
                         print(json.dumps(rows[-1]), flush=True)
+                        if a.json:  # after every row: a run cut short keeps what it measured
+                            write(a.json, argv, rows, complete=False)
         batch_invariant.plan = product_plan
         for backend in a.backends:
             for mode in a.invariant:
                 mine = [r for r in rows if r["dtype"] == dtype and r["backend"] == backend and r["invariant"] == mode]
                 print(f"{a.model} {dtype} {backend} {mode}: {sum(r['differing_tokens'] > 0 for r in mine)} of "
-                      f"{len(mine)} images differ from AR's ({[r['differing_tokens'] for r in mine]} tokens)", flush=True)
+                      f"{len(mine)} images differ from AR's ({[r['differing_tokens'] for r in mine]} tokens)",
+                      flush=True)
     if a.json:
-        from specar.cli.machine import machine
-        meta = {"command": "python devtools/half_same_image.py " + " ".join(sys.argv[1:] if argv is None else argv),
-                "date": time.strftime("%Y-%m-%d"), "threads": torch.get_num_threads(),
-                **machine()}
-        with open(a.json, "w") as f:
-            json.dump({"meta": meta, "rows": rows}, f, indent=1)
+        write(a.json, argv, rows, complete=True)
+
+
+def write(path: str, argv, rows: list, complete: bool) -> None:
+    from specar.cli.machine import machine
+    global _META
+    if _META is None:  # the machine's load at the start
+        _META = {"command": "python devtools/half_same_image.py " + " ".join(sys.argv[1:] if argv is None else argv),
+                 "date": time.strftime("%Y-%m-%d"), "threads": torch.get_num_threads(), **machine()}
+    with open(path + ".tmp", "w") as f:
+        json.dump({"meta": {**_META, "complete": complete}, "rows": rows}, f, indent=1)
+    os.replace(path + ".tmp", path)
+
+
+_META = None
 
 
 if __name__ == "__main__":

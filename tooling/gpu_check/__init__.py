@@ -74,15 +74,16 @@ PROFILES = {
                  stages=["environment", "exactness", "images", "quantized", "projection"],
                  tokens_7b=list(range(1, 66)), compiled_tokens_7b=[1, 33, 65, 17, 9, 2, 49, 5], repeats_7b=10,
                  image_families=["janus-pro-7b", "lumina-mgpt-2-7b"], image_rows={"lumina-mgpt-2-7b": 2, "emu3-gen": 2},
-                 image_invariant_rows=1, image_positions_cap=None, compile_images="base",
+                 image_invariant_rows=1, image_positions_cap=None, compile_images="base", image_pinned_families=None,
                  quant_rows=[1, 2, 17, 34, 66], repeats_quant=10),
     "dry": dict(device="cpu", total_budget=1200.0, samples=1500, dtype="float32", compile_all=False,
-                budgets={"environment": 120.0, "exactness": 240.0, "images": 300.0, "quantized": 120.0,
+                budgets={"environment": 120.0, "exactness": 240.0, "images": 450.0, "quantized": 120.0,
                          "backends": 400.0, "forward_7b": 300.0, "projection": 60.0},
                 stages=None,  # every stage
                 tokens_7b=[1, 2, 3, 5, 9, 17, 33], compiled_tokens_7b=[1], repeats_7b=3,
                 image_families=None, image_rows={"janus-pro-7b": 1, "lumina-mgpt-2-7b": 1, "emu3-gen": 1},
-                image_invariant_rows=1, image_positions_cap=8, compile_images="base", quant_rows=[1, 2, 17, 34, 66],
+                image_invariant_rows=1, image_positions_cap=8, compile_images="base", image_pinned_families=1,
+                quant_rows=[1, 2, 17, 34, 66],
                 repeats_quant=2),
 }
 PAPER_PRESETS = {"sjd_pac": "paper"}  # the images stage runs these backends at their paper's setting (the ask)
@@ -229,7 +230,9 @@ def _image_options(args, profile: dict, backends: list) -> dict:
             "image_weights": args.image_weights,
             "image_compile_backends": [b for b in compiled if b in image_backends],
             "image_invariant_backends": [b for b in (RATIO_BASE, DEFAULT_BACKEND) if b in image_backends],
-            "image_pinned_backends": [b for b in image_backends if b != RATIO_BASE],  # AR: its pinned runs per width
+            # shape-pinned rows (AR: its runs per width) in every family; the dry run: the first family only
+            "image_pinned_backends": [b for b in image_backends if b != RATIO_BASE],
+            "image_pinned_families": families[:profile["image_pinned_families"]],
             "image_invariant_rows": profile["image_invariant_rows"],
             "image_positions_cap": profile["image_positions_cap"],
             "image_presets": {b: p for b, p in PAPER_PRESETS.items() if b in SCHEMAS}}

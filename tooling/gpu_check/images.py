@@ -9,8 +9,8 @@ recompiles, graph breaks and CUDA-graph re-recordings and skips inside the timed
 memory (None on the CPU); the tokens against AR's in the default same-image mode (tokens differing, first
 difference), with the batch-invariant mode as the product sets it on this device, and for `image_invariant_backends`
 once more with it flipped (on CUDA: forced on; on the CPU in bf16: forced off); then for `image_pinned_backends`
-with every forward pinned at the backend's verify width against AR padded to it (`_pinned`), ms per step of both. Ratios to AR are written as each
-row finishes (backends.ratios_to_ar), so that a stage cut for time keeps them."""
+with every forward pinned at the backend's verify width against AR padded to it (`_pinned`), ms per step of both.
+Ratios to AR are written as each row finishes (backends.ratios_to_ar), so that a stage cut for time keeps them."""
 from __future__ import annotations
 
 import tempfile
@@ -103,7 +103,8 @@ def _family(ctx, name: str, fam: dict, workdir: str) -> None:
                 row[mode] = {"error": error_text(e)}
             ratios_to_ar(rows, base)
             ctx.save()
-    _pinned(ctx, model, fam, inv_limit)
+    if name in opt["image_pinned_families"]:
+        _pinned(ctx, model, fam, inv_limit)
     _compiled(ctx, model, rows, limit, ref)
     peaks = [run.get("peak_memory_bytes") for row in rows.values() for run in row.values() if isinstance(run, dict)]
     fam["peak_memory_bytes"] = max((p for p in peaks if p is not None), default=None)  # the family's largest run

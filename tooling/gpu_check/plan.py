@@ -235,7 +235,7 @@ def _images_items(options: dict, t: Timings, gpu: bool) -> list:
                               None if e is None else n_inv * e * INVARIANT_STEP_FACTOR, ESTIMATE))
         fwd = t.fwd["eager"]  # a pinned step: at most the widest measured 7B-shape forward instead of a 1-token one
         widest = fwd[max(fwd)][1] - fwd[1][1] if gpu and 1 in fwd else 0.0
-        for b in options.get("image_pinned_backends", []):  # the backend pinned, and AR padded to its width
+        for b in options["image_pinned_backends"] if fam in options["image_pinned_families"] else []:
             e, _, _ = _step_costs(t, b) if gpu else (None, None, None)
             items.append((f"{fam}: eager {b} shape-pinned at its verify width and AR padded to it, {n_inv} positions",
                           None if e is None else 2 * n_inv * (e + widest), ESTIMATE))

@@ -81,7 +81,8 @@ def timed_generation(model, prompt: str, backend, limit: Optional[int] = None, s
         guarantee = bi.plan(model, True, pin_width)[1]  # the same-image mode's (lossless backends' default)
         t0 = time.perf_counter()
         try:
-            res = generate(model, prompt, backend=backend, seed=seed, compile=compile, preview=Capture(), pin_width=pin_width,
+            res = generate(model, prompt, backend=backend, seed=seed, compile=compile, preview=Capture(),
+                           pin_width=pin_width,
                            progress=lambda done, total: marks.append((time.perf_counter(), done)),
                            interrupt=lambda: bool(captured))
             n_codes = _image_codes(torch.arange(limit), model.geometry).numel()  # finished at or past the limit
