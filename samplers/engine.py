@@ -91,18 +91,23 @@ class SpeculativeEngine:
         self.reproducible = self.drafter.lossless if reproducible is None else reproducible
         # batch-invariant target forwards where the same image needs it (model_loaders/precision/batch_invariant.py)
         self.target_mode, self.same_image_guarantee = batch_invariant.plan(model, self.reproducible, pin_width)
-        # shape pinning: every target forward at one width (the backend's verify width unless `pin_width` says)
+        # shape pinning: every target forward at one width (`pin_width`, else batch_invariant.PINNED_WIDTH)
         self.pin_width = self._pin_width(pin_width) if pin_width is not None or \
             self.target_mode is batch_invariant.ShapePinned else None
         if self.pin_width is not None:
             self.same_image_guarantee += f" (every forward at {self.pin_width} tokens)"
+            if pin_width is None and self.pin_width > batch_invariant.PINNED_WIDTH:  # AR pads to PINNED_WIDTH only
+                self.same_image_guarantee = (f"not guaranteed: {backend.name}'s forwards of {self.pin_width} tokens "
+                                             f"are wider than the pinned width {batch_invariant.PINNED_WIDTH}")
         self.width = self.pin_width or self.drafter.node_budget  # tokens of the widest forward
         self.layout = SequenceLayout.build(model.geometry, self.drafter.slack, model.device)
 
     def _pin_width(self, asked: Optional[int]) -> int:
+        """The width of every forward: `asked` (checked), else the product's pinned width (or the backend's widest
+        forward when it is wider)."""
         budget = self.drafter.node_budget
         if asked is None:
-            return budget
+            return max(budget, batch_invariant.PINNED_WIDTH)
         if isinstance(asked, bool) or not isinstance(asked, int) or asked < budget:
             raise ValueError(f"pin_width must be an int >= {budget} ({self.backend.name}'s widest forward), got "
                              f"{asked!r}")

@@ -89,8 +89,12 @@ def test_the_plan_pins_where_asked_or_verified_and_names_the_case(model, monkeyp
 
     monkeypatch.setattr(BatchInvariant, "__torch_function__", entered)
     r = specar.generate(bf16, "hi", backend="sjd", seed=0, cfg_scale=2.0)  # pinned: no float64 forwards
-    width = make_backend("sjd").verify_width(bf16)
-    assert r.stats.same_image_guarantee == f"{PINNED} (every forward at {width} tokens)"
+    assert r.stats.same_image_guarantee == f"{PINNED} (every forward at {batch_invariant.PINNED_WIDTH} tokens)"
+    ar = specar.generate(bf16, "hi", backend="ar", seed=0, cfg_scale=2.0)  # AR pads to the same width
+    assert ar.stats.same_image_guarantee == r.stats.same_image_guarantee
+    monkeypatch.setattr(batch_invariant, "PINNED_WIDTH", 3)  # a backend wider than the pinned width: said so
+    r = specar.generate(bf16, "hi", backend="sjd", seed=0, cfg_scale=2.0)
+    assert r.stats.same_image_guarantee.startswith("not guaranteed: sjd's forwards of ")
 
 
 @pytest.mark.parametrize("bad", [3, 0, True, 2.5, "9"])

@@ -26,8 +26,8 @@ place among the W rows either: on the CPU in bf16 it does not (docs/REPRODUCIBLE
 
 `plan` decides per generation: the float64 mode runs for a half-precision model on the CPU in the same-image
 mode; float32 runs never enter it. Pinning runs where it was measured to give AR's tokens
-(`PINNED_DEVICES`: none yet, the first GPU run decides), or when the caller asks for it (`pin_width`:
-gpu-check, devtools/half_same_image.py). Elsewhere on CUDA (or MPS) a half-precision run is outside the
+(`PINNED_DEVICES`: none yet, the first GPU run decides; there every generation, AR's too, pins at `PINNED_WIDTH`),
+or when the caller asks for it (`pin_width`: gpu-check, devtools/half_same_image.py). Elsewhere on CUDA (or MPS) a half-precision run is outside the
 guarantee: float64 is far too slow there (or missing). In float32 the claim rests on tests on the CPU (no demo
 image differs), not on a proof that float32 GEMM is batch-invariant.
 """
@@ -53,6 +53,9 @@ FLOAT32 = "float32: tested on the CPU, not proven"
 PINNED = "shape-pinned"  # every forward at one width, on a device where that was measured to give AR's tokens
 # device types where pinning alone gave AR's tokens in half precision (gpu-check's images stage decides: none yet)
 PINNED_DEVICES: frozenset = frozenset()
+# the one width of every forward there, AR's and every backend's (so that any two give the same image): above the
+# widest default verify width on the demo model (spatial's band, 74 tokens); a wider backend is not guaranteed
+PINNED_WIDTH = 80
 
 
 def _wide(x, seen: dict):
@@ -157,5 +160,5 @@ def plan(model, reproducible: bool, pin_width: Optional[int] = None):
     return BatchInvariant, GUARANTEE
 
 
-__all__ = ["BatchInvariant", "FLOAT32", "GUARANTEE", "PINNED", "PINNED_DEVICES", "PRODUCTS", "ROW_OPS", "ShapePinned",
+__all__ = ["BatchInvariant", "FLOAT32", "GUARANTEE", "PINNED", "PINNED_DEVICES", "PRODUCTS", "PINNED_WIDTH", "ROW_OPS", "ShapePinned",
            "pinned_forward", "plan"]

@@ -103,7 +103,7 @@ def _variant(ctx, name, quantize, shape, dev) -> dict:
     ms = {}
     with torch.inference_mode():
         for cfg in (False, True):  # an odd row count: one row per token; an even one: 2 CFG rows per token
-            counts = [r for r in opt["quant_rows"] if r % 2 == int(cfg)]
+            counts = [r for r in opt["quant_rows"] if (r % 2 == 0) == cfg]
             if not counts:
                 continue
             session = model.start(enc, 1, cfg, draft_capacity=max(counts) // (1 + cfg))
