@@ -42,7 +42,7 @@ Llama in place of the 7B shape, few samples, compiled AR only).
 
 The maintainer's commands (from the repository root; `make gpu-check` imports this checkout without installing):
   make gpu-check GPU_CHECK_ARGS=--plan-only                      # the plan, predicted seconds per stage; no GPU
-  make gpu-check GPU_CHECK_OUT=docs/figures/gpu_<card>_<mmdd>     # the default run (426 s predicted, 560 budgeted)
+  make gpu-check GPU_CHECK_OUT=docs/figures/gpu_<card>_<mmdd>     # the default run (523 s predicted, 560 budgeted)
   python -m specar.tooling gpu-check --dry-run --out output/gpu-check-dry   # the whole command on the CPU
 Follow-ups, each a separate lease (add --out docs/figures/gpu_<card>_<mmdd><letter>):
   python -m specar.tooling gpu-check --stages images --image-families emu3-gen --image-rows 8 --budget 560 \
