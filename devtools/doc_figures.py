@@ -10,7 +10,8 @@ A doc marks a block with the renderer and its JSON file:
 naming each block whose text differs from what its JSON renders (tests/test_docs.py runs the check).
 Renderers: `bench` (a `python -m specar bench --json` file: one row per configuration), `bench-counts` (the same
 without the timing columns: forward counts do not depend on the machine), `demo` (a `python -m specar demo`
-run's demo.json: one sentence), `vram` (`python -m specar.tooling memory --json`), `same-image` (devtools/half_same_image.py --json), `source` (the command,
+run's demo.json: one sentence), `vram` (`python -m specar.tooling memory --json`), `same-image` (devtools/half_same_image.py --json), `same-image-modes` (the same with several --invariant modes),
+`forward-costs` (devtools/pinned_forward_cost.py --json), `source` (the command,
 machine and date of any of those files).
 """
 from __future__ import annotations
@@ -90,7 +91,43 @@ def _same_image(d: dict) -> str:
     return "\n".join(lines) + f"\n\nTarget forwards: {', '.join(sorted(map(str, guarantee)))}. " + _source(d)
 
 
-RENDERERS = {"bench": _bench, "bench-counts": lambda d: _bench(d, timing=False), "demo": _demo, "vram": _vram, "same-image": _same_image,
+MODE_NAMES = {"default": "float64 batch-invariant (the CPU's default)", "pinned": "shape-pinned alone",
+              "off": "plain bf16"}
+
+
+def _same_image_modes(d: dict) -> str:
+    """devtools/half_same_image.py with several --invariant modes: per backend and mode, the images and tokens that
+    differ from AR's (AR in the same mode; pinned: padded to the backend's width) and the median seconds of both."""
+    import statistics
+    rows = d["rows"]
+    lines = ["| backend | target forwards | images differing from AR's | tokens differing (per image) | s, backend "
+             "(median) | s, its AR (median) |", "| --- | --- | ---: | --- | ---: | ---: |"]
+    for backend in dict.fromkeys(r["backend"] for r in rows):
+        for mode in dict.fromkeys(r["invariant"] for r in rows):
+            mine = [r for r in rows if r["backend"] == backend and r["invariant"] == mode]
+            if not mine:
+                continue
+            width = f" at {mine[0]['pin_width']} tokens" if mine[0].get("pin_width") else ""
+            lines.append(f"| {backend} | {MODE_NAMES.get(mode, mode)}{width} | "
+                         f"{sum(r['differing_tokens'] > 0 for r in mine)} of {len(mine)} | "
+                         f"{', '.join(str(r['differing_tokens']) for r in mine)} | "
+                         f"{statistics.median(r['seconds'] for r in mine):.1f} | "
+                         f"{statistics.median(r['ar_seconds'] for r in mine):.1f} |")
+    cut = "" if d["meta"].get("complete", True) else " The run was cut short: the rows above are what it finished."
+    return "\n".join(lines) + "\n\n" + _source(d) + cut
+
+
+def _forward_costs(d: dict) -> str:
+    """devtools/pinned_forward_cost.py: the fastest forward per width, plain and float64 batch-invariant."""
+    lines = ["| tokens per forward | plain bf16, ms of CPU time | float64 batch-invariant, ms of CPU time | float64 / plain |",
+             "| ---: | ---: | ---: | ---: |"]
+    for r in d["rows"]:
+        lines.append(f"| {r['width']} | {r['plain_ms']:.2f} | {r['float64_ms']:.2f} | "
+                     f"{r['float64_ms'] / r['plain_ms']:.2f}x |")
+    return "\n".join(lines) + "\n\n" + _source(d)
+
+
+RENDERERS = {"same-image-modes": _same_image_modes, "forward-costs": _forward_costs, "bench": _bench, "bench-counts": lambda d: _bench(d, timing=False), "demo": _demo, "vram": _vram, "same-image": _same_image,
              "source": _source}
 
 

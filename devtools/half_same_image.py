@@ -1,17 +1,22 @@
-"""Tokens that differ from AR's in the same-image mode, per backend, seed and dtype (half precision).
+"""Tokens that differ from AR's in the same-image mode, per backend, prompt, seed and dtype (half precision).
 
     PYTHONPATH=... python devtools/half_same_image.py --model demo --dtypes bfloat16 float16 --seeds 0 1 2 3
     PYTHONPATH=... python devtools/half_same_image.py --model tiny --dtypes bfloat16 --seeds 0 1 2 3 4 5 6 7
+    PYTHONPATH=... python devtools/half_same_image.py --dtypes bfloat16 --seeds 0 1 2 --prompts 2 --invariant pinned
 
-Prints one line per (dtype, backend, seed): the number of image tokens that differ from AR's, and per
-(dtype, backend) the images that differ. ``--invariant off``: plain half-precision forwards (the
-batch-invariant mode of model_loaders/precision/batch_invariant.py never entered); default: generate's own choice.
+Prints one line per (dtype, backend, prompt, seed): the number of image tokens that differ from AR's and the
+seconds of the run and of its AR reference; and per (dtype, backend) the images that differ. ``--invariant``:
+``default`` generate's own choice (on the CPU in half precision: the float64 batch-invariant mode of
+model_loaders/precision/batch_invariant.py); ``off`` plain half-precision forwards (that mode never entered);
+``pinned`` shape pinning alone (`generate(..., pin_width=)`: the backend and its AR reference run every forward
+at the backend's verify width, AR's one token padded).
 """
 from __future__ import annotations
 
 import argparse
 import contextlib
 import json
+import os
 import sys
 import time
 
@@ -19,9 +24,10 @@ import torch
 
 import specar
 from specar.model_loaders.precision import batch_invariant
+from specar.samplers.backends import make_backend
 from specar.testing import tiny_model
 
-PROMPT = "a small yellow star on a noisy green background"
+PROMPTS = ["a small yellow star on a noisy green background", "a large red circle on a blue background"]
 
 
 def load(name: str, dtype: str):
@@ -32,38 +38,71 @@ def load(name: str, dtype: str):
     return m
 
 
+def timed(model, prompt, backend, seed, pin_width):
+    t = time.perf_counter()
+    r = specar.generate(model, prompt, backend=backend, seed=seed, pin_width=pin_width)
+    return r, round(time.perf_counter() - t, 3)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="demo")
     ap.add_argument("--dtypes", nargs="+", default=["bfloat16", "float16"])
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3])
+    ap.add_argument("--prompts", type=int, default=1, choices=range(1, len(PROMPTS) + 1),
+                    help=f"how many of {PROMPTS} (in that order)")
     ap.add_argument("--backends", nargs="+", default=["scd", "sjd_pac"])
-    ap.add_argument("--invariant", choices=["off", "default"], default="default")
+    ap.add_argument("--invariant", nargs="+", choices=["off", "default", "pinned"], default=["default"],
+                    help="one or more modes; several run interleaved (each image in every mode in turn)")
     ap.add_argument("--json")
     a = ap.parse_args(argv)
-    if a.invariant == "off":  # every target forward plain, the guarantee reported as "off"
-        batch_invariant.plan = lambda model, reproducible: (contextlib.nullcontext, "off")
-    rows = []
+    prompts, product_plan, rows = PROMPTS[:a.prompts], batch_invariant.plan, []
+    off = lambda model, reproducible, pin_width=None: (contextlib.nullcontext, "off")  # noqa: E731 -- plain forwards
     for dtype in a.dtypes:
         model = load(a.model, dtype)
-        ar = {s: specar.generate(model, PROMPT, backend="ar", seed=s) for s in a.seeds}
+        widths = {b: make_backend(b).verify_width(model) for b in a.backends}
+        ar = {}  # (mode, pinned width, prompt, seed) -> (result, seconds): pinned AR runs at each backend's width
         for backend in a.backends:
-            for s in a.seeds:
-                r = specar.generate(model, PROMPT, backend=backend, seed=s)
-                diff = int((r.tokens != ar[s].tokens).sum())
-                rows.append(dict(model=a.model, dtype=dtype, backend=backend, seed=s, differing_tokens=diff,
-                                 guarantee=getattr(r.stats, "same_image_guarantee", None)))
-                print(json.dumps(rows[-1]), flush=True)
+            for prompt in prompts:
+                for s in a.seeds:
+                    for mode in a.invariant:
+                        batch_invariant.plan = off if mode == "off" else product_plan
+                        width = widths[backend] if mode == "pinned" else None
+                        key = (mode, width, prompt, s)
+                        if key not in ar:
+                            ar[key] = timed(model, prompt, "ar", s, width)
+                        r, sec = timed(model, prompt, backend, s, width)
+                        diff = int((r.tokens != ar[key][0].tokens).sum())
+                        rows.append(dict(model=a.model, dtype=dtype, backend=backend, prompt=prompt, seed=s,
+                                         invariant=mode, differing_tokens=diff, pin_width=width, seconds=sec,
+                                         ar_seconds=ar[key][1], forwards=r.stats.nfe,
+                                         guarantee=getattr(r.stats, "same_image_guarantee", None)))
+                        print(json.dumps(rows[-1]), flush=True)
+                        if a.json:  # after every row: a run cut short keeps what it measured
+                            write(a.json, argv, rows, complete=False)
+        batch_invariant.plan = product_plan
         for backend in a.backends:
-            mine = [r for r in rows if r["dtype"] == dtype and r["backend"] == backend]
-            print(f"{a.model} {dtype} {backend}: {sum(r['differing_tokens'] > 0 for r in mine)} of {len(mine)} images "
-                  f"differ from AR's ({[r['differing_tokens'] for r in mine]} tokens)", flush=True)
+            for mode in a.invariant:
+                mine = [r for r in rows if r["dtype"] == dtype and r["backend"] == backend and r["invariant"] == mode]
+                print(f"{a.model} {dtype} {backend} {mode}: {sum(r['differing_tokens'] > 0 for r in mine)} of "
+                      f"{len(mine)} images differ from AR's ({[r['differing_tokens'] for r in mine]} tokens)",
+                      flush=True)
     if a.json:
-        from specar.cli.machine import machine
-        meta = {"command": "python devtools/half_same_image.py " + " ".join(sys.argv[1:] if argv is None else argv),
-                "date": time.strftime("%Y-%m-%d"), "threads": torch.get_num_threads(), **machine()}
-        with open(a.json, "w") as f:
-            json.dump({"meta": meta, "rows": rows}, f, indent=1)
+        write(a.json, argv, rows, complete=True)
+
+
+def write(path: str, argv, rows: list, complete: bool) -> None:
+    from specar.cli.machine import machine
+    global _META
+    if _META is None:  # the machine's load at the start
+        _META = {"command": "python devtools/half_same_image.py " + " ".join(sys.argv[1:] if argv is None else argv),
+                 "date": time.strftime("%Y-%m-%d"), "threads": torch.get_num_threads(), **machine()}
+    with open(path + ".tmp", "w") as f:
+        json.dump({"meta": {**_META, "complete": complete}, "rows": rows}, f, indent=1)
+    os.replace(path + ".tmp", path)
+
+
+_META = None
 
 
 if __name__ == "__main__":

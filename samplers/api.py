@@ -44,7 +44,8 @@ def generate(model: ARImageModel, prompt, backend=DEFAULT_BACKEND, seed: int = 0
              temperature: Optional[float] = None, top_k: Optional[int] = None, top_p: Optional[float] = None,
              negative_prompt: str = "", batch_size: int = 1, progress: Optional[Callable[[int, int], None]] = None,
              interrupt: Optional[Callable[[], bool]] = None, profile: bool = False, preview=None,
-             compile: bool = False, reproducible: Optional[bool] = None, **backend_params) -> GenerationResult:
+             compile: bool = False, reproducible: Optional[bool] = None, pin_width: Optional[int] = None,
+             **backend_params) -> GenerationResult:
     """Generate image tokens (and the decoded image) with the chosen backend.
 
     Every lossless backend samples exactly the distribution of ``backend="ar"`` for the same
@@ -66,6 +67,9 @@ def generate(model: ARImageModel, prompt, backend=DEFAULT_BACKEND, seed: int = 0
     seed and settings (row b of a batch: AR's row b), whatever it drafts; only the number of forwards
     differs. False: each backend verifies by rejection sampling with its own random draws (the same
     distribution, other images). A lossy backend (relaxed acceptance) needs False (None: False).
+    ``pin_width`` (same-image mode): every target forward at that many tokens (AR's one token padded; at least
+    the backend's widest forward), instead of the forward mode `batch_invariant.plan` picks for the device
+    (docs/REPRODUCIBLE.md, "Shape pinning"); None: the plan's choice.
     """
     if not isinstance(model, ARImageModel):
         raise ValueError(f"model must be an ARImageModel (e.g. from specar.load_model), got {type(model).__name__}")
@@ -94,7 +98,7 @@ def generate(model: ARImageModel, prompt, backend=DEFAULT_BACKEND, seed: int = 0
         raise ValueError(f"reproducible must be True, False or None (the default: True for a lossless backend), "
                          f"got {reproducible!r}")
     run = dict(spec=spec, sampling=sampling, interrupt=interrupt,
-               engine=dict(profile=profile, compile=compile, reproducible=reproducible))
+               engine=dict(profile=profile, compile=compile, reproducible=reproducible, pin_width=pin_width))
     first = model.preceding_stage() if isinstance(prompt, str) else None
     if first is not None:
         return _after_preceding_stage(first, model, prompt, negative_prompt, seed, batch_size, progress, preview, run)

@@ -35,6 +35,12 @@ class BackendConfig:
     def schema(self) -> Method:
         return SCHEMAS[self.name]
 
+    def verify_width(self, model) -> int:
+        """Tokens of this backend's widest target forward on `model`, pending token included: the width of a
+        shape-pinned generation (`generate(..., pin_width=)`; AR padded to it gives this backend's tokens)."""
+        from .target import SamplingParams
+        return self.make_drafter(model, SamplingParams()).node_budget
+
     def make_drafter(self, model, sampling):
         return self.schema.drafter(self.typed_params, model, sampling)
 

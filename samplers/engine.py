@@ -75,7 +75,8 @@ def decode_step(engine: "SpeculativeEngine", run: Run, plan, state: LoopState, s
 
 class SpeculativeEngine:
     def __init__(self, model: ARImageModel, backend: BackendConfig, sampling: SamplingParams, seed: int, batch: int,
-                 profile: bool = False, compile: bool = False, reproducible: Optional[bool] = None):
+                 profile: bool = False, compile: bool = False, reproducible: Optional[bool] = None,
+                 pin_width: Optional[int] = None):
         self.model, self.backend, self.sampling, self.seed, self.batch = model, backend, sampling, seed, batch
         self.profile, self.compile = profile, compile
         # compile=True: the model's compiled decode step, one static graph per plan (compiled_step/step_graphs.py)
@@ -89,8 +90,31 @@ class SpeculativeEngine:
         # "same image as AR": verification by agreement (docs/REPRODUCIBLE.md); None: on for a lossless backend
         self.reproducible = self.drafter.lossless if reproducible is None else reproducible
         # batch-invariant target forwards where the same image needs it (model_loaders/precision/batch_invariant.py)
-        self.target_mode, self.same_image_guarantee = batch_invariant.plan(model, self.reproducible)
+        self.target_mode, self.same_image_guarantee = batch_invariant.plan(model, self.reproducible, pin_width)
+        # shape pinning: every target forward at one width (`pin_width`, else batch_invariant.PINNED_WIDTH)
+        self.pin_width = self._pin_width(pin_width) if pin_width is not None or \
+            self.target_mode is batch_invariant.ShapePinned else None
+        if self.pin_width is not None:
+            self.same_image_guarantee += f" (every forward at {self.pin_width} tokens)"
+            if pin_width is None and self.pin_width > batch_invariant.PINNED_WIDTH:  # AR pads to PINNED_WIDTH only
+                self.same_image_guarantee = (f"not guaranteed: {backend.name}'s forwards of {self.pin_width} tokens "
+                                             f"are wider than the pinned width {batch_invariant.PINNED_WIDTH}")
+        self.width = self.pin_width or self.drafter.node_budget  # tokens of the widest forward
         self.layout = SequenceLayout.build(model.geometry, self.drafter.slack, model.device)
+
+    def _pin_width(self, asked: Optional[int]) -> int:
+        """The width of every forward: `asked` (checked), else the product's pinned width (or the backend's widest
+        forward when it is wider)."""
+        budget = self.drafter.node_budget
+        if asked is None:
+            return max(budget, batch_invariant.PINNED_WIDTH)
+        if isinstance(asked, bool) or not isinstance(asked, int) or asked < budget:
+            raise ValueError(f"pin_width must be an int >= {budget} ({self.backend.name}'s widest forward), got "
+                             f"{asked!r}")
+        if not self.reproducible:
+            raise ValueError("pin_width pins the forwards of the same-image mode: it needs reproducible "
+                             "(same_image_as_ar) on")
+        return asked
 
     # -- the loop ------------------------------------------------------------------------------
     @torch.inference_mode()  # the whole generation: tensors made in one step are the next step's graph inputs
@@ -104,7 +128,7 @@ class SpeculativeEngine:
             torch.cuda.reset_peak_memory_stats(dev)
         t0 = time.perf_counter()
         session, state, bad = self._prefill(prompt)
-        calibrate(self.model, self.drafter, session, self.batch, self.compile, sync, self.target_mode)
+        calibrate(self.model, self.drafter, session, self.batch, self.compile, sync, self.target_mode, self.pin_width)
         sync()
         t1 = time.perf_counter()
         at_step = torch.zeros_like(state.seq)
@@ -143,7 +167,7 @@ class SpeculativeEngine:
         self._check_positions(prompt)
         # compiled: the session laid out for the compiled decode step, which captures its forward and commit
         with self.target_mode():
-            session = model.start(prompt, B, self.sampling.uses_cfg, draft_capacity=self.drafter.node_budget + 1,
+            session = model.start(prompt, B, self.sampling.uses_cfg, draft_capacity=self.width + 1,
                                   captured=self.compile)
         first = session.first
         p0 = target_probs(first.cond[:, 0], None if first.uncond is None else first.uncond[:, 0], self.sampling)
@@ -169,7 +193,7 @@ class SpeculativeEngine:
         if limit is None:
             return
         P = max(len(prompt.cond), len(prompt.uncond) if self.sampling.uses_cfg else 0)
-        budget = self.drafter.node_budget
+        budget = self.width
         need = self.model.positions_needed(P, budget + 1)
         if need > limit:
             allowed = limit - self.model.positions_needed(P, 1)
@@ -206,7 +230,10 @@ class SpeculativeEngine:
             run.sync()
             tf = time.perf_counter()
         with self.target_mode():
-            out = self.model.forward(session, tree.tokens, tree.parents)
+            if self.pin_width is None:
+                out = self.model.forward(session, tree.tokens, tree.parents)
+            else:
+                out = batch_invariant.pinned_forward(self.model, session, tree.tokens, tree.parents, self.pin_width)
         if run.timed:
             run.sync()
             run.forward_s += time.perf_counter() - tf

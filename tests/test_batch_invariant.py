@@ -182,7 +182,8 @@ def test_demo_in_bf16_gives_ars_image_only_with_the_mode(demo_bf16, monkeypatch)
         assert got.stats.same_image_guarantee == GUARANTEE
         assert torch.equal(got.tokens, ar), backend
     # planted: the same runs with plain bf16 forwards (a 1-token forward and a chain round differently)
-    monkeypatch.setattr(batch_invariant, "plan", lambda model, reproducible: (contextlib.nullcontext, None))
+    monkeypatch.setattr(batch_invariant, "plan",
+                        lambda model, reproducible, pin_width=None: (contextlib.nullcontext, None))
     plain_ar = specar.generate(demo_bf16, DEMO_PROMPT, backend="ar", seed=0).tokens
     plain_sjd = specar.generate(demo_bf16, DEMO_PROMPT, backend="sjd", seed=0).tokens
     assert not torch.equal(plain_sjd, plain_ar), "plain bf16 gave AR's image: the check above has no power here"

@@ -53,6 +53,18 @@ def test_each_released_model_runs_at_its_real_geometry(three_families):
         assert other["vs_ar"] == {"positions_compared": 8, "tokens_differing": 0, "first_difference_at": None}
         flipped = fam["rows"][DEFAULT_BACKEND]["eager_invariant_flipped"]
         assert not flipped["batch_invariant"] and flipped["vs_ar"]["positions_compared"] == 8
+        # shape-pinned: the backend at its verify width against AR padded to it, ms per step of both (the dry run: in
+        # the first family only)
+        if name != "janus-pro-7b":
+            assert "eager_pinned" not in fam["rows"][DEFAULT_BACKEND] and not fam.get("ar_pinned")
+            continue
+        pinned = fam["rows"][DEFAULT_BACKEND]["eager_pinned"]
+        assert pinned["pin_width"] > 1 and list(fam["ar_pinned"]) == [str(pinned["pin_width"])]
+        assert pinned["vs_ar"]["positions_compared"] == 8 and not pinned["batch_invariant"]
+        assert pinned["same_image_guarantee"] == "not guaranteed: shape-pinned bfloat16 on cpu, not verified there"
+        assert pinned["step_ms_median"] > 0 and pinned["ar_step_ms_median"] == \
+            fam["ar_pinned"][str(pinned["pin_width"])]["step_ms_median"] > 0
+        assert "eager_pinned" not in fam["rows"]["ar"]
     # assumed numbers are said; Emu3-Gen's are all read from its config
     assert fams["emu3-gen"]["model"]["assumed"] is None
     assert fams["janus-pro-7b"]["model"]["assumed"] and fams["lumina-mgpt-2-7b"]["model"]["assumed"]
@@ -61,10 +73,13 @@ def test_each_released_model_runs_at_its_real_geometry(three_families):
 def test_quantized_and_projection_stages_in_the_dry_run(three_families):
     q = three_families["stages"]["quantized"]["result"]
     assert q["note"] == quantized.NOT_TIMED
-    assert {"bf16", "ours int8", "ours int4"} <= set(q["variants"])
+    assert {"bf16", "ours int8", "ours int4"} <= set(q["variants"]) and q["rows"] == [1, 2, 17, 34, 66]
     for name, v in q["variants"].items():
+        assert list(v["forward_ms"]) == ["1", "2", "17", "34", "66"], name  # matrix rows: AR to window 32, CFG or not
         assert set(v["forward_ms"].values()) == {quantized.NOT_TIMED}, name
         assert v["exactness"]["tokens_differing"] == 0 and v["exactness"]["backend"] == DEFAULT_BACKEND
+        assert v["exactness"]["pin_width"] is None and v["exactness_pinned"]["pin_width"] > 1
+        assert v["exactness_pinned"]["positions"] == v["exactness"]["positions"]
     assert q["variants"]["ours int4"]["weights_bytes"] < q["variants"]["ours int8"]["weights_bytes"] < \
         q["variants"]["bf16"]["weights_bytes"]
     p = three_families["stages"]["projection"]["result"]
@@ -102,7 +117,11 @@ def test_a_planted_token_difference_is_reported(monkeypatch):
     rep = _run("--stages", "images", "--image-families", "lumina-mgpt-2-7b", "--image-backends", "ar", DEFAULT_BACKEND)
     row = rep["stages"]["images"]["result"]["families"]["lumina-mgpt-2-7b"]["rows"][DEFAULT_BACKEND]
     assert row["eager"]["vs_ar"]["tokens_differing"] == 1 and row["eager"]["vs_ar"]["first_difference_at"] == 5
-    assert "1 of 8 differ, first at 5" in report.markdown(rep)  # 8 positions: the first 8 codes of a 96-code row
+    assert row["eager_pinned"]["vs_ar"]["tokens_differing"] == 1  # the pinned comparison too
+    md = report.markdown(rep)
+    assert "1 of 8 differ, first at 5" in md  # 8 positions: the first 8 codes of a 96-code row
+    assert f"1 of 8 differ, first at 5 (pinned at {row['eager_pinned']['pin_width']} tokens)" in md
+    assert "AR padded to each verify width" in md
 
 
 def test_an_images_stage_cut_mid_way_keeps_the_ratios_of_its_finished_rows(monkeypatch):
@@ -136,6 +155,12 @@ def test_the_default_cuda_plan_fits_its_budget_and_takes_backends_from_the_regis
     for fam in opt["image_families"]:
         for b in SCHEMAS:
             assert any(i.startswith(f"{fam}: eager {b},") for i in items), (fam, b)
+            assert any(i.startswith(f"{fam}: eager {b} shape-pinned") for i in items) == (b != "ar"), (fam, b)
+    # the quantized stage at the verify widths' rows, every library variant listed (run where installed)
+    quant = [i["item"] for i in p["stages"]["quantized"]["items"]]
+    for name in ("bf16", "ours int4", "torchao int8", "torchao int4 tile_packed_to_4d", "torchao int4 plain",
+                 "torchao int4 preshuffled", "bitsandbytes int4"):
+        assert any(i.startswith(f"{name}: build, forwards of [1, 2, 17, 34, 66] rows") for i in quant), name
     text = plan.plan_text(p)
     assert "images" in text and "estimated: from the 7B shape's forwards" in text
 

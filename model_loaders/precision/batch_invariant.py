@@ -17,9 +17,18 @@ torch reaches only inside an unlisted torch function (which runs with the mode o
 families' forwards reach none (checked per op with a dispatch trace). The compiled step traces the
 mode; inductor then keeps eager's half-precision roundings (samplers/compiled_step/), so it gives eager's bits.
 
-`plan` decides per generation: the mode runs for a half-precision model on the CPU in the same-image
-mode; float32 runs never enter it. On CUDA (or MPS) a half-precision run is outside the guarantee:
-float64 is far too slow there (or missing). In float32 the claim rests on tests on the CPU (no demo
+Shape pinning (`ShapePinned`, `pinned_forward`) is the other route: every target forward of a generation
+at one token width W (the verify width of the backend; AR's one token padded to W), so every forward
+runs the same kernels on the same shapes (the session's cache too: its slots follow W). Padding nodes
+are children of the committed prefix: each attends to the prefix and itself, no real node attends to
+them, so they change nothing but the shape. It holds only where a row's result does not depend on its
+place among the W rows either: on the CPU in bf16 it does not (docs/REPRODUCIBLE.md, "Shape pinning").
+
+`plan` decides per generation: the float64 mode runs for a half-precision model on the CPU in the same-image
+mode; float32 runs never enter it. Pinning runs where it was measured to give AR's tokens
+(`PINNED_DEVICES`: none yet, the first GPU run decides; there every generation, AR's too, pins at `PINNED_WIDTH`),
+or when the caller asks for it (`pin_width`: gpu-check, devtools/half_same_image.py). Elsewhere on CUDA (or MPS) a half-precision run is outside the
+guarantee: float64 is far too slow there (or missing). In float32 the claim rests on tests on the CPU (no demo
 image differs), not on a proof that float32 GEMM is batch-invariant.
 """
 from __future__ import annotations
@@ -41,6 +50,12 @@ _HALF = (torch.bfloat16, torch.float16)
 
 GUARANTEE = "batch-invariant"  # half precision on the CPU, through BatchInvariant
 FLOAT32 = "float32: tested on the CPU, not proven"
+PINNED = "shape-pinned"  # every forward at one width, on a device where that was measured to give AR's tokens
+# device types where pinning alone gave AR's tokens in half precision (gpu-check's images stage decides: none yet)
+PINNED_DEVICES: frozenset = frozenset()
+# the one width of every forward there, AR's and every backend's (so that any two give the same image): above the
+# widest default verify width on the demo model (spatial's band, 74 tokens); a wider backend is not guaranteed
+PINNED_WIDTH = 80
 
 
 def _wide(x, seen: dict):
@@ -94,16 +109,47 @@ def _half_dtype(model) -> Optional[torch.dtype]:
     return None
 
 
-def plan(model, reproducible: bool):
+class ShapePinned(contextlib.nullcontext):
+    """The target forwards' context when the shapes are pinned: nothing to switch; the engine runs every forward
+    through `pinned_forward` at one width."""
+
+
+def pinned_forward(model, session, tokens: torch.Tensor, parents, width: int):
+    """``model.forward`` of the T nodes ``tokens`` [B, T] (``parents``: a list, or [B, T] per row) at `width`
+    tokens: width - T padding nodes (token 0, children of the committed prefix) after them; the output cut back
+    to the T nodes."""
+    B, T = tokens.shape
+    if T > width:
+        raise ValueError(f"a forward of {T} tokens does not fit the pinned width {width}")
+    if T < width:
+        tokens = torch.cat([tokens, tokens.new_zeros(B, width - T)], 1)
+        if isinstance(parents, torch.Tensor) and parents.dim() == 2:
+            parents = torch.cat([parents, parents.new_full((B, width - T), -1)], 1)
+        else:
+            parents = [int(p) for p in parents] + [-1] * (width - T)
+    out = model.forward(session, tokens, parents)
+    return type(out)(*(None if t is None else t[:, :T] for t in (out.cond, out.uncond, out.hidden,
+                                                                 out.hidden_uncond)))
+
+
+def plan(model, reproducible: bool, pin_width: Optional[int] = None):
     """(a context manager for the target's forwards, the stats' ``same_image_guarantee``) of a generation:
-    `BatchInvariant` for a half-precision model on the CPU in the same-image mode, else a no-op; the
-    guarantee is None outside the same-image mode."""
+    `BatchInvariant` for a half-precision model on the CPU in the same-image mode, `ShapePinned` for one on a
+    device of `PINNED_DEVICES` or when `pin_width` asks for pinning, else a no-op; the guarantee is None
+    outside the same-image mode."""
     if not reproducible:
         return contextlib.nullcontext, None
     try:
         half, device = _half_dtype(model), model.device.type
     except NotImplementedError:  # an adapter that does not expose its weights
         return contextlib.nullcontext, "not guaranteed: the model's dtype is unknown"
+    if pin_width is not None:  # pinning alone, asked for
+        if half is None:
+            return ShapePinned, FLOAT32
+        return ShapePinned, (PINNED if device in PINNED_DEVICES else
+                             f"not guaranteed: {PINNED} {str(half)[6:]} on {device}, not verified there")
+    if half is not None and device in PINNED_DEVICES:
+        return ShapePinned, PINNED
     if half is None:
         if device == "cuda" and torch.backends.cuda.matmul.allow_tf32:
             return contextlib.nullcontext, "not guaranteed: float32 products in TF32 on CUDA (allow_tf32)"
@@ -114,4 +160,5 @@ def plan(model, reproducible: bool):
     return BatchInvariant, GUARANTEE
 
 
-__all__ = ["BatchInvariant", "FLOAT32", "GUARANTEE", "PRODUCTS", "ROW_OPS", "plan"]
+__all__ = ["BatchInvariant", "FLOAT32", "GUARANTEE", "PINNED", "PINNED_DEVICES", "PRODUCTS", "PINNED_WIDTH", "ROW_OPS", "ShapePinned",
+           "pinned_forward", "plan"]

@@ -12,19 +12,23 @@ import torch
 _FORWARD_COSTS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
-def calibrate(model, drafter, session, batch: int, compile: bool, sync, target_mode) -> None:
-    """Give `drafter` its forward costs, timed now unless kept from an earlier generation. The forwards
-    write only cache slots past the committed prefix, which every later forward overwrites before
-    reading: the generation is unchanged."""
+def calibrate(model, drafter, session, batch: int, compile: bool, sync, target_mode, pin_width=None) -> None:
+    """Give `drafter` its forward costs, timed now unless kept from an earlier generation (with the shapes pinned
+    at `pin_width`: every shape costs one forward of that width). The forwards write only cache slots past the
+    committed prefix, which every later forward overwrites before reading: the generation is unchanged."""
     shapes = drafter.cost_shapes()
     if not shapes:
         return
     kept = _FORWARD_COSTS.setdefault(model, {})
-    key = (batch, session.cfg, compile, torch.get_num_threads(), target_mode,
+    key = (batch, session.cfg, compile, torch.get_num_threads(), target_mode, pin_width,
            tuple(len(parents) for parents in shapes.values()))
     if key not in kept:
         with target_mode():
-            kept[key] = time_forwards(model, session, shapes, batch, sync)
+            if pin_width is None:
+                kept[key] = time_forwards(model, session, shapes, batch, sync)
+            else:
+                pinned = time_forwards(model, session, {"pinned": [-1] * pin_width}, batch, sync)["pinned"]
+                kept[key] = dict.fromkeys(shapes, pinned)
     drafter.set_costs(kept[key])
 
 

@@ -95,7 +95,7 @@ class GraphsRun:
         self.graphs, e = graphs, engine
         # what the graphs are specialised to besides the plan and guidance (the key they are counted under)
         self.settings = (e.backend.name, type(e.drafter), tuple(sorted(e.backend.params().items())), e.batch,
-                         e.reproducible, dataclasses.astuple(e.sampling))
+                         e.reproducible, dataclasses.astuple(e.sampling), e.pin_width)
         self.before, self.moved_before = graphs.stats.start_run(), graphs.homes.moved
         self.graph_s = 0.0  # seconds inside the graphs
         self.eager_steps = 0  # steps that ran eager (a plan's first step, or a one-off such as a probe)

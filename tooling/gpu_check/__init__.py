@@ -15,9 +15,11 @@ a dry run: every stage):
                through its loader), every registered backend eager, then compiled ones: seconds of a whole image
                or of its first rows (stated), ms per step (median, p90), compile seconds, CUDA-graph re-recordings
                and skips inside the timed run, peak memory, tokens vs AR's in the same-image mode with the
-               batch-invariant mode as set and flipped; ratios to AR written as each row finishes (images.py)
-  quantized    int8 / int4 weight-only (ours; torchao's or bitsandbytes' where installed) vs bf16 at the 7B shape:
-               forward ms, peak memory, the exactness case on each quantized target (quantized.py)
+               batch-invariant mode as set and flipped, and shape-pinned (each backend at its verify width against
+               AR padded to it, ms per step of both); ratios to AR written as each row finishes (images.py)
+  quantized    int8 / int4 weight-only (ours; torchao's in each int4 packing, bitsandbytes' where installed) vs bf16
+               at the 7B shape: forward ms at 1, 2, 17, 34 and 66 matrix rows (AR to window 32, with and without
+               CFG), peak memory, the exactness case (plain and shape-pinned) on each target (quantized.py)
   backends     every registered backend eager vs compiled (the model's compiled step: CUDA graphs, mode
                reduce-overhead) on the demo model: latency and its ratio to AR's, forwards, compression,
                compile time, graph breaks, recompiles, dynamo's counters, tokens equal to eager's;
@@ -40,7 +42,7 @@ Llama in place of the 7B shape, few samples, compiled AR only).
 
 The maintainer's commands (from the repository root; `make gpu-check` imports this checkout without installing):
   make gpu-check GPU_CHECK_ARGS=--plan-only                      # the plan, predicted seconds per stage; no GPU
-  make gpu-check GPU_CHECK_OUT=docs/figures/gpu_<card>_<mmdd>     # the default run (426 s predicted, 560 budgeted)
+  make gpu-check GPU_CHECK_OUT=docs/figures/gpu_<card>_<mmdd>     # the default run (523 s predicted, 560 budgeted)
   python -m specar.tooling gpu-check --dry-run --out output/gpu-check-dry   # the whole command on the CPU
 Follow-ups, each a separate lease (add --out docs/figures/gpu_<card>_<mmdd><letter>):
   python -m specar.tooling gpu-check --stages images --image-families emu3-gen --image-rows 8 --budget 560 \
@@ -67,20 +69,21 @@ from ..roofline import DEFAULT_BENCH_JSON
 # tiny stage; compiles only where quick (AR's one shape, one 7B-shape token count)
 PROFILES = {
     "cuda": dict(device="cuda", total_budget=560.0, samples=16000, dtype="bfloat16", compile_all=True,
-                 budgets={"environment": 30.0, "exactness": 30.0, "images": 350.0, "quantized": 75.0,
+                 budgets={"environment": 30.0, "exactness": 30.0, "images": 400.0, "quantized": 120.0,
                           "backends": 290.0, "forward_7b": 170.0, "projection": 15.0},
                  stages=["environment", "exactness", "images", "quantized", "projection"],
                  tokens_7b=list(range(1, 66)), compiled_tokens_7b=[1, 33, 65, 17, 9, 2, 49, 5], repeats_7b=10,
                  image_families=["janus-pro-7b", "lumina-mgpt-2-7b"], image_rows={"lumina-mgpt-2-7b": 2, "emu3-gen": 2},
-                 image_invariant_rows=1, image_positions_cap=None, compile_images="base",
-                 quant_tokens=[1, 17], repeats_quant=10),
+                 image_invariant_rows=1, image_positions_cap=None, compile_images="base", image_pinned_families=None,
+                 quant_rows=[1, 2, 17, 34, 66], repeats_quant=10),
     "dry": dict(device="cpu", total_budget=1200.0, samples=1500, dtype="float32", compile_all=False,
-                budgets={"environment": 120.0, "exactness": 240.0, "images": 300.0, "quantized": 120.0,
+                budgets={"environment": 120.0, "exactness": 240.0, "images": 450.0, "quantized": 120.0,
                          "backends": 400.0, "forward_7b": 300.0, "projection": 60.0},
                 stages=None,  # every stage
                 tokens_7b=[1, 2, 3, 5, 9, 17, 33], compiled_tokens_7b=[1], repeats_7b=3,
                 image_families=None, image_rows={"janus-pro-7b": 1, "lumina-mgpt-2-7b": 1, "emu3-gen": 1},
-                image_invariant_rows=1, image_positions_cap=8, compile_images="base", quant_tokens=[1, 17],
+                image_invariant_rows=1, image_positions_cap=8, compile_images="base", image_pinned_families=1,
+                quant_rows=[1, 2, 17, 34, 66],
                 repeats_quant=2),
 }
 PAPER_PRESETS = {"sjd_pac": "paper"}  # the images stage runs these backends at their paper's setting (the issue's ask)
@@ -196,7 +199,7 @@ def options_from_args(args, reports=None) -> dict:
         "tokens_7b": list(profile["tokens_7b"]),
         "compiled_tokens_7b": list(args.compiled_tokens_7b or profile["compiled_tokens_7b"]),
         "repeats_7b": profile["repeats_7b"],
-        **_image_options(args, profile, backends), "quant_tokens": list(profile["quant_tokens"]),
+        **_image_options(args, profile, backends), "quant_rows": list(profile["quant_rows"]),
         "repeats_quant": profile["repeats_quant"],
     }
     options["plan"] = plan(options, reports)
@@ -227,6 +230,9 @@ def _image_options(args, profile: dict, backends: list) -> dict:
             "image_weights": args.image_weights,
             "image_compile_backends": [b for b in compiled if b in image_backends],
             "image_invariant_backends": [b for b in (RATIO_BASE, DEFAULT_BACKEND) if b in image_backends],
+            # shape-pinned rows (AR: its runs per width) in every family; the dry run: the first family only
+            "image_pinned_backends": [b for b in image_backends if b != RATIO_BASE],
+            "image_pinned_families": families[:profile["image_pinned_families"]],
             "image_invariant_rows": profile["image_invariant_rows"],
             "image_positions_cap": profile["image_positions_cap"],
             "image_presets": {b: p for b, p in PAPER_PRESETS.items() if b in SCHEMAS}}

@@ -8,8 +8,9 @@ lease (stated in the row: `positions`, `whole_image`); ms per step (median, p90)
 recompiles, graph breaks and CUDA-graph re-recordings and skips inside the timed run (expected 0); peak device
 memory (None on the CPU); the tokens against AR's in the default same-image mode (tokens differing, first
 difference), with the batch-invariant mode as the product sets it on this device, and for `image_invariant_backends`
-once more with it flipped (on CUDA: forced on; on the CPU in bf16: forced off). Ratios to AR are written as each
-row finishes (backends.ratios_to_ar), so that a stage cut for time keeps them."""
+once more with it flipped (on CUDA: forced on; on the CPU in bf16: forced off); then for `image_pinned_backends`
+with every forward pinned at the backend's verify width against AR padded to it (`_pinned`), ms per step of both.
+Ratios to AR are written as each row finishes (backends.ratios_to_ar), so that a stage cut for time keeps them."""
 from __future__ import annotations
 
 import tempfile
@@ -40,12 +41,12 @@ def _backend(name: str, presets: dict):
     return make_backend(name, presets.get(name, "default"))
 
 
-def _run(ctx, model, backend, limit, ref, compile=False, invariant=None) -> tuple:
+def _run(ctx, model, backend, limit, ref, compile=False, invariant=None, pin_width=None) -> tuple:
     """(tokens, record) of one timed generation, its tokens compared with `ref` (AR's) where given."""
     before, rerec, skips = compile_totals(compile_stats(model)), ctx.log.count("Re-recording"), ctx.log.count(
         SKIP_MESSAGE)
     tokens, rec = timed_generation(model, PROMPT, backend, limit, seed=ctx.options["seed"], compile=compile,
-                                   invariant=invariant)
+                                   invariant=invariant, pin_width=pin_width)
     rec["latency_s"] = rec["seconds"]  # what ratios_to_ar reads
     if compile:
         after = compile_totals(compile_stats(model))
@@ -102,9 +103,36 @@ def _family(ctx, name: str, fam: dict, workdir: str) -> None:
                 row[mode] = {"error": error_text(e)}
             ratios_to_ar(rows, base)
             ctx.save()
+    if name in opt["image_pinned_families"]:
+        _pinned(ctx, model, fam, inv_limit)
     _compiled(ctx, model, rows, limit, ref)
     peaks = [run.get("peak_memory_bytes") for row in rows.values() for run in row.values() if isinstance(run, dict)]
     fam["peak_memory_bytes"] = max((p for p in peaks if p is not None), default=None)  # the family's largest run
+
+
+def _pinned(ctx, model, fam: dict, limit: int) -> None:
+    """Shape pinning (model_loaders/precision/batch_invariant.py): each backend of `image_pinned_backends` with every
+    forward at its verify width, against AR padded to that width (one AR run per width, in ``fam["ar_pinned"]``),
+    over `limit` positions; its tokens and ms per step beside the unpinned run's (``eager``)."""
+    opt, presets = ctx.options, ctx.options["image_presets"]
+    refs, ar_runs = {}, fam.setdefault("ar_pinned", {})
+    for b in opt["image_pinned_backends"]:
+        row = fam["rows"].setdefault(b, {"backend": b})
+        if ctx.time_left() < 10:
+            row["eager_pinned"] = {"skipped": "stage budget spent"}
+            continue
+        try:
+            backend = _backend(b, presets)
+            width = backend.verify_width(model)
+            if width not in refs:
+                refs[width], ar_runs[str(width)] = _run(ctx, model, _backend(opt["ratio_base"], presets), limit, None,
+                                                        pin_width=width)
+            _, rec = _run(ctx, model, backend, limit, refs[width], pin_width=width)
+            rec["ar_step_ms_median"] = ar_runs[str(width)]["step_ms_median"]
+            row["eager_pinned"] = rec
+        except Exception as e:  # noqa: BLE001
+            row["eager_pinned"] = {"error": error_text(e)}
+        ctx.save()
 
 
 def _compiled(ctx, model, rows: dict, limit: int, ref) -> None:

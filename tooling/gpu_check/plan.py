@@ -216,7 +216,8 @@ def _positions(options: dict, family: str, rows="asked") -> int:
 
 
 def _images_items(options: dict, t: Timings, gpu: bool) -> list:
-    """Per family: build, then each backend eager, the batch-invariant flips, the compiled runs; every step count
+    """Per family: build, then each backend eager, the batch-invariant flips, the pinned runs, the compiled runs; every
+    step count
     the upper bound of one position per step (random weights accept few drafts), so every item is an estimate."""
     items = []
     for fam in options["image_families"]:
@@ -232,6 +233,12 @@ def _images_items(options: dict, t: Timings, gpu: bool) -> list:
             if b in options["image_invariant_backends"]:
                 items.append((f"{fam}: eager {b} batch-invariant flipped, {n_inv} positions",
                               None if e is None else n_inv * e * INVARIANT_STEP_FACTOR, ESTIMATE))
+        fwd = t.fwd["eager"]  # a pinned step: at most the widest measured 7B-shape forward instead of a 1-token one
+        widest = fwd[max(fwd)][1] - fwd[1][1] if gpu and 1 in fwd else 0.0
+        for b in options["image_pinned_backends"] if fam in options["image_pinned_families"] else []:
+            e, _, _ = _step_costs(t, b) if gpu else (None, None, None)
+            items.append((f"{fam}: eager {b} shape-pinned at its verify width and AR padded to it, {n_inv} positions",
+                          None if e is None else 2 * n_inv * (e + widest), ESTIMATE))
         for b in options["image_compile_backends"] if options["compile"] else []:
             _, c, comp = _step_costs(t, b) if gpu else (None, None, None)
             items.append((f"{fam}: compiled {b} (compile, then timed), {n} positions",
@@ -243,12 +250,13 @@ def _quantized_items(options: dict, t: Timings, gpu: bool) -> list:
     from .quantized import EXACTNESS_ROWS, variants
     fwd = {T: v[1] for T, v in t.fwd["eager"].items()}
     items = []
-    for name, _ in variants(gpu):
+    for name, _ in variants(gpu, installed_only=False):
         factor = OURS_QUANT_FACTOR if name.startswith("ours") else 1.0
-        forwards = sum((1 + options["repeats_quant"]) * fwd.get(T, max(fwd.values(), default=0))
-                       for T in options["quant_tokens"]) if fwd else None
-        exact = 2 * EXACTNESS_ROWS * 49 * fwd[1] if 1 in fwd else None  # 48 codes and a row end per row
-        items.append((f"{name}: build, forwards of {options['quant_tokens']} tokens, exactness case",
+        forwards = sum((1 + options["repeats_quant"]) * fwd.get(-(-rows // 2), max(fwd.values(), default=0))
+                       for rows in options["quant_rows"]) if fwd else None  # at most a CFG forward's cost
+        exact = 2 * 2 * EXACTNESS_ROWS * 49 * fwd[1] if 1 in fwd else None  # plain and pinned; 48 codes + a row end
+        items.append((f"{name}: build, forwards of {options['quant_rows']} rows, exactness case plain and pinned"
+                      + ("" if name.startswith(("bf16", "ours")) else " (where installed)"),
                       None if not gpu or forwards is None or exact is None else
                       3.0 + factor * (forwards + exact), ESTIMATE))
     return items

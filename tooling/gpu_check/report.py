@@ -134,6 +134,12 @@ def _md_backends(r: dict) -> list:
     return lines
 
 
+def _forwards_kind(x: dict) -> str:
+    if x.get("batch_invariant"):
+        return "batch-invariant"
+    return f"pinned at {x['pin_width']} tokens" if x.get("pin_width") else "plain"
+
+
 def _run_cells(x: dict, compiled: bool = False) -> list:
     """An images-stage run: seconds, x AR, ms per step (median, p90), steps, peak memory, tokens vs AR's; compiled:
     compile s and what happened inside the timed run."""
@@ -145,7 +151,7 @@ def _run_cells(x: dict, compiled: bool = False) -> list:
                                       f"{vs['first_difference_at']}")
     cells = [_fmt(x.get("seconds")), _fmt(x.get("speedup_vs_ar"), ".2f"), _fmt(x.get("step_ms_median"), ".1f") + " / "
              + _fmt(x.get("step_ms_p90"), ".1f"), _fmt(x.get("steps")), _mib(x.get("peak_memory_bytes")),
-             f"{diff} ({'batch-invariant' if x.get('batch_invariant') else 'plain'})", _fmt(x.get("positions"))]
+             f"{diff} ({_forwards_kind(x)})", _fmt(x.get("positions"))]
     if compiled:
         cells += [_fmt(x.get("compile_s")), f"{_fmt(x.get('recompiles'))} / {_fmt(x.get('graph_breaks'))}",
                   f"{_fmt(x.get('rerecords'))} / {_fmt(x.get('cudagraph_skips'))}"
@@ -169,12 +175,16 @@ def _md_images(r: dict) -> list:
                   "| --- " * 12 + "|"]
         for b, row in (fam.get("rows") or {}).items():
             label = b + (f" ({row['preset']})" if row.get("preset", "default") != "default" else "")
-            for mode in ("eager", "eager_invariant_flipped", "compiled"):
+            for mode in ("eager", "eager_invariant_flipped", "eager_pinned", "compiled"):
                 if mode in row:
                     cells = _run_cells(row[mode], compiled=mode == "compiled") + ([] if mode == "compiled" else
                                                                                   ["", "", ""])
                     lines.append("| " + " | ".join([label, mode.replace("_", " ")] + [str(c).replace("|", "/")
                                                                                       for c in cells]) + " |")
+        if fam.get("ar_pinned"):  # what pinning costs AR: its runs padded to each backend's verify width
+            lines += ["", "AR padded to each verify width (eager pinned rows' reference), ms/step median: " + ", ".join(
+                f"{w} tokens: {_fmt(x.get('step_ms_median'), '.1f') if isinstance(x, dict) else x}"
+                for w, x in fam["ar_pinned"].items())]
     return lines
 
 

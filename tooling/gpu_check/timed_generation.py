@@ -28,9 +28,9 @@ def batch_invariant_mode(on: Optional[bool]):
         return
     product_plan = bi.plan
 
-    def forced(model, reproducible: bool):
-        if not reproducible:
-            return product_plan(model, reproducible)
+    def forced(model, reproducible: bool, pin_width=None):
+        if not reproducible or pin_width is not None:  # pinning asked for: the product's pinned case
+            return product_plan(model, reproducible, pin_width)
         return (bi.BatchInvariant, "batch-invariant (forced by gpu-check)") if on else \
             (contextlib.nullcontext, "not guaranteed: batch-invariant mode off (gpu-check)")
 
@@ -57,10 +57,11 @@ def _image_codes(positions: torch.Tensor, geometry) -> torch.Tensor:
 
 
 def timed_generation(model, prompt: str, backend, limit: Optional[int] = None, seed: int = 0, compile: bool = False,
-                     invariant: Optional[bool] = None) -> tuple:
+                     invariant: Optional[bool] = None, pin_width: Optional[int] = None) -> tuple:
     """(image codes committed so far, in raster order (batch 1), record) of one generation with `backend` (a name
     or a BackendConfig), cut once `limit` positions (row ends included) are committed (None or >= the image: the
-    whole image). `invariant`: the batch-invariant mode forced on / off (None: the product's choice)."""
+    whole image). `invariant`: the batch-invariant mode forced on / off (None: the product's choice); `pin_width`:
+    every forward pinned at that many tokens (`generate(..., pin_width=)`, instead of either)."""
     from ...samplers.api import generate
     from ...samplers.engine import GenerationInterrupted
     seq_len = model.geometry.seq_len
@@ -77,10 +78,11 @@ def timed_generation(model, prompt: str, backend, limit: Optional[int] = None, s
     from ...model_loaders.precision import batch_invariant as bi
     dev = model.device
     with batch_invariant_mode(invariant):
-        guarantee = bi.plan(model, True)[1]  # the same-image mode's (lossless backends' default)
+        guarantee = bi.plan(model, True, pin_width)[1]  # the same-image mode's (lossless backends' default)
         t0 = time.perf_counter()
         try:
             res = generate(model, prompt, backend=backend, seed=seed, compile=compile, preview=Capture(),
+                           pin_width=pin_width,
                            progress=lambda done, total: marks.append((time.perf_counter(), done)),
                            interrupt=lambda: bool(captured))
             n_codes = _image_codes(torch.arange(limit), model.geometry).numel()  # finished at or past the limit
@@ -96,7 +98,7 @@ def timed_generation(model, prompt: str, backend, limit: Optional[int] = None, s
               "positions_per_step": round((limit - marks[0][1]) / len(steps), 3) if steps else None,
               "peak_memory_bytes": torch.cuda.max_memory_allocated(dev) if dev.type == "cuda" else None,
               "batch_invariant": bool(guarantee and guarantee.startswith("batch-invariant")),
-              "same_image_guarantee": guarantee}
+              "same_image_guarantee": guarantee, "pin_width": pin_width}
     if stats is not None:
         record.update(forwards=stats.nfe, step_compression=stats.step_compression, decode_s=stats.decode_s)
     return tokens, record
