@@ -14,7 +14,13 @@
 // Writes PNG screenshots to OUT_DIR (and the docs figures to --figures), prints one line per failed check and
 // exits 1 when any failed. Needs chromium and playwright-core (NODE_PATH).
 "use strict";
-const { chromium } = require("playwright-core");
+let chromium;
+try {
+  ({ chromium } = require("playwright-core"));
+} catch (e) {
+  console.error("ui_check needs playwright-core: npm install playwright-core, then NODE_PATH=<its node_modules>");
+  process.exit(2);
+}
 const { spawn, execSync } = require("child_process");
 const fs = require("fs");
 const os = require("os");
@@ -188,13 +194,26 @@ async function fitView(page) {
     c.setDirty(true, true);
   }, [x0, y0, SCALE]);
   await page.waitForTimeout(800);
+  return [Math.ceil((x1 - x0) * SCALE), Math.ceil((y1 - y0) * SCALE)];
 }
 
 async function shot(page, name) {
-  await fitView(page);
+  const [w, h] = await fitView(page);
   const p = path.join(out, name);
   await page.screenshot({ path: p });
   log("screenshot", p);
+  return [w, h];
+}
+
+// A docs figure: the graph alone (no menus, no minimap), from a fresh screenshot, copied to --figures.
+async function figure(page, name) {
+  await page.evaluate(() => window.app.extensionManager?.setting?.set?.("Comfy.Minimap.Visible", false)).catch(() => {});
+  await page.evaluate(() => document.querySelectorAll(".p-toast, .p-toast-message").forEach((e) => e.remove()));
+  const [w, h] = await fitView(page);
+  const p = path.join(out, name);
+  await page.screenshot({ path: p, clip: { x: 80, y: 62, width: w + 20, height: h + 48 } });
+  fs.copyFileSync(p, path.join(figures, name));
+  log("figure", path.join(figures, name));
 }
 
 async function queue(page) {
@@ -286,8 +305,7 @@ async function main() {
     if (figures) {
       await setWidget(page, "SpecARSampler", "advanced inputs", false);
       await setWidget(page, "SpecARSampler", "statistics details", false);
-      await shot(page, "demo_after_run.png");
-      fs.copyFileSync(path.join(out, "demo_after_run.png"), path.join(figures, "comfyui_demo_after_run.png"));
+      await figure(page, "comfyui_demo_after_run.png");
     }
     }
 
@@ -383,8 +401,7 @@ async function main() {
     if (figures) {
       await setWidget(page, "SpecARSampler", "advanced inputs", false);
       await setWidget(page, "SpecARSampler", "statistics details", false);
-      await shot(page, "side_by_side_after_run.png");
-      fs.copyFileSync(path.join(out, "side_by_side_after_run.png"), path.join(figures, "comfyui_side_by_side_after_run.png"));
+      await figure(page, "comfyui_side_by_side_after_run.png");
     }
     }
   } catch (e) {
