@@ -161,7 +161,8 @@ async function loadTemplate(page, title) {
 
 const samplerState = (page) => page.evaluate(() => window.app.graph._nodes.filter((n) => n.type === "SpecARSampler")
   .map((n) => ({ id: n.id, title: n.title, box: n.widgets.find((w) => w.name === "specar_stats_view")?.value,
-    imgs: (n.imgs || []).length, size: n.size.map(Math.round) })));
+    imgs: (n.imgs || []).length, size: n.size.map(Math.round),
+    progressText: n.widgets.find((w) => /text-preview/.test(w.name))?.value ?? null })));
 
 async function setWidget(page, type, name, value) {
   await page.evaluate(([t, name, value]) => {
@@ -370,6 +371,9 @@ async function main() {
     log("compile stage texts:", [...stages].slice(0, 3).join(" | "), stages.size > 3 ? `... (${stages.size})` : "");
     const compiled = await samplerState(page);
     check(compiled.every((s) => /tokens in/.test(s.box || "")), `after the compiled run the box says: ${compiled.map((s) => s.box)}`);
+    for (const s of compiled) {
+      check(!/compiling/.test(s.progressText || ""), `after the compiled run ComfyUI's progress text still says ${JSON.stringify(s.progressText)}`);
+    }
     await shot(page, "demo_compiled.png");
     }
 

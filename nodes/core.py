@@ -102,8 +102,8 @@ class ComfyProgress:
         node = _executing_node(server)
         client = getattr(server, "client_id", None)
         if what is None:
-            if hasattr(server, "send_progress_text"):
-                server.send_progress_text("", node)
+            if hasattr(server, "send_progress_text"):  # a space: frontend 1.49 ignores an empty text (keeps the old)
+                server.send_progress_text(" ", node)
             server.send_sync(STAGE_EVENT, {"node": node, "text": None}, client)
             return
 

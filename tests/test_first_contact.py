@@ -142,7 +142,8 @@ def test_comfy_progress_shows_a_stage_until_the_bar_moves(comfy, monkeypatch):
     # ComfyUI's progress text: short (no frontend cuts it mid-word), counting the seconds; cleared once at the
     # first step after the stage
     assert texts[0] == "compiling the decode step: 0 s" and all(len(t) <= 40 for t in texts)
-    assert len(texts) >= 3 and texts[-1] == "" and "" not in texts[:-1]
+    # (a space: frontend 1.49 ignores an empty text and would keep showing the last count)
+    assert len(texts) >= 3 and texts[-1] == " " and " " not in texts[:-1]
     boxes = [e[1]["text"] for e in comfy["events"] if e[0] == core.STAGE_EVENT]
     assert boxes[0].startswith("compiling the decode step for a new shape: 0 s so far")
     assert len(boxes) == len(texts) and boxes[-1] is None and len(set(boxes)) >= 2
