@@ -207,12 +207,20 @@ async function shot(page, name) {
 }
 
 // A docs figure: the graph alone (no menus, no minimap), from a fresh screenshot, copied to --figures.
-async function figure(page, name) {
+// `until`: a node type; the figure ends below the lowest node of that type (the side-by-side's samplers).
+async function figure(page, name, until = null) {
   await page.evaluate(() => window.app.extensionManager?.setting?.set?.("Comfy.Minimap.Visible", false)).catch(() => {});
   await page.evaluate(() => document.querySelectorAll(".p-toast, .p-toast-message").forEach((e) => e.remove()));
-  const [w, h] = await fitView(page);
+  let [w, h] = await fitView(page);
+  if (until) {
+    h = await page.evaluate(([t, s]) => {
+      const nodes = window.app.graph._nodes, title = window.LiteGraph?.NODE_TITLE_HEIGHT ?? 30;
+      const y0 = Math.min(...nodes.map((n) => n.pos[1] - title));
+      return Math.ceil((Math.max(...nodes.filter((n) => n.type === t).map((n) => n.pos[1] + n.size[1])) - y0) * s);
+    }, [until, SCALE]);
+  }
   const p = path.join(out, name);
-  await page.screenshot({ path: p, clip: { x: 80, y: 62, width: w + 20, height: h + 48 } });
+  await page.screenshot({ path: p, clip: { x: 80, y: 90, width: w + 20, height: h + 20 } });
   fs.copyFileSync(p, path.join(figures, name));
   log("figure", path.join(figures, name));
 }
@@ -246,15 +254,18 @@ async function main() {
     const exe = process.env.CHROMIUM || execSync("command -v chromium || command -v chromium-browser").toString().trim();
     browser = await chromium.launch({ executablePath: exe, args: ["--no-sandbox"] });
     const page = await browser.newPage({ viewport: { width: 1600, height: 1000 } });
-    page.on("pageerror", (e) => { // the pack's own errors fail the check; the frontend's own are logged
-      const where = (e.stack || "").split("\n").slice(1, 3).join(" ").trim();
-      const ours = /extensions\/specar\//.test(e.stack || "");
-      if (ours) check(false, `page error in the pack's web extension: ${String(e).split("\n")[0]} at ${where}`);
-      else log(`note: the frontend's own page error (not the pack's): ${String(e).split("\n")[0]} at ${where}`);
+    // a page error once the frontend is ready fails the check (whichever script throws: the pack's state can make
+    // the frontend's own code throw); one while it starts is the frontend's own, logged
+    let ready = false;
+    page.on("pageerror", (e) => {
+      const what = `${String(e).split("\n")[0]} at ${(e.stack || "").split("\n").slice(1, 3).join(" ").trim()}`;
+      if (ready) check(false, `page error: ${what}`);
+      else log(`note: a page error while the frontend starts: ${what}`);
     });
     await page.goto(URL);
     await page.waitForFunction(() => window.app?.graph && window.app.extensionManager?.command, null, { timeout: 120000 });
     await page.waitForTimeout(2000);
+    ready = true;
     const version = await page.evaluate(() => window.__COMFYUI_FRONTEND_VERSION__ ?? "?");
     log("frontend", version);
 
@@ -405,7 +416,7 @@ async function main() {
     if (figures) {
       await setWidget(page, "SpecARSampler", "advanced inputs", false);
       await setWidget(page, "SpecARSampler", "statistics details", false);
-      await figure(page, "comfyui_side_by_side_after_run.png");
+      await figure(page, "comfyui_side_by_side_after_run.png", "SpecARSampler");
     }
     }
   } catch (e) {

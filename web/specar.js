@@ -165,14 +165,19 @@ export function backendChanged(node) {
 }
 
 // A node that did not run keeps no preview of an earlier run under its "not run" text: the frontend draws a
-// node's preview from app.nodePreviewImages (by node id on the root graph) into node.imgs.
+// node's preview from app.nodePreviewImages (by node id on the root graph) into node.imgs, through its
+// "$$canvas-image-preview" widget, which is removed as the frontend itself removes it.
 export function clearPreview(node) {
   node.specarStalePreview = false;
   for (const key of [String(node.id), node.id]) {
     if (app.nodePreviewImages && key in app.nodePreviewImages) delete app.nodePreviewImages[key];
   }
   node.imgs = undefined;
-  node.imageIndex = null;
+  const i = node.widgets?.findIndex((w) => w.name === "$$canvas-image-preview") ?? -1;
+  if (i >= 0) {
+    node.widgets[i].onRemove?.();
+    node.widgets.splice(i, 1);
+  }
   node.setDirtyCanvas?.(true, true);
 }
 
