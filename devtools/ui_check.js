@@ -245,6 +245,13 @@ async function waitIdle(page, timeoutS) {
 async function main() {
   fs.mkdirSync(out, { recursive: true });
   const server = startServer();
+  for (const signal of ["SIGINT", "SIGTERM"]) { // stopped (a timeout, Ctrl-C): the server goes too
+    process.on(signal, () => {
+      try { process.kill(-server.proc.pid, "SIGTERM"); } catch (e) { /* gone */ }
+      fs.rmSync(server.extra, { recursive: true, force: true });
+      process.exit(1);
+    });
+  }
   let browser;
   try {
     const def = await waitForServer(server);
