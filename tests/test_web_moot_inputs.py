@@ -1,6 +1,6 @@
 """The web extension (web/specar.js, run with node as the frontend loads it) greys out the backend parameters that
-have no effect with same_image_as_ar on (the coupling of SCD and SJD-PAC), from the flag the node definition carries.
-The browser check (devtools/ui_check.js, make test-ui) runs the same code in ComfyUI's own frontends."""
+have no effect with same_image_as_ar on (the coupling of SCD, SJD-PAC and Spatial), from the flag the node
+definition carries. The browser check (devtools/ui_check.js, make test-ui) runs the same code in ComfyUI's own frontends."""
 import json
 import os
 import shutil
