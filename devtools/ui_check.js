@@ -178,7 +178,7 @@ async function setWidget(page, type, name, value) {
 
 // The whole graph at 80 % (the frontends draw text and widgets from about 60 %): the window grows to hold it.
 const SCALE = 0.8;
-async function fitView(page) {
+async function fitView(page, again = true) {
   const bounds = await page.evaluate(() => {
     const nodes = window.app.graph._nodes, title = window.LiteGraph?.NODE_TITLE_HEIGHT ?? 30;
     return [Math.min(...nodes.map((n) => n.pos[0])), Math.min(...nodes.map((n) => n.pos[1] - title)),
@@ -195,6 +195,7 @@ async function fitView(page) {
     c.setDirty(true, true);
   }, [x0, y0, SCALE]);
   await page.waitForTimeout(800);
+  if (again) return fitView(page, false); // drawn at this size, a node may have grown (frontend 1.27): measured again
   return [Math.ceil((x1 - x0) * SCALE), Math.ceil((y1 - y0) * SCALE)];
 }
 

@@ -177,6 +177,9 @@ export function clearPreview(node) {
   if (i >= 0) {
     node.widgets[i].onRemove?.();
     node.widgets.splice(i, 1);
+    if (typeof node.computeSize === "function" && typeof node.setSize === "function") {
+      node.setSize([node.size[0], node.computeSize()[1]]); // the preview's room goes (the prompt boxes would fill it)
+    }
   }
   node.setDirtyCanvas?.(true, true);
 }
