@@ -159,6 +159,12 @@ async function loadTemplate(page, title) {
   return page.evaluate(() => window.app.graph._nodes.map((n) => n.type));
 }
 
+// The queue can be empty a moment before the frontend has the run's last events: wait for every sampler's box to
+// leave its running states (up to 15 s).
+const settled = (page) => page.waitForFunction(() => window.app.graph._nodes.filter((n) => n.type === "SpecARSampler")
+  .every((n) => !/^(running|waiting|compiling)/.test(n.widgets.find((w) => w.name === "specar_stats_view")?.value || "")),
+null, { timeout: 15000 }).catch(() => {});
+
 const samplerState = (page) => page.evaluate(() => window.app.graph._nodes.filter((n) => n.type === "SpecARSampler")
   .map((n) => ({ id: n.id, title: n.title, box: n.widgets.find((w) => w.name === "specar_stats_view")?.value,
     imgs: (n.imgs || []).length, size: n.size.map(Math.round),
@@ -318,6 +324,7 @@ async function main() {
     }
     check(await waitIdle(page, 600), "the demo run did not finish in 600 s");
     if (!sawPreview) log("note: the run ended before a live preview was seen");
+    await settled(page);
     const done = await samplerState(page);
     check(done.every((s) => /tokens in/.test(s.box || "")), `after the demo run the statistics box says: ${done.map((s) => s.box?.split("\n")[0])}`);
     await checkLayout(page, "demo after a run, details and advanced inputs on");
@@ -388,6 +395,7 @@ async function main() {
     check(stages.size > 0, "a first compiled run showed no compile stage in the statistics box");
     check(stages.size > 1, `the compile stage's text did not count its seconds (${[...stages].join(" | ")})`);
     log("compile stage texts:", [...stages].slice(0, 3).join(" | "), stages.size > 3 ? `... (${stages.size})` : "");
+    await settled(page);
     const compiled = await samplerState(page);
     check(compiled.every((s) => /tokens in/.test(s.box || "")), `after the compiled run the box says: ${compiled.map((s) => s.box)}`);
     for (const s of compiled) {
@@ -416,6 +424,7 @@ async function main() {
       }
       if (!(await (await fetch(`${URL}/queue`)).json()).queue_running.length) break;
     }
+    await settled(page);
     const side = await samplerState(page);
     log("sampler sizes, details and advanced inputs on:", side.map((s) => `${s.title} ${s.size.join("x")}`).join(", "));
     check(side.every((s) => /tokens in/.test(s.box || "")), `after the side-by-side run: ${side.filter((s) => !/tokens in/.test(s.box || "")).map((s) => `${s.title}: ${s.box}`).join("; ")}`);
