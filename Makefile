@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.specar-installed
 
-.PHONY: test test-long test-floor test-comfyui demo bench gpu-check venv clean
+.PHONY: test test-long test-floor test-comfyui test-ui demo bench gpu-check venv clean
 
 venv: $(STAMP)
 
@@ -85,3 +85,15 @@ test-floor: $(STAMP)
 	rm -rf output/floor-models && OMP_NUM_THREADS=1 $(PY) devtools/floor_models.py output/floor-models
 	SPECAR_FLOOR_MODELS=$(CURDIR)/output/floor-models OMP_NUM_THREADS=1 $(FLOOR_PY) -m pytest -q --rootdir=tests \
 		tests/test_transformers_floor.py
+
+# the browser check (devtools/ui_check.js): in each ComfyUI given (COMFYUI_DIR_0364, COMFYUI_DIR_0330, COMFYUI_DIR:
+# a folder with this pack in custom_nodes/, e.g. made by ../shared/comfyui/setup.sh; COMFYUI_PYTHONPATH: its stubs/)
+# both example workflows from the template browser, run in headless Chromium (playwright-core on NODE_PATH);
+# screenshots in output/ui-<folder>/; UI_FIGURES=docs/figures also writes the docs' figures (the last folder's)
+UI_PORT ?= 8210
+UI_FIGURES ?=
+test-ui:
+	@dirs="$(strip $(COMFYUI_DIR_0364) $(COMFYUI_DIR_0330) $(COMFYUI_DIR))"; port=$(UI_PORT); rc=0; \
+	[ -n "$$dirs" ] || { echo "test-ui skipped: set COMFYUI_DIR (or COMFYUI_DIR_0364, COMFYUI_DIR_0330) to a ComfyUI"; exit 0; }; \
+	for d in $$dirs; do PYTHONPATH="$(COMFYUI_PYTHONPATH)" node devtools/ui_check.js "$$d" $$port \
+	  "output/ui-$$(basename $$d)" $(if $(UI_FIGURES),--figures $(UI_FIGURES)) || rc=1; port=$$((port + 1)); done; exit $$rc

@@ -49,7 +49,9 @@ def comfy_modules(monkeypatch, tmp_path):
     def fake_load_model(name_or_path, device=None, dtype=None, **options):
         state["loaded"].append((name_or_path, device, dtype))
         state["options"] = options
-        return tiny_model(16, (4, 4), seed=0, row_end=True)
+        model = tiny_model(16, (4, 4), seed=0, row_end=True)
+        model.quantization = options.get("quantize", "none")  # as registry.load_model marks the model it loads
+        return model
 
     monkeypatch.setattr(models, "load_model", fake_load_model)
     monkeypatch.setattr(models, "_hooked", [])

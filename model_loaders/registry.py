@@ -58,7 +58,9 @@ def load_model(name_or_path: str, device=None, dtype=None, quantize=None, **opti
             raise ValueError(f"quantize={quantize!r}: {family.label} loads unquantized only; quantized loading is "
                              f"offered for {offered}")
         options["quantize"] = quantize
-    return family.load(name_or_path, device=device, dtype=dtype, **options)
+    model = family.load(name_or_path, device=device, dtype=dtype, **options)
+    model.quantization = quantize  # what the sampler node's statistics name ("none", "int8", "int4")
+    return model
 
 
 def family_of(name_or_path: str) -> ModelFamily:

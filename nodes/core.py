@@ -6,6 +6,8 @@ guarded, so this module (and the whole pack) imports and runs without ComfyUI.
 """
 from __future__ import annotations
 
+import threading
+import time
 import weakref
 from typing import Callable, Optional
 
@@ -72,6 +74,8 @@ class ComfyProgress:
 
     PREVIEW_SIZE = 512  # the longest side of a preview image, as ComfyUI's own latent previews
 
+    TICK_S = 2.0  # how often a stage's text says how long it has taken so far
+
     def __init__(self):
         try:
             import comfy.utils
@@ -81,19 +85,44 @@ class ComfyProgress:
         self.bar = None
         self.last = (0, 1)
         self.staged = False
+        self._ticker = None  # (thread, stop event) while a stage is shown
 
     def stage(self, what: Optional[str]) -> None:
-        """Say on the node what the run is doing while the bar stands still (None: that stage is over)."""
+        """Say on the node what the run is doing while the bar stands still (None: that stage is over): the
+        statistics box explains the stage, ComfyUI's progress text under the node says only "compiling the
+        <what>: N s" (short, so no frontend cuts it), and both count the seconds every TICK_S until it ends."""
+        if self._ticker is not None:
+            self._ticker[1].set()
+            self._ticker[0].join()
+            self._ticker = None
         server = _server()
         self.staged = what is not None
         if server is None:
             return
         node = _executing_node(server)
-        text = None if what is None else (f"compiling the {what} for a new shape (the first run with this backend, "
-                                          f"size, batch or guidance: seconds to minutes)...")
-        if hasattr(server, "send_progress_text"):  # ComfyUI's own progress text under the node
-            server.send_progress_text(text or "", node)
-        server.send_sync(STAGE_EVENT, {"node": node, "text": text}, getattr(server, "client_id", None))
+        client = getattr(server, "client_id", None)
+        if what is None:
+            if hasattr(server, "send_progress_text"):  # a space: frontend 1.49 ignores an empty text (keeps the old)
+                server.send_progress_text(" ", node)
+            server.send_sync(STAGE_EVENT, {"node": node, "text": None}, client)
+            return
+
+        def send(seconds: int) -> None:
+            if hasattr(server, "send_progress_text"):  # ComfyUI's own progress text under the node
+                server.send_progress_text(f"compiling the {what}: {seconds} s", node)
+            server.send_sync(STAGE_EVENT, {"node": node, "text": (
+                f"compiling the {what} for a new shape: {seconds} s so far (the first run with this backend, size, "
+                f"batch or guidance compiles once: seconds to minutes; the progress bar moves again after it)")}, client)
+
+        send(0)
+        stop, start = threading.Event(), time.monotonic()
+
+        def tick():
+            while not stop.wait(self.TICK_S):
+                send(int(time.monotonic() - start))
+        thread = threading.Thread(target=tick, name="specar-compile-stage", daemon=True)
+        self._ticker = (thread, stop)
+        thread.start()
 
     def __call__(self, done: int, total: int) -> None:
         self.last = (done, total)
@@ -285,15 +314,18 @@ def run_sampler(model, values: dict, progress: Optional[Callable] = None, interr
 def run_sampler_in_comfy(handle, values: dict):
     """run_sampler with ComfyUI's progress bar, preview and interrupt; returns (outputs tuple, ui dict)."""
     model = resolve(handle)
+    progress = ComfyProgress()
     try:
-        image, tokens, stats, heat, text = run_sampler(model, values, progress=ComfyProgress(),
-                                                       interrupt=comfy_interrupt())
+        image, tokens, stats, heat, text = run_sampler(model, values, progress=progress, interrupt=comfy_interrupt())
     except GenerationInterrupted as e:
         raise_comfy_interrupt(e)
     except torch.OutOfMemoryError as e:
         if torch.cuda.is_available():
             torch.cuda.empty_cache()  # the generation's caches are gone with its frames; the weights stay
         raise RuntimeError(out_of_memory_message(values, model)) from e
+    finally:
+        if progress.staged:  # cancelled or failed during a compile: its seconds stop counting
+            progress.stage(None)
     if isinstance(handle, ModelHandle):
         tokens = {**tokens, "model": handle}  # ComfyUI caches outputs: keep the handle, not the model
     return (image, tokens, stats, heat), {"text": [text], "specar_stats": [stats]}

@@ -76,6 +76,18 @@ def verdict(ratio: float, ratios: Optional[list]) -> str:
             f"({len(runs)} so far)")
 
 
+def short_verdict(ratio: float, ratios: Optional[list], lossy: bool, one_time: bool) -> str:
+    """The verdict on a ratio in a few words, for the summary line (the notes say it in full)."""
+    if lossy:
+        return "not comparable: lossy"
+    if one_time:
+        return "no verdict: one-time costs in this run"
+    full = verdict(ratio, ratios)
+    if full.startswith("one timing each"):
+        return "within timing noise: no verdict yet"
+    return full.split(":")[0]
+
+
 def moot_note(stats) -> str:
     """With same_image_as_ar on, the coupling parameters had no effect: said for a backend they define (SCD, then
     SJD's sampler), and for any other where one was set off its default."""
@@ -91,15 +103,19 @@ def moot_note(stats) -> str:
             + (f", so {schema.label} samples as SJD does" if defines else ""))
 
 
-def summary(stats, ar_stats=None, ratios: Optional[list] = None, first_run: bool = False) -> tuple:
+def summary(stats, ar_stats=None, ratios: Optional[list] = None, first_run: bool = False,
+            quantization: Optional[str] = None) -> tuple:
     """(one line, notes) for the node. The line: backend (LOSSY when it is), tokens and forward passes summed
     over the batch against AR's, measured latency, the wall-clock ratio to an AR run of the same model,
     prompt, seed, batch and guidance measured in the same execution (`ar_stats`; never a run from another
     time or load: step counts are not a speed-up, and old timings are not comparable), and whether the
     image is AR's. The notes: the verdict on that ratio, compile, a busy machine, one-time costs.
     `ratios`: this setting's compare_with_ar ratios so far, this run's last (the verdict's samples);
-    `first_run`: the model's first generation since it was loaded, whose one-time costs are in its latency."""
+    `first_run`: the model's first generation since it was loaded, whose one-time costs are in its latency;
+    `quantization`: the model's weight quantization ("int8", "int4"; None / "none": as stored), named in the line."""
     label = _backends.SCHEMAS[stats.backend].label
+    if quantization not in (None, "none"):
+        label += f" ({quantization} model)"
     if stats.lossy:
         label += " LOSSY (relaxed acceptance: not AR's distribution)"
     tokens, forwards = token_totals(stats)
@@ -117,7 +133,10 @@ def summary(stats, ar_stats=None, ratios: Optional[list] = None, first_run: bool
             notes.append("wall-clock speed-up: turn on compare_with_ar to measure AR in the same run")
         else:
             ratio = ar_stats.latency_s / max(stats.latency_s, 1e-9)
-            line += f", {ratio:.2f}x AR's {ar_stats.latency_s:.2f} s measured in this run"
+            compiled = bool(stats.compile) and not stats.compile.get("eager_fallback")
+            ar_name = "eager (uncompiled) AR" if compiled else "AR"
+            line += (f", {ratio:.2f}x {ar_name}'s {ar_stats.latency_s:.2f} s measured in this run "
+                     f"({short_verdict(ratio, ratios, stats.lossy, one_time)})")
             if stats.lossy:
                 notes.append("speed-up not comparable: a lossy run samples another distribution")
             elif one_time:
@@ -143,7 +162,8 @@ def report(stats, ar_stats, settings, values: dict, model, size: tuple, preview_
     AR's latency measured in the same execution (`ar_stats`, or None), the readable backend name, the
     model, the sampling values used (the model's recommended ones where guidance is its default), the
     image's own size (H, W) and what the live preview showed (`preview_label`, or None without one)."""
-    line, notes = summary(stats, ar_stats, ratios, first_run)
+    quantization = getattr(model, "quantization", "none")
+    line, notes = summary(stats, ar_stats, ratios, first_run, quantization)
     out = stats.to_dict()
     out["summary"], out["notes"] = line, notes
     out["tokens_total"], out["forwards_total"] = token_totals(stats)
@@ -155,6 +175,7 @@ def report(stats, ar_stats, settings, values: dict, model, size: tuple, preview_
     out["first_run"] = first_run
     out["backend_label"] = _backends.SCHEMAS[settings.backend].label
     out["model"] = getattr(model, "name", type(model).__name__)
+    out["quantization"] = quantization
     out["image_size"] = f"{size[1]}x{size[0]}"
     if preview_label is not None:
         out["preview_label"] = preview_label

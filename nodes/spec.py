@@ -158,7 +158,8 @@ def backend_switch(drafter_choices: Callable[[str], list] = lambda kind: []) -> 
         "backend", f"how tokens are drafted and verified. {help_text}. Every lossless backend samples exactly what AR "
         "samples; only the chosen backend's parameters are shown.", default=_backends.DEFAULT_BACKEND, prefix=True,
         labels={n: s.label for n, s in schemas.items()},
-        options={n: [advanced(param_widget(p, s.label, drafter_choices), is_advanced(n, p.name)) for p in s.params]
+        options={n: [moot(advanced(param_widget(p, s.label, drafter_choices), is_advanced(n, p.name)), p.name)
+                     for p in s.params]
                  for n, s in schemas.items()})
 
 
@@ -171,6 +172,13 @@ def short_help(description: str) -> str:
     for jargon, plain in PLAIN_WORDS:
         text = text.replace(jargon, plain)
     return text.strip().rstrip(".")
+
+
+def moot(w: Widget, name: str) -> Widget:
+    """Flag a parameter that has no effect with same_image_as_ar on: the web extension greys it out then."""
+    if name in MOOT_WHEN_SAME_IMAGE:
+        w.extra = {**w.extra, "specar_moot_when_same_image": True}
+    return w
 
 
 def advanced(w: Widget, flag: bool) -> Widget:

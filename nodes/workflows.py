@@ -149,8 +149,9 @@ def build_ui(desc: dict) -> dict:
             # rows 500 px apart: Vue node rendering draws an image node taller than its saved size
             if n_samplers == 1:  # beside the sampler, which grows by its preview and statistics after a run
                 pos, size = [780, 40 + 500 * row], [340, 350]
-            else:  # below, leaving the samplers room to grow by their preview and a few lines of statistics
-                pos, size = [400 + 360 * i, 1400 + 500 * row], [340, 350]
+            else:  # below, leaving the samplers room to grow by their preview, statistics details and advanced
+                # inputs (the tallest, ADT-Tree's, 1504 px in frontend 1.49.6: make test-ui)
+                pos, size = [400 + 360 * i, 1700 + 500 * row], [340, 350]
             widgets = [node["inputs"]["filename_prefix"]] if ct == "SaveImage" else []
             link, kind = incoming[(nid, "images")]
             inputs = [{"name": "images", "type": kind, "link": link}]

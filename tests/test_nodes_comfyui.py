@@ -206,8 +206,9 @@ fire("specar_stage", { node: "10", text: null }); seen.afterStage = box();
 fire("execution_interrupted", { node_id: "10" }); seen.cancelled = box();
 fire("executing", null); seen.cancelledAfterEnd = box();
 // another node fails before this one runs; then this node fails itself
+node.imgs = ["an earlier run's preview"];
 node.onExecutionStart(); fire("execution_error", { node_id: "3", node_type: "SpecARModelLoader", exception_message: "no CUDA GPU\\nmore" });
-seen.upstream = box();
+seen.upstream = box(); seen.upstreamImgs = node.imgs ?? null;
 node.onExecutionStart(); fire("executing", { node: "10" }); fire("execution_error", { node_id: "10", exception_message: "out of GPU memory" });
 seen.failed = box();
 // nothing changed: ComfyUI reused the cached result and ran nothing; the last statistics come back
@@ -242,8 +243,10 @@ console.log(JSON.stringify({ seen, original: node.calledOriginal, size: node.siz
     assert "image 4x4 px; live preview: the 4x4 image, shown upscaled to 512x512" in details
     assert (seen["waiting"], seen["running"]) == ("waiting to run...", "running...")
     assert seen["stage"] == "compiling the decode step..." and seen["afterStage"] == "running..."
-    assert seen["cancelled"].startswith("cancelled: the image above is the partial") == seen["cancelledAfterEnd"].startswith("cancelled")
+    # the partial preview is drawn below the box (the browser check, devtools/ui_check.js, sees where)
+    assert seen["cancelled"].startswith("cancelled: the image below is the partial") == seen["cancelledAfterEnd"].startswith("cancelled")
     assert seen["upstream"] == "not run: SpecARModelLoader (node 3) failed first: no CUDA GPU"
+    assert seen["upstreamImgs"] is None  # the earlier run's preview is gone from a node that did not run
     assert seen["failed"] == "failed: out of GPU memory"
     assert seen["cached"] == seen["cachedSuccess"] == seen["untouched"] == seen["folded"]
     assert seen["switched"] == "statistics appear here after a run"

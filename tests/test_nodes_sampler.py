@@ -252,3 +252,40 @@ def test_compile_input_reaches_generate_and_defaults_off(flavour, comfy, monkeyp
     assert seen == [("sjd", False)]
     with pytest.raises(Exception, match="compile must be true or false, got 'yes'"):
         execute(v1.SpecARSampler, model=model, **sampler_values(compile="yes"))
+
+
+def test_the_summary_line_carries_the_verdict_and_names_eager_ar_for_a_compiled_run():
+    from specar.samplers.stats import GenerationStats
+    fields = {f: None for f in GenerationStats.__dataclass_fields__}
+    base = dict(fields, backend="sjd", batch=1, image_tokens=16, nfe=3, steps=[3], latency_s=1.0, lossy=False,
+                reproducible=True, params={}, accepted_length_histogram={})
+    ar = GenerationStats(**dict(base, backend="ar", nfe=15, steps=[15], latency_s=1.06))
+    line, notes = report.summary(GenerationStats(**base), ar, ratios=[1.06])
+    assert "1.06x AR's 1.06 s measured in this run (within timing noise: no verdict yet)" in line
+    line, _ = report.summary(GenerationStats(**base), ar, ratios=[1.2, 1.3, 1.25])
+    assert "x AR's 1.06 s measured in this run (faster)" in line
+    line, _ = report.summary(GenerationStats(**base), ar, first_run=True)
+    assert "(no verdict: one-time costs in this run)" in line
+    # a compiled run is compared with eager AR (the node's AR run is never compiled): the line says so
+    compiled = GenerationStats(**dict(base, compile={"compiles": 0, "graphs_reused": 1, "graphs_used": 1}))
+    line, _ = report.summary(compiled, ar, ratios=[1.06])
+    assert "1.06x eager (uncompiled) AR's 1.06 s" in line
+    fell_back = GenerationStats(**dict(base, compile={"compiles": 0, "eager_fallback": "no compiler"}))
+    assert "x AR's 1.06 s" in report.summary(fell_back, ar, ratios=[1.06])[0]
+
+
+def test_a_loaded_model_says_its_quantization():
+    from specar.model_loaders.registry import load_model
+    assert load_model("demo").quantization == "none" and load_model("demo", quantize="int4").quantization == "int4"
+
+
+@pytest.mark.parametrize("quantize", ["none", "int8"])
+def test_a_quantized_model_is_named_in_the_summary_details_and_statistics(quantize, comfy):
+    handle, = execute(v1.SpecARModelLoader, model="demo", device="auto", dtype="auto", quantize=quantize)[0]
+    _, ui = execute(v1.SpecARSampler, model=handle, **sampler_values(backend="sjd_pac"))
+    s = json.loads(ui["specar_stats"][0])
+    assert s["quantization"] == quantize
+    if quantize == "none":
+        assert ui["text"][0].startswith("SJD-PAC: 16 tokens") and "model)" not in ui["text"][0].split("\n")[0]
+    else:
+        assert ui["text"][0].startswith("SJD-PAC (int8 model): 16 tokens")

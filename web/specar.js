@@ -82,6 +82,28 @@ export function hookImplied(node, implied, backends) {
   }
 }
 
+// The parameters that have no effect with same_image_as_ar on (a re-draft is then AR's own sample): flat names.
+export function mootInputs(nodeData) {
+  const out = new Set();
+  eachInput(nodeData, (name, kind, opts) => {
+    if (opts?.specar_moot_when_same_image) out.add(name);
+  });
+  return out;
+}
+
+// Grey those out (the frontend's disabled widget: dimmed, not editable) while same_image_as_ar is on.
+export function updateMoot(node, moot, backends) {
+  const same = !!node.widgets?.find((w) => w.name === "same_image_as_ar")?.value;
+  const backend = node.widgets?.find((w) => w.name === "backend")?.value;
+  for (const w of node.widgets || []) {
+    const flat = w.name.startsWith("backend.") ? `${backend}_${w.name.slice(8)}` : w.name;
+    if (!moot.has(flat)) continue;
+    w.disabled = same;
+    if (w.options) w.options.disabled = same; // Vue node rendering reads the widget's options
+  }
+  node.setDirtyCanvas?.(true, true);
+}
+
 const TITLE_PREFIX = "SpecAR Sampler";
 
 // The node's title follows the backend ("SpecAR Sampler - Hawk") unless the user renamed it.
@@ -142,13 +164,36 @@ export function backendChanged(node) {
   }
 }
 
+// A node that did not run keeps no preview of an earlier run under its "not run" text: the frontend draws a
+// node's preview from app.nodePreviewImages (by node id on the root graph) into node.imgs, through its
+// "$$canvas-image-preview" widget, which is removed as the frontend itself removes it.
+export function clearPreview(node) {
+  node.specarStalePreview = false;
+  for (const key of [String(node.id), node.id]) {
+    if (app.nodePreviewImages && key in app.nodePreviewImages) delete app.nodePreviewImages[key];
+  }
+  node.imgs = undefined;
+  const i = node.widgets?.findIndex((w) => w.name === "$$canvas-image-preview") ?? -1;
+  if (i >= 0) {
+    node.widgets[i].onRemove?.();
+    node.widgets.splice(i, 1);
+    if (typeof node.computeSize === "function" && typeof node.setSize === "function") {
+      node.setSize([node.size[0], node.computeSize()[1]]); // the preview's room goes (the prompt boxes would fill it)
+    }
+  }
+  node.setDirtyCanvas?.(true, true);
+}
+
 app.registerExtension({
   name: "specar.sampler",
   async setup() {
     // the execution's events reach every sampler node: the box follows the execution to its end
     for (const kind of EXECUTION_EVENTS) {
       app.api?.addEventListener?.(kind, (e) => {
-        for (const node of SAMPLERS) executionEvent(node, kind, e?.detail);
+        for (const node of SAMPLERS) {
+          executionEvent(node, kind, e?.detail);
+          if (node.specarStalePreview) clearPreview(node);
+        }
       });
     }
   },
@@ -162,8 +207,10 @@ app.registerExtension({
     const labels = backendLabels(nodeData);
     const advanced = advancedInputs(nodeData);
     const implied = impliedChoices(nodeData);
+    const moot = mootInputs(nodeData);
     const refresh = (node) => {
       updateVisibility(node, keys, advanced);
+      updateMoot(node, moot, keys);
       updateTitle(node, labels);
       hookImplied(node, implied, keys);
       backendChanged(node);
@@ -173,7 +220,7 @@ app.registerExtension({
     nodeType.prototype.onNodeCreated = function () {
       const r = onNodeCreated?.apply(this, arguments);
       SAMPLERS.add(this);
-      for (const name of ["backend", "guidance"]) {
+      for (const name of ["backend", "guidance", "same_image_as_ar"]) {
         const w = this.widgets?.find((x) => x.name === name);
         if (!w || w.specarHooked) continue;
         const callback = w.callback;

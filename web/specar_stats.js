@@ -25,6 +25,7 @@ export function formatStats(json) {
   const lines = [
     ...(s.notes || []),
     `backend ${s.backend_label || s.backend}${params ? " (" + params + ")" : ""}${s.batch > 1 ? `, batch ${s.batch}` : ""}`,
+    `model ${s.model ?? "-"}, weights ${!s.quantization || s.quantization === "none" ? "as stored (not quantized)" : `quantized ${s.quantization}`}`,
     `same_image_as_ar ${s.reproducible ? "on" : "off"}${s.lossy ? "; LOSSY: relaxed acceptance was on (not the AR distribution)" : ""}`,
     `sampling: cfg ${s.sampling?.cfg_scale ?? "-"}, top-k ${s.sampling?.top_k ?? "-"}, temperature ${s.sampling?.temperature ?? "-"}, top-p ${s.sampling?.top_p ?? "-"}`,
     `image tokens ${s.image_tokens}${s.forced_tokens ? ` (+${s.forced_tokens} forced)` : ""}`,
@@ -75,20 +76,22 @@ export function wrappedRows(text, width, charWidth = 6.7) {
 }
 
 const LINE_PX = 15;
+export const MAX_ROWS = 20; // the box grows with its text up to this many rows, then scrolls: a node whose details
+// are turned on grows by at most this much over the nodes around it
 
 export function statsWidget(node) {
   let widget = node.widgets?.find((w) => w.name === WIDGET);
   if (widget) return widget;
-  // the box is as tall as its text (wrapped at the node's width), so it never squeezes the prompt box
-  // and never hides a line: ComfyUI's frontend lays DOM widgets out by getMinHeight / getMaxHeight
+  // the box is as tall as its text (wrapped at the node's width) up to MAX_ROWS, so it never squeezes the
+  // prompt box and hides no line of a short text (a longer one scrolls): ComfyUI's frontend lays DOM widgets out by getMinHeight / getMaxHeight
   // (+ 30: the textarea sits 20 px inside its widget, plus its own padding and border)
-  const height = () => LINE_PX * wrappedRows(widget?.value ?? "", (node.size?.[0] ?? 340) - 40) + 30;
+  const height = () => LINE_PX * Math.min(MAX_ROWS, wrappedRows(widget?.value ?? "", (node.size?.[0] ?? 340) - 40)) + 30;
   if (typeof node.addDOMWidget === "function") {
     const el = document.createElement("textarea");
     el.readOnly = true;
     el.className = "comfy-multiline-input";
     Object.assign(el.style, { fontFamily: "monospace", fontSize: "11px", lineHeight: `${LINE_PX}px`, width: "100%",
-      boxSizing: "border-box", resize: "none" }); // width: Vue node rendering gives a textarea 20 columns otherwise
+      boxSizing: "border-box", resize: "none", overflowY: "auto" }); // width: Vue node rendering gives a textarea 20 columns otherwise
     widget = node.addDOMWidget(WIDGET, "specar_stats", el, {
       serialize: false,
       getValue: () => el.value,
@@ -162,12 +165,14 @@ export function executionEvent(node, kind, detail) {
   } else if (kind === "execution_error") {
     if (!run) return; // this node's run was over before the error: its statistics stand
     const why = String(detail?.exception_message ?? "").trim().split("\n")[0];
-    node.specarState = isNode(node, detail?.node_id) ? `failed: ${why || "see ComfyUI's error message"}`
+    const own = isNode(node, detail?.node_id);
+    node.specarState = own ? `failed: ${why || "see ComfyUI's error message"}`
       : `not run: ${detail?.node_type ?? "another node"} (node ${detail?.node_id}) failed first${why ? `: ${why}` : ""}`;
     node.specarRun = null;
+    if (!own) node.specarStalePreview = true; // a preview on the node is an earlier run's: specar.js removes it
   } else if (kind === "execution_interrupted") {
     if (!run) return;
-    node.specarState = run === "running" ? "cancelled: the image above is the partial preview of the cancelled run"
+    node.specarState = run === "running" ? "cancelled: the image below is the partial preview of the cancelled run"
       : "cancelled before this node ran";
     node.specarRun = null;
   } else if (kind === "execution_end" || kind === "execution_success") {
