@@ -254,7 +254,7 @@ def test_threads_follow_the_machine_unless_given(monkeypatch):
 
 
 def test_bench_refuses_what_a_tiny_model_ignores_and_names_a_missing_prompts_file(tmp_path, capsys):
-    with pytest.raises(ValueError, match="--dtype and --quantize apply to a model loaded from files"):
+    with pytest.raises(ValueError, match="--quantize: only for a model loaded from files"):
         call(["bench", "--model", "tiny:16,4x4", "--backends", "ar", "--quantize", "int4", "--quiet"])
     with pytest.raises(ValueError, match="--prompts: no such file"):
         call(["bench", "--model", "tiny:16,4x4", "--prompts", str(tmp_path / "missing.txt")])
