@@ -89,7 +89,7 @@ class SpeculativeEngine:
         # "same image as AR": verification by agreement (docs/REPRODUCIBLE.md); None: on for a lossless backend
         self.reproducible = self.drafter.lossless if reproducible is None else reproducible
         # batch-invariant target forwards where the same image needs it (model_loaders/precision/batch_invariant.py)
-        self.target_mode, self.same_image_guarantee = batch_invariant.plan(model, self.reproducible)
+        self.target_mode, self.same_image_guarantee, self.same_image_reason = batch_invariant.plan(model, self.reproducible)
         self.layout = SequenceLayout.build(model.geometry, self.drafter.slack, model.device)
 
     # -- the loop ------------------------------------------------------------------------------

@@ -25,6 +25,7 @@ image differs), not on a proof that float32 GEMM is batch-invariant.
 from __future__ import annotations
 
 import contextlib
+import enum
 from typing import Optional
 
 import torch
@@ -39,8 +40,26 @@ _COVERED = frozenset(PRODUCTS | ROW_OPS)
 _LOW = (torch.bfloat16, torch.float16, torch.float32)
 _HALF = (torch.bfloat16, torch.float16)
 
-GUARANTEE = "batch-invariant"  # half precision on the CPU, through BatchInvariant
-FLOAT32 = "float32: tested on the CPU, not proven"
+
+
+class SameImage(str, enum.Enum):
+    """How firmly a same-image run (reproducible / same_image_as_ar on) gives AR's image for the seed: the stats'
+    `same_image_guarantee` (its value, a plain string in JSON; None outside the same-image mode). The distribution
+    is AR's in every case; this is only about the very image."""
+
+    # half precision on the CPU through BatchInvariant: every product and reduction in float64, so each forward
+    # rounds to the same bits unless an exact value lies within about n * 2^-53 of a rounding boundary (argued
+    # above; tested: no demo image differs, docs/REPRODUCIBLE.md)
+    BATCH_INVARIANT = "batch_invariant"
+    # float32 on the CPU (or CUDA without TF32): no tested image differs, but float32 GEMM is not proven to give
+    # the same bits whatever the forward's shape
+    TESTED = "tested"
+    # half precision on a GPU, TF32 products, or a model whose dtype is unknown: the image may differ from AR's
+    NOT_GUARANTEED = "not_guaranteed"
+
+
+GUARANTEE = SameImage.BATCH_INVARIANT  # the names the tests and gpu-check use
+FLOAT32 = SameImage.TESTED
 
 
 def _wide(x, seen: dict):
@@ -95,23 +114,23 @@ def _half_dtype(model) -> Optional[torch.dtype]:
 
 
 def plan(model, reproducible: bool):
-    """(a context manager for the target's forwards, the stats' ``same_image_guarantee``) of a generation:
-    `BatchInvariant` for a half-precision model on the CPU in the same-image mode, else a no-op; the
-    guarantee is None outside the same-image mode."""
+    """(a context manager for the target's forwards, the stats' ``same_image_guarantee`` (a `SameImage`), the reason
+    in words) of a generation: `BatchInvariant` for a half-precision model on the CPU in the same-image mode, else
+    a no-op; (no-op, None, None) outside the same-image mode."""
     if not reproducible:
-        return contextlib.nullcontext, None
+        return contextlib.nullcontext, None, None
     try:
         half, device = _half_dtype(model), model.device.type
     except NotImplementedError:  # an adapter that does not expose its weights
-        return contextlib.nullcontext, "not guaranteed: the model's dtype is unknown"
+        return contextlib.nullcontext, SameImage.NOT_GUARANTEED, "the model's dtype is unknown"
     if half is None:
         if device == "cuda" and torch.backends.cuda.matmul.allow_tf32:
-            return contextlib.nullcontext, "not guaranteed: float32 products in TF32 on CUDA (allow_tf32)"
-        return contextlib.nullcontext, FLOAT32
+            return contextlib.nullcontext, SameImage.NOT_GUARANTEED, "float32 products in TF32 on CUDA (allow_tf32)"
+        return contextlib.nullcontext, SameImage.TESTED, "float32: tested on the CPU, not proven"
     if device != "cpu":
-        return contextlib.nullcontext, (f"not guaranteed: {str(half)[6:]} on {device} (batch-invariant forwards "
-                                        f"run on the CPU only)")
-    return BatchInvariant, GUARANTEE
+        return contextlib.nullcontext, SameImage.NOT_GUARANTEED, (f"{str(half)[6:]} on {device} (batch-invariant "
+                                                                  f"forwards run on the CPU only)")
+    return BatchInvariant, SameImage.BATCH_INVARIANT, f"{str(half)[6:]} on the CPU: batch-invariant forwards"
 
 
-__all__ = ["BatchInvariant", "FLOAT32", "GUARANTEE", "PRODUCTS", "ROW_OPS", "plan"]
+__all__ = ["BatchInvariant", "FLOAT32", "GUARANTEE", "PRODUCTS", "ROW_OPS", "SameImage", "plan"]
