@@ -70,7 +70,7 @@ gpu-check:
 	rc=$$?; rm -f "$$d/specar"; rmdir "$$d"; exit $$rc
 
 clean:
-	rm -rf $(VENV)
+	rm -rf $(VENV) .venv-build
 
 # the family loaders on the oldest transformers we support (hf_files.TRANSFORMERS_FLOOR): its own venv,
 # the tiny Janus-Pro / Emu3 / Chameleon folders in the released checkpoints' format, their loader tests
