@@ -120,7 +120,8 @@ def run(args):
                            "step_compression": st.step_compression, "latency_s": st.latency_s})
             print(f"{prompt[:48]:48s} {cfg['backend']:8s} forwards {st.nfe:4d}  compression {st.step_compression:5.2f}x  "
                   f"latency {st.latency_s:6.2f} s")
-    side_by_side([pictures[0], pictures[1]], ["AR", configs[1]["backend"]], args.prompts).save(os.path.join(args.out, "grid.png"))
+    grid_labels = ["AR", configs[1]["backend"]]  # the rows' labels drawn on grid.png (recorded in demo.json)
+    side_by_side([pictures[0], pictures[1]], grid_labels, args.prompts).save(os.path.join(args.out, "grid.png"))
     speedup = totals[0] / totals[1]
     verdict = "LOSSY (relaxed acceptance: not AR's distribution), " if lossy else ""
     verdict += f"{speedup:.2f}x " + ("faster" if speedup >= 1 else "slower: AR was faster")
@@ -138,6 +139,6 @@ def run(args):
               f"distribution as AR's (lossless), not AR's images.")
     with open(os.path.join(args.out, "demo.json"), "w") as f:
         json.dump({"command": args.command_line, "date": time.strftime("%Y-%m-%d"), **started,
-                   "threads": args.threads, "speedup_vs_ar": speedup, "images_equal_to_ar": same, "runs": report},
+                   "threads": args.threads, "grid_labels": grid_labels, "speedup_vs_ar": speedup, "images_equal_to_ar": same, "runs": report},
                   f, indent=1)
     return speedup
