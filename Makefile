@@ -10,10 +10,11 @@ venv: $(STAMP)
 
 # torch, installed only when the venv has none. From PyPI (pip's default index) Linux x86_64 gets the CUDA build: a
 # 530 MB wheel plus about 2 GB of NVIDIA libraries. TORCH_CPU=1 (or any TORCH_INDEX) takes PyTorch's CPU wheels
-# instead, about 200 MB: `make demo TORCH_CPU=1` on a machine without an NVIDIA GPU.
+# instead, about 200 MB. `make demo` chooses for itself (devtools/install_torch.py).
 , := ,
 TORCH       ?= torch==2.13.0
 TORCH_CPU   ?=
+TORCH_CUDA  ?=
 TORCH_INDEX ?= $(if $(TORCH_CPU),https://download.pytorch.org/whl/cpu,)
 TORCH_FROM  := $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX),)
 TORCH_WHAT  := $(if $(TORCH_INDEX),from $(TORCH_INDEX),from pip's configured index (PyPI by default: the CUDA build on Linux x86_64$(,) \
@@ -47,8 +48,18 @@ test-long: $(STAMP)
 test-comfyui: $(STAMP)
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} $(PY) -m pytest -q -rs --rootdir=tests tests/comfyui
 
-# the main job: images from the embedded demo model, AR vs the default backend, in output/
-demo: $(STAMP)
+# the main job: images from the embedded demo model, AR vs the default backend, in output/. Its own install: torch
+# (devtools/install_torch.py: the CPU build on Linux without an NVIDIA GPU, TORCH_CUDA=1 / TORCH_INDEX=<url> to
+# choose) and the package without extras (no pytest, no diffusers), pip's progress shown
+DEMO_STAMP := $(VENV)/.specar-demo-installed
+$(DEMO_STAMP): pyproject.toml requirements.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	TORCH_INDEX="$(TORCH_INDEX)" TORCH_CUDA="$(TORCH_CUDA)" $(PY) devtools/install_torch.py $(PY) "$(TORCH)"
+	@echo "Installing specar and what it needs (transformers, accelerate, safetensors, numpy, pillow, pyyaml)"
+	$(PY) -m pip install --progress-bar on -e .
+	touch $(DEMO_STAMP)
+
+demo: $(DEMO_STAMP)
 	$(PY) -m specar demo --out output
 
 # all backends side by side on the demo model, one run (threads: the cores other processes leave free; BENCH_ARGS:
@@ -71,7 +82,7 @@ gpu-check:
 	rc=$$?; rm -f "$$d/specar"; rmdir "$$d"; exit $$rc
 
 clean:
-	rm -rf $(VENV)
+	rm -rf $(VENV) .venv-build
 
 # the family loaders on the oldest transformers we support (hf_files.TRANSFORMERS_FLOOR): its own venv,
 # the tiny Janus-Pro / Emu3 / Chameleon folders in the released checkpoints' format, their loader tests

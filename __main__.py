@@ -3,7 +3,13 @@ command (tooling/, `python -m specar.tooling --help` lists them) is passed on to
 import sys
 
 from .cli import COMMANDS
-from .tooling import COMMANDS as TOOLING
+
+try:  # the maintainers' tooling is in a checkout, not in the wheel
+    from .tooling import COMMANDS as TOOLING
+except ModuleNotFoundError as e:
+    if e.name != f"{__package__}.tooling":
+        raise
+    TOOLING = ()
 
 
 def main(argv=None) -> int:

@@ -2,7 +2,7 @@
 
 Configurations are interleaved (for each repeat, prompt and seed, every configuration runs once)
 after one warm-up generation each, so slow drifts of a shared machine hit all of them alike, and
-every ratio (speedup over AR) is measured within the run (cli/benchmark.py).
+every ratio (speedup over AR) is measured within the run.
 """
 from __future__ import annotations
 
@@ -12,11 +12,17 @@ import sys
 import time
 from typing import Optional
 
+from . import schema
 from .args import non_negative_float, non_negative_int, positive_int
-from .benchmark import (DEFAULT_CONFIGS, DEFAULT_PROMPTS, format_table, in_both_modes, parse_config, run as measure,
-                        with_windows)
-from .machine import machine
+from .model_spec import OFFLOADS, check_model_options
 from .regimes import REGIMES, regime
+
+DEFAULT_PROMPTS = [
+    "a large red circle on a blue background",
+    "a small yellow striped star on a noisy green background",
+    "a white square on a black background",
+    "a purple triangle on a noisy orange background",
+]
 
 # the sampling options: (option, generate()'s keyword, type, help); unset, each is the model's own
 SAMPLING = (("--cfg-scale", "cfg_scale", non_negative_float, "classifier-free guidance scale (1: no guidance)"),
@@ -27,14 +33,16 @@ SAMPLING = (("--cfg-scale", "cfg_scale", non_negative_float, "classifier-free gu
 
 def add_arguments(ap) -> None:
     ap.add_argument("--regime", choices=list(REGIMES), default=None,
-                    help="fixes the model and its sampling settings (cli/regimes.py): demo (the demo model as it "
+                    help="fixes the model and its sampling settings: demo (the demo model as it "
                     "samples), paper (the demo model calibrated to SJD's commit rate on Lumina-mGPT), flat (a "
                     "random-weight 8192-code target); without --regime and --model: demo")
     ap.add_argument("--model", default=None, help="built-in name, model folder, or tiny:V,HxW[,row_end][,key=value] "
-                    "(cli/model_spec.py); unset: the regime's model")
-    ap.add_argument("--backends", nargs="+", default=DEFAULT_CONFIGS,
-                    help="configurations like ar  sjd:window=32  sjd_pac:window=64,tree_width=4  ar:compile=true "
-                    "(a parameter left out takes the backend's default; include `ar` for the speed-up column)")
+                    "(a random-weight model; keys hidden, layers, heads, scale, seed); unset: the regime's model")
+    ap.add_argument("--backends", nargs="+", default=schema.BENCH_CONFIGS,
+                    help=f"configurations like ar  sjd:window=32  sjd_pac:window=64,tree_width=4  ar:compile=true "
+                    f"(a parameter left out takes the backend's default; include `ar` for the speed-up column); "
+                    f"backends: {', '.join(schema.BACKENDS)}; the default backend (API, node, demo): "
+                    f"{schema.DEFAULT_BACKEND}")
     ap.add_argument("--windows", type=positive_int, nargs="+",
                     help="run each configuration without an explicit window once per window (e.g. 16 32 64)")
     ap.add_argument("--prompts", help=f"file with one prompt per line (unset: {len(DEFAULT_PROMPTS)} built-in prompts)")
@@ -46,7 +54,12 @@ def add_arguments(ap) -> None:
     ap.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"],
                     help="weights precision (unset: the model's own)")
     ap.add_argument("--quantize", default="none", choices=["none", "int8", "int4"],
-                    help="weight-only quantization of the model folder's linear layers (docs/MODELS.md)")
+                    help="weight-only quantization of the model folder's linear layers (not with --offload auto; "
+                    f"{schema.DOCS_URL}/MODELS.md)")
+    ap.add_argument("--resolution", default=None, help="WIDTHxHEIGHT of a model folder's images, e.g. 768x768 "
+                    "(unset: the model's own size; a size the model does not offer is refused naming those it does)")
+    ap.add_argument("--offload", default="none", choices=list(OFFLOADS), help="auto: the weights that do not fit "
+                    "the GPU stay in CPU memory (transformers-format models; slow)")
     ap.add_argument("--threads", type=positive_int, help="torch CPU threads (unset: the cores other processes leave "
                     "free, at least 1)")
     for option, _, kind, text in SAMPLING:
@@ -73,12 +86,31 @@ def chosen_regime(name: Optional[str], model: Optional[str], sampling: dict):
 
 
 def run(args):
-    import torch
-
-    from .machine import busy_note, choose_threads
-    from .model_spec import model_from_spec
     sampling = {key: getattr(args, key) for _, key, _, _ in SAMPLING if getattr(args, key) is not None}
     the_regime = chosen_regime(args.regime, args.model, sampling)
+    for text in args.backends:  # every argument checked before torch is imported (cli/schema.py)
+        try:
+            cfg = schema.parse_config(text)
+        except ValueError as e:
+            raise ValueError(f"--backends: {e}") from None
+        window = schema.params(cfg["backend"]).get("window")
+        for w in (args.windows or []) if window and "window" not in cfg else []:
+            try:
+                window.check(w)
+            except ValueError as e:
+                raise ValueError(f"--windows: {e}") from None
+    if args.regime is None:
+        check_model_options(args.model or "demo", args.dtype, args.quantize, args.resolution, args.offload)
+    elif args.resolution or args.offload != "none" or args.quantize != "none" or args.dtype:
+        raise ValueError(f"--regime {args.regime} fixes the model: drop --resolution, --offload, --quantize, --dtype")
+    if args.prompts and not os.path.isfile(args.prompts):
+        raise ValueError(f"--prompts: no such file {args.prompts!r} (one prompt per line)")
+
+    import torch
+
+    from .benchmark import format_table, in_both_modes, parse_config, run as measure, with_windows
+    from .machine import busy_note, choose_threads, machine
+    from .model_spec import model_from_spec
     configs = with_windows([parse_config(c) for c in args.backends], args.windows)
     if args.both_modes:
         configs = in_both_modes(configs)
@@ -86,15 +118,13 @@ def run(args):
         configs = the_regime.apply_run_options(configs)
         args.model, sampling = the_regime.model, dict(the_regime.sampling)
     args.model = args.model or "demo"
-    if args.prompts and not os.path.isfile(args.prompts):
-        raise ValueError(f"--prompts: no such file {args.prompts!r} (one prompt per line)")
     args.threads = choose_threads(args.threads)
     torch.set_num_threads(args.threads)  # after the checks: a refused command changes nothing
     prompts = DEFAULT_PROMPTS
     if args.prompts:
         with open(args.prompts) as f:
             prompts = [line.strip() for line in f if line.strip()]
-    model = model_from_spec(args.model, args.device, args.dtype, args.quantize)
+    model = model_from_spec(args.model, args.device, args.dtype, args.quantize, args.resolution, args.offload)
     t0 = time.time()
     rows = measure(model, configs, prompts, args.seeds, args.repeats, sampling=sampling, preview=args.preview,
                    log=None if args.quiet else (lambda s: print(s, file=sys.stderr)))
@@ -114,4 +144,4 @@ def run(args):
     return rows
 
 
-__all__ = ["add_arguments", "chosen_regime", "run"]
+__all__ = ["DEFAULT_PROMPTS", "add_arguments", "chosen_regime", "run"]

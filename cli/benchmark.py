@@ -11,20 +11,13 @@ import torch
 from ..samplers.api import generate
 from ..samplers.backends import SCHEMAS, bench_configs, make_backend
 from ..samplers.stats import acceptance_by_depth
+from . import schema
+from .bench import DEFAULT_PROMPTS  # noqa: F401 (the bench's prompts, named here too)
+from .schema import RUN_KEYS
 
 # the default run: every registered backend at its defaults, then the settings each method adds to the bench
 # (`Method.bench_variants`); the drafter-based backends need their drafter beside the model (the demo model's are)
 DEFAULT_CONFIGS = bench_configs()
-DEFAULT_PROMPTS = [
-    "a large red circle on a blue background",
-    "a small yellow striped star on a noisy green background",
-    "a white square on a black background",
-    "a purple triangle on a noisy orange background",
-]
-# generate() options a configuration may set beside the backend's parameters (booleans)
-RUN_KEYS = ("compile", "reproducible")
-
-
 def label(cfg: dict) -> str:
     """{'backend': 'sjd', 'window': 8} -> 'sjd:window=8' (what parse_config reads back)."""
     rest = ",".join(f"{k}={v}" for k, v in cfg.items() if k != "backend")
@@ -32,36 +25,14 @@ def label(cfg: dict) -> str:
 
 
 def parse_config(text: str) -> dict:
-    """'sjd_pac:window=64,tree_width=4' -> {'backend': 'sjd_pac', 'window': 64, 'tree_width': 4}."""
-    name, _, rest = text.partition(":")
-    name = name.strip()
-    if name not in SCHEMAS:
-        raise ValueError(f"unknown backend {name!r} in {text!r}; backends: {', '.join(SCHEMAS)}")
-    declared = {p.name: p for p in SCHEMAS[name].params}
-    params = {}
-    for item in filter(None, (s.strip() for s in rest.split(","))):
-        key, eq, value = item.partition("=")
-        if not eq:
-            raise ValueError(f"expected key=value in {text!r}, got {item!r}")
-        # an unknown key: make_backend names it
-        kind = bool if key in RUN_KEYS else (declared[key].kind if key in declared else str)
-        if kind is bool:
-            if value.lower() not in ("true", "false", "1", "0"):
-                raise ValueError(f"{key} must be true or false in {text!r}, got {value!r}")
-            params[key] = value.lower() in ("true", "1")
-        elif kind in (int, float):
-            try:
-                params[key] = kind(value)
-            except ValueError:
-                try:  # the parameter's own check refuses the text, naming its allowed range
-                    declared[key].check(value)
-                except ValueError as e:
-                    raise ValueError(f"{e} (in {text!r})") from None
-                raise  # unreachable: a string never passes a number's check
-        else:
-            params[key] = value
-    make_backend(name, **{k: v for k, v in params.items() if k not in RUN_KEYS})  # validate now, not halfway through
-    return {"backend": name, **params}
+    """'sjd_pac:window=64,tree_width=4' -> {'backend': 'sjd_pac', 'window': 64, 'tree_width': 4}: checked without
+    torch (cli/schema.py), then by the registry's make_backend (its cross-checks), before any work."""
+    cfg = schema.parse_config(text)
+    try:
+        make_backend(cfg["backend"], **{k: v for k, v in cfg.items() if k not in RUN_KEYS and k != "backend"})
+    except ValueError as e:
+        raise ValueError(f"{e} (in {text!r})") from None
+    return cfg
 
 
 def with_windows(configs: List[dict], windows: Optional[List[int]]) -> List[dict]:

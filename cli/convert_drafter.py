@@ -1,8 +1,10 @@
 """`python -m specar convert-drafter`: a released drafter (LANTERN's Anole / LlamaGen EAGLE drafters) -> SpecAR's
 drafter.json + drafter.safetensors, bound to the model's weight fingerprint.
 
-The conversion lives in samplers/drafters/eagle/lantern_conversion.py."""
+The converted drafter runs with the adt_tree backend (its EAGLE drafter)."""
 from __future__ import annotations
+
+import os
 
 from .args import positive_int
 
@@ -24,6 +26,8 @@ def add_arguments(ap) -> None:
 
 
 def run(args) -> str:
+    if not os.path.isdir(args.folder):
+        raise ValueError(f"no such drafter folder {args.folder!r} (LANTERN's: config.json + weights)")
     from ..model_loaders.registry import load_model
     from ..samplers.backends import METHODS
     from ..samplers.drafters.eagle.lantern_conversion import convert_lantern_drafter

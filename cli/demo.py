@@ -10,7 +10,9 @@ import json
 import os
 import time
 
+from . import schema
 from .args import non_negative_int, positive_int
+from .model_spec import OFFLOADS, check_model_options
 
 PROMPTS = [
     "a large red circle on a blue background",
@@ -58,25 +60,35 @@ def side_by_side(rows, labels, prompts=None, pad: int = 4, scale: int = 2):
 
 def add_arguments(ap) -> None:
     ap.add_argument("--model", default="demo", help="demo, or a model folder")
-    ap.add_argument("--fast", help="the accelerated configuration, as bench's: backend[:key=value,...] (unset: the "
-                    "library's default backend)")
+    ap.add_argument("--fast", help=f"the accelerated configuration, as bench's: backend[:key=value,...] (unset: "
+                    f"{schema.DEFAULT_BACKEND}, the library's default backend); backends: {', '.join(schema.BACKENDS)}")
     ap.add_argument("--prompts", nargs="+", default=PROMPTS, help="the prompts, one image each")
     ap.add_argument("--seed", type=non_negative_int, default=0, help="seed of the first prompt (+1 per prompt)")
     ap.add_argument("--out", default="output", help="folder for the PNGs, grid.png and demo.json")
     ap.add_argument("--threads", type=positive_int, help="torch CPU threads (unset: the cores other processes leave "
                     "free, at least 1)")
+    ap.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (unset: the model's own choice)")
+    ap.add_argument("--resolution", default=None, help="WIDTHxHEIGHT of a model folder's images, e.g. 768x768 "
+                    "(unset: the model's own size; a size the model does not offer is refused naming those it does)")
+    ap.add_argument("--offload", default="none", choices=list(OFFLOADS), help="auto: the weights that do not fit "
+                    "the GPU stay in CPU memory (transformers-format models; slow)")
 
 
 def run(args):
-    import torch  # here, not at import: the parser answers --help and argument errors without waiting for torch
+    args.fast = args.fast or schema.DEFAULT_BACKEND
+    try:  # a bad --fast or --model fails before torch is imported
+        schema.parse_config(args.fast)
+    except ValueError as e:
+        raise ValueError(f"--fast {args.fast!r}: {e}") from None
+    check_model_options(args.model, resolution=args.resolution, offload=args.offload)
+
+    import torch
 
     from ..samplers.api import generate
-    from ..samplers.backends import DEFAULT_BACKEND
     from .benchmark import parse_config
     from .machine import busy_note, choose_threads, machine
     from .model_spec import model_from_spec
-    args.fast = args.fast or DEFAULT_BACKEND
-    try:  # a bad --fast fails before any work
+    try:  # the registry's own checks
         configs = [{"backend": "ar"}, parse_config(args.fast)]
     except ValueError as e:
         raise ValueError(f"--fast {args.fast!r}: {e}") from None
@@ -84,7 +96,7 @@ def run(args):
     args.threads = choose_threads(args.threads)
     torch.set_num_threads(args.threads)
     os.makedirs(args.out, exist_ok=True)
-    model = model_from_spec(args.model)
+    model = model_from_spec(args.model, args.device, resolution=args.resolution, offload=args.offload)
     for cfg in configs:  # warm-up, so neither side pays first-call costs in the comparison
         generate(model, args.prompts[0], seed=args.seed, **cfg)
     pictures = {0: [], 1: []}
@@ -108,7 +120,8 @@ def run(args):
                            "step_compression": st.step_compression, "latency_s": st.latency_s})
             print(f"{prompt[:48]:48s} {cfg['backend']:8s} forwards {st.nfe:4d}  compression {st.step_compression:5.2f}x  "
                   f"latency {st.latency_s:6.2f} s")
-    side_by_side([pictures[0], pictures[1]], ["AR", configs[1]["backend"]], args.prompts).save(os.path.join(args.out, "grid.png"))
+    grid_labels = ["AR", configs[1]["backend"]]  # the rows' labels drawn on grid.png (recorded in demo.json)
+    side_by_side([pictures[0], pictures[1]], grid_labels, args.prompts).save(os.path.join(args.out, "grid.png"))
     speedup = totals[0] / totals[1]
     verdict = "LOSSY (relaxed acceptance: not AR's distribution), " if lossy else ""
     verdict += f"{speedup:.2f}x " + ("faster" if speedup >= 1 else "slower: AR was faster")
@@ -126,6 +139,6 @@ def run(args):
               f"distribution as AR's (lossless), not AR's images.")
     with open(os.path.join(args.out, "demo.json"), "w") as f:
         json.dump({"command": args.command_line, "date": time.strftime("%Y-%m-%d"), **started,
-                   "threads": args.threads, "speedup_vs_ar": speedup, "images_equal_to_ar": same, "runs": report},
+                   "threads": args.threads, "grid_labels": grid_labels, "speedup_vs_ar": speedup, "images_equal_to_ar": same, "runs": report},
                   f, indent=1)
     return speedup

@@ -1,17 +1,20 @@
 """The model a command runs, from its `--model` spec: a built-in name or a model folder (load_model), or
 `tiny:VOCAB,HxW[,row_end][,key=value...]`, a random-weight model (testing.tiny_model) for checking a command
-and for the bench's `flat` regime."""
+and for the bench's `flat` regime. `check_model_options` checks a spec and its options without torch."""
 from __future__ import annotations
+
+import re
 
 # tiny:...,key=value options: testing.tiny_model's keyword and its type
 TINY_OPTIONS = {"hidden": ("hidden_size", int), "layers": ("num_layers", int), "heads": ("num_heads", int),
                 "scale": ("logit_scale", float), "seed": ("seed", int)}
+OFFLOADS = ("none", "auto")  # model_loaders/resolutions.py's, for the transformers families
+RESOLUTION = re.compile(r"^[1-9][0-9]*x[1-9][0-9]*$")
 
 
-def tiny_from_spec(spec: str, device=None):
-    """tiny:vocab,HxW[,row_end][,hidden=..,layers=..,heads=..,scale=..,seed=..]: the options default to
-    testing.tiny_model's own, seed 0."""
-    from ..testing import tiny_model
+def parse_tiny(spec: str) -> tuple:
+    """(vocab, (H, W), tiny_model's keywords) of tiny:vocab,HxW[,row_end][,hidden=..,layers=..,heads=..,scale=..,
+    seed=..]; ValueError naming --model and the expected form (every number an integer >= 1, scale > 0)."""
     parts = [p.strip() for p in spec[5:].split(",")]
     try:
         vocab = int(parts[0])
@@ -26,20 +29,46 @@ def tiny_from_spec(spec: str, device=None):
                 raise ValueError(part)
             name, kind = TINY_OPTIONS[key]
             kwargs[name] = kind(value)
+        if min(vocab, h, w) < 1 or any(v < (0 if k == "seed" else 1) for k, v in kwargs.items()
+                                       if k not in ("row_end", "logit_scale")) \
+                or not kwargs.get("logit_scale", 1.0) > 0:
+            raise ValueError(spec)
     except (ValueError, IndexError):
-        raise ValueError(f"bad tiny model spec {spec!r}; expected tiny:VOCAB,HxW[,row_end][,key=value...] with keys "
-                         f"{', '.join(TINY_OPTIONS)}") from None
-    return tiny_model(vocab, (h, w), device=device or "cpu", **kwargs)
+        raise ValueError(f"--model: bad tiny model spec {spec!r}; expected tiny:VOCAB,HxW[,row_end][,key=value...] "
+                         f"with VOCAB, H, W integers >= 1 and keys {', '.join(TINY_OPTIONS)}") from None
+    return vocab, (h, w), kwargs
 
 
-def model_from_spec(spec: str, device=None, dtype=None, quantize: str = "none"):
+def check_model_options(spec: str, dtype=None, quantize="none", resolution=None, offload="none") -> None:
+    """What can be refused before torch is loaded: a tiny spec, options a tiny model ignores, the resolution's form,
+    the offload choice and quantize with offload (the family's own limits are checked when it loads)."""
+    if offload not in OFFLOADS:
+        raise ValueError(f"--offload must be one of {', '.join(OFFLOADS)}, got {offload!r}")
+    if resolution is not None and not RESOLUTION.match(resolution):
+        raise ValueError(f"--resolution must be WIDTHxHEIGHT in pixels (e.g. 768x768), got {resolution!r}")
+    if quantize not in (None, "none") and offload != "none":
+        raise ValueError(f"--quantize {quantize} loads the whole model on the device: it does not combine with "
+                         f"--offload {offload}")
     if spec.startswith("tiny:"):
-        if dtype is not None or quantize not in (None, "none"):
-            raise ValueError("--dtype and --quantize apply to a model loaded from files (demo, a model folder); a "
-                             "tiny: model is float32 and unquantized")
-        return tiny_from_spec(spec, device)
+        parse_tiny(spec)
+        given = [name for name, value in (("--dtype", dtype), ("--resolution", resolution)) if value is not None]
+        given += ["--quantize"] if quantize not in (None, "none") else []
+        given += ["--offload"] if offload != "none" else []
+        if given:
+            raise ValueError(f"{', '.join(given)}: only for a model loaded from files (demo, a model folder); a "
+                             f"tiny: model is float32, unquantized, on one device, at the size its spec gives")
+
+
+def model_from_spec(spec: str, device=None, dtype=None, quantize: str = "none", resolution=None, offload="none"):
+    check_model_options(spec, dtype, quantize, resolution, offload)
+    if spec.startswith("tiny:"):
+        from ..testing import tiny_model
+        vocab, grid, kwargs = parse_tiny(spec)
+        return tiny_model(vocab, grid, device=device or "cpu", **kwargs)
     from ..model_loaders.registry import load_model
-    return load_model(spec, device=device, dtype=dtype, quantize=quantize)
+    from ..model_loaders.resolutions import MODEL_DEFAULT, load_options
+    options = load_options(spec, resolution or MODEL_DEFAULT, offload) if resolution or offload != "none" else {}
+    return load_model(spec, device=device, dtype=dtype, quantize=quantize, **options)
 
 
-__all__ = ["TINY_OPTIONS", "model_from_spec"]
+__all__ = ["OFFLOADS", "TINY_OPTIONS", "check_model_options", "model_from_spec", "parse_tiny"]

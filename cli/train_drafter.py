@@ -1,22 +1,22 @@
 """`python -m specar train-drafter`: train a backend's drafter on a frozen model by self-distillation.
 
-The kinds (`--kind`) and their training functions (training/<module>.py, taking (model, args)) are the
-registered methods' (`Method.drafter_kind`, `Method.train`)."""
+The kinds (`--kind`) are the registered methods' drafters: hawk (Hawk's heads), eagle (an EAGLE layer, for
+ADT-Tree) and spatial (the spatial heads)."""
 from __future__ import annotations
 
 import importlib
+import os
 
-import torch
+from . import schema
+from .args import non_negative_float, non_negative_int, positive_float, positive_int
 
-from ..samplers.backends import METHODS
-from .args import non_negative_int, positive_float, positive_int
-
-KINDS = {m.drafter_kind: m.train for m in METHODS if m.train}  # kind -> "module:function" under training/
+# kind -> "module:function" under training/ (the registry's Method.drafter_kind / Method.train, through the snapshot)
+KINDS = {kind: d["train"] for kind, d in schema.DRAFTER_KINDS.items()}
 
 
 def add_arguments(ap) -> None:
     ap.add_argument("--kind", required=True, choices=sorted(KINDS), help="the drafter: " + "; ".join(
-        f"{m.drafter_kind}: {m.label}'s ({m.name})" for m in METHODS if m.train))
+        f"{kind}: {d['label']}'s (backend {d['backend']})" for kind, d in schema.DRAFTER_KINDS.items()))
     ap.add_argument("--model", default="demo", help="demo, or a model folder")
     ap.add_argument("--out", required=True, help="output folder (drafter.safetensors, drafter.json, checkpoint/)")
     ap.add_argument("--prompts", default=None,
@@ -36,7 +36,7 @@ def add_arguments(ap) -> None:
                          "--resume with cosine continues a constant run into a decay)")
     ap.add_argument("--init", default=None,
                     help="eagle: start from this drafter folder's weights (fine-tuning; its attention band and MLP width win)")
-    ap.add_argument("--guided-weight", type=float, default=0.0,
+    ap.add_argument("--guided-weight", type=non_negative_float, default=0.0,
                     help="eagle: weight (>= 0) of KL(target || drafter) of the sampling distributions (CFG combined, "
                          "temperature, top-k), the distributions verification compares (0: off)")
     ap.add_argument("--seed", type=non_negative_int, default=0, help="random seed of sampling and training")
@@ -46,6 +46,11 @@ def add_arguments(ap) -> None:
 
 
 def run(args) -> None:
+    if args.prompts and not os.path.isfile(args.prompts):
+        raise ValueError(f"--prompts: no such file {args.prompts!r} (one prompt per line)")
+    if args.init and not os.path.isdir(args.init):
+        raise ValueError(f"--init: no such drafter folder {args.init!r}")
+    import torch
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     from ..model_loaders.registry import load_model

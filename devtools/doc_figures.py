@@ -66,16 +66,24 @@ def _demo(d: dict) -> str:
 
 
 def _vram(d: dict) -> str:
-    lines = ["| model (released checkpoint) | parameters | weights bf16 / int8 / int4 | image tokens | KV cache of one "
-             "image with CFG |", "| --- | ---: | ---: | ---: | ---: |"]
-    for r in d["rows"]:
-        lines.append(f"| {r['model']} ({r['checkpoint'].split(' ')[0]}) | {r['parameters'] / 1e9:.2f} B | "
-                     f"{r['bf16_gb']:.1f} / {r['int8_gb']:.1f} / {r['int4_gb']:.1f} GB | {r['image_tokens']} "
-                     f"({r['image_px']} px) | {r['kv_gb_per_image_cfg']:.2f} GB |")
     meta = d["meta"]
-    return "\n".join(lines) + (f"\n\nComputed from the published configurations, not measured (weights of the "
-                               f"decoder, KV cache in bf16; activations and the image tokenizer come on top): "
-                               f"`{meta['command']}`, {meta['date']}.")
+    small, wide, cards = meta["default_window"], meta["wide_window"], meta["cards_gib"]
+    gb = lambda v: "-" if v is None else f"{v:.1f}"  # noqa: E731
+    lines = [f"| model (released checkpoint) | parameters | weights bf16 / int8 / int4 | image tokens | KV cache at "
+             f"window {small} / {wide} | fits on {' / '.join(map(str, cards))} GB |",
+             "| --- | ---: | ---: | ---: | ---: | --- |"]
+    for r in d["rows"]:
+        kv = " / ".join(f"{r['kv_gb'][str(w)]:.2f}" for w in (small, wide)) + " GB" if r["kv_gb"] else "-"
+        fits = " / ".join(r["fits"][str(c)] or "-" for c in cards)
+        tokens = f"{r['image_tokens']} ({r['image_px']} px)" if r["image_tokens"] else f"({r['image_px']} px)"
+        lines.append(f"| {r['model']} ({r['checkpoint'].split(' ')[0]}) | {r['parameters'] / 1e9:.2f} B | "
+                     f"{gb(r['bf16_gb'])} / {gb(r['int8_gb'])} / {gb(r['int4_gb'])} GB | {tokens} | {kv} | {fits} |")
+    return "\n".join(lines) + (
+        f"\n\nComputed from the published configurations, not measured: weights of the decoder; KV cache in bf16 of one "
+        f"image (with CFG: 2 rows) with `auto`'s draft slots at max_window {small} (its default) and {wide}; fits: the "
+        f"most precise weights (bf16, else int8, else int4) for which weights + KV at window {wide} + {meta['allowance_gb']} GB (assumed for "
+        f"activations, the image tokenizer and CUDA) fit the card, `-` where none does. `{meta['command']}`, "
+        f"{meta['date']}.")
 
 
 def _same_image(d: dict) -> str:

@@ -145,6 +145,9 @@ def summary(stats, ar_stats=None, ratios: Optional[list] = None, first_run: bool
                 notes.append("speed-up: " + verdict(ratio, ratios))
         if not stats.lossy:
             line += "; same image as AR" if stats.reproducible else "; its own draws from AR's distribution"
+            if stats.reproducible and stats.same_image_guarantee == "not_guaranteed":  # batch_invariant.SameImage
+                notes.append(f"same image as AR not guaranteed here ({stats.same_image_reason}): the distribution "
+                             f"is AR's, the very image may differ")
     notes += [fallback or "", compile_note(stats), moot_note(stats)]
     busy = busy_machine_note()
     if busy:

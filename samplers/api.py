@@ -1,6 +1,8 @@
 """`specar.generate`: the public entry point used by the nodes, the demo and the benchmarks."""
 from __future__ import annotations
 
+import contextlib
+
 from dataclasses import dataclass
 from typing import Callable, Optional
 
@@ -44,7 +46,7 @@ def generate(model: ARImageModel, prompt, backend=DEFAULT_BACKEND, seed: int = 0
              temperature: Optional[float] = None, top_k: Optional[int] = None, top_p: Optional[float] = None,
              negative_prompt: str = "", batch_size: int = 1, progress: Optional[Callable[[int, int], None]] = None,
              interrupt: Optional[Callable[[], bool]] = None, profile: bool = False, preview=None,
-             compile: bool = False, reproducible: Optional[bool] = None, pin_width: Optional[int] = None,
+             compile: bool = False, reproducible: Optional[bool] = None, pin_width: Optional[int] = None, threads=None,
              **backend_params) -> GenerationResult:
     """Generate image tokens (and the decoded image) with the chosen backend.
 
@@ -70,6 +72,10 @@ def generate(model: ARImageModel, prompt, backend=DEFAULT_BACKEND, seed: int = 0
     ``pin_width`` (same-image mode): every target forward at that many tokens (AR's one token padded; at least
     the backend's widest forward), instead of the forward mode `batch_invariant.plan` picks for the device
     (docs/REPRODUCIBLE.md, "Shape pinning"); None: the plan's choice.
+    ``threads``: torch's CPU threads for this call only, restored after it (torch's global setting is left as it
+    was, as ComfyUI expects): None (the default) leaves torch's setting alone; ``"auto"`` takes what ``make demo``
+    takes, the cores other processes leave free (at least 1: on a busy machine more threads than free cores is
+    the slowest choice); an int that many.
     """
     if not isinstance(model, ARImageModel):
         raise ValueError(f"model must be an ARImageModel (e.g. from specar.load_model), got {type(model).__name__}")
@@ -97,13 +103,44 @@ def generate(model: ARImageModel, prompt, backend=DEFAULT_BACKEND, seed: int = 0
     if reproducible is not None and not isinstance(reproducible, bool):
         raise ValueError(f"reproducible must be True, False or None (the default: True for a lossless backend), "
                          f"got {reproducible!r}")
+    n_threads = _check_threads(threads)
     run = dict(spec=spec, sampling=sampling, interrupt=interrupt,
                engine=dict(profile=profile, compile=compile, reproducible=reproducible, pin_width=pin_width))
-    first = model.preceding_stage() if isinstance(prompt, str) else None
-    if first is not None:
-        return _after_preceding_stage(first, model, prompt, negative_prompt, seed, batch_size, progress, preview, run)
-    encoded = model.encode_prompt(prompt, negative_prompt) if isinstance(prompt, str) else model.check_prompt(prompt)
-    return _run(model, encoded, seed, batch_size, progress, preview, **run)
+    with torch_threads(n_threads):
+        first = model.preceding_stage() if isinstance(prompt, str) else None
+        if first is not None:
+            return _after_preceding_stage(first, model, prompt, negative_prompt, seed, batch_size, progress, preview,
+                                          run)
+        encoded = model.encode_prompt(prompt, negative_prompt) if isinstance(prompt, str) else \
+            model.check_prompt(prompt)
+        return _run(model, encoded, seed, batch_size, progress, preview, **run)
+
+
+def _check_threads(threads) -> Optional[int]:
+    """generate's ``threads``: None (torch's setting), "auto" (the free cores) or an int >= 1."""
+    if threads is None:
+        return None
+    if threads == "auto":
+        from ..cli.machine import choose_threads
+        return choose_threads(None)
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise ValueError(f"threads must be None (torch's setting), 'auto' (the cores other processes leave free) or "
+                         f"an int >= 1, got {threads!r}")
+    return threads
+
+
+@contextlib.contextmanager
+def torch_threads(n: Optional[int]):
+    """Inside: torch runs `n` CPU threads (None: as it was); torch's setting restored after, even on an error."""
+    if n is None:
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def _run(model, encoded, seed, batch, progress, preview, spec, sampling, interrupt, engine) -> GenerationResult:

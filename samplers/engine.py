@@ -90,15 +90,17 @@ class SpeculativeEngine:
         # "same image as AR": verification by agreement (docs/REPRODUCIBLE.md); None: on for a lossless backend
         self.reproducible = self.drafter.lossless if reproducible is None else reproducible
         # batch-invariant target forwards where the same image needs it (model_loaders/precision/batch_invariant.py)
-        self.target_mode, self.same_image_guarantee = batch_invariant.plan(model, self.reproducible, pin_width)
+        self.target_mode, self.same_image_guarantee, self.same_image_reason = batch_invariant.plan(
+            model, self.reproducible, pin_width)
         # shape pinning: every target forward at one width (`pin_width`, else batch_invariant.PINNED_WIDTH)
         self.pin_width = self._pin_width(pin_width) if pin_width is not None or \
             self.target_mode is batch_invariant.ShapePinned else None
         if self.pin_width is not None:
-            self.same_image_guarantee += f" (every forward at {self.pin_width} tokens)"
+            self.same_image_reason += f" (every forward at {self.pin_width} tokens)"
             if pin_width is None and self.pin_width > batch_invariant.PINNED_WIDTH:  # AR pads to PINNED_WIDTH only
-                self.same_image_guarantee = (f"not guaranteed: {backend.name}'s forwards of {self.pin_width} tokens "
-                                             f"are wider than the pinned width {batch_invariant.PINNED_WIDTH}")
+                self.same_image_guarantee = batch_invariant.SameImage.NOT_GUARANTEED
+                self.same_image_reason = (f"{backend.name}'s forwards of {self.pin_width} tokens are wider than the "
+                                          f"pinned width {batch_invariant.PINNED_WIDTH}")
         self.width = self.pin_width or self.drafter.node_budget  # tokens of the widest forward
         self.layout = SequenceLayout.build(model.geometry, self.drafter.slack, model.device)
 

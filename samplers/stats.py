@@ -28,7 +28,10 @@ class GenerationStats:
     accepted_at_step: list = field(default_factory=list)  # per image: [H][W] decode step of each token
     lossy: bool = False  # True only for an explicitly lossy option (relaxed acceptance)
     reproducible: bool = False  # "same image as AR": verified by agreement with AR's own draws
-    same_image_guarantee: Optional[str] = None  # reproducible: why p is the same in every forward (batch_invariant.plan)
+    # reproducible: batch_invariant.SameImage's value (batch_invariant / tested / not_guaranteed; its meaning beside
+    # it), and why in words; None outside the same-image mode
+    same_image_guarantee: Optional[str] = None
+    same_image_reason: Optional[str] = None
     backend_report: Optional[dict] = None  # what an adaptive backend chose and why (auto)
     compile: Optional[dict] = None  # compiled step, this generation: compiles, compile_s, graphs reused; model_total
     # the sampling settings used, resolved once (the model's recommended values filled in by generate):
@@ -73,7 +76,8 @@ def generation_stats(engine, run, at_step: torch.Tensor, nfe: int, prefill_s: fl
         overhead_s=None if forward_s is None else max(decode_s - forward_s, 0.0),
         peak_memory_bytes=torch.cuda.max_memory_allocated(dev) if dev.type == "cuda" else None,
         accepted_at_step=maps, lossy=not engine.drafter.lossless, backend_report=engine.drafter.report(),
-        reproducible=engine.reproducible, same_image_guarantee=engine.same_image_guarantee, compile=compile,
+        reproducible=engine.reproducible, compile=compile, same_image_reason=engine.same_image_reason,
+        same_image_guarantee=None if engine.same_image_guarantee is None else engine.same_image_guarantee.value,
         sampling=asdict(engine.sampling))
 
 

@@ -15,6 +15,7 @@
 - (long) the compiled step in bf16 under the mode gives eager AR's tokens
 """
 import contextlib
+import json
 import os
 import sys
 import types
@@ -183,7 +184,7 @@ def test_demo_in_bf16_gives_ars_image_only_with_the_mode(demo_bf16, monkeypatch)
         assert torch.equal(got.tokens, ar), backend
     # planted: the same runs with plain bf16 forwards (a 1-token forward and a chain round differently)
     monkeypatch.setattr(batch_invariant, "plan",
-                        lambda model, reproducible, pin_width=None: (contextlib.nullcontext, None))
+                        lambda model, reproducible, pin_width=None: (contextlib.nullcontext, None, None))
     plain_ar = specar.generate(demo_bf16, DEMO_PROMPT, backend="ar", seed=0).tokens
     plain_sjd = specar.generate(demo_bf16, DEMO_PROMPT, backend="sjd", seed=0).tokens
     assert not torch.equal(plain_sjd, plain_ar), "plain bf16 gave AR's image: the check above has no power here"
@@ -196,7 +197,8 @@ def test_the_mode_runs_only_for_half_precision_in_the_same_image_mode(monkeypatc
     monkeypatch.setattr(BatchInvariant, "__torch_function__", entered)
     fp32 = tiny_model(16, (2, 3), row_end=True)
     r = specar.generate(fp32, "hi", backend="sjd", seed=0, cfg_scale=2.0)
-    assert r.stats.same_image_guarantee == FLOAT32 and r.stats.to_dict()["same_image_guarantee"] == FLOAT32
+    assert r.stats.same_image_guarantee == FLOAT32 and r.stats.to_dict()["same_image_guarantee"] == "tested"
+    assert json.loads(json.dumps(r.stats.to_dict()))["same_image_reason"] == "float32: tested on the CPU, not proven"
     bf16 = _bf16(tiny_model(16, (2, 3), row_end=True))
     assert specar.generate(bf16, "hi", backend="sjd", seed=0, reproducible=False).stats.same_image_guarantee is None
     with pytest.raises(AssertionError, match="mode ran"):
@@ -208,18 +210,22 @@ def test_the_guarantee_names_dtype_and_device(monkeypatch):
         module = torch.nn.Linear(2, 2).to(dtype)
         return types.SimpleNamespace(device=torch.device(device), torch_module=lambda: module)
 
-    assert batch_invariant.plan(stub(torch.bfloat16, "cpu"), True) == (BatchInvariant, GUARANTEE)
-    assert batch_invariant.plan(stub(torch.bfloat16, "cpu"), False) == (contextlib.nullcontext, None)
+    SameImage = batch_invariant.SameImage
+    assert {g.value for g in SameImage} == {"batch_invariant", "tested", "not_guaranteed"}
+    assert batch_invariant.plan(stub(torch.bfloat16, "cpu"), True)[:2] == (BatchInvariant, GUARANTEE)
+    assert batch_invariant.plan(stub(torch.bfloat16, "cpu"), False) == (contextlib.nullcontext, None, None)
     hidden = types.SimpleNamespace(device=torch.device("cpu"),
                                    torch_module=lambda: specar.ARImageModel.torch_module(hidden))  # raises
-    assert batch_invariant.plan(hidden, True)[1] == "not guaranteed: the model's dtype is unknown"
+    assert batch_invariant.plan(hidden, True)[1:] == (SameImage.NOT_GUARANTEED, "the model's dtype is unknown")
     for dtype, name in ((torch.bfloat16, "bfloat16"), (torch.float16, "float16")):
-        mode, text = batch_invariant.plan(stub(dtype, "cuda"), True)
-        assert mode is contextlib.nullcontext and text.startswith(f"not guaranteed: {name} on cuda")
+        mode, guarantee, why = batch_invariant.plan(stub(dtype, "cuda"), True)
+        assert mode is contextlib.nullcontext and guarantee is SameImage.NOT_GUARANTEED
+        assert why.startswith(f"{name} on cuda")
     monkeypatch.setattr(torch.backends.cuda, "matmul", types.SimpleNamespace(allow_tf32=False))
-    assert batch_invariant.plan(stub(torch.float32, "cuda"), True) == (contextlib.nullcontext, FLOAT32)
+    assert batch_invariant.plan(stub(torch.float32, "cuda"), True)[:2] == (contextlib.nullcontext, FLOAT32)
     monkeypatch.setattr(torch.backends.cuda, "matmul", types.SimpleNamespace(allow_tf32=True))
-    assert batch_invariant.plan(stub(torch.float32, "cuda"), True)[1].startswith("not guaranteed: float32 products")
+    _, guarantee, why = batch_invariant.plan(stub(torch.float32, "cuda"), True)
+    assert guarantee is SameImage.NOT_GUARANTEED and why.startswith("float32 products in TF32")
 
 
 @pytest.mark.long
@@ -233,3 +239,16 @@ def test_compiled_step_in_bf16_gives_eager_ars_tokens():
         got = specar.generate(model, "a red star", backend="sjd", compile=True, **kw)
     assert got.stats.compile["graphs_used"] and not got.stats.compile["eager_fallback"]
     assert torch.equal(got.sequence, want.sequence)
+
+
+def test_the_node_summary_says_when_the_same_image_is_not_guaranteed():
+    """The sampler node's notes name a not_guaranteed run (planted: the note removed, or keyed on the old prose)."""
+    import dataclasses
+
+    from specar.nodes import report
+    from specar.tooling.testing import tiny_model
+    stats = specar.generate(tiny_model(8, (2, 2), seed=0), "hi", backend="sjd", seed=0).stats
+    assert stats.same_image_guarantee == "tested"
+    assert not any("not guaranteed" in n for n in report.summary(stats, None)[1])
+    gpu = dataclasses.replace(stats, same_image_guarantee="not_guaranteed", same_image_reason="bfloat16 on cuda")
+    assert any("not guaranteed here (bfloat16 on cuda)" in n for n in report.summary(gpu, None)[1])

@@ -181,3 +181,90 @@ def test_a_hand_edited_figure_is_caught(tmp_path, monkeypatch):
     (tmp_path / "BAD.md").write_text(good.replace("255.0", "250.0"))
     assert figures.stale_blocks("GOOD.md") == []
     assert len(figures.stale_blocks("BAD.md")) == 1
+
+
+def _headings(path: str) -> list:
+    text = open(path, encoding="utf-8").read()
+    return [" ".join(m.group(1).split()) for m in re.finditer(r"^#+\s+(.*)$", text, re.M)]
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor of a heading: lower case, punctuation dropped, spaces as hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.lower()).strip().replace(" ", "-")
+
+
+def section_references(doc: str, root: str = ROOT) -> list:
+    """The references of `doc` to a section that does not exist: a link `[..](FILE.md#anchor)` or `(#anchor)`, a
+    named section `FILE.md, "Heading"` / `the README's "Heading"` (the quote is part of a heading), and `the README's
+    Heading section` (a heading of README.md)."""
+    path = os.path.join(root, doc)
+    text = open(path, encoding="utf-8").read()
+    bad = []
+
+    def resolve(name):
+        if "README" in name:
+            return os.path.join(root, "README.md")
+        here = os.path.normpath(os.path.join(os.path.dirname(path), name))
+        return os.path.join(root, name) if os.path.exists(os.path.join(root, name)) else here
+
+    for m in re.finditer(r"\]\(([^)\s]+?\.md)?(#[^)\s]+)?\)", text):
+        target, anchor = m.group(1), m.group(2)
+        if not target and not anchor:
+            continue
+        f = os.path.normpath(os.path.join(os.path.dirname(path), target)) if target else path
+        if not os.path.exists(f) or (anchor and anchor[1:] not in {_slug(h) for h in _headings(f)}):
+            bad.append(m.group(0))
+    for m in re.finditer(r"([\w/.-]+\.md|README)(?:'s)?[,:]? \"([^\"]+)\"", text):
+        f, quoted = resolve(m.group(1)), " ".join(m.group(2).split()).lower()
+        if not os.path.exists(f) or not any(quoted in h.lower() for h in _headings(f)):
+            bad.append(" ".join(m.group(0).split()))
+    for m in re.finditer(r"README's ([A-Z][\w-]*(?:\s[\w-]+)*?) section", text):
+        if " ".join(m.group(1).split()).lower() not in {h.lower() for h in _headings(os.path.join(root, "README.md"))}:
+            bad.append(" ".join(m.group(0).split()))
+    return bad
+
+
+@pytest.mark.parametrize("doc", DOCS + ["CONTRIBUTING.md"])
+def test_section_references_resolve(doc):
+    if not os.path.exists(os.path.join(ROOT, doc)):
+        pytest.skip(f"no {doc}")
+    assert section_references(doc) == [], f"{doc} names sections that do not exist"
+
+
+def test_a_reference_to_a_missing_section_is_caught(tmp_path):
+    """The planted cases: NODES.md's old pointer to a README "Install" section, a dead anchor, a quoted heading."""
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "README.md").write_text("# X\n\n## In ComfyUI\n\ntext\n")
+    (tmp_path / "docs" / "A.md").write_text(
+        "the README's Install section; [b](../README.md#install); README, \"Install\"; [ok](../README.md#in-comfyui); "
+        "the README's In ComfyUI section\n")
+    assert section_references("docs/A.md", str(tmp_path)) == [
+        "](../README.md#install)", 'README, "Install"', "README's Install section"]
+
+
+def test_the_readme_grid_names_the_default_backend():
+    """The demo grid the README shows was drawn with the default backend's label (demo.json records the labels its
+    grid.png drew; the README's demo sentence and grid come from that run): a grid left from before a default
+    changed fails this (planted: grid_labels ['AR', 'scd'], as the 11-25 grid drew)."""
+    from specar.cli.schema import DEFAULT_BACKEND
+    readme = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+    block = re.search(r"<!-- figures: demo (\S+) -->(.*?)<!-- end figures -->\s*!\[[^\]]*\]\((\S+)\)", readme, re.S)
+    assert block, "the README's demo sentence is followed by its grid"
+    with open(os.path.join(ROOT, block.group(1)), encoding="utf-8") as f:
+        demo = json.load(f)
+    assert demo.get("grid_labels") == ["AR", DEFAULT_BACKEND], (block.group(1), demo.get("grid_labels"))
+    assert block.group(3) == "docs/figures/demo_grid.png" and os.path.exists(os.path.join(ROOT, block.group(3)))
+
+
+def test_readme_and_models_name_every_family_and_count_them_alike():
+    """The README's first paragraph and MODELS.md's name every registered family, and MODELS.md's count is the
+    registry's (planted: GLM-Image left out of MODELS.md, as before issue 55, fails this)."""
+    from specar.model_loaders.registry import FAMILIES
+    released = [f for f in FAMILIES.values() if not f.builtin]
+    words = {5: "five", 6: "six", 7: "seven", 8: "eight"}
+    for doc in ("README.md", "docs/MODELS.md"):
+        text = open(os.path.join(ROOT, doc), encoding="utf-8").read()
+        intro = " ".join(text.split("\n\n")[1].split())
+        for family in released:
+            assert all(part in intro for part in family.label.split(" / ")), (doc, family.label)
+        assert f"{words[len(released)]} families" in intro, (doc, len(released))

@@ -264,7 +264,7 @@ def test_threads_follow_the_machine_unless_given(monkeypatch):
 
 
 def test_bench_refuses_what_a_tiny_model_ignores_and_names_a_missing_prompts_file(tmp_path, capsys):
-    with pytest.raises(ValueError, match="--dtype and --quantize apply to a model loaded from files"):
+    with pytest.raises(ValueError, match="--quantize: only for a model loaded from files"):
         call(["bench", "--model", "tiny:16,4x4", "--backends", "ar", "--quantize", "int4", "--quiet"])
     with pytest.raises(ValueError, match="--prompts: no such file"):
         call(["bench", "--model", "tiny:16,4x4", "--prompts", str(tmp_path / "missing.txt")])
@@ -406,18 +406,34 @@ def test_package_data_covers_every_example_workflow():
 
 
 def test_the_wheel_lists_every_package_of_the_product():
-    """pyproject's explicit package list holds every folder with an __init__.py (a missing one installs a
-    package that fails at import: `pip install .` copies only the listed folders)."""
+    """pyproject's explicit package list holds every folder with an __init__.py but the maintainers' tooling/ (a
+    missing one installs a package that fails at import: `pip install .` copies only the listed folders)."""
     tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
     with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
         listed = set(tomllib.load(f)["tool"]["setuptools"]["packages"])
     found = set()
     for base, dirs, files in os.walk(ROOT):
-        dirs[:] = [d for d in dirs if not d.startswith(".") and d not in ("tests", "devtools", "output", "__pycache__")]
+        dirs[:] = [d for d in dirs if not d.startswith(".") and d not in ("tests", "devtools", "output", "__pycache__")
+                   and not (base == ROOT and d in ("tooling", "build"))]
         if "__init__.py" in files:
             rel = os.path.relpath(base, ROOT)
             found.add("specar" if rel == "." else "specar." + rel.replace(os.sep, "."))
     assert found == listed, f"missing from pyproject: {sorted(found - listed)}; listed without a package: {sorted(listed - found)}"
+
+
+def test_the_commands_run_without_the_tooling_a_wheel_lacks():
+    """A wheel has no specar.tooling: `python -m specar` and its commands' help work without it (planted: an
+    import of the tooling at the top of __main__.py fails this)."""
+    code = ("import sys, importlib.abc\n"
+            "class Hide(importlib.abc.MetaPathFinder):\n"
+            "    def find_spec(self, name, path, target=None):\n"
+            "        if name == 'specar.tooling': raise ModuleNotFoundError('no tooling in a wheel', name=name)\n"
+            "sys.meta_path.insert(0, Hide())\n"
+            "from specar.__main__ import main\n"
+            "assert main(['--help']) == 0 and main(['demo', '--help']) == 0 and main(['bench', '--help']) == 0\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "PYTHONPATH": SPECAR_PARENT}, cwd=SPECAR_PARENT)
+    assert p.returncode == 0, p.stderr
 
 
 def test_readme_first_screen_says_what_it_is_and_the_two_commands():

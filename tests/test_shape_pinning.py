@@ -17,7 +17,8 @@ import torch
 
 import specar
 from specar.model_loaders.precision import batch_invariant
-from specar.model_loaders.precision.batch_invariant import FLOAT32, PINNED, BatchInvariant, ShapePinned, pinned_forward
+from specar.model_loaders.precision.batch_invariant import (FLOAT32, PINNED, BatchInvariant, SameImage, ShapePinned,
+                                                            pinned_forward)
 from specar.samplers.backends import BACKENDS, make_backend
 from specar.tooling.testing import tiny_model
 
@@ -34,7 +35,8 @@ def test_every_backend_pinned_and_ar_padded_to_it_give_plain_ars_sequence(model)
     for backend in BACKENDS:
         width = make_backend(backend).verify_width(model)
         got = specar.generate(model, "hi", backend=backend, pin_width=width, **KW)
-        assert got.stats.same_image_guarantee == f"{FLOAT32} (every forward at {width} tokens)"
+        assert got.stats.same_image_guarantee == FLOAT32
+        assert got.stats.same_image_reason.endswith(f"(every forward at {width} tokens)")
         assert torch.equal(got.sequence, plain), backend
     wide = make_backend("sjd_pac").verify_width(model) + 5
     assert torch.equal(specar.generate(model, "hi", backend="ar", pin_width=wide, **KW).sequence, plain)
@@ -78,23 +80,26 @@ def test_the_real_nodes_of_a_pinned_forward_do_not_see_the_padding(model):
 def test_the_plan_pins_where_asked_or_verified_and_names_the_case(model, monkeypatch):
     bf16 = tiny_model(16, (2, 3), row_end=True)
     bf16.torch_module().to(torch.bfloat16)
-    assert batch_invariant.plan(bf16, True, 9) == (ShapePinned, "not guaranteed: shape-pinned bfloat16 on cpu, "
-                                                                 "not verified there")
-    assert batch_invariant.plan(bf16, False, 9) == (contextlib.nullcontext, None)
+    assert batch_invariant.plan(bf16, True, 9) == (ShapePinned, SameImage.NOT_GUARANTEED,
+                                                   "shape-pinned bfloat16 on cpu, not verified there")
+    assert batch_invariant.plan(bf16, False, 9) == (contextlib.nullcontext, None, None)
     monkeypatch.setattr(batch_invariant, "PINNED_DEVICES", frozenset({"cpu"}))  # as a GPU run would set "cuda"
-    assert batch_invariant.plan(bf16, True) == (ShapePinned, PINNED)
+    assert batch_invariant.plan(bf16, True)[:2] == (ShapePinned, PINNED)
 
     def entered(*args, **kwargs):
         raise AssertionError("the float64 mode ran")
 
     monkeypatch.setattr(BatchInvariant, "__torch_function__", entered)
     r = specar.generate(bf16, "hi", backend="sjd", seed=0, cfg_scale=2.0)  # pinned: no float64 forwards
-    assert r.stats.same_image_guarantee == f"{PINNED} (every forward at {batch_invariant.PINNED_WIDTH} tokens)"
+    assert r.stats.same_image_guarantee == PINNED
+    assert r.stats.same_image_reason.endswith(f"(every forward at {batch_invariant.PINNED_WIDTH} tokens)")
     ar = specar.generate(bf16, "hi", backend="ar", seed=0, cfg_scale=2.0)  # AR pads to the same width
-    assert ar.stats.same_image_guarantee == r.stats.same_image_guarantee
+    assert (ar.stats.same_image_guarantee, ar.stats.same_image_reason) == \
+        (r.stats.same_image_guarantee, r.stats.same_image_reason)
     monkeypatch.setattr(batch_invariant, "PINNED_WIDTH", 3)  # a backend wider than the pinned width: said so
     r = specar.generate(bf16, "hi", backend="sjd", seed=0, cfg_scale=2.0)
-    assert r.stats.same_image_guarantee.startswith("not guaranteed: sjd's forwards of ")
+    assert r.stats.same_image_guarantee == SameImage.NOT_GUARANTEED
+    assert r.stats.same_image_reason.startswith("sjd's forwards of ")
 
 
 @pytest.mark.parametrize("bad", [3, 0, True, 2.5, "9"])

@@ -1,62 +1,173 @@
-"""`python -m specar.tooling memory`: the memory a released checkpoint needs, computed (not measured) from its
-published configuration (real_size_builders.SPECS): parameters, weights in bf16 / int8 / int4, and the KV cache of
-one image with CFG (2 rows) in bf16.
+"""`python -m specar.tooling memory`: the GPU memory a released checkpoint needs, computed (not measured) from its
+published configuration: parameters, weights in bf16 / int8 / int4, the KV cache of one image at the default
+backend's window and at window 64, and which weights fit a 8 / 12 / 16 / 24 GB card.
 
-Parameters: per decoder layer the attention's q, o (hidden^2 each) and k, v (hidden x hidden x kv/heads each) and
-the MLP's three matrices (hidden x intermediate), plus the input embedding and the output head (vocabulary x
-hidden each; LlamaGen: its codes and class embeddings). Norms, the image tokenizer and the vision encoder are left
-out (under 3% of a 7B model). int8 / int4: one byte / half a byte per weight of the decoder's linear layers (what
-`quantize` converts), embeddings kept in bf16. KV: 2 (keys, values) x layers x hidden x kv/heads x 2 bytes per
-token and row, for the image's tokens (its grid, the prompt left out) and 2 rows.
+Parameters (`Checkpoint`): per decoder layer the attention's q, o (hidden^2 each) and k, v (hidden x kv width
+each) and the MLP's three matrices (hidden x intermediate): what `quantize` converts, with LlamaGen's output head
+(named `output`). Kept in bf16: the input embedding and the text `lm_head` (quantize skips `lm_head`; Lumina-mGPT
+2.0 keeps only its 16384 image rows). Norms and the image tokenizer are left out (under 3% of a 7B model); so is
+Janus-Pro's vision encoder. GLM-Image's two rows are counted exactly instead (`counted`): the AR stage's
+parameters from transformers' `GlmImageForConditionalGeneration(GlmImageConfig())` on the meta device (its vision
+encoder included), the DiT's from diffusers' `GlmImageTransformer2DModel` with the released transformer/config.json
+(hidden 32 x 128, 30 layers); tests/test_tooling_memory.py recounts both where those libraries are installed.
+int8: one byte per converted weight and a bf16 scale per output channel; int4: half a byte per weight and a bf16
+scale per group of 128 (model_loaders/precision/quantize.py). The DiT runs in diffusers: SpecAR does not quantize it.
+
+KV cache (bf16): 2 (keys, values) x layers x kv width x 2 bytes per slot and row, for the image's positions (its
+grid, row ends included; GLM-Image: the preview grid and the target grid; the prompt left out) plus the draft
+slots of `auto` at that window (the pending token, the window's drafts, their row ends and auto's proactive
+branches, as samplers/drafters/jacobi sizes them), x2 rows with CFG (GLM-Image's AR stage has no CFG).
+
+Fits: the smallest weights (bf16, int8, int4) whose weights + KV at window 64 + `ALLOWANCE_GB` (activations, the
+image tokenizer, CUDA's own context: assumed, not measured) fit a card of N GiB; "-" where none does (then only
+`offload auto`, which does not combine with `quantize`, runs it: model_loaders/files/hf_files.py).
 """
 from __future__ import annotations
 
 import json
 import time
+from dataclasses import dataclass
+from typing import Optional
 
-from .real_size_builders import SPECS
+CARDS_GIB = (8, 12, 16, 24)
+ALLOWANCE_GB = 1.5  # activations, image tokenizer, CUDA context: an assumption until measured
+WIDE_WINDOW = 64
+INT4_GROUP = 128  # quantize.GROUP_SIZE
+GB = 1e9
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    name: str
+    checkpoint: str
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    image_px: int
+    grid: int  # image tokens per side at the default size
+    row_end: bool  # a forced row-end token after each row
+    cfg: bool = True
+    ffn: int = 0
+    embed_rows: int = 0  # input embedding rows (bf16)
+    head_rows: int = 0  # output head rows
+    head_quantized: bool = False  # LlamaGen's `output`; the text lm_head stays bf16
+    preview_grid: int = 0  # GLM-Image: the preview grid sampled first
+    counted: Optional[tuple] = None  # (parameters, of them converted by quantize, their output channels, int4 groups)
+    decoder_only: bool = False  # no KV cache (the DiT)
+    note: str = ""
+
+    def parameters(self) -> tuple:
+        """(all parameters, those quantize converts, their output channels, their int4 groups)."""
+        if self.counted:
+            return self.counted
+        h, kv = self.hidden, self.hidden * self.kv_heads // self.heads
+        q = self.layers * (2 * h * h + 2 * h * kv + 3 * h * self.ffn)
+        channels = self.layers * (3 * h + 2 * kv + 2 * self.ffn)  # q, o, down: h; k, v: kv; gate, up: ffn
+        head = self.head_rows * h
+        if self.head_quantized:
+            q, channels = q + head, channels + self.head_rows
+        # every input width here is a multiple of 128: one int4 group per 128 weights
+        return q + self.embed_rows * h + (0 if self.head_quantized else head), q, channels, q // INT4_GROUP
+
+    def positions(self) -> int:
+        return self.grid * (self.grid + int(self.row_end)) + self.preview_grid ** 2
+
+
+def _from_specs() -> list:
+    from .released_models import RELEASED
+    from .real_size_builders import SPECS
+    d = SPECS["llamagen-xl"].dims
+    rows = [Checkpoint("llamagen-xl", SPECS["llamagen-xl"].checkpoint, 36, d["dim"], d["heads"], d["heads"], 384, 24,
+                       False, ffn=d["ffn"], embed_rows=d["codes"] + d["classes"], head_rows=d["codes"],
+                       head_quantized=True, note="class-conditional")]
+    for name, px_per_code, row_end, spec in (
+            ("janus-pro-1b", 16, False, SPECS["janus-pro-1b"]), ("janus-pro-7b", 16, False, RELEASED["janus-pro-7b"].spec),
+            ("emu3-gen", 8, True, SPECS["emu3-gen"]), ("lumina-mgpt-7b", 16, True, SPECS["lumina-mgpt-7b"]),
+            ("lumina-mgpt-2", 8, True, RELEASED["lumina-mgpt-2-7b"].spec), ("anole-7b", 16, False, SPECS["anole-7b"])):
+        d = spec.dims
+        head = d["codes"] if spec.family == "lumina2" else d["vocab"]  # Lumina-mGPT 2.0 keeps the image rows only
+        rows.append(Checkpoint(name, spec.checkpoint, spec.layers, d["hidden"], d["heads"], d["kv"], d["image"],
+                               d["image"] // px_per_code, row_end, ffn=d["ffn"], embed_rows=d["vocab"], head_rows=head,
+                               note=RELEASED["lumina-mgpt-2-7b"].assumed if spec.family == "lumina2" else ""))
+    return rows
+
+
+def checkpoints() -> list:
+    """Every released checkpoint a user runs, in the order of the table."""
+    glm = [Checkpoint("glm-image-ar", "zai-org/GLM-Image vision_language_encoder", 40, 4096, 32, 2, 1024, 32, False,
+                      cfg=False, preview_grid=16, counted=GLM_AR_COUNT, note="AR stage; the DiT decodes after it"),
+           Checkpoint("glm-image-dit", "zai-org/GLM-Image transformer", 30, 4096, 32, 32, 1024, 0, False, cfg=False,
+                      counted=GLM_DIT_COUNT, decoder_only=True, note="diffusers; not quantized by SpecAR")]
+    return _from_specs() + glm
+
+
+# counted on the meta device (module docstring): transformers 5.24 / diffusers 0.42.1, 2026-11-28
+GLM_AR_COUNT = (10114245632, 9290383360, 2160640, 72581120)
+GLM_DIT_COUNT = (6926882880, 0, 0, 0)
+
+
+def draft_slots(window: int, grid: int, row_end: bool) -> int:
+    """KV slots `auto` reserves past the image at `max_window=window` (JacobiDrafter's node budget + 1)."""
+    from ..samplers.drafters.auto import AutoParams
+    p = AutoParams(max_window=window)
+    chain = 1 + window + (window // grid if row_end and grid else 0)
+    branches = (p.tree_width - 1) * p.tree_depth if p.tree_depth <= window else 0
+    return chain + branches + 1
+
+
+def memory_row(c: Checkpoint) -> dict:
+    from ..samplers.drafters.auto import AutoParams
+    total, q, channels, groups = c.parameters()
+    kept = total - q
+    weights = {"bf16": 2 * total / GB, "int8": (q + 2 * channels + 2 * kept) / GB,
+               "int4": (q / 2 + 2 * groups + 2 * kept) / GB}
+    if not q:
+        weights["int8"] = weights["int4"] = None
+    row = {"model": c.name, "checkpoint": c.checkpoint, "parameters": total, "quantized_parameters": q,
+           "bf16_gb": weights["bf16"], "int8_gb": weights["int8"], "int4_gb": weights["int4"],
+           "image_px": c.image_px, "image_tokens": c.grid * c.grid, "positions": c.positions(),
+           "cfg_rows": 2 if c.cfg else 1, "note": c.note}
+    if c.decoder_only:
+        row.update(kv_mb_per_token=None, kv_gb={}, fits={})
+    else:
+        per_slot = 2 * c.layers * (c.hidden * c.kv_heads // c.heads) * 2 * row["cfg_rows"]
+        default = AutoParams().max_window
+        row["kv_mb_per_token"] = per_slot / 1e6
+        row["kv_gb"] = {str(w): per_slot * (c.positions() + draft_slots(w, c.grid, c.row_end)) / GB
+                        for w in (default, WIDE_WINDOW)}
+        need = row["kv_gb"][str(WIDE_WINDOW)] + ALLOWANCE_GB
+    if c.decoder_only:
+        need = ALLOWANCE_GB
+    row["fits"] = {str(card): next((w for w in ("bf16", "int8", "int4") if weights[w] is not None
+                                    and weights[w] + need <= card * 2 ** 30 / GB), None) for card in CARDS_GIB}
+    return row
 
 
 def add_arguments(ap) -> None:
     ap.add_argument("--json", help="write the table to this file")
 
 
-def _dims(spec) -> dict:
-    d = spec.dims
-    if spec.family == "llamagen":  # LlamaGen's names; its vocabulary is the codes, plus class embeddings
-        h, f = d["dim"], d["ffn"]
-        return dict(hidden=h, heads=d["heads"], kv=d["heads"], ffn=f, embed=d["codes"] + d["classes"],
-                    head=d["codes"], downsample=2 ** (len(d["vq_mult"]) - 1), image=d["image"])
-    return dict(hidden=d["hidden"], heads=d["heads"], kv=d["kv"], ffn=d["ffn"], embed=d["vocab"], head=d["vocab"],
-                downsample=2 ** (len((d.get("vq_mult") or ())) - 1), image=d["image"])
-
-
-def memory_row(name: str) -> dict:
-    spec = SPECS[name]
-    d, L = _dims(spec), spec.layers
-    h, kv_dim = d["hidden"], d["hidden"] * d["kv"] // d["heads"]
-    linear = L * (2 * h * h + 2 * h * kv_dim + 3 * h * d["ffn"]) + d["head"] * h  # what quantize converts
-    embed = d["embed"] * h
-    grid = d["image"] // d["downsample"]
-    image_tokens = grid * grid
-    kv_per_token = 2 * L * kv_dim * 2 * 2  # keys and values, bf16, 2 rows (CFG)
-    gb = 1e9
-    return {"model": name, "checkpoint": spec.checkpoint, "parameters": linear + embed,
-            "bf16_gb": 2 * (linear + embed) / gb, "int8_gb": (linear + 2 * embed) / gb,
-            "int4_gb": (linear / 2 + 2 * embed) / gb, "image_px": d["image"], "image_tokens": image_tokens,
-            "kv_mb_per_token_cfg": kv_per_token / 1e6, "kv_gb_per_image_cfg": kv_per_token * image_tokens / gb}
-
-
 def run(args):
-    rows = [memory_row(name) for name in SPECS]
-    data = {"meta": {"command": args.command_line, "date": time.strftime("%Y-%m-%d"), "computed": True}, "rows": rows}
+    from ..samplers.drafters.auto import AutoParams
+    rows = [memory_row(c) for c in checkpoints()]
+    default = AutoParams().max_window
+    data = {"meta": {"command": args.command_line, "date": time.strftime("%Y-%m-%d"), "computed": True,
+                     "default_window": default, "wide_window": WIDE_WINDOW, "allowance_gb": ALLOWANCE_GB,
+                     "cards_gib": list(CARDS_GIB)}, "rows": rows}
     if args.json:
         with open(args.json, "w") as f:
             json.dump(data, f, indent=1)
+    print(f"computed from published configurations, not measured; KV: auto at window {default} / {WIDE_WINDOW}; "
+          f"fits: weights + KV at window {WIDE_WINDOW} + {ALLOWANCE_GB} GB assumed for the rest")
     for r in rows:
-        print(f"{r['model']:16s} {r['parameters'] / 1e9:6.2f} B  bf16 {r['bf16_gb']:5.1f} GB  int8 {r['int8_gb']:5.1f} "
-              f"GB  int4 {r['int4_gb']:5.1f} GB  KV/image (CFG) {r['kv_gb_per_image_cfg']:5.2f} GB")
+        w = " / ".join("-" if r[k] is None else f"{r[k]:.1f}" for k in ("bf16_gb", "int8_gb", "int4_gb"))
+        kv = " / ".join(f"{v:.2f}" for v in r["kv_gb"].values()) or "-"
+        fits = " / ".join(r["fits"][str(c)] or "-" for c in CARDS_GIB)
+        print(f"{r['model']:14s} {r['parameters'] / 1e9:6.2f} B  weights bf16/int8/int4 {w:>16s} GB  "
+              f"KV {kv:>11s} GB  fits {'/'.join(map(str, CARDS_GIB))} GB: {fits}")
     return data
 
 
-__all__ = ["add_arguments", "memory_row", "run"]
+__all__ = ["ALLOWANCE_GB", "CARDS_GIB", "Checkpoint", "add_arguments", "checkpoints", "draft_slots", "memory_row",
+           "run"]

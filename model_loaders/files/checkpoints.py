@@ -31,13 +31,22 @@ def read_json_object(path: str, fix: str = "") -> dict:
     return obj
 
 
+def _reason(err: Exception) -> str:
+    """torch.load's reason in one whole sentence: the line naming the refused object (its "WeightsUnpickler error:
+    Unsupported global: ..." line), else its first sentence."""
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    named = next((line for line in lines if "Unsupported global" in line or "WeightsUnpickler" in line), None)
+    text = named or (lines[0] if lines else type(err).__name__)
+    return text.split(". ")[0].rstrip(".") if named is None else text.rstrip(".")
+
+
 def _refuse(path: str, err: Exception) -> ValueError:
     return ValueError(
-        f"{path} cannot be loaded safely: torch.load(weights_only=True) refused it ({str(err).splitlines()[0][:300]}). "
-        f"SpecAR never unpickles arbitrary objects. If you trust the file, convert it once in a separate "
-        f"Python session that you control: `import torch, safetensors.torch as st; sd = torch.load(PATH, "
-        f"weights_only=False)['state_dict' or 'model']; st.save_file({{k: v.contiguous() for k, v in sd.items()}}, "
-        f"OUT.safetensors)` and put OUT.safetensors next to it (see docs/MODELS.md)")
+        f"{path} cannot be loaded safely: torch.load(weights_only=True) refused it ({_reason(err)}). SpecAR never "
+        f"unpickles arbitrary objects. If you trust the file, convert it once in a Python session you control: "
+        f"`import torch, safetensors.torch as st; ck = torch.load(PATH, weights_only=False); sd = "
+        f"ck.get('state_dict', ck.get('model', ck)); st.save_file({{k: v.contiguous() for k, v in sd.items()}}, "
+        f"'OUT.safetensors')` and put OUT.safetensors next to it")
 
 
 def load_state_dict(path: str, keys: Iterable[str] = STATE_KEYS) -> dict:

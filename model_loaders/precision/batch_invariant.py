@@ -34,6 +34,7 @@ image differs), not on a proof that float32 GEMM is batch-invariant.
 from __future__ import annotations
 
 import contextlib
+import enum
 from typing import Optional
 
 import torch
@@ -48,9 +49,30 @@ _COVERED = frozenset(PRODUCTS | ROW_OPS)
 _LOW = (torch.bfloat16, torch.float16, torch.float32)
 _HALF = (torch.bfloat16, torch.float16)
 
-GUARANTEE = "batch-invariant"  # half precision on the CPU, through BatchInvariant
-FLOAT32 = "float32: tested on the CPU, not proven"
-PINNED = "shape-pinned"  # every forward at one width, on a device where that was measured to give AR's tokens
+
+
+class SameImage(str, enum.Enum):
+    """How firmly a same-image run (reproducible / same_image_as_ar on) gives AR's image for the seed: the stats'
+    `same_image_guarantee` (its value, a plain string in JSON; None outside the same-image mode). The distribution
+    is AR's in every case; this is only about the very image."""
+
+    # half precision on the CPU through BatchInvariant: every product and reduction in float64, so each forward
+    # rounds to the same bits unless an exact value lies within about n * 2^-53 of a rounding boundary (argued
+    # above; tested: no demo image differs, docs/REPRODUCIBLE.md)
+    BATCH_INVARIANT = "batch_invariant"
+    # every forward of the generation at one width (shape pinning), on a device where gpu-check measured that to
+    # give AR's tokens (PINNED_DEVICES)
+    SHAPE_PINNED = "shape_pinned"
+    # float32 on the CPU (or CUDA without TF32): no tested image differs, but float32 GEMM is not proven to give
+    # the same bits whatever the forward's shape
+    TESTED = "tested"
+    # half precision on a GPU, TF32 products, or a model whose dtype is unknown: the image may differ from AR's
+    NOT_GUARANTEED = "not_guaranteed"
+
+
+GUARANTEE = SameImage.BATCH_INVARIANT  # the names the tests and gpu-check use
+FLOAT32 = SameImage.TESTED
+PINNED = SameImage.SHAPE_PINNED
 # device types where pinning alone gave AR's tokens in half precision (gpu-check's images stage decides: none yet)
 PINNED_DEVICES: frozenset = frozenset()
 # the one width of every forward there, AR's and every backend's (so that any two give the same image): above the
@@ -133,32 +155,33 @@ def pinned_forward(model, session, tokens: torch.Tensor, parents, width: int):
 
 
 def plan(model, reproducible: bool, pin_width: Optional[int] = None):
-    """(a context manager for the target's forwards, the stats' ``same_image_guarantee``) of a generation:
-    `BatchInvariant` for a half-precision model on the CPU in the same-image mode, `ShapePinned` for one on a
-    device of `PINNED_DEVICES` or when `pin_width` asks for pinning, else a no-op; the guarantee is None
-    outside the same-image mode."""
+    """(a context manager for the target's forwards, the stats' ``same_image_guarantee`` (a `SameImage`), the reason
+    in words) of a generation: `BatchInvariant` for a half-precision model on the CPU in the same-image mode,
+    `ShapePinned` for one on a device of `PINNED_DEVICES` or when `pin_width` asks for pinning, else a no-op;
+    (no-op, None, None) outside the same-image mode."""
     if not reproducible:
-        return contextlib.nullcontext, None
+        return contextlib.nullcontext, None, None
     try:
         half, device = _half_dtype(model), model.device.type
     except NotImplementedError:  # an adapter that does not expose its weights
-        return contextlib.nullcontext, "not guaranteed: the model's dtype is unknown"
+        return contextlib.nullcontext, SameImage.NOT_GUARANTEED, "the model's dtype is unknown"
     if pin_width is not None:  # pinning alone, asked for
         if half is None:
-            return ShapePinned, FLOAT32
-        return ShapePinned, (PINNED if device in PINNED_DEVICES else
-                             f"not guaranteed: {PINNED} {str(half)[6:]} on {device}, not verified there")
+            return ShapePinned, SameImage.TESTED, "float32: tested on the CPU, not proven"
+        if device in PINNED_DEVICES:
+            return ShapePinned, SameImage.SHAPE_PINNED, f"{str(half)[6:]} on {device}: shape-pinned forwards"
+        return ShapePinned, SameImage.NOT_GUARANTEED, f"shape-pinned {str(half)[6:]} on {device}, not verified there"
     if half is not None and device in PINNED_DEVICES:
-        return ShapePinned, PINNED
+        return ShapePinned, SameImage.SHAPE_PINNED, f"{str(half)[6:]} on {device}: shape-pinned forwards"
     if half is None:
         if device == "cuda" and torch.backends.cuda.matmul.allow_tf32:
-            return contextlib.nullcontext, "not guaranteed: float32 products in TF32 on CUDA (allow_tf32)"
-        return contextlib.nullcontext, FLOAT32
+            return contextlib.nullcontext, SameImage.NOT_GUARANTEED, "float32 products in TF32 on CUDA (allow_tf32)"
+        return contextlib.nullcontext, SameImage.TESTED, "float32: tested on the CPU, not proven"
     if device != "cpu":
-        return contextlib.nullcontext, (f"not guaranteed: {str(half)[6:]} on {device} (batch-invariant forwards "
-                                        f"run on the CPU only)")
-    return BatchInvariant, GUARANTEE
+        return contextlib.nullcontext, SameImage.NOT_GUARANTEED, (f"{str(half)[6:]} on {device} (batch-invariant "
+                                                                  f"forwards run on the CPU only)")
+    return BatchInvariant, SameImage.BATCH_INVARIANT, f"{str(half)[6:]} on the CPU: batch-invariant forwards"
 
 
-__all__ = ["BatchInvariant", "FLOAT32", "GUARANTEE", "PINNED", "PINNED_DEVICES", "PRODUCTS", "PINNED_WIDTH", "ROW_OPS", "ShapePinned",
-           "pinned_forward", "plan"]
+__all__ = ["BatchInvariant", "FLOAT32", "GUARANTEE", "PINNED", "PINNED_DEVICES", "PINNED_WIDTH", "PRODUCTS",
+           "ROW_OPS", "SameImage", "ShapePinned", "pinned_forward", "plan"]

@@ -31,8 +31,8 @@ def batch_invariant_mode(on: Optional[bool]):
     def forced(model, reproducible: bool, pin_width=None):
         if not reproducible or pin_width is not None:  # pinning asked for: the product's pinned case
             return product_plan(model, reproducible, pin_width)
-        return (bi.BatchInvariant, "batch-invariant (forced by gpu-check)") if on else \
-            (contextlib.nullcontext, "not guaranteed: batch-invariant mode off (gpu-check)")
+        return (bi.BatchInvariant, bi.SameImage.BATCH_INVARIANT, "forced by gpu-check") if on else \
+            (contextlib.nullcontext, bi.SameImage.NOT_GUARANTEED, "batch-invariant mode off (gpu-check)")
 
     bi.plan = forced
     try:
@@ -78,7 +78,7 @@ def timed_generation(model, prompt: str, backend, limit: Optional[int] = None, s
     from ...model_loaders.precision import batch_invariant as bi
     dev = model.device
     with batch_invariant_mode(invariant):
-        guarantee = bi.plan(model, True, pin_width)[1]  # the same-image mode's (lossless backends' default)
+        _, guarantee, reason = bi.plan(model, True, pin_width)  # the same-image mode's (lossless backends' default)
         t0 = time.perf_counter()
         try:
             res = generate(model, prompt, backend=backend, seed=seed, compile=compile, preview=Capture(),
@@ -97,8 +97,8 @@ def timed_generation(model, prompt: str, backend, limit: Optional[int] = None, s
               "step_ms_median": statistics.median(steps) if steps else None, "step_ms_p90": _quantile(steps, 0.9),
               "positions_per_step": round((limit - marks[0][1]) / len(steps), 3) if steps else None,
               "peak_memory_bytes": torch.cuda.max_memory_allocated(dev) if dev.type == "cuda" else None,
-              "batch_invariant": bool(guarantee and guarantee.startswith("batch-invariant")),
-              "same_image_guarantee": guarantee, "pin_width": pin_width}
+              "batch_invariant": guarantee == bi.SameImage.BATCH_INVARIANT,
+              "same_image_guarantee": guarantee.value, "same_image_reason": reason, "pin_width": pin_width}
     if stats is not None:
         record.update(forwards=stats.nfe, step_compression=stats.step_compression, decode_s=stats.decode_s)
     return tokens, record
