@@ -28,8 +28,8 @@ class GenerationStats:
     accepted_at_step: list = field(default_factory=list)  # per image: [H][W] decode step of each token
     lossy: bool = False  # True only for an explicitly lossy option (relaxed acceptance)
     reproducible: bool = False  # "same image as AR": verified by agreement with AR's own draws
-    # reproducible: batch_invariant.SameImage's value (batch_invariant / tested / not_guaranteed; its meaning beside
-    # it), and why in words; None outside the same-image mode
+    # reproducible: batch_invariant.SameImage's value (batch_invariant / shape_pinned / tested / not_guaranteed; its
+    # meaning beside it), and why in words; None outside the same-image mode
     same_image_guarantee: Optional[str] = None
     same_image_reason: Optional[str] = None
     backend_report: Optional[dict] = None  # what an adaptive backend chose and why (auto)

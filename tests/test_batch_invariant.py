@@ -211,7 +211,7 @@ def test_the_guarantee_names_dtype_and_device(monkeypatch):
         return types.SimpleNamespace(device=torch.device(device), torch_module=lambda: module)
 
     SameImage = batch_invariant.SameImage
-    assert {g.value for g in SameImage} == {"batch_invariant", "tested", "not_guaranteed"}
+    assert {g.value for g in SameImage} == {"batch_invariant", "shape_pinned", "tested", "not_guaranteed"}
     assert batch_invariant.plan(stub(torch.bfloat16, "cpu"), True)[:2] == (BatchInvariant, GUARANTEE)
     assert batch_invariant.plan(stub(torch.bfloat16, "cpu"), False) == (contextlib.nullcontext, None, None)
     hidden = types.SimpleNamespace(device=torch.device("cpu"),
