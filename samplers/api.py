@@ -44,7 +44,8 @@ def generate(model: ARImageModel, prompt, backend=DEFAULT_BACKEND, seed: int = 0
              temperature: Optional[float] = None, top_k: Optional[int] = None, top_p: Optional[float] = None,
              negative_prompt: str = "", batch_size: int = 1, progress: Optional[Callable[[int, int], None]] = None,
              interrupt: Optional[Callable[[], bool]] = None, profile: bool = False, preview=None,
-             compile: bool = False, reproducible: Optional[bool] = None, **backend_params) -> GenerationResult:
+             compile: bool = False, reproducible: Optional[bool] = None, images=None,
+             **backend_params) -> GenerationResult:
     """Generate image tokens (and the decoded image) with the chosen backend.
 
     Every lossless backend samples exactly the distribution of ``backend="ar"`` for the same
@@ -66,6 +67,9 @@ def generate(model: ARImageModel, prompt, backend=DEFAULT_BACKEND, seed: int = 0
     seed and settings (row b of a batch: AR's row b), whatever it drafts; only the number of forwards
     differs. False: each backend verifies by rejection sampling with its own random draws (the same
     distribution, other images). A lossy backend (relaxed acceptance) needs False (None: False).
+    ``images``: reference images for image-to-image (PIL images or float tensors 0..1 [H, W, C] / [B, H, W, C]),
+    where the model takes them (``model.max_reference_images``: GLM-Image, 1 or 2); the model then samples its
+    grid after the references (a two-grid model: its last grid only).
     """
     if not isinstance(model, ARImageModel):
         raise ValueError(f"model must be an ARImageModel (e.g. from specar.load_model), got {type(model).__name__}")
@@ -95,6 +99,9 @@ def generate(model: ARImageModel, prompt, backend=DEFAULT_BACKEND, seed: int = 0
                          f"got {reproducible!r}")
     run = dict(spec=spec, sampling=sampling, interrupt=interrupt,
                engine=dict(profile=profile, compile=compile, reproducible=reproducible))
+    if images is not None:
+        return _run(model, reference_prompt(model, prompt, images, negative_prompt), seed, batch_size, progress,
+                    preview, **run)
     first = model.preceding_stage() if isinstance(prompt, str) else None
     if first is not None:
         return _after_preceding_stage(first, model, prompt, negative_prompt, seed, batch_size, progress, preview, run)
@@ -112,6 +119,17 @@ def _run(model, encoded, seed, batch, progress, preview, spec, sampling, interru
     images = model.decode_tokens(grid, prompt=encoded)
     return GenerationResult(tokens=grid[0] if batch == 1 else grid, image=images[0] if images else None, stats=stats,
                             images=images, sequence=seq.cpu(), prompt=encoded)
+
+
+def reference_prompt(model, prompt, images, negative_prompt):
+    """The model's image-to-image prompt, or a ValueError naming the model and what it takes."""
+    most = getattr(model, "max_reference_images", 0)
+    if not most:
+        raise ValueError(f"{model.name} ({type(model).__name__}) takes no reference images: image-to-image (images=) "
+                         f"is GLM-Image's; leave images out (None) for this model")
+    if not isinstance(prompt, str):
+        raise ValueError(f"with images, prompt must be the text (a str), got {type(prompt).__name__}")
+    return model.reference_prompt(prompt, images, negative_prompt)
 
 
 def stage_seed(seed: int, row: int) -> int:
