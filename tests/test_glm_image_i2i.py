@@ -112,6 +112,16 @@ def test_every_backend_gives_ar_tokens_with_references(tiny, backend, monkeypatc
     assert res.tokens.shape == (2, 3, 4) and torch.equal(res.tokens, ar.tokens)
 
 
+def test_guidance_with_references(tiny):
+    """cfg_scale other than 1: the negative branch has the same references at the same positions; SJD gives AR's
+    tokens, and guidance changes them."""
+    m, images = tiny[3], references(1)
+    ar = specar.generate(m, PROMPT, backend="ar", seed=2, cfg_scale=3.0, negative_prompt="a dog", images=images)
+    assert torch.equal(specar.generate(m, PROMPT, backend="sjd", seed=2, cfg_scale=3.0, negative_prompt="a dog",
+                                       images=images).tokens, ar.tokens)
+    assert not torch.equal(specar.generate(m, PROMPT, backend="ar", seed=2, images=images).tokens, ar.tokens)
+
+
 def test_references_as_tensors_and_the_refusals(tiny):
     m = tiny[3]
     images = references(2)
