@@ -62,9 +62,10 @@ def as_pil_images(images) -> list:
     return out
 
 
-def reference_ids(model, text: str, images: list):
-    """(prompt ids with the references' codes in place of the placeholders, [(s, h, w)] per reference, [codes
-    [h, w]]): the released processor's i2i prompt at the model's size."""
+def reference_ids(model, text: str, images: list, codes=None):
+    """(prompt ids with the references' codes in place of the placeholders, [(s, h, w)] per reference, codes
+    [h1*w1 + ...]): the released processor's i2i prompt at the model's size; `codes`: the references' codes from an
+    earlier call (the other branch), else computed."""
     p, mc = model.processor, model.model.config
     messages = [[{"role": "user", "content": [{"type": "image", "image": im} for im in images]
                   + [{"type": "text", "text": text}]}]]
@@ -76,16 +77,17 @@ def reference_ids(model, text: str, images: list):
     if len(out["image_grid_thw"]) != len(images) + 1 or out["image_grid_thw"][-1].tolist() != [1, H, W]:
         raise ValueError(f"GLM-Image's processor did not build the image-to-image layout for {len(images)} "
                          f"reference(s) at {model.width}x{model.height} (grids {out['image_grid_thw'].tolist()})")
-    with torch.no_grad():
-        feats = model.model.get_image_features(out["pixel_values"].to(model.device), thw.to(model.device))
-        codes = model.model.get_image_tokens(feats.pooler_output, thw).flatten().cpu()
+    if codes is None:
+        with torch.no_grad():
+            feats = model.model.get_image_features(out["pixel_values"].to(model.device), thw.to(model.device))
+            codes = model.model.get_image_tokens(feats.pooler_output, thw).flatten().cpu()
     holes = (ids == mc.image_token_id).nonzero().flatten()
     if holes.numel() != codes.numel():
         raise ValueError(f"GLM-Image's prompt has {holes.numel()} image placeholders for {codes.numel()} "
                          f"reference codes: the processor's chat template does not place the images")
     ids = ids.clone()
     ids[holes] = codes
-    grids, per_image, k = [], [], 0
+    grids, k = [], 0
     for t, h, w in thw.tolist():
         n = t * h * w
         s = int(holes[k])
@@ -94,9 +96,8 @@ def reference_ids(model, text: str, images: list):
             raise ValueError("GLM-Image's processor did not frame a reference image as <image start> codes "
                              "<image end> (what its M-RoPE positions need): its chat template is not the released one")
         grids.append((s, h, w))
-        per_image.append(codes[k:k + n].view(h, w))
         k += n
-    return ids.tolist(), tuple(grids), per_image
+    return ids.tolist(), tuple(grids), codes
 
 
 def reference_prompt(model, text: str, images, negative_text: str = "") -> ReferencePrompt:
@@ -104,12 +105,13 @@ def reference_prompt(model, text: str, images, negative_text: str = "") -> Refer
     check_texts(text, negative_text)
     pil = as_pil_images(images)
     cond, grids, codes = reference_ids(model, text, pil)
-    uncond, grids_u, _ = reference_ids(model, negative_text, pil)
+    uncond, grids_u, _ = reference_ids(model, negative_text, pil, codes)
     if grids_u != grids:  # the references come before the text: both branches place them alike
         raise ValueError(f"GLM-Image's chat template places the references after the text ({grids} vs {grids_u}); "
                          f"image-to-image needs them first, as the released template does")
+    per_image = list(torch.split(codes, [h * w for _, h, w in grids]))
     return ReferencePrompt(cond=cond, uncond=uncond, text=text, negative_text=negative_text, grids=grids,
-                           images=pil, codes=codes)
+                           images=pil, codes=[c.view(h, w) for c, (_, h, w) in zip(per_image, grids)])
 
 
 def reference_rope(positions: torch.Tensor, prompt_len: torch.Tensor, grids: tuple, target) -> torch.Tensor:
