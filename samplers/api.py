@@ -125,8 +125,9 @@ def reference_prompt(model, prompt, images, negative_prompt):
     """The model's image-to-image prompt, or a ValueError naming the model and what it takes."""
     most = getattr(model, "max_reference_images", 0)
     if not most:
-        raise ValueError(f"{model.name} ({type(model).__name__}) takes no reference images: image-to-image (images=) "
-                         f"is GLM-Image's; leave images out (None) for this model")
+        raise ValueError(f"{model.name} ({type(model).__name__}) takes no reference images: image-to-image (generate's "
+                         f"images=, the sampler node's reference_images input) is GLM-Image's only; generate without "
+                         f"them for this model")
     if not isinstance(prompt, str):
         raise ValueError(f"with images, prompt must be the text (a str), got {type(prompt).__name__}")
     return model.reference_prompt(prompt, images, negative_prompt)
