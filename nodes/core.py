@@ -267,7 +267,8 @@ def run_sampler(model, values: dict, progress: Optional[Callable] = None, interr
         preview = PartialImage(model, progress.show, overlay=mode == "image + acceptance", **PREVIEW_THROTTLE)
     sampling = dict(seed=values["seed"], cfg_scale=settings.cfg_scale, top_k=settings.top_k,
                     **sampling_overrides(values), negative_prompt=values.get("negative_prompt", ""), batch_size=batch,
-                    interrupt=interrupt, reproducible=values.get("same_image_as_ar", REPRODUCIBLE_DEFAULT))
+                    interrupt=interrupt, reproducible=values.get("same_image_as_ar", REPRODUCIBLE_DEFAULT),
+                    images=values.get("reference_images"))  # IMAGE [B,H,W,C]: B references (None: text only)
     compare = bool(values.get("compare_with_ar")) and settings.backend != "ar"
     # compare_with_ar: one progress bar over both generations (the backend's run fills its first half, AR's
     # the second), so the bar does not sit at 100% while AR runs
@@ -301,7 +302,7 @@ def run_sampler(model, values: dict, progress: Optional[Callable] = None, interr
     if ar_stats is not None and not one_time:  # the same settings' earlier ratios in this process, and this one
         key = (id(model), settings.backend, repr(sorted(settings.params.items())), settings.cfg_scale,
                settings.top_k, sampling["temperature"], sampling["top_p"], batch, bool(values.get("compile")),
-               values["prompt"], sampling["negative_prompt"], sampling["reproducible"])
+               values["prompt"], sampling["negative_prompt"], sampling["reproducible"], sampling["images"] is not None)
         ratios = _speedups.setdefault(key, [])
         ratios.append(ar_stats.latency_s / max(res.stats.latency_s, 1e-9))
         del ratios[:-SPEEDUP_HISTORY]

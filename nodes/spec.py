@@ -301,6 +301,9 @@ def sampler_spec(drafter_choices: Callable[[str], list] = lambda kind: []) -> No
                "draws (the same seed gives different images on different backends). Lossy settings (relaxed) "
                "need it off. With it on, SCD's coupling has no effect (SCD samples as SJD)",
                default=REPRODUCIBLE_DEFAULT, optional=True),
+        Widget("reference_images", "IMAGE", "image-to-image (GLM-Image): one or two reference images (a batch of "
+               "two, e.g. from Image Batch) to edit or follow; the prompt says what to do with them. Other models "
+               "refuse it", optional=True),
     ]
     return NodeSpec(
         node_id="SpecARSampler",

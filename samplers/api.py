@@ -47,6 +47,7 @@ def generate(model: ARImageModel, prompt, backend=DEFAULT_BACKEND, seed: int = 0
              negative_prompt: str = "", batch_size: int = 1, progress: Optional[Callable[[int, int], None]] = None,
              interrupt: Optional[Callable[[], bool]] = None, profile: bool = False, preview=None,
              compile: bool = False, reproducible: Optional[bool] = None, pin_width: Optional[int] = None, threads=None,
+             images=None,
              **backend_params) -> GenerationResult:
     """Generate image tokens (and the decoded image) with the chosen backend.
 
@@ -76,6 +77,9 @@ def generate(model: ARImageModel, prompt, backend=DEFAULT_BACKEND, seed: int = 0
     was, as ComfyUI expects): None (the default) leaves torch's setting alone; ``"auto"`` takes what ``make demo``
     takes, the cores other processes leave free (at least 1: on a busy machine more threads than free cores is
     the slowest choice); an int that many.
+    ``images``: reference images for image-to-image (PIL images or float tensors 0..1 [H, W, C] / [B, H, W, C]),
+    where the model takes them (``model.max_reference_images``: GLM-Image, 1 or 2); the model then samples its
+    grid after the references (a two-grid model: its last grid only).
     """
     if not isinstance(model, ARImageModel):
         raise ValueError(f"model must be an ARImageModel (e.g. from specar.load_model), got {type(model).__name__}")
@@ -107,6 +111,9 @@ def generate(model: ARImageModel, prompt, backend=DEFAULT_BACKEND, seed: int = 0
     run = dict(spec=spec, sampling=sampling, interrupt=interrupt,
                engine=dict(profile=profile, compile=compile, reproducible=reproducible, pin_width=pin_width))
     with torch_threads(n_threads):
+        if images is not None:
+            return _run(model, reference_prompt(model, prompt, images, negative_prompt), seed, batch_size, progress,
+                        preview, **run)
         first = model.preceding_stage() if isinstance(prompt, str) else None
         if first is not None:
             return _after_preceding_stage(first, model, prompt, negative_prompt, seed, batch_size, progress, preview,
@@ -153,6 +160,18 @@ def _run(model, encoded, seed, batch, progress, preview, spec, sampling, interru
     images = model.decode_tokens(grid, prompt=encoded)
     return GenerationResult(tokens=grid[0] if batch == 1 else grid, image=images[0] if images else None, stats=stats,
                             images=images, sequence=seq.cpu(), prompt=encoded)
+
+
+def reference_prompt(model, prompt, images, negative_prompt):
+    """The model's image-to-image prompt, or a ValueError naming the model and what it takes."""
+    most = getattr(model, "max_reference_images", 0)
+    if not most:
+        raise ValueError(f"{model.name} ({type(model).__name__}) takes no reference images: image-to-image (generate's "
+                         f"images=, the sampler node's reference_images input) is GLM-Image's only; generate without "
+                         f"them for this model")
+    if not isinstance(prompt, str):
+        raise ValueError(f"with images, prompt must be the text (a str), got {type(prompt).__name__}")
+    return model.reference_prompt(prompt, images, negative_prompt)
 
 
 def stage_seed(seed: int, row: int) -> int:

@@ -50,8 +50,12 @@ def build_tiny_glm_image(root, seed=0, hidden=32):
         unk_token="<unk>",
         extra_special_tokens={"image_token": "<|image|>", "grid_bos_token": "<sop>", "grid_eos_token": "<eop>"})
     template = ("[gMASK]<sop>{% for m in messages %}<|{{ m['role'] }}|>{% for c in m['content'] %}"
+                "{% if c['type'] == 'image' %}" + vision[CODES] + "<|image|>" + vision[CODES + 1] + "{% endif %}"
                 "{% if c['type'] == 'text' %}{{ c['text'] }}{% endif %}{% endfor %}{% endfor %}<|assistant|>")
-    proc = GlmImageProcessor(image_processor=GlmImageImageProcessorPil(), tokenizer=tok, chat_template=template)
+    # references (image-to-image): 16-pixel patches, one code each (the vision encoder's patch, no merging)
+    pixels = GlmImageImageProcessorPil(patch_size=16, temporal_patch_size=1, merge_size=1,
+                                       size={"shortest_edge": 32 * 32, "longest_edge": 256 * 256})
+    proc = GlmImageProcessor(image_processor=pixels, tokenizer=tok, chat_template=template)
     cfg = GlmImageConfig(
         text_config=dict(vocab_size=len(tok), hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=2,
                          num_attention_heads=2, num_key_value_heads=1, vision_vocab_size=CODES + 2,

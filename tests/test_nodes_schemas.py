@@ -68,7 +68,7 @@ def test_node_schemas_are_valid(flavour, comfy):
         assert set(inputs) <= {"required", "optional", "hidden"}  # hidden: an output node's prompt, extra_pnginfo, id
         # optional: only the inputs added after 0.1 (API prompts saved before them stay valid)
         added = {"SpecARModelLoader": ["resolution", "offload", "quantize"],
-                 "SpecARSampler": ["compare_with_ar", "compile", "same_image_as_ar"]}
+                 "SpecARSampler": ["compare_with_ar", "compile", "same_image_as_ar", "reference_images"]}
         assert list(inputs.get("optional", {})) == added.get(name, [])
         for iname, (kind, opts) in {**inputs["required"], **inputs.get("optional", {})}.items():
             assert opts.get("tooltip"), f"{name}.{iname} has no tooltip"

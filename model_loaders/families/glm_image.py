@@ -37,6 +37,7 @@ import torch
 from ..contract import EncodedPrompt, ImageGeometry, check_texts
 from ..family import ModelFamily, config_names
 from .glm_image_folder import check_folder, layout_folders, read_generation_config
+from .glm_image_refs import MAX_REFERENCES, ReferencePrompt, reference_prompt, reference_rope
 from .hf_common import SharedVocabImageModel
 
 PIXELS_PER_TOKEN = 32  # GlmImageProcessor._get_target_shape's factor
@@ -141,6 +142,7 @@ class GlmImageARModel(SharedVocabImageModel):
             self.decoder_problem = MISSING_DIFFUSERS
             warnings.warn(MISSING_DIFFUSERS, stacklevel=2)
         self._pipeline = None
+        self._prefill_grids = None  # set while `start` prefills: the prompt's reference grids (() for none)
         self._stages = {"target": self}  # shared by the stage objects
 
     # -- the two stages ------------------------------------------------------------------------
@@ -190,6 +192,15 @@ class GlmImageARModel(SharedVocabImageModel):
         cond, uncond = self.text_ids(text), self.text_ids(negative_text)
         return EncodedPrompt(cond=cond, uncond=uncond, text=text, negative_text=negative_text)
 
+    max_reference_images = MAX_REFERENCES
+
+    def reference_prompt(self, text: str, images, negative_text: str = "") -> ReferencePrompt:
+        """Image-to-image: the target grid's prompt after 1 or 2 reference images (PIL, or float tensors 0..1
+        [H, W, C] / [B, H, W, C]); `specar.generate(model, text, images=[...])` samples the target grid from it."""
+        if self.stage != "target":
+            raise ValueError("GLM-Image's image-to-image samples the target grid: use the model load_model gives")
+        return reference_prompt(self, text, images, negative_text)
+
     def prompt_after(self, text: str, preview, negative_text: str = "") -> EncodedPrompt:
         """The target stage's prompt: the text layout followed by the preview codes ([h, w] or [h * w])."""
         check_texts(text, negative_text)
@@ -218,10 +229,22 @@ class GlmImageARModel(SharedVocabImageModel):
         cols = torch.where(tgt, L2 + k % W, torch.where(prev, text_len + jp % w, positions))
         return torch.stack([t, rows, cols])
 
+    def start(self, prompt, *args, **kwargs):
+        self._prefill_grids = prompt.grids if isinstance(prompt, ReferencePrompt) else ()
+        try:
+            return super().start(prompt, *args, **kwargs)
+        finally:
+            self._prefill_grids = None
+
     def _run(self, embeds, positions, allowed, cache, slots):
-        if getattr(cache, "glm_text_len", None) is None:  # the prefill: its last column is each row's last prompt id
-            cache.glm_text_len = positions[:, -1:] + 1 - self._grid_prompt_tokens()
-        return super()._run(embeds, self.rope_positions(positions, cache.glm_text_len), allowed, cache, slots)
+        if self._prefill_grids is not None:  # the prefill: its last column is each row's last prompt id
+            cache.glm_grids = self._prefill_grids
+            cache.glm_text_len = positions[:, -1:] + 1 - (0 if cache.glm_grids else self._grid_prompt_tokens())
+        if cache.glm_grids:  # image-to-image: the references' grids in the prompt, the target grid after it
+            rope = reference_rope(positions, cache.glm_text_len, cache.glm_grids, self.target_grid)
+        else:
+            rope = self.rope_positions(positions, cache.glm_text_len)
+        return super()._run(embeds, rope, allowed, cache, slots)
 
     # -- decoding --------------------------------------------------------------------------
     def decode_tokens(self, tokens: torch.Tensor, prompt: EncodedPrompt = None):
@@ -236,10 +259,17 @@ class GlmImageARModel(SharedVocabImageModel):
                              f"decode_tokens(tokens, prompt=result.prompt), got prompt {type(prompt).__name__}")
         pipe = self.dit_pipeline()
         B, H, W = tokens.shape
-        up = torch.nn.functional.interpolate(tokens.reshape(B, 1, H, W).float(), scale_factor=2, mode="nearest")
+        up = upsampled(tokens)
+        refs = {}
+        if isinstance(prompt, ReferencePrompt):  # image-to-image: the DiT sees the references and their codes
+            refs = dict(image=list(prompt.images),
+                        prior_token_image_ids=[torch.cat([upsampled(c[None]).flatten() for c in prompt.codes]).long()
+                                               .to(self.device)],
+                        source_image_grid_thw=[torch.tensor([[1, 2 * h, 2 * w] for _, h, w in prompt.grids],
+                                                            device=self.device)])
         out = []
         for b in range(B):
-            res = pipe(prompt=prompt.text, height=self.height, width=self.width, guidance_scale=DIT_GUIDANCE,
+            res = pipe(prompt=prompt.text, height=self.height, width=self.width, guidance_scale=DIT_GUIDANCE, **refs,
                        prior_token_ids=up[b].long().reshape(1, -1).to(self.device), num_inference_steps=self.dit_steps,
                        generator=torch.Generator().manual_seed(hash(tuple(tokens[b].flatten().tolist())) % 2 ** 63))
             out.append(res.images[0])
@@ -281,6 +311,12 @@ class GlmImageARModel(SharedVocabImageModel):
                 diffusers_logging.set_verbosity(level)
             self._pipeline.set_progress_bar_config(disable=True)
         return self._pipeline
+
+
+def upsampled(codes: torch.Tensor) -> torch.Tensor:
+    """[B, h, w] codes -> [B, 1, 2h, 2w] (nearest), the DiT's grid, as GlmImagePipeline._upsample_token_ids."""
+    B, h, w = codes.shape
+    return torch.nn.functional.interpolate(codes.reshape(B, 1, h, w).float(), scale_factor=2, mode="nearest")
 
 
 def is_glm_image(folder: str, config) -> bool:
