@@ -12,7 +12,6 @@ from ..samplers.api import generate
 from ..samplers.backends import SCHEMAS, bench_configs, make_backend
 from ..samplers.stats import acceptance_by_depth
 from . import schema
-from .bench import DEFAULT_PROMPTS  # noqa: F401 (the bench's prompts, named here too)
 from .schema import RUN_KEYS
 
 # the default run: every registered backend at its defaults, then the settings each method adds to the bench
@@ -262,5 +261,5 @@ def format_table(rows: List[dict]) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["DEFAULT_CONFIGS", "DEFAULT_PROMPTS", "compile_row", "format_table", "in_both_modes", "label",
+__all__ = ["DEFAULT_CONFIGS", "compile_row", "format_table", "in_both_modes", "label",
            "parse_config", "run", "with_windows"]

@@ -1,8 +1,6 @@
 """`specar.generate`: the public entry point used by the nodes, the demo and the benchmarks."""
 from __future__ import annotations
 
-import contextlib
-
 from dataclasses import dataclass
 from typing import Callable, Optional
 
@@ -13,6 +11,7 @@ from .backends import BACKENDS, DEFAULT_BACKEND, BackendConfig, make_backend
 from .engine import SpeculativeEngine
 from .stats import GenerationStats, chained_stats
 from .target import SamplingParams
+from .threads import check_threads, torch_threads
 
 
 # reproducible ("same image as AR") unless the caller says otherwise (a lossy backend: off), for every
@@ -107,7 +106,7 @@ def generate(model: ARImageModel, prompt, backend=DEFAULT_BACKEND, seed: int = 0
     if reproducible is not None and not isinstance(reproducible, bool):
         raise ValueError(f"reproducible must be True, False or None (the default: True for a lossless backend), "
                          f"got {reproducible!r}")
-    n_threads = _check_threads(threads)
+    n_threads = check_threads(threads)
     run = dict(spec=spec, sampling=sampling, interrupt=interrupt,
                engine=dict(profile=profile, compile=compile, reproducible=reproducible, pin_width=pin_width))
     with torch_threads(n_threads):
@@ -121,33 +120,6 @@ def generate(model: ARImageModel, prompt, backend=DEFAULT_BACKEND, seed: int = 0
         encoded = model.encode_prompt(prompt, negative_prompt) if isinstance(prompt, str) else \
             model.check_prompt(prompt)
         return _run(model, encoded, seed, batch_size, progress, preview, **run)
-
-
-def _check_threads(threads) -> Optional[int]:
-    """generate's ``threads``: None (torch's setting), "auto" (the free cores) or an int >= 1."""
-    if threads is None:
-        return None
-    if threads == "auto":
-        from ..cli.machine import choose_threads
-        return choose_threads(None)
-    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
-        raise ValueError(f"threads must be None (torch's setting), 'auto' (the cores other processes leave free) or "
-                         f"an int >= 1, got {threads!r}")
-    return threads
-
-
-@contextlib.contextmanager
-def torch_threads(n: Optional[int]):
-    """Inside: torch runs `n` CPU threads (None: as it was); torch's setting restored after, even on an error."""
-    if n is None:
-        yield
-        return
-    before = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def _run(model, encoded, seed, batch, progress, preview, spec, sampling, interrupt, engine) -> GenerationResult:

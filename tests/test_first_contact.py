@@ -250,10 +250,12 @@ def test_the_node_collects_its_ratios_and_never_judges_a_first_run():
 
 def test_threads_follow_the_machine_unless_given(monkeypatch):
     from specar.cli import machine
-    monkeypatch.setattr(machine, "cores", lambda: 2)
+    from specar.samplers import threads
+    for mod in (machine, threads):  # the choice lives in samplers/threads.py; the busy note reads cli/machine.py's
+        monkeypatch.setattr(mod, "cores", lambda: 2)
     monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
     for load, want in ((0.0, 2), (0.4, 2), (1.0, 1), (6.0, 1)):  # one busy process on 2 cores: 1 thread
-        monkeypatch.setattr(machine, "load_average", lambda load=load: [load, load, load])
+        monkeypatch.setattr(threads, "load_average", lambda load=load: [load, load, load])
         assert machine.choose_threads() == want and machine.choose_threads(3) == 3
     monkeypatch.setattr(machine, "load_average", lambda: [6.0, 6.0, 6.0])
     note = machine.busy_note(2)

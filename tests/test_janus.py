@@ -213,7 +213,7 @@ EXACT_CASES = [
 
 @pytest.fixture
 def no_decode(mdl, monkeypatch):
-    monkeypatch.setattr(mdl, "decode_tokens", lambda tokens: None)  # 16000 VQ decodes are not the point here
+    monkeypatch.setattr(mdl, "decode_tokens", lambda tokens, prompt=None: None)  # 16000 VQ decodes are not the point here
     return mdl
 
 

@@ -4,6 +4,7 @@ import importlib.util
 import os
 import re
 import shutil
+import types
 
 import pytest
 
@@ -70,9 +71,11 @@ def test_resolution_is_one_name_for_every_family(tmp_path, monkeypatch):
 
         def load(path, device=None, dtype=None, **kw):
             got.append(kw)
+            return types.SimpleNamespace()  # a model: load_model names its quantization on it
 
         def load_native(path, device=None, dtype=None, resolution=None, **kw):  # the signature the family has
             got.append({**kw, **({} if resolution is None else {"resolution": resolution})})
+            return types.SimpleNamespace()
 
         fake = dataclasses.replace(family, load=load_native if native else load)
         monkeypatch.setattr(registry, "family_of", lambda p, f=fake: f)

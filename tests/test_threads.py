@@ -21,10 +21,10 @@ def test_threads_hold_for_the_call_and_are_restored(monkeypatch):
         torch.set_num_threads(3)
         assert _threads_inside(model, threads=1) == {1} and torch.get_num_threads() == 3
         assert _threads_inside(model) == {3}  # None: torch's own setting, untouched
-        monkeypatch.setattr("specar.cli.machine.load_average", lambda: [0.0, 0.0, 0.0])
-        monkeypatch.setattr("specar.cli.machine.cores", lambda: 2)
+        monkeypatch.setattr("specar.samplers.threads.load_average", lambda: [0.0, 0.0, 0.0])
+        monkeypatch.setattr("specar.samplers.threads.cores", lambda: 2)
         assert _threads_inside(model, threads="auto") == {2} and torch.get_num_threads() == 3  # min(3, 2 free)
-        monkeypatch.setattr("specar.cli.machine.load_average", lambda: [5.0, 5.0, 5.0])
+        monkeypatch.setattr("specar.samplers.threads.load_average", lambda: [5.0, 5.0, 5.0])
         assert _threads_inside(model, threads="auto") == {1}  # a busy machine: one thread
         with pytest.raises(RuntimeError, match="stop"):  # restored after an error inside the call
             specar.generate(model, "hi", backend="sjd", threads=2,

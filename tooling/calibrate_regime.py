@@ -120,7 +120,8 @@ def run(args):
     """Search the temperature, write the calibration file."""
     import torch
 
-    from ..cli.benchmark import DEFAULT_PROMPTS, parse_config
+    from ..cli.bench import DEFAULT_PROMPTS
+    from ..cli.benchmark import parse_config
     from ..cli.machine import machine
     from ..cli.model_spec import model_from_spec
     if args.lo >= args.hi:
