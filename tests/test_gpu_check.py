@@ -35,6 +35,7 @@ def cli(tmp_path, *argv, timeout=240):
     return report, (out / "gpu_check.md").read_text()
 
 
+@pytest.mark.long  # every stage of the maintainers' GPU check on the CPU (a minute); make test runs the stages apart
 def test_dry_run_end_to_end_writes_the_json_and_the_markdown(tmp_path):
     report, md = cli(tmp_path, "--no-compile", "--samples", "300", "--image-families", "lumina-mgpt-2-7b")
     st = report["stages"]
