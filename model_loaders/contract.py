@@ -191,6 +191,14 @@ class ARImageModel(ABC):
         """This stage's prompt after one image's codes [n] of `preceding_stage`."""
         raise NotImplementedError(f"{type(self).__name__} has no preceding stage")
 
+    # -- image-to-image (GLM-Image: reference images before the prompt) ---------------------------------------------
+    max_reference_images = 0  # how many reference images `reference_prompt` takes (0: none)
+
+    def reference_prompt(self, text: str, images, negative_text: str = "") -> EncodedPrompt:
+        """The prompt of an image made after 1 to `max_reference_images` reference images (PIL images or float
+        tensors 0..1 [H, W, C] / [B, H, W, C])."""
+        raise NotImplementedError(f"{type(self).__name__} takes no reference images")
+
     def check_prompt(self, prompt) -> EncodedPrompt:
         """Accept a string or an EncodedPrompt; anything else is a clear ValueError."""
         if isinstance(prompt, EncodedPrompt):

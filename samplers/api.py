@@ -136,8 +136,7 @@ def _run(model, encoded, seed, batch, progress, preview, spec, sampling, interru
 
 def reference_prompt(model, prompt, images, negative_prompt):
     """The model's image-to-image prompt, or a ValueError naming the model and what it takes."""
-    most = getattr(model, "max_reference_images", 0)
-    if not most:
+    if not model.max_reference_images:
         raise ValueError(f"{model.name} ({type(model).__name__}) takes no reference images: image-to-image (generate's "
                          f"images=, the sampler node's reference_images input) is GLM-Image's only; generate without "
                          f"them for this model")
