@@ -33,6 +33,9 @@ def three_families():
     return _run("--stages", "images", "quantized", "projection", "--image-backends", "ar", DEFAULT_BACKEND)
 
 
+# the three families' stages at their released geometry (a minute of position noise and forwards on a CPU) and every
+# backend at one: make test-long, like the whole dry run (tests/test_gpu_check.py); make test keeps the checks below
+@pytest.mark.long
 def test_each_released_model_runs_at_its_real_geometry(three_families):
     fams = three_families["stages"]["images"]["result"]["families"]
     assert list(fams) == list(GEOMETRY)
@@ -71,6 +74,7 @@ def test_each_released_model_runs_at_its_real_geometry(three_families):
     assert fams["janus-pro-7b"]["model"]["assumed"] and fams["lumina-mgpt-2-7b"]["model"]["assumed"]
 
 
+@pytest.mark.long
 def test_quantized_and_projection_stages_in_the_dry_run(three_families):
     q = three_families["stages"]["quantized"]["result"]
     assert q["note"] == quantized.NOT_TIMED
@@ -94,6 +98,7 @@ def test_quantized_and_projection_stages_in_the_dry_run(three_families):
         assert head in md
 
 
+@pytest.mark.long
 def test_every_registered_backend_gives_ars_tokens_at_a_released_geometry():
     rep = _run("--stages", "images", "--image-families", "lumina-mgpt-2-7b")
     rows = rep["stages"]["images"]["result"]["families"]["lumina-mgpt-2-7b"]["rows"]
