@@ -233,3 +233,29 @@ def test_saved_weights_are_read_back_by_each_family_loader(tmp_path):
         model, info = build_released(name, str(tmp_path), "cpu", torch.bfloat16, tiny=True, saved=True)
         assert info["weights"].startswith("random, saved") and (info["grid"], info["seq_len"]) == (grid, seq_len)
         assert any(f.endswith(".safetensors") for f in os.listdir(tmp_path / name))
+
+
+@pytest.mark.skipif(not HAS_GLM, reason="this transformers has no GLM-Image")
+def test_a_two_grid_generation_is_timed_over_both_grids_with_generates_tokens(tmp_path):
+    """GLM-Image (real-size's reduced folder: a 16x16 preview grid, then a 2x2 image grid): the timed codes are
+    `generate`'s (preview then image, same seeds), each grid's record kept, a cut inside the image grid keeps the
+    whole preview and the image's first codes."""
+    import torch
+
+    import specar
+    from specar.tooling.gpu_check.timed_generation import timed_generation
+    from specar.tooling.real_size_builders import build_folder
+    folder = build_folder("glm-image", str(tmp_path), layers=1, reduced=True, dtype=torch.float32)
+    model = specar.load_model(folder, device="cpu", dtype=torch.float32, width=64, height=64)
+    res = specar.generate(model, "a red fox", backend="ar", seed=3)
+    want = torch.cat([res.preceding.tokens.flatten(), res.tokens.flatten()])
+    for backend in ("ar", DEFAULT_BACKEND):
+        tokens, rec = timed_generation(model, "a red fox", backend, None, seed=3)
+        assert torch.equal(tokens, want), backend
+        assert rec["positions"] == 260 and rec["whole_image"] and list(rec["grids"]) == ["preview", "target"]
+        assert [g["positions"] for g in rec["grids"].values()] == [256, 4]
+        assert rec["seconds"] == round(sum(g["seconds"] for g in rec["grids"].values()), 4)
+        assert rec["steps"] >= 2 and rec["step_ms_median"] > 0
+    tokens, rec = timed_generation(model, "a red fox", "ar", 258, seed=3)
+    assert torch.equal(tokens, want[:258]) and rec["positions"] == 258 and not rec["whole_image"]
+    assert rec["grids"]["target"]["positions"] == 2 and not rec["grids"]["target"]["whole_image"]
