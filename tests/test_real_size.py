@@ -1,6 +1,7 @@
 """The real-size command's path at reduced widths (what CI can run): every family's folder is written in
 its real format by `python -m specar.tooling real-size`'s builders, loaded through `specar.load_model`,
-generates a few speculative steps, decodes a full grid (GLM-Image: its AR stage alone, both grids, no DiT), and its forwards are timed; int4 holds
+generates a few speculative steps, decodes a full grid (GLM-Image: its AR stage alone, both grids, no DiT), and its
+forwards are timed; int4 holds
 fewer bytes per decoder layer than the unquantized model."""
 import pytest
 import torch

@@ -60,8 +60,9 @@ SPECS = {
         "glm_image", "zai-org/GLM-Image (vision_language_encoder, processor)",
         "transformers GlmImageConfig defaults (documented as zai-org/GLM-Image's; docs/MODELS.md): text hidden 4096, "
         "40 layers, 32 heads, 2 KV heads, intermediate 13696, vocab 168064, 16384 codes (VQ embed 2048, latent "
-        "1536), LM head of 16512 rows (vision_vocab_size); vision encoder 1536 wide, 40 layers, 16 heads, intermediate 6144; 1024x1024 px: 16x16 preview grid "
-        "+ 32x32 target grid (1,280 positions), no row ends, no CFG in the AR stage",
+        "1536), LM head of 16512 rows (vision_vocab_size); vision encoder 1536 wide, 40 layers, 16 heads, "
+        "intermediate 6144; 1024x1024 px: 16x16 preview grid + 32x32 target grid (1,280 positions), no row ends, "
+        "no CFG in the AR stage",
         dict(hidden=4096, heads=32, kv=2, ffn=13696, vocab=168064, codes=16384, image=1024, v_hidden=1536,
              v_layers=40, v_heads=16, v_ffn=6144, vq_dim=2048, vq_latent=1536, head=16512), 40, 2,
         prompt="a red fox in the snow"),

@@ -241,7 +241,8 @@ def _images_items(options: dict, t: Timings, gpu: bool) -> list:
         saved = options["image_weights"] == "saved"
         share = "" if limited is None else (f" (this run's share: {' and '.join(limited)} eager; --image-families "
                                             f"{fam} runs every backend)")
-        items.append((f"{fam}{share}: build ({'random weights written and read back' if saved else 'random weights on the device'}"
+        weights = "random weights written and read back" if saved else "random weights on the device"
+        items.append((f"{fam}{share}: build ({weights}"
                       f", the loader's files), first generation",
                       scale * (SAVED_7B_S if saved else BUILD_7B_S) if gpu else None, ESTIMATE))
         for b in limited if limited is not None else options["image_backends"]:

@@ -169,7 +169,8 @@ def _md_images(r: dict) -> list:
             lines.append(f"not measured: {fam.get('error') or fam.get('skipped')}")
             continue
         lines += [f"{m.get('layers')} layers, hidden {m.get('hidden')}, {m.get('heads')} heads / {m.get('kv_heads')} KV, "
-                  f"grid {m.get('grid')}" + (f" after a preview grid {m['preview_grid']}" if m.get("preview_grid") else "")
+                  f"grid {m.get('grid')}"
+                  + (f" after a preview grid {m['preview_grid']}" if m.get("preview_grid") else "")
                   + f", {m.get('image_codes')} codes, {m.get('parameters', 0) / 1e9:.2f} B parameters"
                   + (f"; assumed: {m['assumed']}" if m.get("assumed") else "")
                   + (f"; this run: {fam['only']}" if fam.get("only") else ""), "",
