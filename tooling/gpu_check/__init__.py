@@ -141,7 +141,8 @@ def add_arguments(ap) -> None:
     ap.add_argument("--image-compile-backends", nargs="*", default=None, metavar="BACKEND",
                     help="the images stage's backends also run compiled, in order (unset: AR; none: no compiled run)")
     ap.add_argument("--image-rows", type=non_negative_int, default=None, metavar="N",
-                    help="time the first N rows of each image (0: the whole image; unset: " +
+                    help="time the first N rows of each image (GLM-Image: its preview grid's rows first; 0: the "
+                    "whole image; unset: " +
                     ", ".join(f"{k} {v}" for k, v in PROFILES["cuda"]["image_rows"].items()) + ", else the whole "
                     f"image; with --dry-run: the first {PROFILES['dry']['image_positions_cap']} positions)")
     ap.add_argument("--image-weights", choices=["memory", "saved"], default="memory",
