@@ -6,6 +6,7 @@ difference reported; the default CUDA plan within its budget.
 
 No GPU here: these check the command; its CUDA figures come from a GPU run."""
 import pytest
+import transformers
 
 from specar.samplers.backends import DEFAULT_BACKEND, SCHEMAS
 from specar.tooling import gpu_check
@@ -19,6 +20,9 @@ def options(*argv, dry=True):
 # the released models' geometry (their config.json / processor settings; tooling/released_models.py)
 GEOMETRY = {"janus-pro-7b": ([24, 24], 576, 16384), "emu3-gen": ([90, 90], 8190, 32768),
             "lumina-mgpt-2-7b": ([96, 96], 9312, 16384)}
+HAS_GLM = hasattr(transformers, "GlmImageForConditionalGeneration")
+if HAS_GLM:  # GLM-Image at 1024x1024: its 32x32 image grid after its 16x16 preview grid (1,280 positions)
+    GEOMETRY["glm-image"] = ([32, 32], 1024, 16384)
 
 
 def _run(*argv):
@@ -30,7 +34,10 @@ def _run(*argv):
 
 @pytest.fixture(scope="module")
 def three_families():
-    return _run("--stages", "images", "quantized", "projection", "--image-backends", "ar", DEFAULT_BACKEND)
+    # every released model (the dry run's default families; GLM-Image with AR and the default backend only, as the
+    # default run takes it)
+    return _run("--stages", "images", "quantized", "projection", "--image-backends", "ar", DEFAULT_BACKEND,
+                *([] if HAS_GLM else ["--image-families", *GEOMETRY]))
 
 
 # the three families' stages at their released geometry (a minute of position noise and forwards on a CPU) and every
@@ -43,8 +50,10 @@ def test_each_released_model_runs_at_its_real_geometry(three_families):
         m = fam["model"]
         assert (m["grid"], m["seq_len"], m["image_codes"]) == GEOMETRY[name], name
         assert m["tiny_widths"] and m["layers"] == 2 and m["layers_released"] >= 30
-        assert fam["sampling"]["cfg_scale"] > 1  # two CFG rows, as the released model's default sampling
-        assert fam["timed"] == f"the first 8 of {m['seq_len']} positions (dry run)"
+        glm = name == "glm-image"
+        # two CFG rows, as the released model's default sampling (GLM-Image's AR stage: none)
+        assert fam["sampling"]["cfg_scale"] == 1 if glm else fam["sampling"]["cfg_scale"] > 1
+        assert fam["timed"] == f"the first 8 of {m['positions']} positions (dry run)"
         ar, other = fam["rows"]["ar"]["eager"], fam["rows"][DEFAULT_BACKEND]["eager"]
         for run in (ar, other):
             assert run["positions"] == 8 and not run["whole_image"] and run["steps"] >= 1 and run["seconds"] > 0
@@ -54,6 +63,12 @@ def test_each_released_model_runs_at_its_real_geometry(three_families):
         assert other["speedup_vs_ar"] == ar["latency_s"] / other["latency_s"]
         # the same-image guarantee measured: the default backend's tokens are AR's
         assert other["vs_ar"] == {"positions_compared": 8, "tokens_differing": 0, "first_difference_at": None}
+        if glm:  # the default run's share: AR and the default backend eager, the 8 positions in the preview grid
+            assert m["preview_grid"] == [16, 16] and m["positions"] == 1280 and list(fam["rows"]) == ["ar",
+                                                                                                   DEFAULT_BACKEND]
+            assert "eager_invariant_flipped" not in fam["rows"][DEFAULT_BACKEND] and "only" in fam
+            assert list(other["grids"]) == ["preview"] and other["grids"]["preview"]["positions"] == 8
+            continue
         flipped = fam["rows"][DEFAULT_BACKEND]["eager_invariant_flipped"]
         assert not flipped["batch_invariant"] and flipped["vs_ar"]["positions_compared"] == 8
         # shape-pinned: the backend at its verify width against AR padded to it, ms per step of both (the dry run: in
@@ -72,6 +87,7 @@ def test_each_released_model_runs_at_its_real_geometry(three_families):
     # assumed numbers are said; Emu3-Gen's are all read from its config
     assert fams["emu3-gen"]["model"]["assumed"] is None
     assert fams["janus-pro-7b"]["model"]["assumed"] and fams["lumina-mgpt-2-7b"]["model"]["assumed"]
+    assert not HAS_GLM or fams["glm-image"]["model"]["assumed"]
 
 
 @pytest.mark.long
@@ -88,7 +104,11 @@ def test_quantized_and_projection_stages_in_the_dry_run(three_families):
     assert q["variants"]["ours int4"]["weights_bytes"] < q["variants"]["ours int8"]["weights_bytes"] < \
         q["variants"]["bf16"]["weights_bytes"]
     p = three_families["stages"]["projection"]["result"]
-    assert p["kind"] == "projection" and p["rows"] and len(p["anchors"]) == 3
+    assert p["kind"] == "projection" and p["rows"] and len(p["anchors"]) == 4
+    glm_rows = [r for r in p["rows"] if r.get("family") == "glm-image"]
+    assert not HAS_GLM or glm_rows and all("vLLM-Omni" in r["anchor"] and "19.0 s" in r["anchor"] and
+                                           r["steps_per_image"] * r["step_compression"] == pytest.approx(1280, rel=1e-3)
+                                           for r in glm_rows)  # both grids' codes, beside the published anchor
     for row in p["rows"]:
         assert row["kind"] == "projection" and "error" not in row, row
         assert row["seconds_per_image"] == round(row["steps_per_image"] * row["measured_step_ms"] / 1e3, 2) or \
@@ -158,7 +178,14 @@ def test_the_default_cuda_plan_fits_its_budget_and_takes_backends_from_the_regis
         assert not st["cut"], (name, st["cut"])
     assert opt["image_backends"] == plan.backend_order(plan.committed_reports())
     items = [i["item"] for i in p["stages"]["images"]["items"]]
-    for fam in opt["image_families"]:
+    # GLM-Image at 1024x1024 in the default run: AR and the default backend eager, its share said in the plan
+    assert opt["image_family_backends"] == {"glm-image": ["ar", DEFAULT_BACKEND]}
+    glm = [i for i in items if i.startswith("glm-image")]
+    assert len(glm) == 3 and "this run's share: ar and auto eager" in glm[0]
+    rows = gpu_check.GLM_DEFAULT_ROWS
+    for b, item in zip(["ar", DEFAULT_BACKEND], glm[1:]):
+        assert item == f"glm-image: eager {b}, 1024x1024, {16 * rows} of 1280 positions (preview grid first)"
+    for fam in [f for f in opt["image_families"] if f not in opt["image_family_backends"]]:
         for b in SCHEMAS:
             assert any(i.startswith(f"{fam}: eager {b},") for i in items), (fam, b)
             assert any(i.startswith(f"{fam}: eager {b} shape-pinned") for i in items) == (b != "ar"), (fam, b)
@@ -211,3 +238,29 @@ def test_saved_weights_are_read_back_by_each_family_loader(tmp_path):
         model, info = build_released(name, str(tmp_path), "cpu", torch.bfloat16, tiny=True, saved=True)
         assert info["weights"].startswith("random, saved") and (info["grid"], info["seq_len"]) == (grid, seq_len)
         assert any(f.endswith(".safetensors") for f in os.listdir(tmp_path / name))
+
+
+@pytest.mark.skipif(not HAS_GLM, reason="this transformers has no GLM-Image")
+def test_a_two_grid_generation_is_timed_over_both_grids_with_generates_tokens(tmp_path):
+    """GLM-Image (real-size's reduced folder: a 16x16 preview grid, then a 2x2 image grid): the timed codes are
+    `generate`'s (preview then image, same seeds), each grid's record kept, a cut inside the image grid keeps the
+    whole preview and the image's first codes."""
+    import torch
+
+    import specar
+    from specar.tooling.gpu_check.timed_generation import timed_generation
+    from specar.tooling.real_size_builders import build_folder
+    folder = build_folder("glm-image", str(tmp_path), layers=1, reduced=True, dtype=torch.float32)
+    model = specar.load_model(folder, device="cpu", dtype=torch.float32, width=64, height=64)
+    res = specar.generate(model, "a red fox", backend="ar", seed=3)
+    want = torch.cat([res.preceding.tokens.flatten(), res.tokens.flatten()])
+    for backend in ("ar", DEFAULT_BACKEND):
+        tokens, rec = timed_generation(model, "a red fox", backend, None, seed=3)
+        assert torch.equal(tokens, want), backend
+        assert rec["positions"] == 260 and rec["whole_image"] and list(rec["grids"]) == ["preview", "target"]
+        assert [g["positions"] for g in rec["grids"].values()] == [256, 4]
+        assert rec["seconds"] == round(sum(g["seconds"] for g in rec["grids"].values()), 4)
+        assert rec["steps"] >= 2 and rec["step_ms_median"] > 0
+    tokens, rec = timed_generation(model, "a red fox", "ar", 258, seed=3)
+    assert torch.equal(tokens, want[:258]) and rec["positions"] == 258 and not rec["whole_image"]
+    assert rec["grids"]["target"]["positions"] == 2 and not rec["grids"]["target"]["whole_image"]

@@ -81,7 +81,10 @@ def measure(folder: str, dtype: str, quantize: str, steps: int, backend: str, re
     except GenerationInterrupted:
         tokens_done = None
     gen_s = time.perf_counter() - t0
-    prompt = model.encode_prompt(SPECS_BY_FOLDER(folder).prompt)
+    text, first = SPECS_BY_FOLDER(folder).prompt, model.preceding_stage()
+    # a two-grid model (GLM-Image): the forwards are the last grid's, after a preceding grid of codes 0
+    prompt = model.encode_prompt(text) if first is None else \
+        model.prompt_after(text, torch.zeros(first.geometry.num_image_tokens, dtype=torch.long))
     times = {}
     with torch.inference_mode():
         for T in (1, 17):
@@ -98,13 +101,15 @@ def measure(folder: str, dtype: str, quantize: str, steps: int, backend: str, re
     rss_before_decode = _peak_rss_bytes()  # the VQ decoder's activations at full size come next
     codes = torch.randint(geo.vocab_size, (1, geo.height, geo.width))
     t0 = time.perf_counter()
-    image = model.decode_tokens(codes)[0] if decode else None
-    decode_s = time.perf_counter() - t0
+    images = model.decode_tokens(codes) if decode else None  # None: the model decodes no image here
+    image = images[0] if images else None
+    decode_s = time.perf_counter() - t0 if image is not None else None
     layers = decoder_layers(model)
     params = sum(p.numel() for p in model.torch_module().parameters())
     return dict(load_s=round(load_s, 2), generate_steps=done["steps"], generate_s=round(gen_s, 2),
-                finished_tokens=tokens_done, decode_s=round(decode_s, 2) if decode else None,
-                image_size=list(image.size) if decode else None,
+                finished_tokens=tokens_done, decode_s=None if decode_s is None else round(decode_s, 2),
+                image_size=list(image.size) if image is not None else None,
+                decode_skipped=getattr(model, "decoder_problem", None) if decode and image is None else None,
                 grid=[geo.height, geo.width], ms_forward_1=round(times[1], 1), ms_forward_17=round(times[17], 1),
                 layers_run=len(layers), layer_bytes=module_bytes(layers[0]), model_bytes=module_bytes(model.torch_module()),
                 params_stored=params, peak_rss_bytes=_peak_rss_bytes(), peak_rss_before_decode_bytes=rss_before_decode,
@@ -116,7 +121,8 @@ def SPECS_BY_FOLDER(folder: str) -> Spec:  # noqa: N802 -- a lookup, named like 
 
 
 def real_params(spec: Spec, layers: int) -> int:
-    """Parameters of the decoder at `layers` layers plus embeddings and head (per layer 4 d^2 + 3 d f)."""
+    """Parameters of the decoder at `layers` layers plus embeddings and head (per layer 4 d^2 + 3 d f; GLM-Image's
+    vision encoder and VQ left out)."""
     d = spec.dims
     if spec.family == "llamagen":
         w, f, v = d["dim"], d["ffn"], d["codes"]
@@ -125,7 +131,7 @@ def real_params(spec: Spec, layers: int) -> int:
     w, f, v = d["hidden"], d["ffn"], d["vocab"]
     kv = w * d["kv"] // d["heads"]
     per = 2 * w * w + 2 * w * kv + 3 * w * f
-    return layers * per + 2 * v * w
+    return layers * per + (v + d.get("head", v)) * w  # GLM-Image's head: its image rows only
 
 
 def add_arguments(ap) -> None:

@@ -56,8 +56,22 @@ SPECS = {
         "11008, vocab 65536, 4096 positions; Chameleon VQGAN 8192 x 256 (512 px)",
         dict(hidden=4096, heads=32, kv=32, ffn=11008, vocab=65536, max_pos=4096, codes=8192, image=512,
              vq_ch=128, vq_mult=(1, 1, 2, 2, 4), vq_z=256, vq_dim=256, lumina=False), 32, 2),
+    "glm-image": Spec(
+        "glm_image", "zai-org/GLM-Image (vision_language_encoder, processor)",
+        "transformers GlmImageConfig defaults (documented as zai-org/GLM-Image's; docs/MODELS.md): text hidden 4096, "
+        "40 layers, 32 heads, 2 KV heads, intermediate 13696, vocab 168064, 16384 codes (VQ embed 2048, latent "
+        "1536), LM head of 16512 rows (vision_vocab_size); vision encoder 1536 wide, 40 layers, 16 heads, "
+        "intermediate 6144; 1024x1024 px: 16x16 preview grid + 32x32 target grid (1,280 positions), no row ends, "
+        "no CFG in the AR stage",
+        dict(hidden=4096, heads=32, kv=2, ffn=13696, vocab=168064, codes=16384, image=1024, v_hidden=1536,
+             v_layers=40, v_heads=16, v_ffn=6144, vq_dim=2048, vq_latent=1536, head=16512), 40, 2,
+        prompt="a red fox in the snow"),
 }
 
+# GLM-Image's tiny widths (gpu-check's dry run keeps the released vocabulary and grids; real-size's CI case shrinks
+# those too): head width 16, M-RoPE sections 2 + 3 + 3 over its rotary half
+GLM_TINY = dict(hidden=64, heads=4, kv=2, ffn=128, v_hidden=32, v_layers=1, v_heads=2, v_ffn=64, vq_dim=8,
+                vq_latent=32)
 # the CI test's reduced sizes (every width and vocabulary shrunk; same builders, same loaders)
 REDUCED = {
     "llamagen-xl": dict(dim=32, heads=4, ffn=128, codes=16, classes=1000, image=64, vq_ch=32, vq_mult=(1, 1, 1, 1, 1),
@@ -70,6 +84,7 @@ REDUCED = {
                            vq_mult=(1, 1, 1, 1, 1), vq_z=32, vq_dim=4, lumina=True),
     "anole-7b": dict(hidden=32, heads=4, kv=2, ffn=64, vocab=128, max_pos=256, codes=8, image=32, vq_ch=32,
                      vq_mult=(1, 1, 1, 1, 1), vq_z=32, vq_dim=4, lumina=False),
+    "glm-image": dict(GLM_TINY, vocab=256, codes=8, image=64, head=10),
 }
 JANUS_TEMPLATE = (
     "{% for message in messages %}{% if message['role'] | lower == 'user' %}{{ '<|User|>: ' }}"
@@ -242,7 +257,49 @@ def _build_chameleon(d, layers, folder, dtype):
     return {"target_size": d["image"]} if d["lumina"] else {}
 
 
-BUILDERS = {"llamagen": _build_llamagen, "janus": _build_janus, "emu3": _build_emu3, "chameleon": _build_chameleon}
+def _build_glm_image(d, layers, folder, dtype, weights=True):
+    """GLM-Image's AR stage (transformers' GlmImage classes) with its processor beside it (an AR folder alone: no
+    DiT, the tokens are what is measured): codes at ids 0..V-1, image start / end at V, V+1, as released."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import (GenerationConfig, GlmImageConfig, GlmImageForConditionalGeneration,
+                              GlmImageImageProcessorPil, GlmImageProcessor, PreTrainedTokenizerFast)
+    V = d["codes"]
+    vision = [f"<|dit_token_{i}|>" for i in range(V + 2)]
+    specials = ["<|endoftext|>", "[gMASK]", "<sop>", "<eop>", "<|user|>", "<|assistant|>", "<|image|>"]
+    tk = Tokenizer(models.WordLevel({t: i for i, t in enumerate(vision + ["<unk>"] + WORDS)}, unk_token="<unk>"))
+    tk.pre_tokenizer = pre_tokenizers.Whitespace()
+    tk.add_special_tokens(vision[V:] + specials)
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=tk, bos_token=vision[V], eos_token=vision[V + 1], pad_token="<|endoftext|>", unk_token="<unk>",
+        extra_special_tokens={"image_token": "<|image|>", "grid_bos_token": "<sop>", "grid_eos_token": "<eop>"})
+    template = ("[gMASK]<sop>{% for m in messages %}<|{{ m['role'] }}|>{% for c in m['content'] %}"
+                "{% if c['type'] == 'text' %}{{ c['text'] }}{% endif %}{% endfor %}{% endfor %}<|assistant|>")
+    proc = GlmImageProcessor(image_processor=GlmImageImageProcessorPil(patch_size=16), tokenizer=tok,
+                             chat_template=template)
+    head = d["hidden"] // d["heads"]
+    rope = {"rope_type": "default", "rope_theta": 10000.0}
+    if head != 128:  # the released width takes transformers' default sections ([8, 12, 12]); a tiny one 2 + 3 + 3
+        rope["mrope_section"] = [head // 8, 3 * head // 16, 3 * head // 16]
+    cfg = GlmImageConfig(
+        text_config=dict(vocab_size=d["vocab"], hidden_size=d["hidden"], intermediate_size=d["ffn"],
+                         num_hidden_layers=layers, num_attention_heads=d["heads"], num_key_value_heads=d["kv"],
+                         vision_vocab_size=d["head"],  # the LM head's rows: the codes, image start / end, spare
+                         rope_parameters=rope,
+                         pad_token_id=tok.pad_token_id, eos_token_id=V + 1),
+        vision_config=dict(depth=d["v_layers"], hidden_size=d["v_hidden"], num_heads=d["v_heads"],
+                           intermediate_size=d["v_ffn"], patch_size=16),
+        vq_config=dict(embed_dim=d["vq_dim"], num_embeddings=V, latent_channels=d["vq_latent"]),
+        image_token_id=tok.convert_tokens_to_ids("<|image|>"), image_start_token_id=V, image_end_token_id=V + 1)
+    # the released generation_config.json's sampling as issue 54 quotes it (temperature 0.9, top-p 0.75)
+    gen = GenerationConfig(do_sample=True, temperature=0.9, top_p=0.75, bos_token_id=V, eos_token_id=V + 1,
+                           pad_token_id=tok.pad_token_id)
+    _save_hf(GlmImageForConditionalGeneration, cfg, gen, tok, folder, dtype, weights)
+    proc.save_pretrained(folder)
+    return {"width": d["image"], "height": d["image"]}
+
+
+BUILDERS = {"llamagen": _build_llamagen, "janus": _build_janus, "emu3": _build_emu3, "chameleon": _build_chameleon,
+            "glm_image": _build_glm_image}
 
 
 def build_folder(name: str, out: str, layers=None, reduced: bool = False, dtype=torch.bfloat16, spec=None,

@@ -1,11 +1,13 @@
 """The released 7-8B image models at their published shapes, built with random weights by each family's own classes
 and loaded through the family's loader (gpu-check's images stage): Lumina-mGPT 2.0 (our own decoder, `lumina2`),
-Janus-Pro-7B and Emu3-Gen (transformers' classes, grouped-query attention as released).
+Janus-Pro-7B, Emu3-Gen and GLM-Image's AR stage (transformers' classes, grouped-query attention as released; GLM-Image
+at 1024x1024: its 16x16 preview grid then its 32x32 image grid, 1,280 positions, tokens only: no DiT).
 
 The weights are built in memory on the device (no 15 GB file written and read back): the folder holds what the
 loader reads besides them (config.json, tokenizer, generation config, image tokenizer), and while loading,
 `weights_in_memory` puts random weights in place of the two functions that read weight files
-(transformers' `from_pretrained` through `hf_files.load_pretrained`, Lumina-mGPT 2.0's `lumina2.load_weights`);
+(transformers' `from_pretrained` through `hf_files.load_pretrained`, Lumina-mGPT 2.0's `lumina2.load_weights`;
+GLM-Image's folder check skips its weight files);
 every other line of the loader runs as for a real folder. `tiny`: the same geometry (image grid, sequence length,
 code and text vocabularies, CFG rows) with tiny widths and 2 layers, for the dry run on the CPU.
 
@@ -23,7 +25,7 @@ from typing import Optional
 
 import torch
 
-from .real_size_builders import SPECS, Spec, _word_tokenizer, build_folder
+from .real_size_builders import GLM_TINY, SPECS, Spec, _word_tokenizer, build_folder
 
 TINY_LAYERS = 2
 
@@ -35,11 +37,14 @@ class Released:
     tiny: dict  # the dry run's widths (every geometry number kept)
     pixels_per_code: int  # the image tokenizer's downsampling
     row_end: bool  # a row-end token after each row of codes
+    preview_grid: int = 0  # a two-grid model (GLM-Image): the side of the grid sampled before the image's
 
     def positions(self, rows=None) -> int:
-        """Sequence positions of the first `rows` rows of an image at the released size (None: the whole image)."""
-        grid = self.spec.dims["image"] // self.pixels_per_code
-        return min(grid, grid if rows is None else rows) * (grid + int(self.row_end))
+        """Sequence positions of the first `rows` rows of an image at the released size (None: the whole image;
+        a two-grid model: rows in the order sampled, the preview grid's then the image grid's)."""
+        grid, p = self.spec.dims["image"] // self.pixels_per_code, self.preview_grid
+        rows = p + grid if rows is None else rows
+        return min(rows, p) * p + min(grid, max(rows - p, 0)) * (grid + int(self.row_end))
 
 
 RELEASED = {
@@ -63,6 +68,12 @@ RELEASED = {
         "vocab_size 172032 (at least 171384; the real value is not known here), num_key_value_heads 32 and "
         "model_parallel_size 1 (Chameleon-7B's)",
         dict(hidden=32, heads=4, kv=4, ffn=64), 8, True),
+    "glm-image": Released(
+        dataclasses.replace(SPECS["glm-image"], run_layers=40),
+        "every width is transformers' GlmImageConfig default (documented as zai-org/GLM-Image's, not read from its "
+        "config.json here); the sampling (temperature 0.9, top-p 0.75) as issue 54 quotes the checkpoint's; a "
+        "word-level stand-in for its text tokenizer (the prompt's length differs); the AR stage only (no DiT)",
+        GLM_TINY, 32, False, preview_grid=16),
 }
 
 
@@ -98,13 +109,14 @@ def _random_lumina2(folder, c, dtype, device, head_rows):
 @contextlib.contextmanager
 def weights_in_memory():
     """Inside: the families' weight readers build random weights on the device instead (restored after)."""
-    from ..model_loaders.families import hf_common, lumina2
-    saved = hf_common.load_pretrained, lumina2.load_weights
+    from ..model_loaders.families import glm_image_folder, hf_common, lumina2
+    saved = hf_common.load_pretrained, lumina2.load_weights, glm_image_folder.missing_weights
     hf_common.load_pretrained, lumina2.load_weights = _random_hf, _random_lumina2
+    glm_image_folder.missing_weights = lambda *_: []  # GLM-Image's folder check: the weights come from memory
     try:
         yield
     finally:
-        hf_common.load_pretrained, lumina2.load_weights = saved
+        hf_common.load_pretrained, lumina2.load_weights, glm_image_folder.missing_weights = saved
 
 
 def _lumina2_folder(d: dict, layers: int, folder: str) -> None:
@@ -164,14 +176,19 @@ def build_released(name: str, workdir: str, device, dtype, tiny: bool = False, s
             _lumina2_weights(folder, dtype)
     else:
         build_folder(name, workdir, layers=layers, spec=r.spec, dims=dims, weights=saved, dtype=dtype)
+    with open(os.path.join(folder, "real_size.json")) if r.spec.family != "lumina2" else contextlib.nullcontext() as f:
+        load = json.load(f)["load"] if f else {}  # the builder's load options (GLM-Image: its size)
     with contextlib.nullcontext() if saved else weights_in_memory():
-        model = load_model(folder, device=device, dtype=dtype)
+        model = load_model(folder, device=device, dtype=dtype, **load)
     model.random_drafter_seed = 0  # no trained drafter exists for random weights: random ones of the right width
     geo = model.geometry
+    first = model.preceding_stage()
     return model, {"model": name, "checkpoint": r.spec.checkpoint, "family": model.family, "source": r.spec.source,
                    "assumed": r.assumed, "tiny_widths": tiny, "layers": layers, "layers_released": r.spec.layers,
                    "hidden": dims["hidden"], "heads": dims["heads"], "kv_heads": dims["kv"],
                    "grid": [geo.height, geo.width], "row_end": geo.row_end, "seq_len": geo.seq_len,
+                   "preview_grid": None if first is None else [first.geometry.height, first.geometry.width],
+                   "positions": geo.seq_len + (0 if first is None else first.geometry.seq_len),
                    "image_codes": geo.vocab_size,
                    "parameters": sum(p.numel() for p in model.torch_module().parameters()),
                    "weights": "random, saved in the family's format and loaded by its loader" if saved else

@@ -11,7 +11,8 @@ a dry run: every stage):
                the device (a correct sampler fails the stage with probability < 1e-4), and a planted
                bug the same test must catch
   images       generations at released models' shapes (tooling/released_models.py: Janus-Pro-7B, Emu3-Gen,
-               Lumina-mGPT 2.0; random bf16 weights built on the device by each family's classes, loaded
+               Lumina-mGPT 2.0, GLM-Image's AR stage at 1024x1024: preview grid then image grid, tokens only;
+               random bf16 weights built on the device by each family's classes, loaded
                through its loader), every registered backend eager, then compiled ones: seconds of a whole image
                or of its first rows (stated), ms per step (median, p90), compile seconds, CUDA-graph re-recordings
                and skips inside the timed run, peak memory, tokens vs AR's in the same-image mode with the
@@ -42,7 +43,7 @@ Llama in place of the 7B shape, few samples, compiled AR only).
 
 The maintainer's commands (from the repository root; `make gpu-check` imports this checkout without installing):
   make gpu-check GPU_CHECK_ARGS=--plan-only                      # the plan, predicted seconds per stage; no GPU
-  make gpu-check GPU_CHECK_OUT=docs/figures/gpu_<card>_<mmdd>     # the default run (523 s predicted, 560 budgeted)
+  make gpu-check GPU_CHECK_OUT=docs/figures/gpu_<card>_<mmdd>     # the default run (555 s predicted, 560 budgeted)
   python -m specar.tooling gpu-check --dry-run --out output/gpu-check-dry   # the whole command on the CPU
 Follow-ups, each a separate lease (add --out docs/figures/gpu_<card>_<mmdd><letter>):
   python -m specar.tooling gpu-check --stages images --image-families emu3-gen --image-rows 8 --budget 560 \
@@ -52,6 +53,9 @@ Follow-ups, each a separate lease (add --out docs/figures/gpu_<card>_<mmdd><lett
   python -m specar.tooling gpu-check --stages images --image-families lumina-mgpt-2-7b --image-rows 0 \
       --image-backends ar auto --image-compile-backends --budget 560 --stage-budget images=540   # a whole
                                                                   # Lumina-mGPT 2.0 image, eager AR and auto
+  python -m specar.tooling gpu-check --stages images projection --image-families glm-image --image-rows 0 \
+      --image-compile-backends --budget 560 --stage-budget images=540   # GLM-Image's whole 1024x1024 image (both
+                                                                  # grids, 1,280 positions), every backend eager
   python -m specar.tooling gpu-check --stages backends forward_7b # the demo model and the 7B forwards (as 2026-11-26)
 """
 from __future__ import annotations
@@ -67,13 +71,19 @@ from ..roofline import DEFAULT_BENCH_JSON
 # CUDA budgets: seconds per stage, from the stage times of the committed H200 runs (plan.py predicts them); the
 # whole check ends within 9 minutes with process starts. Dry run: generous, a loaded shared machine must not cut a
 # tiny stage; compiles only where quick (AR's one shape, one 7B-shape token count)
+# GLM-Image in the default run (1024x1024, what is left of the 560 s): AR and the default backend eager over the first
+# 10 rows of its preview grid (160 of 1,280 positions; the KV cache and every shape the whole image's), no compiled,
+# flipped or pinned run; the whole image with every backend is a follow-up lease (below)
+GLM_DEFAULT_ROWS = 10
 PROFILES = {
     "cuda": dict(device="cuda", total_budget=560.0, samples=16000, dtype="bfloat16", compile_all=True,
-                 budgets={"environment": 30.0, "exactness": 30.0, "images": 400.0, "quantized": 120.0,
+                 budgets={"environment": 30.0, "exactness": 30.0, "images": 420.0, "quantized": 120.0,
                           "backends": 290.0, "forward_7b": 170.0, "projection": 15.0},
                  stages=["environment", "exactness", "images", "quantized", "projection"],
                  tokens_7b=list(range(1, 66)), compiled_tokens_7b=[1, 33, 65, 17, 9, 2, 49, 5], repeats_7b=10,
-                 image_families=["janus-pro-7b", "lumina-mgpt-2-7b"], image_rows={"lumina-mgpt-2-7b": 2, "emu3-gen": 2},
+                 image_families=["janus-pro-7b", "lumina-mgpt-2-7b", "glm-image"],
+                 image_rows={"lumina-mgpt-2-7b": 2, "emu3-gen": 2, "glm-image": GLM_DEFAULT_ROWS},
+                 image_family_backends={"glm-image": "base and default"},
                  image_invariant_rows=1, image_positions_cap=None, compile_images="base", image_pinned_families=None,
                  quant_rows=[1, 2, 17, 34, 66], repeats_quant=10),
     "dry": dict(device="cpu", total_budget=1200.0, samples=1500, dtype="float32", compile_all=False,
@@ -82,6 +92,7 @@ PROFILES = {
                 stages=None,  # every stage
                 tokens_7b=[1, 2, 3, 5, 9, 17, 33], compiled_tokens_7b=[1], repeats_7b=3,
                 image_families=None, image_rows={"janus-pro-7b": 1, "lumina-mgpt-2-7b": 1, "emu3-gen": 1},
+                image_family_backends={"glm-image": "base and default"},
                 image_invariant_rows=1, image_positions_cap=8, compile_images="base", image_pinned_families=1,
                 quant_rows=[1, 2, 17, 34, 66],
                 repeats_quant=2),
@@ -130,7 +141,8 @@ def add_arguments(ap) -> None:
     ap.add_argument("--image-compile-backends", nargs="*", default=None, metavar="BACKEND",
                     help="the images stage's backends also run compiled, in order (unset: AR; none: no compiled run)")
     ap.add_argument("--image-rows", type=non_negative_int, default=None, metavar="N",
-                    help="time the first N rows of each image (0: the whole image; unset: " +
+                    help="time the first N rows of each image (GLM-Image: its preview grid's rows first; 0: the "
+                    "whole image; unset: " +
                     ", ".join(f"{k} {v}" for k, v in PROFILES["cuda"]["image_rows"].items()) + ", else the whole "
                     f"image; with --dry-run: the first {PROFILES['dry']['image_positions_cap']} positions)")
     ap.add_argument("--image-weights", choices=["memory", "saved"], default="memory",
@@ -226,7 +238,12 @@ def _image_options(args, profile: dict, backends: list) -> dict:
         compiled = list(args.image_compile_backends)
     else:
         compiled = [RATIO_BASE] + ([DEFAULT_BACKEND] if profile["compile_images"] == "base and default" else [])
+    # a family run with AR and the default backend only (eager: no compiled, flipped or pinned run), where the
+    # families are the profile's (a run that names its families runs every backend on each)
+    limited = {f: [b for b in (RATIO_BASE, DEFAULT_BACKEND) if b in image_backends]
+               for f in profile["image_family_backends"] if f in families} if not args.image_families else {}
     return {"image_families": families, "image_rows": rows, "image_backends": image_backends,
+            "image_family_backends": limited,
             "image_weights": args.image_weights,
             "image_compile_backends": [b for b in compiled if b in image_backends],
             "image_invariant_backends": [b for b in (RATIO_BASE, DEFAULT_BACKEND) if b in image_backends],

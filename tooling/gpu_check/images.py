@@ -4,7 +4,8 @@ eager first, then every backend eager, then those of `image_compile_backends` co
 and records, the second is timed).
 
 Each run: the seconds of a whole image, or of its first `image_rows` rows where a whole image does not fit the
-lease (stated in the row: `positions`, `whole_image`); ms per step (median, p90); compiled: compile seconds,
+lease (stated in the row: `positions`, `whole_image`; GLM-Image: its preview grid, then its image grid, each grid's
+record in `grids`, tokens only: no DiT); ms per step (median, p90); compiled: compile seconds,
 recompiles, graph breaks and CUDA-graph re-recordings and skips inside the timed run (expected 0); peak device
 memory (None on the CPU); the tokens against AR's in the default same-image mode (tokens differing, first
 difference), with the batch-invariant mode as the product sets it on this device, and for `image_invariant_backends`
@@ -28,11 +29,22 @@ PROMPT = "a red fox in the snow"
 SKIP_MESSAGE = "skipping cudagraphs"  # CUDA graph trees' message when a graph cannot be captured (runner.LogCapture)
 
 
+def _before(model) -> int:
+    """Positions sampled before the image's grid: a two-grid model's preceding grid (GLM-Image's preview), else 0."""
+    first = model.preceding_stage()
+    return 0 if first is None else first.geometry.seq_len
+
+
 def _limit(model, rows, cap=None) -> int:
-    """Positions of the first `rows` rows (row ends included; None: the whole image), at most `cap` (the dry run's
-    few positions: the KV cache and every shape are still the whole image's)."""
-    geo = model.geometry
-    n = geo.seq_len if rows is None else min(geo.seq_len, rows * (geo.width + int(geo.row_end)))
+    """Positions of the first `rows` rows (row ends included; None: the whole image; a two-grid model: rows in the
+    order sampled, its preceding grid's then the image's), at most `cap` (the dry run's few positions: the KV cache
+    and every shape are still the whole image's)."""
+    first = model.preceding_stage()
+    n = 0
+    for geo in ([] if first is None else [first.geometry]) + [model.geometry]:
+        take = geo.height if rows is None else min(geo.height, rows)
+        n += take * (geo.width + int(geo.row_end))
+        rows = None if rows is None else rows - take
     return n if cap is None else min(n, cap)
 
 
@@ -70,21 +82,23 @@ def _family(ctx, name: str, fam: dict, workdir: str) -> None:
     rows_asked = opt["image_rows"].get(name)
     cap = opt.get("image_positions_cap")
     limit = _limit(model, rows_asked, cap)
-    fam["timed"] = ("the whole image" if limit == model.geometry.seq_len else
-                    f"the first {limit} of {model.geometry.seq_len} positions" + (
+    total = model.geometry.seq_len + _before(model)
+    fam["timed"] = ("the whole image" if limit == total else
+                    f"the first {limit} of {total} positions" + (
                         f" ({rows_asked} rows)" if limit == _limit(model, rows_asked) else " (dry run)"))
     ctx.track_memory()
     ctx.save()
     presets, base = opt["image_presets"], opt["ratio_base"]
     t = time.perf_counter()
-    timed_generation(model, PROMPT, base, min(limit, model.geometry.width), seed=opt["seed"])  # set-up: untimed
+    timed_generation(model, PROMPT, base, min(limit, _before(model) + model.geometry.width), seed=opt["seed"])  # set-up
     fam["first_generation_s"] = round(time.perf_counter() - t, 2)
     rows, ref, ref_other = fam["rows"], None, None
     inv_limit = _limit(model, opt["image_invariant_rows"], cap)
-    for b in opt["image_backends"]:
+    limited = name in opt["image_family_backends"]  # AR and the default backend eager only
+    for b in opt["image_family_backends"].get(name, opt["image_backends"]):
         row = rows.setdefault(b, {"backend": b, "preset": presets.get(b, "default")})
         for mode, lim, flip in (("eager", limit, None), ("eager_invariant_flipped", inv_limit, True)):
-            if flip and b not in opt["image_invariant_backends"]:
+            if flip and (limited or b not in opt["image_invariant_backends"]):
                 continue
             if ctx.time_left() < 10:
                 row[mode] = {"skipped": "stage budget spent"}
@@ -103,9 +117,12 @@ def _family(ctx, name: str, fam: dict, workdir: str) -> None:
                 row[mode] = {"error": error_text(e)}
             ratios_to_ar(rows, base)
             ctx.save()
-    if name in opt["image_pinned_families"]:
+    if name in opt["image_pinned_families"] and not limited:
         _pinned(ctx, model, fam, inv_limit)
-    _compiled(ctx, model, rows, limit, ref)
+    if not limited:
+        _compiled(ctx, model, rows, limit, ref)
+    else:
+        fam["only"] = f"{', '.join(rows)} eager (the default run's share of the lease; --image-families {name}: all)"
     peaks = [run.get("peak_memory_bytes") for row in rows.values() for run in row.values() if isinstance(run, dict)]
     fam["peak_memory_bytes"] = max((p for p in peaks if p is not None), default=None)  # the family's largest run
 

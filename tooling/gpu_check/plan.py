@@ -191,6 +191,9 @@ def plan(options: dict, reports: list) -> dict:
 # weights on the device and its loader's files; a forced batch-invariant (float64) step against a bf16 one; our
 # weight-only int8 / int4 forward against bf16 (a bf16 copy of each weight per forward)
 BUILD_7B_S, INVARIANT_STEP_FACTOR, OURS_QUANT_FACTOR = 15.0, 4.0, 3.0
+# a family's step and build against the 7B shape's: its decoder's weights over the 7B shape's (GLM-Image's AR stage:
+# 9.29 B of its decoder, tooling/memory.py's count, over Lumina-mGPT-7B's 6.7 B)
+STEP_SCALE = {"glm-image": 9.29 / 6.7}
 SAVED_7B_S = 180.0  # `--image-weights saved`: 7B weights built on the CPU, written (15 GB) and read back
 ESTIMATE = "from the 7B shape's forwards and the demo model's steps (plan.py)"
 
@@ -215,26 +218,43 @@ def _positions(options: dict, family: str, rows="asked") -> int:
     return n if cap is None else min(n, cap)
 
 
+def _what(fam: str, n: int) -> str:
+    """'N positions', with GLM-Image's size and grids (its positions are the preview grid's, then the image's)."""
+    from ..released_models import RELEASED
+    r = RELEASED[fam]
+    if not r.preview_grid:
+        return f"{n} positions"
+    side = r.spec.dims["image"]
+    return f"{side}x{side}, {n} of {r.positions()} positions (preview grid first)"
+
+
 def _images_items(options: dict, t: Timings, gpu: bool) -> list:
     """Per family: build, then each backend eager, the batch-invariant flips, the pinned runs, the compiled runs; every
     step count
     the upper bound of one position per step (random weights accept few drafts), so every item is an estimate."""
     items = []
     for fam in options["image_families"]:
+        limited = options["image_family_backends"].get(fam)  # AR and the default backend eager only
+        scale = STEP_SCALE.get(fam, 1.0)
         n = _positions(options, fam)
         n_inv = _positions(options, fam, options["image_invariant_rows"])
         saved = options["image_weights"] == "saved"
-        items.append((f"{fam}: build ({'random weights written and read back' if saved else 'random weights on the device'}"
+        share = "" if limited is None else (f" (this run's share: {' and '.join(limited)} eager; --image-families "
+                                            f"{fam} runs every backend)")
+        weights = "random weights written and read back" if saved else "random weights on the device"
+        items.append((f"{fam}{share}: build ({weights}"
                       f", the loader's files), first generation",
-                      (SAVED_7B_S if saved else BUILD_7B_S) if gpu else None, ESTIMATE))
-        for b in options["image_backends"]:
+                      scale * (SAVED_7B_S if saved else BUILD_7B_S) if gpu else None, ESTIMATE))
+        for b in limited if limited is not None else options["image_backends"]:
             e, _, _ = _step_costs(t, b) if gpu else (None, None, None)
-            items.append((f"{fam}: eager {b}, {n} positions", None if e is None else n * e, ESTIMATE))
-            if b in options["image_invariant_backends"]:
+            items.append((f"{fam}: eager {b}, {_what(fam, n)}", None if e is None else scale * n * e, ESTIMATE))
+            if limited is None and b in options["image_invariant_backends"]:
                 items.append((f"{fam}: eager {b} batch-invariant flipped, {n_inv} positions",
                               None if e is None else n_inv * e * INVARIANT_STEP_FACTOR, ESTIMATE))
         fwd = t.fwd["eager"]  # a pinned step: at most the widest measured 7B-shape forward instead of a 1-token one
         widest = fwd[max(fwd)][1] - fwd[1][1] if gpu and 1 in fwd else 0.0
+        if limited is not None:
+            continue
         for b in options["image_pinned_backends"] if fam in options["image_pinned_families"] else []:
             e, _, _ = _step_costs(t, b) if gpu else (None, None, None)
             items.append((f"{fam}: eager {b} shape-pinned at its verify width and AR padded to it, {n_inv} positions",

@@ -169,8 +169,11 @@ def _md_images(r: dict) -> list:
             lines.append(f"not measured: {fam.get('error') or fam.get('skipped')}")
             continue
         lines += [f"{m.get('layers')} layers, hidden {m.get('hidden')}, {m.get('heads')} heads / {m.get('kv_heads')} KV, "
-                  f"grid {m.get('grid')}, {m.get('image_codes')} codes, {m.get('parameters', 0) / 1e9:.2f} B parameters"
-                  + (f"; assumed: {m['assumed']}" if m.get("assumed") else ""), "",
+                  f"grid {m.get('grid')}"
+                  + (f" after a preview grid {m['preview_grid']}" if m.get("preview_grid") else "")
+                  + f", {m.get('image_codes')} codes, {m.get('parameters', 0) / 1e9:.2f} B parameters"
+                  + (f"; assumed: {m['assumed']}" if m.get("assumed") else "")
+                  + (f"; this run: {fam['only']}" if fam.get("only") else ""), "",
                   head + " compile s | recompiles / breaks | re-recordings / cudagraph skips |",
                   "| --- " * 12 + "|"]
         for b, row in (fam.get("rows") or {}).items():
@@ -181,6 +184,12 @@ def _md_images(r: dict) -> list:
                                                                                   ["", "", ""])
                     lines.append("| " + " | ".join([label, mode.replace("_", " ")] + [str(c).replace("|", "/")
                                                                                       for c in cells]) + " |")
+        grids = [f"{b} {g}: {_fmt(x.get('seconds'))} s over {x.get('positions')} positions, "
+                 f"{_fmt(x.get('step_ms_median'), '.1f')} ms/step median"
+                 for b, row in (fam.get("rows") or {}).items() for g, x in ((row.get("eager") or {}).get("grids") or
+                                                                             {}).items()]
+        if grids:  # a two-grid model (GLM-Image): each grid of the eager runs (the second includes its prefill)
+            lines += ["", "per grid (eager): " + "; ".join(grids)]
         if fam.get("ar_pinned"):  # what pinning costs AR: its runs padded to each backend's verify width
             lines += ["", "AR padded to each verify width (eager pinned rows' reference), ms/step median: " + ", ".join(
                 f"{w} tokens: {_fmt(x.get('step_ms_median'), '.1f') if isinstance(x, dict) else x}"

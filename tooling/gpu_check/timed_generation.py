@@ -61,7 +61,46 @@ def timed_generation(model, prompt: str, backend, limit: Optional[int] = None, s
     """(image codes committed so far, in raster order (batch 1), record) of one generation with `backend` (a name
     or a BackendConfig), cut once `limit` positions (row ends included) are committed (None or >= the image: the
     whole image). `invariant`: the batch-invariant mode forced on / off (None: the product's choice); `pin_width`:
-    every forward pinned at that many tokens (`generate(..., pin_width=)`, instead of either)."""
+    every forward pinned at that many tokens (`generate(..., pin_width=)`, instead of either).
+
+    A two-grid model (`preceding_stage()`, GLM-Image): its preceding grid then its own, as `generate(model, text)`
+    runs them (the same seeds: the same tokens), each stage timed as one generation; `limit` counts the positions of
+    both, the codes are the first grid's then the second's, and the record's `grids` holds each stage's record (the
+    totals add them; `prefill_s` includes the second grid's prompt and prefill)."""
+    first = model.preceding_stage()
+    if first is None:
+        return _timed_stage(model, prompt, backend, limit, seed, compile, invariant, pin_width)
+    from ...samplers.api import stage_seed
+    n_first = first.geometry.seq_len
+    total = n_first + model.geometry.seq_len
+    limit = total if limit is None else min(limit, total)
+    head, rec_first = _timed_stage(first, first.encode_prompt(prompt), backend, min(limit, n_first), seed, compile,
+                                   invariant, pin_width)
+    grids, parts = {"preview": rec_first}, [head]
+    if limit > n_first:  # the second grid's prompt ends with the first grid's codes, as generate builds it
+        tail, grids["target"] = _timed_stage(model, model.prompt_after(prompt, head), backend, limit - n_first,
+                                             stage_seed(seed, 0), compile, invariant, pin_width)
+        parts.append(tail)
+    recs = list(grids.values())
+    steps = [ms for r in recs for ms in r.pop("_steps")]
+    record = {**recs[-1], "positions": limit, "whole_image": limit == total, "steps": len(steps),
+              "step_ms_median": statistics.median(steps) if steps else None, "step_ms_p90": _quantile(steps, 0.9),
+              "positions_per_step": round(sum(r["positions"] for r in recs) / len(steps), 3) if steps else None,
+              "peak_memory_bytes": max((r["peak_memory_bytes"] for r in recs if r["peak_memory_bytes"] is not None),
+                                       default=None)}
+    for key in ("seconds", "prefill_s", "wall_s"):
+        record[key] = round(sum(r[key] for r in recs), 4)
+    for key in ("forwards", "decode_s"):
+        if all(key in r for r in recs):
+            record[key] = sum(r[key] or 0 for r in recs)
+    record.pop("step_compression", None)  # per grid in `grids`
+    record["grids"] = grids
+    return torch.cat(parts), record
+
+
+def _timed_stage(model, prompt, backend, limit, seed, compile, invariant, pin_width) -> tuple:
+    """timed_generation of one grid (`prompt`: text, or the EncodedPrompt of a two-grid model's stage); the record
+    keeps its step times under `_steps` only when the prompt is encoded (the caller adds the grids')."""
     from ...samplers.api import generate
     from ...samplers.engine import GenerationInterrupted
     seq_len = model.geometry.seq_len
@@ -101,6 +140,8 @@ def timed_generation(model, prompt: str, backend, limit: Optional[int] = None, s
               "same_image_guarantee": guarantee.value, "same_image_reason": reason, "pin_width": pin_width}
     if stats is not None:
         record.update(forwards=stats.nfe, step_compression=stats.step_compression, decode_s=stats.decode_s)
+    if not isinstance(prompt, str):
+        record["_steps"] = steps
     return tokens, record
 
 
