@@ -224,7 +224,7 @@ EXACT_CASES = [
 @pytest.mark.parametrize("case", mark_long(EXACT_CASES, ()), ids=lambda c: c[0])
 def test_exactness_chi_square(square, monkeypatch, case):
     backend, params, settings = case
-    monkeypatch.setattr(square, "decode_tokens", lambda tokens: None)  # 16000 VQ decodes are not the point
+    monkeypatch.setattr(square, "decode_tokens", lambda tokens, prompt=None: None)  # 16000 VQ decodes are not the point
     assert square.geometry.seq_len == 6 and square.geometry.num_image_tokens == 4  # newlines included
     res = specar.generate(square, PROMPT, backend=backend, seed=4321, batch_size=N_SAMPLES, **settings, **params)
     exact = exact_distribution(square, PROMPT, **settings)

@@ -136,7 +136,8 @@ def test_demo_in_bf16_pinning_on_and_off():
     ar = specar.generate(demo, prompt, backend="ar", seed=0, pin_width=width).tokens
     assert torch.equal(specar.generate(demo, prompt, backend="sjd", seed=0, pin_width=width).tokens, ar)
     with pytest.MonkeyPatch.context() as mp:  # planted: the forwards neither pinned nor float64
-        mp.setattr(batch_invariant, "plan", lambda model, reproducible, pin_width=None: (contextlib.nullcontext, "off"))
+        mp.setattr(batch_invariant, "plan", lambda model, reproducible, pin_width=None:
+                   (contextlib.nullcontext, SameImage.NOT_GUARANTEED, "planted: plain forwards"))
         plain_ar = specar.generate(demo, prompt, backend="ar", seed=0).tokens
         plain = specar.generate(demo, prompt, backend="sjd", seed=0).tokens
     assert not torch.equal(plain, plain_ar), "plain bf16 gave AR's image: the check above has no power here"
