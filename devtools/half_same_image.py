@@ -57,7 +57,8 @@ def main(argv=None):
     ap.add_argument("--json")
     a = ap.parse_args(argv)
     prompts, product_plan, rows = PROMPTS[:a.prompts], batch_invariant.plan, []
-    off = lambda model, reproducible, pin_width=None: (contextlib.nullcontext, "off")  # noqa: E731 -- plain forwards
+    off = lambda model, reproducible, pin_width=None: (  # noqa: E731 -- plain forwards
+        contextlib.nullcontext, batch_invariant.SameImage.NOT_GUARANTEED, "plain forwards (half_same_image off)")
     for dtype in a.dtypes:
         model = load(a.model, dtype)
         widths = {b: make_backend(b).verify_width(model) for b in a.backends}
