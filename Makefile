@@ -34,14 +34,15 @@ $(STAMP): pyproject.toml requirements.txt
 # (--dist loadfile: a file's module fixtures, e.g. a shared compiled model, stay in one process). torch.compile's
 # kernels go to a folder in the venv, so a second run of this checkout compiles nothing (TORCHINDUCTOR_CACHE_DIR
 # set by the caller wins).
+# test-long runs in one process with two threads: its cases are few and large (16384-code models, whose products use
+# both cores); split over two one-thread workers a fresh run had done 55% of them after 25 minutes (2026-11-29).
 TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ $$n -gt 4 ] && n=4; echo $$n)
-PYTEST := OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} TORCHINDUCTOR_CACHE_DIR=$${TORCHINDUCTOR_CACHE_DIR:-$(abspath $(VENV))/torchinductor} \
-	$(PY) -m pytest -q --rootdir=tests -n $(TEST_WORKERS) --dist loadfile
+PYTEST := TORCHINDUCTOR_CACHE_DIR=$${TORCHINDUCTOR_CACHE_DIR:-$(abspath $(VENV))/torchinductor} $(PY) -m pytest -q --rootdir=tests
 test: $(STAMP)
-	$(PYTEST) -m "not long"
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(PYTEST) -n $(TEST_WORKERS) --dist loadfile -m "not long"
 
 test-long: $(STAMP)
-	$(PYTEST) -m long
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} $(PYTEST) -m long
 
 # the pack in a real ComfyUI server (tests/comfyui/): COMFYUI_DIR, a folder made by ../shared/comfyui/setup.sh, or
 # COMFYUI_VERSION (0.3.64, 0.33.0: setup.sh makes output/comfyui-<version>); skipped with one line without either
