@@ -153,7 +153,8 @@ REFUSED = {
     "top_k 100000": ("ar", lambda s, p: p[SAMPLER]["inputs"].update(
         guidance="custom", **({"guidance.cfg_scale": 3.0, "guidance.top_k": 100000} if s.dynamic else
                               {"cfg_scale": 3.0, "top_k": 100000})), "top_k", "65536"),
-    "temperature -1": ("ar", lambda s, p: p[SAMPLER]["inputs"].update(temperature=-1.0), "temperature", "0"),
+    # -1 is the model's recommended temperature; below it ComfyUI's own range check refuses, naming the minimum
+    "temperature -2": ("ar", lambda s, p: p[SAMPLER]["inputs"].update(temperature=-2.0), "temperature", "-1"),
     "batch_size 0": ("ar", lambda s, p: p[SAMPLER]["inputs"].update(batch_size=0), "batch_size", "1"),
 }
 
