@@ -10,6 +10,7 @@ import inspect
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 from types import SimpleNamespace
@@ -338,3 +339,16 @@ def api_twin(name: str, object_info: dict) -> str:
     """The API-format example for this server's sampler layout: DynamicCombo ("backend.window") or flat."""
     flat = "sjd_pac_window" in object_info["SpecARSampler"]["input"]["required"]
     return os.path.join(EXAMPLES, "api", *(["flat"] if flat else []), name)
+
+
+def web_extension_folder(tmp_path):
+    """The extension laid out as ComfyUI serves it (extensions/<pack>/specar.js next to scripts/app.js)."""
+    (tmp_path / "package.json").write_text('{"type": "module"}')
+    (tmp_path / "scripts").mkdir()
+    (tmp_path / "scripts" / "app.js").write_text(
+        "globalThis.api = { addEventListener() {} };\n"
+        "export const app = { api: globalThis.api, registerExtension(e) { globalThis.registered = e; } };\n")
+    ext_dir = tmp_path / "extensions" / "specar"
+    ext_dir.mkdir(parents=True)
+    for name in os.listdir(os.path.join(ROOT, "web")):  # ComfyUI serves the whole web folder
+        shutil.copy(os.path.join(ROOT, "web", name), ext_dir / name)

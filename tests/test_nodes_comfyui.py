@@ -17,7 +17,7 @@ import torch
 from specar.nodes import core, layouts, spec, v1
 from specar.samplers.backends import SCHEMAS
 from specar_node_harness import (  # devtools/node_harness.py, loaded by tests/conftest.py
-    ROOT, EXAMPLES, param_names, execute, load_json, BASE, stop_process, api_twin, sampler_values)
+    ROOT, EXAMPLES, param_names, execute, load_json, BASE, stop_process, api_twin, sampler_values, web_extension_folder)
 
 
 @pytest.mark.skipif(not os.environ.get("SPECAR_COMFYUI"), reason="set SPECAR_COMFYUI to a ComfyUI checkout")
@@ -162,7 +162,7 @@ def test_real_frontend_loads_example_and_0_1_workflows(tmp_path):
 
 @pytest.mark.skipif(not shutil.which("node"), reason="needs node to run the web extension")
 def test_web_extension_renders_stats_and_follows_the_execution_to_its_end(tmp_path, comfy):
-    _web_harness(tmp_path)
+    web_extension_folder(tmp_path)
     model, = execute(v1.SpecARModelLoader, model="demo", device="auto", dtype="auto")[0]
     _, ui = execute(v1.SpecARSampler, model=model, **{**BASE, "backend": "sjd_pac"})
     (tmp_path / "message.json").write_text(json.dumps(ui))
@@ -252,22 +252,9 @@ console.log(JSON.stringify({ seen, original: node.calledOriginal, size: node.siz
     assert seen["switched"] == "statistics appear here after a run"
 
 
-def _web_harness(tmp_path):
-    """The extension laid out as ComfyUI serves it (extensions/<pack>/specar.js next to scripts/app.js)."""
-    (tmp_path / "package.json").write_text('{"type": "module"}')
-    (tmp_path / "scripts").mkdir()
-    (tmp_path / "scripts" / "app.js").write_text(
-        "globalThis.api = { addEventListener() {} };\n"
-        "export const app = { api: globalThis.api, registerExtension(e) { globalThis.registered = e; } };\n")
-    ext_dir = tmp_path / "extensions" / "specar"
-    ext_dir.mkdir(parents=True)
-    for name in os.listdir(os.path.join(ROOT, "web")):  # ComfyUI serves the whole web folder
-        shutil.copy(os.path.join(ROOT, "web", name), ext_dir / name)
-
-
 @pytest.mark.skipif(not shutil.which("node"), reason="needs node to run the web extension")
 def test_web_extension_migrates_legacy_workflows_and_shows_only_the_chosen_backend(tmp_path, comfy):
-    _web_harness(tmp_path)
+    web_extension_folder(tmp_path)
     required = v1.SpecARSampler.INPUT_TYPES()["required"]
     optional = v1.SpecARSampler.INPUT_TYPES().get("optional", {})
     (tmp_path / "node_def.json").write_text(json.dumps({"name": "SpecARSampler",
@@ -434,7 +421,7 @@ console.log(JSON.stringify({ first, afterHawk, impliedMode, afterRelaxed, titleA
 @pytest.mark.skipif(not shutil.which("node"), reason="needs node to run the web extension")
 def test_web_extension_narrows_the_loader_lists_to_the_chosen_model(tmp_path, comfy):
     from specar_node_harness import stubs
-    _web_harness(tmp_path)
+    web_extension_folder(tmp_path)
     stubs.make_model_folder(comfy["models_dir"], "janus-pro-7b", "janus")
     types = v1.SpecARModelLoader.INPUT_TYPES()
     (tmp_path / "node_def.json").write_text(json.dumps({"name": "SpecARModelLoader", "input": types}))

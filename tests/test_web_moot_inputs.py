@@ -2,14 +2,13 @@
 have no effect with same_image_as_ar on (the coupling of SCD, SJD-PAC and Spatial), from the flag the node
 definition carries. The browser check (devtools/ui_check.js, make test-ui) runs the same code in ComfyUI's own frontends."""
 import json
-import os
 import shutil
 import subprocess
 
 import pytest
 
 from specar.nodes import spec, v1
-from specar_node_harness import ROOT  # devtools/node_harness.py, loaded by tests/conftest.py
+from specar_node_harness import web_extension_folder  # devtools/node_harness.py, loaded by tests/conftest.py
 
 
 def test_the_node_definition_flags_exactly_the_moot_parameters():
@@ -23,15 +22,7 @@ def test_the_node_definition_flags_exactly_the_moot_parameters():
 
 @pytest.mark.skipif(not shutil.which("node"), reason="needs node to run the web extension")
 def test_the_coupling_inputs_are_greyed_out_while_same_image_as_ar_is_on(tmp_path, comfy):
-    (tmp_path / "package.json").write_text('{"type": "module"}')
-    (tmp_path / "scripts").mkdir()
-    (tmp_path / "scripts" / "app.js").write_text(
-        "globalThis.api = { addEventListener() {} };\n"
-        "export const app = { api: globalThis.api, registerExtension(e) { globalThis.registered = e; } };\n")
-    ext_dir = tmp_path / "extensions" / "specar"
-    ext_dir.mkdir(parents=True)
-    for name in os.listdir(os.path.join(ROOT, "web")):
-        shutil.copy(os.path.join(ROOT, "web", name), ext_dir / name)
+    web_extension_folder(tmp_path)
     types = v1.SpecARSampler.INPUT_TYPES()
     (tmp_path / "node_def.json").write_text(json.dumps({"name": "SpecARSampler", "input": types}))
     (tmp_path / "run.js").write_text("""
