@@ -53,7 +53,8 @@ DEFAULT_BACKEND = "auto"
 
 
 def bench_configs() -> list:
-    """The bench's default run: every registered method's defaults, then the variants it declares."""
+    """The bench's default run: every registered method's defaults, then the variants it declares (experimental
+    methods only when named: `bench --backends spatial`)."""
     return [c for m in SCHEMAS.values() for c in m.bench_configs()]
 
 

@@ -167,9 +167,17 @@ def test_implied_choices_name_real_parameters_and_values_their_backend_accepts()
                     backends.make_backend(name, **{p.name: value, other: forced_value})  # a combination it accepts
 
 
-def test_every_backend_has_a_projection_and_is_in_the_bench_default_run():
+def test_experimental_backends_are_last_labelled_and_out_of_the_bench_default_run():
+    experimental = [m.experimental for m in backends.SCHEMAS.values()]
+    assert any(experimental) and experimental == sorted(experimental), experimental  # the node lists them last
     for name, method in backends.SCHEMAS.items():
-        assert name in benchmark.DEFAULT_CONFIGS
+        assert (name in benchmark.DEFAULT_CONFIGS) != method.experimental, name
+        assert ("experimental" in method.label.lower()) == method.experimental, method.label
+        assert benchmark.parse_config(name)  # still run when named: `bench --backends spatial`
+
+
+def test_every_backend_has_a_projection():
+    for name, method in backends.SCHEMAS.items():
         params = dict(backends.make_backend(name).params())
         reports = [{"steps_per_window": {"16": 3, "0": 1}}]
         plan = roofline.backend_plan({"backend": name, "params": params, "step_compression_total": 2.0, name: reports})
