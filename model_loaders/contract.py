@@ -1,4 +1,4 @@
-"""The model contract every adapter implements (DESIGN.md 2.1).
+"""The model contract every adapter implements (docs/ARCHITECTURE.md, "Model contract").
 
 The sampling core talks to models only through `ARImageModel`. Token ids at this boundary are
 *engine ids*: image codes are ``0 .. vocab_size-1`` and structure tokens (row ends) follow them
@@ -101,7 +101,7 @@ class Session:
 
 
 class ARImageModel(ABC):
-    """One adapter per model family. See DESIGN.md 2.1."""
+    """One adapter per model family (docs/ARCHITECTURE.md, "Model contract")."""
 
     geometry: ImageGeometry
     name: str = "model"

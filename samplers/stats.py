@@ -1,4 +1,4 @@
-"""What a generation reports (DESIGN.md 5)."""
+"""What a generation reports: steps, forwards, tokens per forward, latency (the sampler node's stats output)."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace

@@ -1,5 +1,5 @@
 """The target distribution: the ONE place where logits become the probabilities that plain AR
-sampling draws from and that every lossless backend verifies against (DESIGN.md 2.2).
+sampling draws from and that every lossless backend verifies against.
 
 Order: CFG on raw logits (uncond + scale * (cond - uncond)), temperature, top-k, top-p.
 Temperature 0 is greedy: a one-hot distribution on the argmax (lowest index on ties).

@@ -11,6 +11,7 @@ A backticked span is checked when it looks like code (the checks below say how e
 Prose words, parameter values and option strings are left alone (lowercase single words, flags, numbers).
 docs/history/ is a journal of earlier code and is not checked.
 """
+import functools
 import json
 import os
 import re
@@ -21,7 +22,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOCS = ["README.md"] + sorted(os.path.join("docs", f) for f in os.listdir(os.path.join(ROOT, "docs"))
                               if f.endswith(".md"))
 SOURCE_DIRS = ("samplers", "model_loaders", "nodes", "cli", "training", "devtools", "web", "tooling", "bench")
-PATH_EXT = re.compile(r"\.(py|md|json|js|toml|txt|png|jpg|safetensors|yaml)$")
+PATH_EXT = re.compile(r"\.(py|md|json|js|toml|txt|png|jpg|safetensors|yaml|pt|pth|bin|ckpt)$")
 TOP_LEVEL = {d for d in os.listdir(ROOT) if not d.startswith(".")}
 MODULE_FILES = {f for base, dirs, fs in os.walk(ROOT) if "/." not in base for f in fs if f.endswith(".py")}
 IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*(\(\))?$")
@@ -125,10 +126,45 @@ def problems(doc: str, source: str) -> list:
             continue
         if _identifier(span):
             name = span[:-2] if span.endswith("()") else span
-            last = name.split(".")[-1]
-            if not re.search(r"\b" + re.escape(last) + r"\b", source) and last not in _transformers_names():
-                found.append(f"{where}: {last!r} is not a name in the code")
+            missing = dotted_name_problem(name, source)
+            if missing:
+                found.append(f"{where}: {missing}")
     return found
+
+
+@functools.lru_cache(maxsize=None)
+def _module_text(name: str):
+    """The source of the repository's module or package `name` (its last dotted part: `backends`,
+    `samplers.backends`), None when the repository has none of that name."""
+    parts = []
+    for base, dirs, files in os.walk(ROOT):
+        dirs[:] = [d for d in dirs if not d.startswith(".") and d not in ("output", "node_modules")]
+        if f"{name}.py" in files:
+            parts.append(open(os.path.join(base, f"{name}.py"), encoding="utf-8").read())
+        if os.path.basename(base) == name and "__init__.py" in files:
+            parts.append(open(os.path.join(base, "__init__.py"), encoding="utf-8").read())
+            parts.extend(f[:-3] for f in files if f.endswith(".py"))  # its modules are its names too
+    return "\n".join(parts) if parts else None
+
+
+def _word(word: str, text: str) -> bool:
+    return re.search(r"\b" + re.escape(word) + r"\b", text) is not None
+
+
+def dotted_name_problem(name: str, source: str):
+    """Why a code name a doc gives does not exist, or None: every part of a dotted name is a name in the code (or
+    the installed transformers'), and a part that follows one of the repository's modules is a name in that module
+    (`backends.SCHEMAS`: SCHEMAS in backends.py), so a name moved to another module is caught; a variable's attribute
+    (`model.image_logits`, where a module is also named `model`) passes where the code writes it so."""
+    parts = name.split(".")
+    for part in parts:
+        if not _word(part, source) and part not in _transformers_names():
+            return f"{part!r} is not a name in the code"
+    for module, attr in zip(parts, parts[1:]):
+        text = _module_text(module)
+        if text is not None and not _word(attr, text) and not _word(f"{module}.{attr}", source):
+            return f"{attr!r} is not a name in the module {module!r}"
+    return None
 
 
 @pytest.fixture(scope="module")
@@ -148,9 +184,48 @@ def test_planted_stale_names_are_caught(tmp_path, source):
     stale = "verify_by_" + "oracle_window"  # built here: this file is part of the scanned source
     doc.write_text(f"Use `{stale}` and `samplers/nowhere.py`, run `python -m specar no-such-command` "
                    "or `make no-such-target`; `generate()` and `samplers/engine.py` exist.\n")
+    moved = "backends." + "verify_chain"  # verify_chain exists, in samplers/verification/rejection.py
+    doc.write_text(doc.read_text() + f"`{moved}` and `backends.SCHEMAS`.\n")
     found = problems(os.path.relpath(doc, ROOT), source)
-    assert len(found) == 4, found
-    assert all(any(s in f for f in found) for s in (stale, "nowhere.py", "no-such-command", "no-such-target"))
+    assert len(found) == 5, found
+    assert all(any(s in f for f in found) for s in (stale, "nowhere.py", "no-such-command", "no-such-target",
+                                                      "'verify_chain' is not a name in the module 'backends'"))
+
+
+PRODUCT_DIRS = ("samplers", "model_loaders", "nodes", "cli", "training", "web")
+
+
+def _product_files() -> list:
+    files = ["__init__.py", "__main__.py"]
+    for d in PRODUCT_DIRS:
+        for base, _, names in os.walk(os.path.join(ROOT, d)):
+            files += sorted(os.path.relpath(os.path.join(base, f), ROOT) for f in names if f.endswith((".py", ".js")))
+    return files
+
+
+def code_problems(path: str, source: str) -> list:
+    """What a product file's docstrings, comments and messages name that does not exist: its backticked names (the
+    checks of `problems`) and every document it cites (`docs/X.md`, `README.md`) by path."""
+    found = problems(path, source)
+    text = open(os.path.join(ROOT, path), encoding="utf-8").read()
+    for m in re.finditer(r"(?<![\w/.-])((?:[\w-]+/)*[A-Z][\w-]+\.md)\b", text):
+        if not any(os.path.exists(os.path.join(ROOT, where, m.group(1))) for where in ("", "docs")):
+            found.append(f"{path}: {m.group(1)} is not a document of the repository")
+    return found
+
+
+@pytest.mark.parametrize("path", _product_files())
+def test_code_names_only_what_exists(path, source):
+    found = code_problems(path, source)
+    assert not found, "\n".join(found)
+
+
+def test_planted_stale_names_in_code_are_caught(tmp_path, source):
+    """A docstring citing a design document the repository does not have, and a moved function, are caught."""
+    code = tmp_path / "planted.py"
+    code.write_text('"""The contract (DESIGN' + '.md 2.1); see docs/ARCHITECTURE.md and `backends.' + 'verify_chain`."""\n')
+    found = code_problems(os.path.relpath(code, ROOT), source)
+    assert len(found) == 2 and "DESIGN.md" in found[1] and "verify_chain" in found[0], found
 
 
 def _doc_figures():

@@ -91,7 +91,7 @@ def test_candidates_without_replacement(K):
 
 
 def test_candidates_without_replacement_planted_bug_is_caught(monkeypatch):
-    # planted bug: forgetting to remove rejected siblings from q (DESIGN.md: errors up to 0.56)
+    # planted bug: forgetting to remove rejected siblings from q (errors up to 0.56 in the acceptance probabilities)
     p, q = dists(seed=3)
     g = torch.Generator().manual_seed(13)
     K, V = 3, p.numel()

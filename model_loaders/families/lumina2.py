@@ -21,7 +21,7 @@ What the authors' model computes, and this one reproduces (config.json keys in b
   codes up to 171383); only those rows of the LM head are used: generation samples image codes only
   (the authors' ``MultiModalLogitsProcessor`` suppresses every other token inside an image).
 
-Layout (the authors' ``FlexARItemProcessor`` + ``generate.py`` for text-to-image):
+Layout (the authors' ``FlexARItemProcessor`` and their text-to-image generate script):
   cond   ``BOS "Generate an image of {W}x{H} according to the following prompt:\\n{text}" <reserved08706>``
          then ``<racm3:break> <h> <w>`` (image start, the size tokens ``<reserved{8800 + n:05d}>`` with
          n = pixels / 32: height first). BOS is the tokenizer's bos token, or its eos token when it has none

@@ -1,4 +1,4 @@
-"""Rejection sampling of drafts (DESIGN.md 3): chains, sibling candidates and trees; pure, batched.
+"""Rejection sampling of drafts (docs/ARCHITECTURE.md, "Verification"): chains, sibling candidates and trees; pure, batched.
 
 No function here reads a value back to the host, touches a model, or draws random numbers: the
 caller passes the uniforms ``u`` and the Exp(1) noise ``noise`` in, so every function is a
