@@ -56,7 +56,7 @@ def main(argv=None):
                     help="one or more modes; several run interleaved (each image in every mode in turn)")
     ap.add_argument("--json")
     a = ap.parse_args(argv)
-    prompts, product_plan, rows = PROMPTS[:a.prompts], batch_invariant.plan, []
+    prompts, product_plan, rows = PROMPTS[:a.prompts], batch_invariant.target_forward_mode, []
     off = lambda model, reproducible, pin_width=None: (  # noqa: E731 -- plain forwards
         contextlib.nullcontext, batch_invariant.SameImage.NOT_GUARANTEED, "plain forwards (half_same_image off)")
     for dtype in a.dtypes:
@@ -67,7 +67,7 @@ def main(argv=None):
             for prompt in prompts:
                 for s in a.seeds:
                     for mode in a.invariant:
-                        batch_invariant.plan = off if mode == "off" else product_plan
+                        batch_invariant.target_forward_mode = off if mode == "off" else product_plan
                         width = widths[backend] if mode == "pinned" else None
                         key = (mode, width, prompt, s)
                         if key not in ar:
@@ -81,7 +81,7 @@ def main(argv=None):
                         print(json.dumps(rows[-1]), flush=True)
                         if a.json:  # after every row: a run cut short keeps what it measured
                             write(a.json, argv, rows, complete=False)
-        batch_invariant.plan = product_plan
+        batch_invariant.target_forward_mode = product_plan
         for backend in a.backends:
             for mode in a.invariant:
                 mine = [r for r in rows if r["dtype"] == dtype and r["backend"] == backend and r["invariant"] == mode]

@@ -70,7 +70,7 @@ def generate(model: ARImageModel, prompt, backend=DEFAULT_BACKEND, seed: int = 0
     differs. False: each backend verifies by rejection sampling with its own random draws (the same
     distribution, other images). A lossy backend (relaxed acceptance) needs False (None: False).
     ``pin_width`` (same-image mode): every target forward at that many tokens (AR's one token padded; at least
-    the backend's widest forward), instead of the forward mode `batch_invariant.plan` picks for the device
+    the backend's widest forward), instead of the forward mode `batch_invariant.target_forward_mode` picks for the device
     (docs/REPRODUCIBLE.md, "Shape pinning"); None: the plan's choice.
     ``threads``: torch's CPU threads for this call only, restored after it (torch's global setting is left as it
     was, as ComfyUI expects): None (the default) leaves torch's setting alone; ``"auto"`` takes what ``make demo``

@@ -90,7 +90,7 @@ class SpeculativeEngine:
         # "same image as AR": verification by agreement (docs/REPRODUCIBLE.md); None: on for a lossless backend
         self.reproducible = self.drafter.lossless if reproducible is None else reproducible
         # batch-invariant target forwards where the same image needs it (model_loaders/precision/batch_invariant.py)
-        self.target_mode, self.same_image_guarantee, self.same_image_reason = batch_invariant.plan(
+        self.target_mode, self.same_image_guarantee, self.same_image_reason = batch_invariant.target_forward_mode(
             model, self.reproducible, pin_width)
         # shape pinning: every target forward at one width (`pin_width`, else batch_invariant.PINNED_WIDTH)
         self.pin_width = self._pin_width(pin_width) if pin_width is not None or \

@@ -153,7 +153,7 @@ def _family(name, tmp_path):
 @pytest.mark.parametrize("name", ["llama", "llamagen", "lumina2", "chameleon", "emu3", "janus"])
 def test_every_family_gives_a_position_the_same_logits_in_any_forward_under_the_mode(name, tmp_path):
     model, text = _family(name, tmp_path)
-    assert batch_invariant.plan(model, True)[1] == GUARANTEE  # found half precision through torch_module
+    assert batch_invariant.target_forward_mode(model, True)[1] == GUARANTEE  # found half precision through torch_module
     prompt = model.encode_prompt(text, "blurry" if name != "llamagen" else "")
     with torch.inference_mode(), BatchInvariant():
         chain, steps = _chain_and_steps(model, prompt)
@@ -183,7 +183,7 @@ def test_demo_in_bf16_gives_ars_image_only_with_the_mode(demo_bf16, monkeypatch)
         assert got.stats.same_image_guarantee == GUARANTEE
         assert torch.equal(got.tokens, ar), backend
     # planted: the same runs with plain bf16 forwards (a 1-token forward and a chain round differently)
-    monkeypatch.setattr(batch_invariant, "plan",
+    monkeypatch.setattr(batch_invariant, "target_forward_mode",
                         lambda model, reproducible, pin_width=None: (contextlib.nullcontext, None, None))
     plain_ar = specar.generate(demo_bf16, DEMO_PROMPT, backend="ar", seed=0).tokens
     plain_sjd = specar.generate(demo_bf16, DEMO_PROMPT, backend="sjd", seed=0).tokens
@@ -212,19 +212,19 @@ def test_the_guarantee_names_dtype_and_device(monkeypatch):
 
     SameImage = batch_invariant.SameImage
     assert {g.value for g in SameImage} == {"batch_invariant", "shape_pinned", "tested", "not_guaranteed"}
-    assert batch_invariant.plan(stub(torch.bfloat16, "cpu"), True)[:2] == (BatchInvariant, GUARANTEE)
-    assert batch_invariant.plan(stub(torch.bfloat16, "cpu"), False) == (contextlib.nullcontext, None, None)
+    assert batch_invariant.target_forward_mode(stub(torch.bfloat16, "cpu"), True)[:2] == (BatchInvariant, GUARANTEE)
+    assert batch_invariant.target_forward_mode(stub(torch.bfloat16, "cpu"), False) == (contextlib.nullcontext, None, None)
     hidden = types.SimpleNamespace(device=torch.device("cpu"),
                                    torch_module=lambda: specar.ARImageModel.torch_module(hidden))  # raises
-    assert batch_invariant.plan(hidden, True)[1:] == (SameImage.NOT_GUARANTEED, "the model's dtype is unknown")
+    assert batch_invariant.target_forward_mode(hidden, True)[1:] == (SameImage.NOT_GUARANTEED, "the model's dtype is unknown")
     for dtype, name in ((torch.bfloat16, "bfloat16"), (torch.float16, "float16")):
-        mode, guarantee, why = batch_invariant.plan(stub(dtype, "cuda"), True)
+        mode, guarantee, why = batch_invariant.target_forward_mode(stub(dtype, "cuda"), True)
         assert mode is contextlib.nullcontext and guarantee is SameImage.NOT_GUARANTEED
         assert why.startswith(f"{name} on cuda")
     monkeypatch.setattr(torch.backends.cuda, "matmul", types.SimpleNamespace(allow_tf32=False))
-    assert batch_invariant.plan(stub(torch.float32, "cuda"), True)[:2] == (contextlib.nullcontext, FLOAT32)
+    assert batch_invariant.target_forward_mode(stub(torch.float32, "cuda"), True)[:2] == (contextlib.nullcontext, FLOAT32)
     monkeypatch.setattr(torch.backends.cuda, "matmul", types.SimpleNamespace(allow_tf32=True))
-    _, guarantee, why = batch_invariant.plan(stub(torch.float32, "cuda"), True)
+    _, guarantee, why = batch_invariant.target_forward_mode(stub(torch.float32, "cuda"), True)
     assert guarantee is SameImage.NOT_GUARANTEED and why.startswith("float32 products in TF32")
 
 

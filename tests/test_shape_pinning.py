@@ -4,7 +4,7 @@
 - padding changes nothing: in float32 every backend pinned at its verify width, and AR padded to it, give plain AR's
   sequence; a planted padding that sits before the real nodes (their KV slots shifted) fails it
 - a pinned forward's real nodes do not depend on the padding tokens (bit-equal at the same shape)
-- the plan: pinning where `pin_width` asks or on a device of `PINNED_DEVICES` (then no float64 mode), the guarantee
+- the forward mode: pinning where `pin_width` asks or on a device of `PINNED_DEVICES` (then no float64 mode), the guarantee
   names the case and the width; bad widths are refused naming the value and what is allowed
 - an adaptive drafter's forward costs under pinning: every shape costs the pinned forward
 - (long) the demo model in bf16 on the CPU: pinning on, sjd's tokens are AR's (padded to sjd's width); off, they
@@ -77,14 +77,14 @@ def test_the_real_nodes_of_a_pinned_forward_do_not_see_the_padding(model):
         pinned_forward(model, None, tokens, parents, 3)
 
 
-def test_the_plan_pins_where_asked_or_verified_and_names_the_case(model, monkeypatch):
+def test_the_forward_mode_pins_where_asked_or_verified_and_names_the_case(model, monkeypatch):
     bf16 = tiny_model(16, (2, 3), row_end=True)
     bf16.torch_module().to(torch.bfloat16)
-    assert batch_invariant.plan(bf16, True, 9) == (ShapePinned, SameImage.NOT_GUARANTEED,
+    assert batch_invariant.target_forward_mode(bf16, True, 9) == (ShapePinned, SameImage.NOT_GUARANTEED,
                                                    "shape-pinned bfloat16 on cpu, not verified there")
-    assert batch_invariant.plan(bf16, False, 9) == (contextlib.nullcontext, None, None)
+    assert batch_invariant.target_forward_mode(bf16, False, 9) == (contextlib.nullcontext, None, None)
     monkeypatch.setattr(batch_invariant, "PINNED_DEVICES", frozenset({"cpu"}))  # as a GPU run would set "cuda"
-    assert batch_invariant.plan(bf16, True)[:2] == (ShapePinned, PINNED)
+    assert batch_invariant.target_forward_mode(bf16, True)[:2] == (ShapePinned, PINNED)
 
     def entered(*args, **kwargs):
         raise AssertionError("the float64 mode ran")
@@ -136,7 +136,7 @@ def test_demo_in_bf16_pinning_on_and_off():
     ar = specar.generate(demo, prompt, backend="ar", seed=0, pin_width=width).tokens
     assert torch.equal(specar.generate(demo, prompt, backend="sjd", seed=0, pin_width=width).tokens, ar)
     with pytest.MonkeyPatch.context() as mp:  # planted: the forwards neither pinned nor float64
-        mp.setattr(batch_invariant, "plan", lambda model, reproducible, pin_width=None:
+        mp.setattr(batch_invariant, "target_forward_mode", lambda model, reproducible, pin_width=None:
                    (contextlib.nullcontext, SameImage.NOT_GUARANTEED, "planted: plain forwards"))
         plain_ar = specar.generate(demo, prompt, backend="ar", seed=0).tokens
         plain = specar.generate(demo, prompt, backend="sjd", seed=0).tokens

@@ -154,7 +154,7 @@ def pinned_forward(model, session, tokens: torch.Tensor, parents, width: int):
                                                                  out.hidden_uncond)))
 
 
-def plan(model, reproducible: bool, pin_width: Optional[int] = None):
+def target_forward_mode(model, reproducible: bool, pin_width: Optional[int] = None):
     """(a context manager for the target's forwards, the stats' ``same_image_guarantee`` (a `SameImage`), the reason
     in words) of a generation: `BatchInvariant` for a half-precision model on the CPU in the same-image mode,
     `ShapePinned` for one on a device of `PINNED_DEVICES` or when `pin_width` asks for pinning, else a no-op;
@@ -184,4 +184,4 @@ def plan(model, reproducible: bool, pin_width: Optional[int] = None):
 
 
 __all__ = ["BatchInvariant", "FLOAT32", "GUARANTEE", "PINNED", "PINNED_DEVICES", "PINNED_WIDTH", "PRODUCTS",
-           "ROW_OPS", "SameImage", "ShapePinned", "pinned_forward", "plan"]
+           "ROW_OPS", "SameImage", "ShapePinned", "pinned_forward", "target_forward_mode"]

@@ -106,7 +106,7 @@ def _family(ctx, name: str, fam: dict, workdir: str) -> None:
             invariant = None
             if flip:  # the other side of the product's choice on this device
                 from ...model_loaders.precision import batch_invariant as bi
-                invariant = bi.plan(model, True)[1] != bi.SameImage.BATCH_INVARIANT
+                invariant = bi.target_forward_mode(model, True)[1] != bi.SameImage.BATCH_INVARIANT
             try:
                 tokens, rec = _run(ctx, model, _backend(b, presets), lim, ref_other if flip else ref,
                                    invariant=invariant)

@@ -117,7 +117,7 @@ def _timed_stage(model, prompt, backend, limit, seed, compile, invariant, pin_wi
     from ...model_loaders.precision import batch_invariant as bi
     dev = model.device
     with batch_invariant_mode(invariant):
-        _, guarantee, reason = bi.plan(model, True, pin_width)  # the same-image mode's (lossless backends' default)
+        _, guarantee, reason = bi.target_forward_mode(model, True, pin_width)  # the same-image mode's (lossless backends' default)
         t0 = time.perf_counter()
         try:
             res = generate(model, prompt, backend=backend, seed=seed, compile=compile, preview=Capture(),
