@@ -10,7 +10,10 @@
 //     failure (says which node failed; no stale preview left on the node);
 //   - a first compiled run shows a compile stage with its own progress text (a tiny run: 4x4 tokens);
 //   - the loader's lists are the values the chosen model allows (the server's specar_allowed), for the demo model
-//     and a second model folder (a Janus config without weights: also the upstream failure).
+//     and a second model folder (a Janus config without weights: also the upstream failure);
+//   - the GLM-Image example, from the template browser, on a tiny random-weight GLM-Image folder named as the
+//     released one (devtools/tiny_glm_image.py, run with the ComfyUI's Python), its size set to 256x256: the
+//     loader's lists for it, a run to the end, no overlap.
 // Writes PNG screenshots to OUT_DIR (and the docs figures to --figures), prints one line per failed check and
 // exits 1 when any failed. Needs chromium and playwright-core (NODE_PATH).
 "use strict";
@@ -46,12 +49,14 @@ function check(ok, reason) {
   return ok;
 }
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-// UI_CHECK_STEPS: a comma-separated subset of demo,cancel,failure,compile,side (while working on one of them)
-const STEPS = new Set((process.env.UI_CHECK_STEPS || "demo,cancel,failure,compile,side").split(","));
+// UI_CHECK_STEPS: a comma-separated subset of demo,cancel,failure,compile,side,glm (while working on one of them)
+const STEPS = new Set((process.env.UI_CHECK_STEPS || "demo,cancel,failure,compile,side,glm").split(","));
+const GLM_SIZE = "256x256"; // GLM-Image's smallest listed size: 16x16 preview tokens, then 8x8
 
 // ---------------------------------------------------------------------------------------------------------
 // the server: the pack as installed in DIR/custom_nodes, plus a models/specar folder with a Janus config and no
-// weights (listed by the loader; loading it fails at run time: the upstream failure)
+// weights (listed by the loader; loading it fails at run time: the upstream failure) and, for the glm step, the
+// tiny GLM-Image folder (GLM-Image, as the released folder's name: the example finds it)
 function startServer() {
   const extra = fs.mkdtempSync(path.join(os.tmpdir(), "specar-ui-"));
   fs.mkdirSync(path.join(extra, "specar", "janus-no-weights"), { recursive: true });
@@ -60,6 +65,16 @@ function startServer() {
   // a fresh inductor cache: the compiled run compiles, as a first run on a new machine does
   const env = { OMP_NUM_THREADS: "1", ...process.env, TORCHINDUCTOR_CACHE_DIR: path.join(extra, "inductor") };
   const python = process.env.COMFYUI_PYTHON || path.join(dir, ".venv", "bin", "python");
+  if (STEPS.has("glm")) {
+    try {
+      execSync(`"${python}" "${path.join(__dirname, "tiny_glm_image.py")}" "${path.join(extra, "specar")}" GLM-Image`,
+        { env, stdio: ["ignore", "ignore", "pipe"] });
+    } catch (e) { // transformers 4.x there, for one: GLM-Image cannot run on this ComfyUI (as tests/comfyui skips it)
+      const why = String(e.stderr || e.message).trim().split("\n").pop();
+      log(`note: the glm step is skipped: the tiny GLM-Image folder was not built with ${python}: ${why}`);
+      STEPS.delete("glm");
+    }
+  }
   const logFile = path.join(out, "server.log");
   const fd = fs.openSync(logFile, "w");
   const proc = spawn(python, ["main.py", "--cpu", "--listen", "127.0.0.1", "--port", String(port),
@@ -435,6 +450,46 @@ async function main() {
       await setWidget(page, "SpecARSampler", "statistics details", false);
       await figure(page, "comfyui_side_by_side_after_run.png", "SpecARSampler");
     }
+    }
+
+    if (STEPS.has("glm")) {
+    // 6. the GLM-Image example, from the template browser, on the tiny folder; the size set small, as an artist
+    // picks one from the loader's list (the example's 1024x1024 is 1,280 tokens: minutes on a CPU)
+    const glmTypes = await loadTemplate(page, "SpecAR - GLM-Image");
+    check(glmTypes.includes("SpecARSampler") && glmTypes.includes("SpecARModelLoader"),
+      `the template browser did not load "SpecAR - GLM-Image" (nodes: ${glmTypes.join(", ")})`);
+    const glmLoader = () => page.evaluate(() => {
+      const n = window.app.graph._nodes.find((x) => x.type === "SpecARModelLoader");
+      return Object.fromEntries(n.widgets.map((w) => [w.name, { value: w.value, values: w.options?.values }]));
+    });
+    const glmAllowed = allowed["GLM-Image"];
+    if (check(glmAllowed, "the loader offers no allowed values for GLM-Image (the tiny folder)")) {
+      const lists = await glmLoader();
+      check(lists.model?.value === "GLM-Image", `the GLM-Image example's loader has model ${JSON.stringify(lists.model?.value)}`);
+      check(JSON.stringify(lists.resolution?.values) === JSON.stringify(glmAllowed.resolution),
+        `loader with GLM-Image: resolution offers ${JSON.stringify(lists.resolution?.values)}, the model allows ${JSON.stringify(glmAllowed.resolution)}`);
+      check(glmAllowed.resolution.includes(GLM_SIZE) && !glmAllowed.resolution.includes("720x720"),
+        `GLM-Image's sizes: ${glmAllowed.resolution}`);
+    }
+    await setWidget(page, "SpecARModelLoader", "resolution", GLM_SIZE);
+    check((await glmLoader()).resolution?.value === GLM_SIZE, `the GLM-Image loader's resolution did not take ${GLM_SIZE}`);
+    await setWidget(page, "SpecARSampler", "statistics details", true);
+    await setWidget(page, "SpecARSampler", "advanced inputs", true);
+    await checkLayout(page, "GLM-Image loaded, details and advanced inputs on");
+    await queue(page);
+    check(await waitIdle(page, 300), "the GLM-Image run did not finish in 300 s");
+    await settled(page);
+    const glm = await samplerState(page);
+    check(glm.length === 1 && glm.every((s) => /tokens in/.test(s.box || "")),
+      `after the GLM-Image run the statistics box says: ${glm.map((s) => s.box?.split("\n")[0])}`);
+    const history = await (await fetch(`${URL}/history?max_items=1`)).json();
+    const last = Object.values(history)[0];
+    check(last?.status?.status_str === "success", `the GLM-Image run ended with ${JSON.stringify(last?.status?.status_str)}`);
+    check(Object.values(last?.outputs || {}).some((o) => (o.images || []).some((i) => i.type === "output")),
+      "the GLM-Image run saved no image");
+    await page.waitForTimeout(1500); // the finished image drawn on the sampler (frontend 1.27 grows the node then)
+    await checkLayout(page, "GLM-Image after a run, details and advanced inputs on");
+    await shot(page, "glm_image_after_run_details.png");
     }
   } catch (e) {
     check(false, `the check stopped: ${String(e.message || e).split("\n")[0]}`);

@@ -8,6 +8,7 @@ both grids (same image as AR); one `specar.generate` spans both grids (stats, pr
 sampler nodes on the folder, every lossless backend as AR; the adapter conformance suite on both stages; sizes; the
 missing-extra message; the DiT decode through diffusers (skipped without diffusers).
 """
+import importlib.util
 import json
 import os
 import shutil
@@ -32,53 +33,15 @@ SIZE = "64x96"  # W x H pixels: a 3x2 target grid, and the processor's 19x13 pre
 TOL = 1e-5
 
 
-def build_tiny_glm_image(root, seed=0, hidden=32):
-    """The AR stage and its processor in the released layout under `root`; returns (model, processor)."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import (GenerationConfig, GlmImageConfig, GlmImageForConditionalGeneration,
-                              GlmImageImageProcessorPil, GlmImageProcessor, PreTrainedTokenizerFast)
-
-    vision = [f"<|dit_token_{i}|>" for i in range(CODES + 2)]  # the codes, then image start (BOS), image end (EOS)
-    words = ["<unk>", "a", "red", "blue", "cat", "dog", "on", "the", "grass", "sky", "sign", "no"] + \
-        [str(d) for d in range(65)]
-    specials = ["<|endoftext|>", "[gMASK]", "<sop>", "<eop>", "<|user|>", "<|assistant|>", "<|image|>"]
-    tk = Tokenizer(models.WordLevel({t: i for i, t in enumerate(vision + words)}, unk_token="<unk>"))
-    tk.pre_tokenizer = pre_tokenizers.Whitespace()
-    tk.add_special_tokens(vision + specials)
-    tok = PreTrainedTokenizerFast(
-        tokenizer_object=tk, bos_token=vision[CODES], eos_token=vision[CODES + 1], pad_token="<|endoftext|>",
-        unk_token="<unk>",
-        extra_special_tokens={"image_token": "<|image|>", "grid_bos_token": "<sop>", "grid_eos_token": "<eop>"})
-    template = ("[gMASK]<sop>{% for m in messages %}<|{{ m['role'] }}|>{% for c in m['content'] %}"
-                "{% if c['type'] == 'image' %}" + vision[CODES] + "<|image|>" + vision[CODES + 1] + "{% endif %}"
-                "{% if c['type'] == 'text' %}{{ c['text'] }}{% endif %}{% endfor %}{% endfor %}<|assistant|>")
-    # references (image-to-image): 16-pixel patches, one code each (the vision encoder's patch, no merging)
-    pixels = GlmImageImageProcessorPil(patch_size=16, temporal_patch_size=1, merge_size=1,
-                                       size={"shortest_edge": 32 * 32, "longest_edge": 256 * 256})
-    proc = GlmImageProcessor(image_processor=pixels, tokenizer=tok, chat_template=template)
-    cfg = GlmImageConfig(
-        text_config=dict(vocab_size=len(tok), hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=2,
-                         num_attention_heads=2, num_key_value_heads=1, vision_vocab_size=CODES + 2,
-                         rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3]},
-                         pad_token_id=tok.pad_token_id, eos_token_id=CODES + 1),
-        vision_config=dict(depth=1, hidden_size=32, num_heads=2, intermediate_size=64, image_size=64, patch_size=16),
-        vq_config=dict(embed_dim=8, num_embeddings=CODES, latent_channels=32),
-        image_token_id=tok.convert_tokens_to_ids("<|image|>"), image_start_token_id=CODES,
-        image_end_token_id=CODES + 1)
-    torch.manual_seed(seed)
-    model = GlmImageForConditionalGeneration(cfg).eval()
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if p.dim() >= 2 and ("language_model" in name or name.startswith("lm_head")):
-                p.copy_(torch.randn(p.shape, generator=g) * (1.0 if "embed" in name else p.shape[-1] ** -0.5))
-        model.lm_head.weight.mul_(3.0)
-    model.generation_config = GenerationConfig(
-        do_sample=True, temperature=0.9, top_p=0.75, top_k=CODES, bos_token_id=CODES, eos_token_id=CODES + 1,
-        pad_token_id=tok.pad_token_id)
-    model.save_pretrained(os.path.join(root, "vision_language_encoder"))
-    proc.save_pretrained(os.path.join(root, "processor"))
-    return model, proc
+# the tiny folder's builder: a plain module (no pytest, no specar), which devtools/ui_check.js also runs with
+# ComfyUI's Python
+_tiny_spec = importlib.util.spec_from_file_location(
+    "specar_tiny_glm_image", os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "devtools",
+                                          "tiny_glm_image.py"))
+_tiny = importlib.util.module_from_spec(_tiny_spec)
+_tiny_spec.loader.exec_module(_tiny)
+build_tiny_glm_image = _tiny.build_tiny_glm_image
+assert _tiny.CODES == CODES
 
 
 def build_tiny_dit(root, hf, proc, seed=0):

@@ -6,8 +6,10 @@ output/comfyui-<version> in this checkout first (COMFYUI_SHARED: the folder of s
 ../shared/comfyui). Neither given: every test is skipped, with one line saying so.
 
 The server runs on 127.0.0.1 (COMFYUI_PORT, default a free port), CPU only, with its output, temp and model
-folders in a temporary folder: models/specar holds a tiny GLM-Image folder (when this Python's transformers can
-build one) and a broken copy of it; models/specar_drafters a drafter folder whose drafter.json has no format.
+and input folders in a temporary folder: models/specar holds a tiny GLM-Image folder named GLM-Image (when this
+Python's transformers can build one: devtools/tiny_glm_image.py, with sampling values of its own) and a broken copy
+of it; models/specar_drafters a drafter folder whose drafter.json has no format; the input folder a small PNG
+(REFERENCE) for LoadImage.
 The tests talk to it over HTTP and its websocket (stdlib only).
 """
 import base64
@@ -30,6 +32,8 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SHARED = os.environ.get("COMFYUI_SHARED") or os.path.join(os.path.dirname(ROOT), "shared", "comfyui")
 START_TIMEOUT = 300
+GLM_IMAGE = "GLM-Image"  # the tiny GLM-Image folder's name in models/specar
+REFERENCE = "specar_reference.png"  # in the server's input folder: a reference image for image-to-image
 
 
 def comfyui_dir():
@@ -196,14 +200,12 @@ def _model_folders(tmp):
     glm = None
     try:
         import importlib.util
-        spec = importlib.util.spec_from_file_location("specar_test_glm_image",
-                                                      os.path.join(ROOT, "tests", "test_glm_image.py"))
+        spec = importlib.util.spec_from_file_location("specar_tiny_glm_image",
+                                                      os.path.join(ROOT, "devtools", "tiny_glm_image.py"))
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
-        folder = os.path.join(specar_dir, "GLM-Image-tiny")
-        module.build_tiny_glm_image(folder)
-        with open(os.path.join(folder, "model_index.json"), "w") as f:
-            json.dump({"_class_name": "GlmImagePipeline"}, f)  # the released layout; no DiT files: codes shown
+        # named as the released folder, so the GLM-Image example workflow finds it as is
+        folder = module.comfyui_folder(specar_dir, GLM_IMAGE)
         broken = os.path.join(specar_dir, "GLM-Image-broken")
         shutil.copytree(folder, broken)
         for name in os.listdir(os.path.join(broken, "vision_language_encoder")):
@@ -211,11 +213,57 @@ def _model_folders(tmp):
                 with open(os.path.join(broken, "vision_language_encoder", name), "wb") as f:
                     f.write(b"not a safetensors file")
         glm = "built"
-    except BaseException as e:  # pytest.skip in the module (no GLM-Image in this transformers) included
+    except Exception as e:  # no GLM-Image in this transformers, for one
         glm = f"the tiny GLM-Image folder was not built: {type(e).__name__}: {e}"
     with open(os.path.join(tmp, "extra_model_paths.yaml"), "w") as f:
         f.write(f"specar_test:\n  base_path: {tmp}\n  specar: specar\n  specar_drafters: specar_drafters\n")
     return glm
+
+
+def _input_folder(tmp):
+    """The server's --input-directory, holding REFERENCE (LoadImage's list): a 64x48 RGB PNG of a fixed pattern, a
+    colour gradient with a bright diagonal stripe."""
+    from PIL import Image
+    folder = os.path.join(tmp, "input")
+    os.makedirs(folder)
+    w, h = 64, 48
+    pixels = bytes(v for y in range(h) for x in range(w)
+                   for v in (x * 4 % 256, y * 5 % 256, 255 if abs(x - y) < 4 else 40))
+    Image.frombytes("RGB", (w, h), pixels).save(os.path.join(folder, REFERENCE))
+    return folder
+
+
+# The server's sitecustomize.py: transformers told that torchvision is not installed. ../shared/comfyui/stubs (no
+# torchvision wheel for this CPU torch) makes torchvision importable but unusable, and transformers would then pick
+# its torchvision image processors, whose resize calls a stub (GLM-Image's references: "'module' object is not
+# callable"). A real install has a working torchvision, or none: then transformers takes its PIL processors, as
+# here and in the tests' own venv.
+NO_TORCHVISION_FOR_TRANSFORMERS = """
+import importlib.abc, importlib.util, sys
+class NoTorchvisionForTransformers(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name != "transformers.utils.import_utils":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        run = spec.loader.exec_module
+        def exec_module(module):
+            run(module)
+            module.is_torchvision_available = lambda: False
+        spec.loader.exec_module = exec_module
+        return spec
+sys.meta_path.insert(0, NoTorchvisionForTransformers())
+"""
+
+
+def _python_path(tmp) -> str:
+    """The server's PYTHONPATH: the sitecustomize above, then the torchvision / torchaudio stand-ins (as serve.sh)."""
+    site = os.path.join(tmp, "site")
+    os.makedirs(site)
+    with open(os.path.join(site, "sitecustomize.py"), "w") as f:
+        f.write(NO_TORCHVISION_FOR_TRANSFORMERS)
+    stubs = os.path.join(SHARED, "stubs")
+    return os.pathsep.join([site] + ([stubs] if os.path.isdir(stubs) else []))
 
 
 @pytest.fixture(scope="session")
@@ -227,18 +275,19 @@ def server(tmp_path_factory):
         f"{where} is not a ComfyUI folder made by setup.sh (main.py and .venv/bin/python)"
     tmp = str(tmp_path_factory.mktemp("comfyui"))
     glm = _model_folders(tmp)
+    inputs = _input_folder(tmp)
     port = int(os.environ.get("COMFYUI_PORT") or _free_port())
-    stubs = os.path.join(SHARED, "stubs")  # torchvision / torchaudio stand-ins, as serve.sh
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2"), "HF_HUB_OFFLINE": "1",
            "PYTHONUNBUFFERED": "1",  # the log is read while the server runs
-           "PYTHONPATH": stubs if os.path.isdir(stubs) else ""}
+           "PYTHONPATH": _python_path(tmp)}
     log_path = os.path.join(tmp, "server.log")
     started = time.time()
     with open(log_path, "w") as log:
         proc = subprocess.Popen(
             [python, "main.py", "--cpu", "--listen", "127.0.0.1", "--port", str(port), "--disable-auto-launch",
              "--extra-model-paths-config", os.path.join(tmp, "extra_model_paths.yaml"),
-             "--output-directory", os.path.join(tmp, "output"), "--temp-directory", os.path.join(tmp, "temp")],
+             "--output-directory", os.path.join(tmp, "output"), "--temp-directory", os.path.join(tmp, "temp"),
+             "--input-directory", inputs],
             cwd=where, stdout=log, stderr=subprocess.STDOUT, env=env)
     srv = Server(f"http://127.0.0.1:{port}", port, proc, log_path, tmp)
     srv.glm = glm

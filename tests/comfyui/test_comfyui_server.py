@@ -1,6 +1,7 @@
 """The pack in a real ComfyUI server (`make test-comfyui`; tests/comfyui/conftest.py starts it): the import, the
-node definitions, both example workflows, every lossless backend's pixels, the queue-time refusals, Cancel, an
-upstream failure, quantized and GLM-Image models, and the server's memory over twenty prompts."""
+node definitions, the example workflows, every lossless backend's pixels, the queue-time refusals, Cancel, an
+upstream failure, quantized and GLM-Image models (the GLM-Image example, image-to-image with a reference image, its
+refused sizes, the sampling values it ran with), and the server's memory over twenty prompts."""
 import copy
 import json
 import os
@@ -16,7 +17,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 EXAMPLES = os.path.join(ROOT, "example_workflows", "api")
 DEMO = "SpecAR demo - auto.json"
 SIDE_BY_SIDE = "SpecAR - every backend side by side.json"
-LOADER, SAMPLER = "1", "10"
+GLM_EXAMPLE = "SpecAR - GLM-Image.json"
+LOADER, SAMPLER = "1", "10"  # the node ids of every example's loader and sampler
+GLM_IMAGE = "GLM-Image"  # the tiny GLM-Image folder's name in models/specar (conftest.py), the released folder's
+GLM_SIZE = "256x256"  # GLM-Image's smallest listed size: a 16x16 preview grid then an 8x8 image grid, 320 tokens
+REFERENCE = "specar_reference.png"  # in the server's input folder (conftest.py)
 
 
 def example(server, name):
@@ -234,16 +239,94 @@ def test_the_tiny_glm_image_folder_runs_through_the_node(server):
     if server.glm != "built":
         pytest.skip(server.glm)
     model = server.object_info["SpecARModelLoader"]["input"]["required"]["model"]  # V1 list, or V3 COMBO
-    assert "GLM-Image-tiny" in (model[0] if isinstance(model[0], list) else model[1]["options"])
+    assert GLM_IMAGE in (model[0] if isinstance(model[0], list) else model[1]["options"])
     images = {}
     for backend in ("ar", "sjd"):
         prompt = demo(server, backend=backend, seed=3)
-        prompt[LOADER]["inputs"].update(model="GLM-Image-tiny", resolution="256x256")
+        prompt[LOADER]["inputs"].update(model=GLM_IMAGE, resolution=GLM_SIZE)
         prompt[SAMPLER]["inputs"]["prompt"] = "a red cat"
         entry, _ = server.run(prompt)
         assert ended(entry) == ["execution_success"], (backend, entry["status"], server.log()[-3000:])
         images[backend] = server.image_pixels(saved_images(entry, "20")[0])
     assert images["sjd"] == images["ar"]
+
+
+def glm_example(server, **sampler):
+    """The GLM-Image example workflow as shipped, on the tiny folder (named GLM-Image, as the released one), with
+    one change: its size, 1024x1024 (256 + 1,024 tokens) -> GLM_SIZE (256 + 64), for the tests' time; then the
+    `sampler` inputs given."""
+    if server.glm != "built":
+        pytest.skip(server.glm)
+    p = example(server, GLM_EXAMPLE)
+    assert p[LOADER]["inputs"]["model"] == GLM_IMAGE and p[SAMPLER]["inputs"]["backend"] == "auto"
+    p[LOADER]["inputs"]["resolution"] = GLM_SIZE
+    p[SAMPLER]["inputs"].update(sampler)
+    return p
+
+
+def sampling_ran(entry) -> dict:
+    return json.loads(entry["outputs"][SAMPLER]["specar_stats"][0])["sampling"]
+
+
+@pytest.fixture(scope="module")
+def glm_run(server):
+    """The GLM-Image example's run (text only), shared by the GLM-Image tests."""
+    entry, events = server.run(glm_example(server))
+    assert ended(entry) == ["execution_success"], (entry["status"], server.log()[-3000:])
+    return entry, events
+
+
+def test_the_glm_image_example_runs_on_the_tiny_folder(server, glm_run):
+    entry, events = glm_run
+    images = saved_images(entry, "20")
+    assert len(images) == 1 and saved_images(entry, "30")  # the image saved, the heatmap shown
+    # no DiT in the tiny folder: the image grid's 8x8 codes in their preview colours
+    assert len(server.image_pixels(images[0])) == 8 * 8 * 3
+    stats = json.loads(entry["outputs"][SAMPLER]["specar_stats"][0])
+    assert stats["backend"] == "auto" and stats["image_tokens"] == 16 * 16 + 8 * 8, stats  # both grids
+    assert any(e["type"] == "progress" for e in events)
+
+
+def test_glm_image_with_one_reference_image_gives_an_image(server, glm_run):
+    """Image-to-image: a LoadImage of the input folder's PNG into the sampler's reference_images, the example's
+    seed and settings otherwise: an image, from the image grid alone (GLM-Image samples no preview grid after
+    references), whose codes are not the text-only run's."""
+    prompt = glm_example(server, reference_images=["40", 0])
+    prompt["40"] = {"class_type": "LoadImage", "inputs": {"image": REFERENCE}}
+    entry, _ = server.run(prompt)
+    assert ended(entry) == ["execution_success"], (entry["status"], server.log()[-3000:])
+    stats = json.loads(entry["outputs"][SAMPLER]["specar_stats"][0])
+    assert stats["image_tokens"] == 8 * 8, stats
+    images = saved_images(entry, "20")
+    assert len(images) == 1
+    text_only = server.image_pixels(saved_images(glm_run[0], "20")[0])
+    assert server.image_pixels(images[0]) != text_only
+
+
+def test_a_size_glm_image_does_not_generate_is_refused_at_queue_time(server):
+    prompt = glm_example(server)
+    prompt[LOADER]["inputs"]["resolution"] = "720x720"  # in the loader's list (other families), 22.5 tokens of 32
+    status, answer = server.queue(prompt)
+    assert status == 400, answer
+    errors = [e for node in answer["node_errors"].values() for e in node["errors"]]
+    assert len(errors) == 1, json.dumps(errors, indent=1)
+    text = f"{errors[0]['message']}: {errors[0]['details']}"
+    assert "resolution" in text and "720x720" in text and "1024x1024" in text and "multiples of 32" in text, text
+
+
+def test_the_stats_show_the_sampling_values_that_ran(server, glm_run):
+    """At "model default" (the example's temperature -1, top_p 0, guidance model default): the tiny folder's
+    generation_config.json values (its own, not the released 0.9 / 0.75); with custom values: those."""
+    with open(os.path.join(server.tmp, "specar", GLM_IMAGE, "vision_language_encoder", "generation_config.json")) as f:
+        gen = json.load(f)
+    assert (gen["temperature"], gen["top_p"]) != (0.9, 0.75)
+    assert sampling_ran(glm_run[0]) == {"cfg_scale": 1.0, "top_k": gen["top_k"], "temperature": gen["temperature"],
+                                        "top_p": gen["top_p"], "guidance": "model default"}
+    custom = {"guidance.cfg_scale": 2.0, "guidance.top_k": 5} if server.dynamic else {"cfg_scale": 2.0, "top_k": 5}
+    entry, _ = server.run(glm_example(server, temperature=0.5, top_p=0.6, guidance="custom", **custom))
+    assert ended(entry) == ["execution_success"], entry["status"]
+    assert sampling_ran(entry) == {"cfg_scale": 2.0, "top_k": 5, "temperature": 0.5, "top_p": 0.6,
+                                   "guidance": "custom"}
 
 
 def test_twenty_prompts_in_a_row_keep_the_servers_memory_flat(server):
