@@ -32,8 +32,10 @@ from ..model_loaders.precision import batch_invariant
 from .backends import BackendConfig
 from .compiled_step.forward_costs import calibrate
 from .compiled_step.step_graphs import step_graphs
-from .drafters.base import Drafter, DraftTree, LoopState, SequenceLayout, Verdict
+from .drafters.base import Drafter
+from .proposal import DraftTree, Verdict
 from .randomness import Draws, make_generator
+from .run_state import LoopState, SequenceLayout
 from .stats import generation_stats
 from .target import SamplingParams, invalid_rows, target_probs
 from .verification.step import verify

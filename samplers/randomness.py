@@ -97,6 +97,23 @@ def sample_by_race(probs: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
     return torch.where(probs > 0, keys, -1.0).argmax(-1)
 
 
+def race_keys(p: torch.Tensor, gumbel: torch.Tensor) -> torch.Tensor:
+    """log p + G [..., V]: the target's sample is its argmax (a zero-probability token has key -inf)."""
+    return p.clamp(min=0).log() + gumbel
+
+
+def gumbel_coupling(p: torch.Tensor, gumbel: torch.Tensor) -> torch.Tensor:
+    """argmax(log p + G) with G fixed per position for the whole generation: distributed as p,
+    and two drafts of one position under nearby p's agree with high probability (SCD, Alg. 4)."""
+    return race_keys(p, gumbel).argmax(-1)
+
+
+def gumbel_top_k(q: torch.Tensor, gumbel: torch.Tensor, k: int) -> torch.Tensor:
+    """The k largest of log q + G [..., V], best first: k draws without replacement from q, the
+    first of them `gumbel_coupling(q, G)` (a position's sibling drafts in the agreement mode)."""
+    return race_keys(q, gumbel).topk(k, dim=-1).indices
+
+
 def _mulmod32(x: torch.Tensor, c: int) -> torch.Tensor:
     # (x * c) mod 2**32 without int64 overflow: split x into 16-bit halves
     return ((x & 0xFFFF) * c + ((((x >> 16) * c) & 0xFFFF) << 16)) & _M32

@@ -20,8 +20,8 @@ from specar.samplers import backends
 import torch
 
 import specar
-from specar.samplers.drafters.base import Drafter, DraftTree
-from specar.samplers.verification.rejection import one_hot
+from specar.samplers.drafters.base import Drafter
+from specar.samplers.proposal import DraftTree, one_hot
 from specar.tooling.testing import tiny_model
 from specar.samplers.drafters.params import DraftNetworkCost, Method, StepCost, chain_tokens, param
 

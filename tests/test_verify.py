@@ -6,11 +6,10 @@ the output token with the exact target by a chi-square test (fail below P_FAIL =
 import pytest
 import torch
 
-from specar.samplers.randomness import exponential_noise, position_gumbel, sample_by_race
+from specar.samplers.proposal import one_hot
+from specar.samplers.randomness import exponential_noise, gumbel_coupling, position_gumbel, sample_by_race
 from specar.samplers.verification import rejection as rejection_mod
-from specar.samplers.verification.agreement import gumbel_coupling
-from specar.samplers.verification.rejection import (maximal_coupling, mrs, one_hot, residual, verify_candidates,
-                                                  verify_chain)
+from specar.samplers.verification.rejection import maximal_coupling, mrs, residual, verify_candidates, verify_chain
 
 P_FAIL = 1e-6
 N = 200_000

@@ -11,18 +11,8 @@ from typing import Optional
 
 import torch
 
+from ..randomness import race_keys
 from .rejection import walk_tree
-
-
-def race_keys(p: torch.Tensor, gumbel: torch.Tensor) -> torch.Tensor:
-    """log p + G [..., V]: the target's sample is its argmax (a zero-probability token has key -inf)."""
-    return p.clamp(min=0).log() + gumbel
-
-
-def gumbel_coupling(p: torch.Tensor, gumbel: torch.Tensor) -> torch.Tensor:
-    """argmax(log p + G) with G fixed per position for the whole generation: distributed as p,
-    and two drafts of one position under nearby p's agree with high probability (SCD, Alg. 4)."""
-    return race_keys(p, gumbel).argmax(-1)
 
 
 def agreeing(tokens: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
@@ -81,9 +71,3 @@ def agree_tree(p: torch.Tensor, tokens: torch.Tensor, parents: torch.Tensor, val
 
     n_acc, path, cur, _, _ = walk_tree(parents, valid, max_depth, max_children, choose)
     return n_acc, path, keys[rows, cur].argmax(-1)
-
-
-def gumbel_top_k(q: torch.Tensor, gumbel: torch.Tensor, k: int) -> torch.Tensor:
-    """The k largest of log q + G [..., V], best first: k draws without replacement from q, the
-    first of them `gumbel_coupling(q, G)` (a position's sibling drafts in the agreement mode)."""
-    return race_keys(q, gumbel).topk(k, dim=-1).indices

@@ -19,38 +19,11 @@ exact AR in total variation. delta = 0 is exact.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
+from ..proposal import Relaxed
 from ..randomness import sample_by_race
 from .rejection import residual, take
-
-
-@dataclass(frozen=True)
-class Relaxed:
-    """The relaxed rule of a proposal's tree (`DraftTree.relaxed`): A(x) = neighbours[x], budget delta; it
-    replaces `verify_candidates` at every depth of `verify_tree` (independent siblings only)."""
-
-    neighbours: torch.Tensor  # [V, k] (`neighbour_table`)
-    delta: float
-
-    def siblings(self, p, candidates, u, noise, qs, valid):
-        return relaxed_candidates(p, candidates, u, noise, qs, valid, self.neighbours, self.delta)
-
-
-def neighbour_table(model, k: int) -> torch.Tensor:
-    """[V, k'] the k' = min(k, V - 1) nearest other codes of every image code, nearest first."""
-    V = model.geometry.vocab_size
-    codebook = getattr(model, "codebook", None)
-    if codebook is not None and getattr(codebook, "centroids", None) is not None:
-        lat = codebook.centroids.float().cpu()
-    else:  # no VQ codebook exposed (tiny models): the image tokens' input embeddings
-        lat = model.embed_tokens(torch.arange(V, device=model.device)).float().cpu()
-    dist = torch.cdist(lat, lat)
-    dist.fill_diagonal_(float("inf"))
-    kk = max(min(k, V - 1), 1)
-    return dist.topk(kk, dim=-1, largest=False).indices
 
 
 def relax(r: torch.Tensor, x: torch.Tensor, neighbours: torch.Tensor, allowed: torch.Tensor):
@@ -64,8 +37,10 @@ def relax(r: torch.Tensor, x: torch.Tensor, neighbours: torch.Tensor, allowed: t
     return rt, moved
 
 
-def relaxed_candidates(p, candidates, u, noise, qs, valid, neighbours, delta):
-    """`verify_candidates` (independent candidates) against the relaxed targets; shared budget."""
+def relaxed_candidates(rule: Relaxed, p, candidates, u, noise, qs, valid):
+    """`verify_candidates` (independent candidates) against the relaxed targets of `rule` (a proposal's
+    `DraftTree.relaxed`); shared budget."""
+    neighbours, delta = rule.neighbours, rule.delta
     K = candidates.shape[-1]
     r = p
     index = torch.full(candidates.shape[:-1], -1, dtype=torch.long, device=p.device)

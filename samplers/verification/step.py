@@ -1,6 +1,6 @@
 """The step level: `verify`, the engine's one entry point (propose -> forward -> verify -> commit -> observe).
 
-A proposal (`DraftTree`, `DraftChain`: samplers/drafters/base.py) and every node's target p -> the step's
+A proposal (`DraftTree`, `DraftChain`: samplers/proposal.py) and every node's target p -> the step's
 `Verdict`. The step's randomness (the uniforms and Exp(1) noise of rejection.py's pure rules) is drawn from
 `state` in a fixed order per shape, which a compiled step replays; in the "same image as AR" mode
 (`state.reproducible`) verification is by agreement (agreement.py) and draws nothing.
@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import torch
 
-from ..drafters.base import (BEYOND_IMAGE, SIBLINGS_WITHOUT_REPLACEMENT, ChainVerdict, DraftChain, DraftTree,
-                             LoopState, Verdict)
-from ..randomness import sample_by_race
-from .agreement import agree_candidates, agree_chain, agree_tree, race_keys
+from functools import partial
+
+from ..proposal import SIBLINGS_WITHOUT_REPLACEMENT, ChainVerdict, DraftChain, DraftTree, Verdict
+from ..randomness import race_keys, sample_by_race
+from ..run_state import BEYOND_IMAGE, LoopState
+from .agreement import agree_candidates, agree_chain, agree_tree
 from .rejection import verify_candidates, verify_chain, verify_tree
+from .relaxed import relaxed_candidates
 
 
 def verify(state: LoopState, proposal: DraftTree, p: torch.Tensor) -> Verdict:
@@ -42,7 +45,7 @@ def verify_tree_step(state: LoopState, tree: DraftTree, p: torch.Tensor) -> Verd
         noise = state.noise(B, D + 1, V)
         n_acc, path, pending = verify_tree(p, tree.tokens, parents, tree.q, valid, forced, u, noise, D, K,
                                            tree.siblings == SIBLINGS_WITHOUT_REPLACEMENT,
-                                           siblings=None if tree.relaxed is None else tree.relaxed.siblings)
+                                           siblings=None if tree.relaxed is None else partial(relaxed_candidates, tree.relaxed))
     return Verdict(n_accepted=n_acc, path=path, pending=pending, tokens=tree.tokens.gather(1, path),
                    p_path=p[state.rows[:, None], path])
 

@@ -39,10 +39,11 @@ from dataclasses import dataclass, replace
 import torch
 
 from ....model_loaders.contract import ForwardOutput
-from ...verification.agreement import gumbel_top_k
-from ...verification.rejection import one_hot
-from ...verification.relaxed import Relaxed, neighbour_table
-from ..base import BEYOND_IMAGE, SIBLINGS_INDEPENDENT, SIBLINGS_WITHOUT_REPLACEMENT, DraftTree, Drafter, LoopState, Verdict
+from ...proposal import (SIBLINGS_INDEPENDENT, SIBLINGS_WITHOUT_REPLACEMENT, DraftTree, Relaxed, Verdict,
+                         neighbour_table, one_hot)
+from ...randomness import gumbel_top_k
+from ...run_state import BEYOND_IMAGE, LoopState
+from ..base import Drafter
 from ..eagle import load_eagle
 from ..hidden_states import DraftsFromHiddenStates, HiddenStates
 from ..params import DraftNetworkCost, Method, StepCost

@@ -6,7 +6,8 @@ import math
 
 import torch
 
-from ..base import BEYOND_IMAGE, DraftTree, LoopState
+from ...proposal import DraftTree
+from ...run_state import BEYOND_IMAGE, LoopState
 
 NEG = -1e30  # score of an absent candidate
 ACCEPT_GUESS = 0.8  # sampled mode: assumed acceptance of a node's first draw (orders the expansion)

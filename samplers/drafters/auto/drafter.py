@@ -10,7 +10,7 @@ from typing import Optional
 
 import torch
 
-from ..base import LoopState
+from ...run_state import LoopState
 from ..jacobi import JacobiDrafter, JacobiPlan, JacobiState
 from .cost import CostModel
 from .trials import TRIAL_BELOW, InitTrials, candidate_inits

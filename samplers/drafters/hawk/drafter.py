@@ -51,8 +51,10 @@ import torch
 
 from ....model_loaders.contract import ForwardOutput
 from ...randomness import sample_by_race
-from ...verification.agreement import gumbel_top_k
-from ..base import DraftTree, Drafter, LoopState, Verdict
+from ...proposal import DraftTree, Verdict
+from ...randomness import gumbel_top_k
+from ...run_state import LoopState
+from ..base import Drafter
 from ..hidden_states import DraftsFromHiddenStates, HiddenStates
 from ..params import DraftNetworkCost, Method, StepCost
 from .network import load_heads

@@ -19,9 +19,10 @@ import torch
 
 from ....model_loaders.contract import ForwardOutput
 from ...randomness import sample_by_race
-from ...verification.agreement import gumbel_coupling, race_keys
-from ...verification.rejection import one_hot
-from ..base import BEYOND_IMAGE, ChainVerdict, DraftChain, Drafter, LoopState
+from ...proposal import ChainVerdict, DraftChain, one_hot
+from ...randomness import gumbel_coupling, race_keys
+from ...run_state import BEYOND_IMAGE, LoopState
+from ..base import Drafter
 from ..params import Method, StepCost, chain_tokens
 from .params import ARParams, JacobiParams, SCDParams, SJDPACParams, SJDParams
 

@@ -28,7 +28,7 @@ from typing import Optional
 import torch
 
 from ...randomness import sample_by_race
-from ..base import LoopState
+from ...run_state import LoopState
 from ..hidden_states import DraftsFromHiddenStates, HiddenStates
 from ..jacobi import JacobiDrafter, JacobiState, jacobi_step_cost
 from ..params import DraftNetworkCost, Method, StepCost
