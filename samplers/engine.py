@@ -34,8 +34,8 @@ from .compiled_step.forward_costs import calibrate
 from .compiled_step.step_graphs import step_graphs
 from .drafters.base import Drafter
 from .proposal import DraftTree, Verdict
-from .randomness import Draws, make_generator
-from .run_state import LoopState, SequenceLayout
+from .randomness import Draws, PositionNoise, make_generator
+from .run_state import LoopState, RunContext, SequenceLayout
 from .stats import generation_stats
 from .target import SamplingParams, invalid_rows, target_probs
 from .verification.step import verify
@@ -84,7 +84,6 @@ class SpeculativeEngine:
         # compile=True: the model's compiled decode step, one static graph per plan (compiled_step/step_graphs.py)
         self.step_graphs = step_graphs(model, decode_step) if compile else None
         self.drafter: Drafter = backend.make_drafter(model, sampling)
-        self.drafter.compiled_step = compile
         if reproducible and not self.drafter.lossless:
             raise ValueError(f"reproducible=True (same_image_as_ar) needs a lossless backend: this {backend.name} "
                              f"configuration is lossy (relaxed acceptance keeps drafts AR would not sample); turn "
@@ -177,13 +176,15 @@ class SpeculativeEngine:
         p0 = target_probs(first.cond[:, 0], None if first.uncond is None else first.uncond[:, 0], self.sampling)
         layout = self.layout
         known = torch.where(layout.forced >= 0, layout.forced, 0)  # forced tokens in place, 0 elsewhere
+        ctx = RunContext(model=model, sampling=self.sampling, layout=layout, batch=B, vocab_size=V, device=dev,
+                         reproducible=self.reproducible, position_noise=PositionNoise(self.seed, B, layout.ext, V, dev),
+                         compiled=self.compile, drafter=self.drafter, target_mode=self.target_mode, pin_width=self.pin_width)
         state = LoopState(
-            model=model, sampling=self.sampling, layout=layout, batch=B, vocab_size=V, device=dev,
-            draws=Draws(make_generator(self.seed, dev), dev), seed=self.seed, rows=torch.arange(B, device=dev),
+            ctx=ctx, draws=Draws(make_generator(self.seed, dev), dev), rows=torch.arange(B, device=dev),
             frontier=torch.zeros(B, dtype=torch.long, device=dev), active=torch.ones(B, dtype=torch.bool, device=dev),
             # one spare column past the end: masked-out writes land there (a single index_put)
             seq=torch.cat([known, known.new_zeros(1)]).expand(B, layout.ext + 1).clone(),
-            reproducible=self.reproducible, step_count=torch.zeros((), dtype=torch.long, device=dev))
+            step_count=torch.zeros((), dtype=torch.long, device=dev))
         x0 = state.sample_at(p0, state.frontier)
         state.write_tokens(state.frontier[:, None], state.active[:, None], x0[:, None])
         state.draft = self.drafter.start(state, first, p0)
@@ -221,7 +222,7 @@ class SpeculativeEngine:
             raise ValueError(f"the model returned logits that are not a distribution (NaN, or no finite value) "
                              f"after {state.step} forward passes; with fp16 weights try bf16 or fp32")
         if progress is not None:
-            progress(n_done, state.batch * N)
+            progress(n_done, state.ctx.batch * N)
         if n_active == 0:
             return False
         if interrupt is not None and interrupt():
@@ -250,7 +251,7 @@ class SpeculativeEngine:
         active, frontier, N = state.active, state.frontier, self.model.geometry.seq_len
         n_acc = torch.where(active, verdict.n_accepted, 0)
         width = verdict.tokens.shape[1]
-        slot = torch.arange(width, device=state.device)
+        slot = torch.arange(width, device=state.ctx.device)
         new_f = frontier + n_acc + 1
         tpos = frontier[:, None] + 1 + slot  # positions of p_path's targets
         newly = (slot[None] <= n_acc[:, None]) & active[:, None]

@@ -154,9 +154,9 @@ GUMBEL_TABLE_BYTES = 1 << 28
 
 class PositionNoise:
     """G[b, j, :] = position_gumbel(seed, b, j) for every image row b of a generation and every
-    absolute sequence position j < `positions`: looked up in a table built once when it fits in
-    GUMBEL_TABLE_BYTES (over a whole image steps * slots >= positions, so the table is also
-    less work), else hashed on demand. The same values either way, on any machine (integer
+    absolute sequence position j < `positions`: looked up in a table built at the first call when it
+    fits in GUMBEL_TABLE_BYTES (`tabled`; over a whole image steps * slots >= positions, so the table
+    is also less work), else hashed on demand. The same values either way, on any machine (integer
     hashing, one float64 -> float32 rounding)."""
 
     def __init__(self, seed: int, batch: int, positions: int, vocab_size: int, device):
@@ -164,13 +164,14 @@ class PositionNoise:
         self.vocab_size, self.positions = vocab_size, positions
         self.rows = torch.arange(batch, device=device)
         self.table = None
-        if batch * positions * vocab_size * 4 <= GUMBEL_TABLE_BYTES:
-            self.table = position_gumbel(self.key, self.rows[:, None], torch.arange(positions, device=device)[None],
-                                         vocab_size)
+        self.tabled = batch * positions * vocab_size * 4 <= GUMBEL_TABLE_BYTES
 
     def __call__(self, pos: torch.Tensor) -> torch.Tensor:
         """pos [B, ...] absolute positions of each row -> noise [B, ..., V]."""
         rows = self.rows.view(-1, *([1] * (pos.dim() - 1)))
+        if self.tabled and self.table is None:
+            self.table = position_gumbel(self.key, self.rows[:, None],
+                                         torch.arange(self.positions, device=self.rows.device)[None], self.vocab_size)
         if self.table is not None:
             return self.table[rows, pos.clamp(0, self.positions - 1)]
         return position_gumbel(self.key, rows, pos, self.vocab_size)

@@ -1,5 +1,5 @@
-"""One generation's sequence tables (`SequenceLayout`) and the loop's state (`LoopState`), which the engine,
-every drafter and verification share: below all three."""
+"""One generation's sequence tables (`SequenceLayout`), settings (`RunContext`) and step tensors (`LoopState`),
+which the engine, every drafter and verification share: below all three."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -43,10 +43,10 @@ class SequenceLayout:
                    prev_img=prev_img.to(device), last_img=int((f == IMAGE_POSITION).nonzero().max()), ext=ext)
 
 
-@dataclass
-class LoopState:
-    """The engine's state of one generation, shared with the drafter (read-only for it, except
-    `seq` beyond each row's frontier, which a drafter may use as its own scratch of drafts)."""
+@dataclass(frozen=True)
+class RunContext:
+    """One generation's settings, fixed for its whole run: made by the engine, read by the drafter and verification
+    (`LoopState.ctx`), the decode step and the compiled step."""
 
     model: ARImageModel
     sampling: SamplingParams
@@ -54,18 +54,29 @@ class LoopState:
     batch: int
     vocab_size: int
     device: torch.device
+    # "same image as AR" (docs/REPRODUCIBLE.md): every position is sampled by the race with its own noise
+    # G[row, position] (`position_noise`), and verification accepts by agreement with it
+    reproducible: bool
+    position_noise: PositionNoise  # G [B, ..., V] of absolute positions [B, ...]: of the seed, row and position only
+    compiled: bool  # the step runs compiled, one graph per plan value (a drafter may then plan fewer values)
+    drafter: Any  # the backend's `Drafter`
+    target_mode: Any  # the context of every target forward (batch_invariant.plan)
+    pin_width: Optional[int]  # every target forward at this width (shape pinning), or None
+
+
+@dataclass
+class LoopState:
+    """The tensors of one generation's steps, shared with the drafter (read-only for it, except `seq` beyond each
+    row's frontier, which a drafter may use as its own scratch of drafts); its settings: `ctx`."""
+
+    ctx: RunContext
     draws: Draws  # the step's random draws (replayed from a tape inside a compiled step)
-    seed: int
     rows: torch.Tensor  # arange(batch)
     frontier: torch.Tensor  # [B] position of each row's pending token (committed, KV not cached yet)
     active: torch.Tensor  # [B] rows still generating
     seq: torch.Tensor  # [B, ext + 1] committed tokens up to the frontier; one spare column at the end
-    step: int = 0  # decode forwards so far (host; a compiled step never reads it)
-    step_count: Optional[torch.Tensor] = None  # the same count on the device (0-dim long): what a step writes
-    # "same image as AR" (docs/REPRODUCIBLE.md): every position is sampled by the race with its own
-    # noise G[row, position] (`position_noise`), and verification accepts by agreement with it
-    reproducible: bool = False
-    _position_noise: Optional[PositionNoise] = None
+    step_count: torch.Tensor  # decode forwards so far on the device (0-dim long): what a step writes
+    step: int = 0  # the same count on the host (a compiled step never reads it)
     # the drafter's tensors that cross steps (its own dataclass): made by `Drafter.start`, passed to every phase
     # here, replaced by what `Drafter.observe` returns
     draft: Any = None
@@ -85,20 +96,13 @@ class LoopState:
     def randint(self, low: int, high: int, *shape) -> torch.Tensor:
         return self.draws.randint(low, high, shape)
 
-    def position_noise(self, pos: torch.Tensor) -> torch.Tensor:
-        """G [B, ..., V] of the absolute positions pos [B, ...] of each row: a function of the seed,
-        the image row and the position only (made on first use, for the whole generation)."""
-        if self._position_noise is None:
-            self._position_noise = PositionNoise(self.seed, self.batch, self.layout.ext, self.vocab_size, self.device)
-        return self._position_noise(pos)
-
     def sample_at(self, q: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         """A token of q [B, ..., V] for positions pos [B, ...]: the ONE rule by which the target and
         every drafter draw a position. Reproducible: argmax(log q + G[b, pos]), the target's own
         sample when q is the target's p (a draft made so agrees with it as often as q allows);
         otherwise a race with fresh Exp(1) noise of q's shape from the generator."""
-        if self.reproducible:
-            return gumbel_coupling(q, self.position_noise(pos))
+        if self.ctx.reproducible:
+            return gumbel_coupling(q, self.ctx.position_noise(pos))
         return sample_by_race(q, self.noise(*q.shape))
 
     def write_tokens(self, pos: torch.Tensor, mask: torch.Tensor, tokens: torch.Tensor) -> None:

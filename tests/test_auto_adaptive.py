@@ -44,7 +44,7 @@ class RecordsTheConfiguredQ(InitSwitching):
         super()._init(state, window, pos, need, self.init)  # repeat_left: no random draws
         configured_q = state.draft.dist[state.rows[:, None], pos % self.ring].clone()
         super()._init(state, window, pos, need, init)
-        self._write(state, pos, need & state.layout.is_img[pos], dists=configured_q)
+        self._write(state, pos, need & state.ctx.layout.is_img[pos], dists=configured_q)
 
 
 class MadClock(auto_mod.AutoDrafter):

@@ -45,8 +45,6 @@ class Drafter:
     node_budget: int = 1  # nodes per forward, pending token included
     slack: int = 3  # positions past the end of the image its trees may reach (node_budget + 2 is safe)
     lossless: bool = True
-    # set by the engine: the step runs compiled, one graph per plan value (a drafter may then plan fewer values)
-    compiled_step: bool = False
 
     def start(self, state: LoopState, first: ForwardOutput, p0: torch.Tensor) -> Any:
         """Called once after the prefill (p0 [B, V]: target of position 0, already sampled into
