@@ -14,15 +14,16 @@ SIBLINGS_WITHOUT_REPLACEMENT = "without_replacement"  # siblings drawn without r
 @dataclass(frozen=True)
 class Relaxed:
     """LANTERN's relaxed acceptance of a proposal's tree (`DraftTree.relaxed`; LOSSY): A(x) = neighbours[x], budget
-    delta; verification/relaxed.py's `relaxed_candidates` replaces `verify_candidates` at every depth of
-    `verify_tree` (independent siblings only)."""
+    delta; verification/relaxed.py's `relaxed_candidates` replaces `verify_candidates` at every depth of `verify_tree`
+    (independent siblings only)."""
 
     neighbours: torch.Tensor  # [V, k] (`neighbour_table`)
     delta: float
 
 
 def neighbour_table(model, k: int) -> torch.Tensor:
-    """[V, k'] the k' = min(k, V - 1) nearest other codes of every image code, nearest first."""
+    """[V, k'] the k' = min(k, V - 1) nearest other codes of every image code, nearest first (L2 between the model's
+    VQ codebook latents, or its image tokens' input embeddings where it exposes no codebook)."""
     V = model.geometry.vocab_size
     codebook = getattr(model, "codebook", None)
     if codebook is not None and getattr(codebook, "centroids", None) is not None:
@@ -44,11 +45,10 @@ def one_hot(tokens: torch.Tensor, vocab_size: int) -> torch.Tensor:
 class DraftTree:
     """One step's proposal for every row, padded to the drafter's node budget N.
 
-    Node 0 is the pending token (already decided; its output is the target p of the next
-    position). Node i > 0 sits at position ``frontier + depth(i)``. For every node, ``q[:, i]`` is
-    the distribution its token was drawn from given everything verified before it (one-hot for a
-    deterministic candidate such as a top-k choice or a copied token); nodes at forced positions
-    hold the structure token and are always accepted."""
+    Node 0 is the pending token (already decided; its output is the target p of the next position). Node i > 0 sits at
+    position ``frontier + depth(i)``. For every node, ``q[:, i]`` is the distribution its token was drawn from given
+    everything verified before it (one-hot for a deterministic candidate such as a top-k choice or a copied token);
+    nodes at forced positions hold the structure token and are always accepted."""
 
     tokens: torch.Tensor  # [B, N] engine ids
     parents: Union[Sequence[int], torch.Tensor]  # one tree for all rows (list) or [B, N] per row
@@ -65,9 +65,9 @@ class DraftTree:
 @dataclass
 class DraftChain(DraftTree):
     """A Jacobi step's proposal: the chain [pending, d_1, ..., d_{T-1}] as nodes 0..T-1 (T = `length`), then, when
-    `branch_depth` = D > 0, K - 1 proactive branches of D nodes under the pending token (node T + (k - 1) D + d - 1
-    at depth d of branch k), whose first tokens are d_1's siblings drawn with it without replacement from one q.
-    A node's q is its depth's: ``q`` [B, T, V] (None where not read: by agreement, or no drafts)."""
+    `branch_depth` = D > 0, K - 1 proactive branches of D nodes under the pending token (node T + (k - 1) D + d - 1 at
+    depth d of branch k), whose first tokens are d_1's siblings drawn with it without replacement from one q. A node's q
+    is its depth's: ``q`` [B, T, V] (None where not read: by agreement, or no drafts)."""
 
     length: int = 1
     enabled: Optional[torch.Tensor] = None  # [B, T - 1] the drafts this step may accept (a prefix of each row)

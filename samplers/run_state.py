@@ -1,5 +1,5 @@
-"""One generation's sequence tables (`SequenceLayout`), settings (`RunContext`) and step tensors (`LoopState`),
-which the engine, every drafter and verification share: below all three."""
+"""One generation's sequence tables (`SequenceLayout`), settings (`RunContext`) and step tensors (`LoopState`), which
+the engine, every drafter and verification share: below all three."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -18,8 +18,8 @@ BEYOND_IMAGE = -2  # a slot past the end of the image (drafts there are disabled
 
 @dataclass
 class SequenceLayout:
-    """Per-position tables of the generated sequence, extended past its end by `slack` slots so
-    that windows and trees near the end keep their shape. Built once per generation."""
+    """Per-position tables of the generated sequence, extended past its end by `slack` slots so that windows and trees
+    near the end keep their shape. Built once per generation."""
 
     geometry: ImageGeometry
     forced: torch.Tensor  # [ext] forced engine id, IMAGE_POSITION or BEYOND_IMAGE
@@ -54,11 +54,10 @@ class RunContext:
     batch: int
     vocab_size: int
     device: torch.device
-    # "same image as AR" (docs/REPRODUCIBLE.md): every position is sampled by the race with its own noise
-    # G[row, position] (`position_noise`), and verification accepts by agreement with it
-    reproducible: bool
+    reproducible: bool  # "same image as AR" (docs/REPRODUCIBLE.md): sampled with `position_noise`, agreement verifies
     position_noise: PositionNoise  # G [B, ..., V] of absolute positions [B, ...]: of the seed, row and position only
     compiled: bool  # the step runs compiled, one graph per plan value (a drafter may then plan fewer values)
+    backend: Any  # its backends.BackendConfig (name, parameters)
     drafter: Any  # the backend's `Drafter`
     target_mode: Any  # the context of every target forward (batch_invariant.plan)
     pin_width: Optional[int]  # every target forward at this width (shape pinning), or None
@@ -66,8 +65,8 @@ class RunContext:
 
 @dataclass
 class LoopState:
-    """The tensors of one generation's steps, shared with the drafter (read-only for it, except `seq` beyond each
-    row's frontier, which a drafter may use as its own scratch of drafts); its settings: `ctx`."""
+    """The tensors of one generation's steps, shared with the drafter (read-only for it, except `seq` beyond each row's
+    frontier, which a drafter may use as its own scratch of drafts); its settings: `ctx`."""
 
     ctx: RunContext
     draws: Draws  # the step's random draws (replayed from a tape inside a compiled step)
@@ -90,17 +89,11 @@ class LoopState:
         """Exp(1) noise of `shape` (fresh draws)."""
         return exponential_from_uniform(self.draws.rand(shape))
 
-    def uniform(self, *shape) -> torch.Tensor:
-        return self.draws.rand(shape)
-
-    def randint(self, low: int, high: int, *shape) -> torch.Tensor:
-        return self.draws.randint(low, high, shape)
-
     def sample_at(self, q: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
-        """A token of q [B, ..., V] for positions pos [B, ...]: the ONE rule by which the target and
-        every drafter draw a position. Reproducible: argmax(log q + G[b, pos]), the target's own
-        sample when q is the target's p (a draft made so agrees with it as often as q allows);
-        otherwise a race with fresh Exp(1) noise of q's shape from the generator."""
+        """A token of q [B, ..., V] for positions pos [B, ...]: the ONE rule by which the target and every drafter draw
+        a position. Reproducible: argmax(log q + G[b, pos]), the target's own sample when q is the target's p (a draft
+        made so agrees with it as often as q allows); otherwise a race with fresh Exp(1) noise of q's shape from the
+        generator."""
         if self.ctx.reproducible:
             return gumbel_coupling(q, self.ctx.position_noise(pos))
         return sample_by_race(q, self.noise(*q.shape))

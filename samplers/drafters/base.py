@@ -1,20 +1,16 @@
-"""The drafter protocol: what every drafting method gives the engine and is told back.
+"""The drafter protocol: what every drafting method gives the engine's loop (samplers/engine.py: propose -> forward ->
+verify -> commit -> observe) and is told back.
 
-One engine loop (samplers/engine.py) serves every backend:
+A drafter owns everything method-specific: how draft tokens are made (Jacobi iteration, Hawk's heads, an EAGLE layer),
+the exact q each was drawn from, its own caches, and the shape of its trees. It proposes and observes only: its proposal
+(`DraftTree`, `DraftChain`: samplers/proposal.py) carries what verification needs, and `samplers/verification/` (one
+home for every acceptance rule) turns it and the target p into the `Verdict`. The engine owns the committed sequence,
+the model session, the target distribution, statistics and the host read of each step.
 
-    propose -> model.forward(tree) -> target p -> verify -> commit -> observe
-
-A drafter owns everything method-specific: how draft tokens are made (Jacobi iteration, Hawk's
-heads, an EAGLE layer), the exact q each was drawn from, its own caches, and the shape of its
-trees. It proposes and observes only: its proposal (`DraftTree`, `DraftChain`) carries what
-verification needs, and `samplers/verification/` (one home for every acceptance rule) turns it and
-the target p into the `Verdict`. The engine owns the committed sequence, the model session, the
-target distribution, statistics and the host read of each step.
-
-Fixed shapes: a drafter proposes exactly `node_budget` nodes every step (pending token
-included); a smaller tree is padded with nodes marked invalid (they ride in the forward, attend
-to nothing harmful, and are never accepted). So the forward and all tensors keep one shape for a
-whole generation even when the tree changes shape every step (graph-friendly on the GPU).
+Fixed shapes: a drafter proposes exactly `node_budget` nodes every step (pending token included); a smaller tree is
+padded with nodes marked invalid (they ride in the forward, attend to nothing harmful, and are never accepted). So the
+forward and all tensors keep one shape for a whole generation even when the tree changes shape every step
+(graph-friendly on the GPU).
 """
 from __future__ import annotations
 
@@ -31,15 +27,14 @@ HostHint = Union[int, List[int]]
 
 
 class Drafter:
-    """Base class of drafting methods. Subclasses set `name`, `node_budget` and implement
-    `start`, `propose` and `observe`.
+    """Base class of drafting methods. Subclasses set `name`, `node_budget` and implement `start`, `propose` and
+    `observe`.
 
-    A drafter object holds its configuration (and, for an adaptive one, its host-side policy); what
-    changes on the device during a generation lives in its state object (`LoopState.draft`): made by
-    `start`, read by every phase, returned anew by `observe`. A step is `plan` on the host (from the last
-    host read: the step's shapes, a hashable value), then `propose` -> forward -> verify -> commit ->
-    `observe` on the device, which read only the plan, `state` and their arguments: the compiled step
-    (engine.decode_step) captures them as one graph per plan."""
+    A drafter object holds its configuration (and, for an adaptive one, its host-side policy); what changes on the
+    device during a generation lives in its state object (`LoopState.draft`): made by `start`, read by every phase,
+    returned anew by `observe`. A step is `plan` on the host (from the last host read: the step's shapes, a hashable
+    value), then `propose` -> forward -> verify -> commit -> `observe` on the device, which read only the plan, `state`
+    and their arguments: the compiled step (engine.decode_step) captures them as one graph per plan."""
 
     name: str = "drafter"
     node_budget: int = 1  # nodes per forward, pending token included
@@ -47,34 +42,33 @@ class Drafter:
     lossless: bool = True
 
     def start(self, state: LoopState, first: ForwardOutput, p0: torch.Tensor) -> Any:
-        """Called once after the prefill (p0 [B, V]: target of position 0, already sampled into
-        seq[:, 0]); returns the drafter's state (`LoopState.draft`, None when it has none)."""
+        """Called once after the prefill (p0 [B, V]: target of position 0, already sampled into seq[:, 0]); returns the
+        drafter's state (`LoopState.draft`, None when it has none)."""
         return None
 
     def host_hint(self, state: LoopState) -> Optional[torch.Tensor]:
-        """An integer tensor read back with the engine's one host read per step and passed to
-        `propose` as `hint` (e.g. how many rows want a bigger tree), or None: 0-dim -> an int,
-        1-D -> a list of ints (`HostHint`)."""
+        """An integer tensor read back with the engine's one host read per step and passed to `propose` as `hint` (e.g.
+        how many rows want a bigger tree), or None: 0-dim -> an int, 1-D -> a list of ints (`HostHint`)."""
         return None
 
     def plan(self, state: LoopState, hint: HostHint) -> Hashable:
-        """The host half of a step: the choices that set its shapes (a chain or a tree, a window, a
-        tree's depth and width) from the hint of the step's one host read; hashable. The device
-        phases read only this (never the hint): the compiled step keeps one graph per plan, so a plan
-        takes few values. Default: the hint (tuple when a list)."""
+        """The host half of a step: the choices that set its shapes (a chain or a tree, a window, a tree's depth and
+        width) from the hint of the step's one host read; hashable. The device phases read only this (never the hint):
+        the compiled step keeps one graph per plan, so a plan takes few values. Default: the hint (tuple when a list).
+        """
         return tuple(hint) if isinstance(hint, list) else hint
 
     def propose(self, state: LoopState, plan: Hashable) -> DraftTree:
         raise NotImplementedError
 
     def one_off(self, plan: Hashable) -> bool:
-        """The step just planned is a one-off (an adaptive drafter's probe of a shape it does not run): the
-        compiled step runs it eager instead of compiling a graph for its plan."""
+        """The step just planned is a one-off (an adaptive drafter's probe of a shape it does not run): the compiled
+        step runs it eager instead of compiling a graph for its plan."""
         return False
 
     def cost_shapes(self) -> dict:
-        """{choice: parents} of the forward shapes whose cost the engine should time for this
-        drafter before the first step (an adaptive drafter such as auto); {} for the rest."""
+        """{choice: parents} of the forward shapes whose cost the engine should time for this drafter before the first
+        step (an adaptive drafter such as auto); {} for the rest."""
         return {}
 
     def set_costs(self, seconds: dict) -> None:
@@ -86,8 +80,7 @@ class Drafter:
 
     def observe(self, state: LoopState, plan: Hashable, tree: DraftTree, verdict: Verdict, p: torch.Tensor,
                 out: ForwardOutput, previous_frontier: torch.Tensor) -> Any:
-        """Told after the commit (``state.frontier`` already moved; ``state.active`` still the
-        step's): the verdict, every node's target p [B, N, V], the forward's output (hidden
-        states of both CFG branches included) and each row's frontier before the step. Returns
-        the drafter's next state (`LoopState.draft`)."""
+        """Told after the commit (``state.frontier`` already moved; ``state.active`` still the step's): the verdict,
+        every node's target p [B, N, V], the forward's output (hidden states of both CFG branches included) and each
+        row's frontier before the step. Returns the drafter's next state (`LoopState.draft`)."""
         return state.draft

@@ -1,10 +1,9 @@
 """The step level: `verify`, the engine's one entry point (propose -> forward -> verify -> commit -> observe).
 
-A proposal (`DraftTree`, `DraftChain`: samplers/proposal.py) and every node's target p -> the step's
-`Verdict`. The step's randomness (the uniforms and Exp(1) noise of rejection.py's pure rules) is drawn from
-`state` in a fixed order per shape, which a compiled step replays; in the "same image as AR" mode
-(`state.ctx.reproducible`) verification is by agreement (agreement.py) and draws nothing.
-"""
+A proposal (`DraftTree`, `DraftChain`: samplers/proposal.py) and every node's target p -> the step's `Verdict`. The
+step's randomness (the uniforms and Exp(1) noise of rejection.py's pure rules) is drawn from `state` in a fixed order
+per shape, which a compiled step replays; in the "same image as AR" mode (`state.ctx.reproducible`) verification is by
+agreement (agreement.py) and draws nothing."""
 from __future__ import annotations
 
 import torch
@@ -27,8 +26,9 @@ def verify(state: LoopState, proposal: DraftTree, p: torch.Tensor) -> Verdict:
 
 
 def verify_tree_step(state: LoopState, tree: DraftTree, p: torch.Tensor) -> Verdict:
-    """A tree, root (the pending token) down: the rule's draws, then `verify_tree` (with LANTERN's relaxed
-    siblings where the proposal names them); by agreement `agree_tree`. Nodes at structure positions are forced, nodes past the image invalid."""
+    """A tree, root (the pending token) down: the rule's draws, then `verify_tree` (with LANTERN's relaxed siblings
+    where the proposal names them); by agreement `agree_tree`. Nodes at structure positions are forced, nodes past the
+    image invalid."""
     B, N = tree.tokens.shape
     D, K, V = tree.max_depth, max(tree.max_children, 1), state.ctx.vocab_size
     parents = tree.parents
@@ -41,7 +41,7 @@ def verify_tree_step(state: LoopState, tree: DraftTree, p: torch.Tensor) -> Verd
         n_acc, path, pending = agree_tree(p, tree.tokens, parents, valid, forced, state.ctx.position_noise(pos + 1),
                                           D, K)
     else:
-        u = state.uniform(B, D, K)
+        u = state.draws.rand((B, D, K))
         noise = state.noise(B, D + 1, V)
         n_acc, path, pending = verify_tree(p, tree.tokens, parents, tree.q, valid, forced, u, noise, D, K,
                                            tree.siblings == SIBLINGS_WITHOUT_REPLACEMENT,
@@ -51,8 +51,8 @@ def verify_tree_step(state: LoopState, tree: DraftTree, p: torch.Tensor) -> Verd
 
 
 def verify_chain_step(state: LoopState, chain: DraftChain, p_all: torch.Tensor) -> ChainVerdict:
-    """A chain, every position at once (`verify_chain`; by agreement `agree_chain`, the re-drafts' `mrs_out` then
-    the target's sample after every line node). With branches, depth 1 first: the winner's line follows."""
+    """A chain, every position at once (`verify_chain`; by agreement `agree_chain`, the re-drafts' `mrs_out` then the
+    target's sample after every line node). With branches, depth 1 first: the winner's line follows."""
     B, V, dev, rows = state.ctx.batch, state.ctx.vocab_size, state.ctx.device, state.rows
     T, D = chain.length, chain.branch_depth
     if T == 1:
@@ -65,11 +65,11 @@ def verify_chain_step(state: LoopState, chain: DraftChain, p_all: torch.Tensor) 
             k_star = agree_candidates(race_keys(p_all[:, 0], gumbel[:, 0]), *_siblings(state, chain))
     else:
         noise = state.noise(B, T, V)  # noise[:, i-1] serves position frontier+i
-        u = state.uniform(B, T - 1)
+        u = state.draws.rand((B, T - 1))
         q = chain.q[:, 1:]
         if D:  # the chain's draft and the branches' first tokens, drawn without replacement from q
             cands, valid = _siblings(state, chain)
-            k_star, token = verify_candidates(p_all[:, 0], cands, state.uniform(B, cands.shape[1]), noise[:, 0],
+            k_star, token = verify_candidates(p_all[:, 0], cands, state.draws.rand((B, cands.shape[1])), noise[:, 0],
                                               q=q[:, 0], valid=valid)
     line, x_line, p, first = None, chain.tokens, p_all, None
     if D:
@@ -98,8 +98,8 @@ def verify_chain_step(state: LoopState, chain: DraftChain, p_all: torch.Tensor) 
 
 
 def _pending_only(state, chain, p) -> ChainVerdict:
-    """A chain with no drafts (AR): the new pending token is the target's sample of the next position, with the
-    chain rule's draws (`mrs_out`: by agreement that sample, else empty: no draft to couple with)."""
+    """A chain with no drafts (AR): the new pending token is the target's sample of the next position, with the chain
+    rule's draws (`mrs_out`: by agreement that sample, else empty: no draft to couple with)."""
     zero = torch.zeros(state.ctx.batch, dtype=torch.long, device=state.ctx.device)
     noise = None if state.ctx.reproducible else state.noise(state.ctx.batch, 1, state.ctx.vocab_size)
     pending = state.sample_at(p[:, 0], state.frontier + 1) if noise is None else sample_by_race(p[:, 0], noise[:, 0])
@@ -117,8 +117,8 @@ def _siblings(state, chain):
 
 
 def _winner(chain, k_star, forced):
-    """The depth-1 winner (a structure position: the chain, as every branch holds the token) and the slot
-    line verification continues on: the chain, or branch k_star's D slots then the chain's."""
+    """The depth-1 winner (a structure position: the chain, as every branch holds the token) and the slot line
+    verification continues on: the chain, or branch k_star's D slots then the chain's."""
     T, D = chain.length, chain.branch_depth
     k_star = torch.where(forced[:, 0], 0, k_star)
     depth = torch.arange(T, device=k_star.device)
@@ -128,9 +128,8 @@ def _winner(chain, k_star, forced):
 
 
 def cap_branch_acceptance(n_acc: torch.Tensor, k_star: torch.Tensor, depth: int) -> torch.Tensor:
-    """When a proactive branch (k >= 1) won depth 1, its line holds only D nodes of its own: the chain's nodes
-    after them were computed in the chain's context, so their outputs (the p of positions D+2, ...) and their
-    KV are wrong for this branch. Acceptance stops at D; the output of branch node D (the exact p of position
-    D+1) then yields the pending token: the MRS output there (a sample of that p whichever draft it verified),
-    or a fresh sample."""
+    """When a proactive branch (k >= 1) won depth 1, its line holds only D nodes of its own: the chain's nodes after
+    them were computed in the chain's context, so their outputs (the p of positions D+2, ...) and their KV are wrong for
+    this branch. Acceptance stops at D; the output of branch node D (the exact p of position D+1) then yields the
+    pending token: the MRS output there (a sample of that p whichever draft it verified), or a fresh sample."""
     return torch.where(k_star >= 1, n_acc.clamp(max=depth), n_acc)

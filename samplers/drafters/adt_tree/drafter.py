@@ -352,8 +352,8 @@ class ADTTreeDrafter(SampledTrees, DraftsFromHiddenStates, Drafter):
             has = (up >= 0) & (rec[:, 0] > 0)
             d, k = torch.where(has, rec[:, 0], d), torch.where(has, rec[:, 1], k)
         elif self.tree_init == "random":
-            d = state.randint(self.d_lo, self.d_hi + 1, B)
-            k = state.randint(self.k_lo, self.k_hi + 1, B)
+            d = state.draws.randint(self.d_lo, self.d_hi + 1, (B,))
+            k = state.draws.randint(self.k_lo, self.k_hi + 1, (B,))
         # best_first: alpha against the depth of the shape this step drafted (d numbers shapes)
         alpha = n_acc.float() / (tree.max_depth if self.plans is not None else state.draft.d.float())
         up_ = alpha >= self.beta

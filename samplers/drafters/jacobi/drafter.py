@@ -214,7 +214,7 @@ class JacobiDrafter(Drafter):
         left = layout.prev_img[first].clamp(min=0)
         if strat == "random":
             uniform = torch.full((B, K, V), 1.0 / V, device=state.ctx.device)
-            x = state.sample_at(uniform, pos) if state.ctx.reproducible else state.randint(0, V, B, K)
+            x = state.sample_at(uniform, pos) if state.ctx.reproducible else state.draws.randint(0, V, (B, K))
             self._write(state, pos, need, x, uniform)
             return
         stride = layout.geometry.row_stride
@@ -252,7 +252,7 @@ class JacobiDrafter(Drafter):
         else:  # Gumbel coupling: the noise of each (row, position), fixed for the generation
             coupled = gumbel_coupling(p, state.ctx.position_noise(tpos))
         if alpha < 1.0:
-            coin = state.uniform(*coupled.shape) < alpha
+            coin = state.draws.rand(coupled.shape) < alpha
             coupled = torch.where(coin, coupled, fresh)
         return coupled
 
