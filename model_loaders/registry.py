@@ -1,24 +1,24 @@
 """`specar.load_model`: one entry point from a name or a folder to an ARImageModel.
 
 The model families are the `FAMILY` objects of the modules in `FAMILY_MODULES` (family.py says what
-one declares); adding a family is its module plus its name in that tuple.
+one declares); adding a family is its module, imported here and named in that tuple.
 """
 from __future__ import annotations
 
-import importlib
 import inspect
 import os
 
+from . import demo
 from .devices import canonical_dtype, check_device
+from .families import chameleon, emu3, glm_image, janus, llamagen, lumina2
 from .family import MODEL_DEFAULT, ModelFamily, config_names, read_config, size_options
 from .files.hf_files import require_transformers
 from .files.hub_cache import find_cached, hub_cache_dir, is_repo_id
 from .precision.quantize import check_mode
 
-# one line per family: its module (relative to model_loaders), which ends with `FAMILY = ModelFamily(...)`
-FAMILY_MODULES = (".demo", ".families.janus", ".families.emu3", ".families.lumina2", ".families.chameleon",
-                  ".families.llamagen", ".families.glm_image")  # lumina2 before chameleon
-FAMILIES = {f.name: f for f in (importlib.import_module(m, __package__).FAMILY for m in FAMILY_MODULES)}
+# the family modules, each ending with `FAMILY = ModelFamily(...)`; detection tries them in this order
+FAMILY_MODULES = (demo, janus, emu3, lumina2, chameleon, llamagen, glm_image)  # lumina2 before chameleon
+FAMILIES = {m.FAMILY.name: m.FAMILY for m in FAMILY_MODULES}
 BUILTIN_MODELS = {name: f for f in FAMILIES.values() for name in f.builtin}  # name -> family
 
 

@@ -4,20 +4,19 @@
     decode step: propose (drafter) -> forward (model) -> verify (samplers/verification/)
     -> commit (engine) -> observe (drafter)
 
-Per image row b the engine keeps ``frontier[b]``: the position of the *pending* token, the last
-committed token whose KV is not cached yet. The drafter proposes a tree whose node 0 is the
-pending token; the forward's output at node i is the target p of the position after it.
-Verification accepts a path of drafts; the token after it (a residual sample, or a fresh sample
-of p when the whole path passed) becomes the new pending token. So every step commits at least
-one token, and AR is the same loop with no drafts.
+Per image row b the engine keeps ``frontier[b]``: the position of the *pending* token, the last committed token whose KV
+is not cached yet. The drafter proposes a tree whose node 0 is the pending token; the forward's output at node i is the
+target p of the position after it. Verification accepts a path of drafts; the token after it (a residual sample, or a
+fresh sample of p when the whole path passed) becomes the new pending token. So every step commits at least one token,
+and AR is the same loop with no drafts.
 
-Forced structure tokens (row ends) are never sampled: the engine writes them, and drafters put
-them in their trees as always-accepted nodes, so they never cost a forward of their own.
+Forced structure tokens (row ends) are never sampled: the engine writes them, and drafters put them in their trees as
+always-accepted nodes, so they never cost a forward of their own.
 
-Everything is batched over image rows with fixed shapes; a step reads one small tensor back to
-the host (rows still running, tokens done, the drafter's hint, a bad-logits flag), nothing per token.
-From that read the drafter `plan`s the step (its shapes) on the host; everything after is device
-work (`decode_step`), which `compile=True` runs as one compiled graph per plan (compiled_step/).
+Everything is batched over image rows with fixed shapes; a step reads one small tensor back to the host (rows still
+running, tokens done, the drafter's hint, a bad-logits flag), nothing per token. From that read the drafter `plan`s the
+step (its shapes) on the host; everything after is device work (`decode_step`), which `compile=True` runs as one
+compiled graph per plan (compiled_step/).
 """
 from __future__ import annotations
 
@@ -32,8 +31,10 @@ from ..model_loaders.precision import batch_invariant
 from .backends import BackendConfig
 from .compiled_step.forward_costs import calibrate
 from .compiled_step.step_graphs import step_graphs
-from .drafters.base import Drafter, DraftTree, LoopState, SequenceLayout, Verdict
-from .randomness import Draws, make_generator
+from .drafters.base import Drafter
+from .proposal import DraftTree, Verdict
+from .randomness import Draws, PositionNoise, make_generator
+from .run_state import LoopState, RunContext, SequenceLayout
 from .stats import generation_stats
 from .target import SamplingParams, invalid_rows, target_probs
 from .verification.step import verify
@@ -55,22 +56,59 @@ class Run:
     active: list = field(default_factory=list)  # per step: [B] rows that took part
 
 
-def decode_step(engine: "SpeculativeEngine", run: Run, plan, state: LoopState, session: Session,
-                at_step: torch.Tensor):
-    """One decode step after its plan, every phase on the device: propose -> forward -> target ->
-    verify -> commit -> observe. No host read, no shape that depends on a value: with compile=True
-    it runs as one graph per plan. It writes the loop's tensors (`state`: seq, frontier, the
-    drafter's state), the session's cache and `at_step`; returns (bad-logits flag, [B] tokens each
-    row settled, [B] rows that took part)."""
-    drafter, active = engine.drafter, state.active
+def decode_step(run: Run, plan, state: LoopState, session: Session, at_step: torch.Tensor):
+    """One decode step after its plan, every phase on the device: propose -> forward -> target -> verify -> commit ->
+    observe. No host read, no shape that depends on a value: with compile=True it runs as one graph per plan. It writes
+    the loop's tensors (`state`: seq, frontier, the drafter's state), the session's cache and `at_step`; returns
+    (bad-logits flag, [B] tokens each row settled, [B] rows that took part)."""
+    drafter, active = state.ctx.drafter, state.active
     tree = drafter.propose(state, plan)
-    out, p = engine._forward(run, session, tree)
+    out, p = forward(run, session, state.ctx, tree)
     verdict = verify(state, tree, p)
     previous = state.frontier
-    bad, committed = engine._commit(session, state, verdict, at_step)
+    bad, committed = commit(session, state, verdict, at_step)
     state.draft = drafter.observe(state, plan, tree, verdict, p, out, previous)
-    state.active = state.frontier < engine.layout.last_img
+    state.active = state.frontier < state.ctx.layout.last_img
     return bad, committed, active
+
+
+def forward(run: Run, session: Session, ctx: RunContext, tree: DraftTree):
+    """The model's forward of the tree and every node's target p (the next position's)."""
+    if run.timed:  # eager only: the forward's share of the step (compiled, the step is one graph)
+        run.sync()
+        tf = time.perf_counter()
+    with ctx.target_mode():
+        if ctx.pin_width is None:
+            out = ctx.model.forward(session, tree.tokens, tree.parents)
+        else:
+            out = batch_invariant.pinned_forward(ctx.model, session, tree.tokens, tree.parents, ctx.pin_width)
+    if run.timed:
+        run.sync()
+        run.forward_s += time.perf_counter() - tf
+    return out, target_probs(out.cond, out.uncond, ctx.sampling)
+
+
+def commit(session: Session, state: LoopState, verdict: Verdict, at_step):
+    """Write the accepted drafts and the new pending token, keep the accepted path's KV, move the frontier. Returns a
+    flag (a committed position's target was not a distribution) and the tokens each row settled."""
+    active, frontier, model = state.active, state.frontier, state.ctx.model
+    n_acc = torch.where(active, verdict.n_accepted, 0)
+    width = verdict.tokens.shape[1]
+    slot = torch.arange(width, device=state.ctx.device)
+    new_f = frontier + n_acc + 1
+    tpos = frontier[:, None] + 1 + slot  # positions of p_path's targets
+    newly = (slot[None] <= n_acc[:, None]) & active[:, None]
+    state.write_tokens(tpos[:, :-1], newly[:, :-1], verdict.tokens[:, 1:])  # accepted drafts
+    forced_next = state.ctx.layout.forced[new_f]
+    pending = torch.where(forced_next >= 0, forced_next, verdict.pending)
+    state.write_tokens(new_f[:, None], active[:, None], pending[:, None])
+    r = state.rows[:, None].expand_as(tpos)
+    state.step_count = state.step_count + 1
+    at_step[r, torch.where(newly, tpos, state.spare)] = state.step_count
+    model.commit(session, verdict.path, torch.where(active, n_acc + 1, 0))
+    committed = torch.where(active, new_f.clamp(max=model.geometry.seq_len - 1) - frontier, 0)
+    state.frontier = torch.where(active, new_f, frontier)
+    return (invalid_rows(verdict.p_path) & newly).any(), committed
 
 
 class SpeculativeEngine:
@@ -82,7 +120,6 @@ class SpeculativeEngine:
         # compile=True: the model's compiled decode step, one static graph per plan (compiled_step/step_graphs.py)
         self.step_graphs = step_graphs(model, decode_step) if compile else None
         self.drafter: Drafter = backend.make_drafter(model, sampling)
-        self.drafter.compiled_step = compile
         if reproducible and not self.drafter.lossless:
             raise ValueError(f"reproducible=True (same_image_as_ar) needs a lossless backend: this {backend.name} "
                              f"configuration is lossy (relaxed acceptance keeps drafts AR would not sample); turn "
@@ -102,7 +139,6 @@ class SpeculativeEngine:
                 self.same_image_reason = (f"{backend.name}'s forwards of {self.pin_width} tokens are wider than the "
                                           f"pinned width {batch_invariant.PINNED_WIDTH}")
         self.width = self.pin_width or self.drafter.node_budget  # tokens of the widest forward
-        self.layout = SequenceLayout.build(model.geometry, self.drafter.slack, model.device)
 
     def _pin_width(self, asked: Optional[int]) -> int:
         """The width of every forward: `asked` (checked), else the product's pinned width (or the backend's widest
@@ -124,8 +160,8 @@ class SpeculativeEngine:
             interrupt: Optional[Callable[[], bool]] = None, preview=None):
         dev = self.model.device
         sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
-        # eager: the forward timed apart from the rest of the step (CPU, or profile); compiled: the graphs
-        run = Run(sync, timed=(self.profile or dev.type != "cuda") and not self.compile)
+        timed = self.profile or dev.type != "cuda"  # steps synchronised and timed (CUDA: only when profiling)
+        run = Run(sync, timed=timed and not self.compile)  # eager: the forward timed apart; compiled: the graphs
         if dev.type == "cuda":  # peak memory of this generation, not of the process so far
             torch.cuda.reset_peak_memory_stats(dev)
         t0 = time.perf_counter()
@@ -134,13 +170,14 @@ class SpeculativeEngine:
         sync()
         t1 = time.perf_counter()
         at_step = torch.zeros_like(state.seq)
-        graphs = None if self.step_graphs is None else self.step_graphs.begin(self)
+        graphs = None if self.step_graphs is None else self.step_graphs.begin(state.ctx, timed)
         try:
             self._loop(run, graphs, state, session, at_step, bad, progress, interrupt, preview)
         finally:
             compiled = None if graphs is None else graphs.end()  # this generation's compiles, not the process's
         sync()
-        stats = generation_stats(self, run, at_step, state.step, t1 - t0, time.perf_counter() - t1, compiled)
+        stats = generation_stats(state.ctx, run, at_step, state.step, t1 - t0, time.perf_counter() - t1, compiled,
+                                 self.same_image_guarantee, self.same_image_reason)
         return self._tokens_out(state), stats
 
     def _tokens_out(self, state: LoopState) -> torch.Tensor:
@@ -156,7 +193,7 @@ class SpeculativeEngine:
                 N = self.model.geometry.seq_len
                 preview(state.seq[:, :N], torch.where(state.active, state.frontier + 1, N), at_step)
             plan = self.drafter.plan(state, run.hint)
-            step_bad, committed, active = step(self, run, plan, state, session, at_step)
+            step_bad, committed, active = step(run, plan, state, session, at_step)
             state.step += 1
             bad = bad | step_bad
             run.committed.append(committed)
@@ -173,15 +210,18 @@ class SpeculativeEngine:
                                   captured=self.compile)
         first = session.first
         p0 = target_probs(first.cond[:, 0], None if first.uncond is None else first.uncond[:, 0], self.sampling)
-        layout = self.layout
+        layout = SequenceLayout.build(model.geometry, self.drafter.slack, dev)
         known = torch.where(layout.forced >= 0, layout.forced, 0)  # forced tokens in place, 0 elsewhere
+        ctx = RunContext(model=model, sampling=self.sampling, layout=layout, batch=B, vocab_size=V, device=dev,
+                         reproducible=self.reproducible, position_noise=PositionNoise(self.seed, B, layout.ext, V, dev),
+                         compiled=self.compile, backend=self.backend, drafter=self.drafter,
+                         target_mode=self.target_mode, pin_width=self.pin_width)
         state = LoopState(
-            model=model, sampling=self.sampling, layout=layout, batch=B, vocab_size=V, device=dev,
-            draws=Draws(make_generator(self.seed, dev), dev), seed=self.seed, rows=torch.arange(B, device=dev),
+            ctx=ctx, draws=Draws(make_generator(self.seed, dev), dev), rows=torch.arange(B, device=dev),
             frontier=torch.zeros(B, dtype=torch.long, device=dev), active=torch.ones(B, dtype=torch.bool, device=dev),
             # one spare column past the end: masked-out writes land there (a single index_put)
             seq=torch.cat([known, known.new_zeros(1)]).expand(B, layout.ext + 1).clone(),
-            reproducible=self.reproducible, step_count=torch.zeros((), dtype=torch.long, device=dev))
+            step_count=torch.zeros((), dtype=torch.long, device=dev))
         x0 = state.sample_at(p0, state.frontier)
         state.write_tokens(state.frontier[:, None], state.active[:, None], x0[:, None])
         state.draft = self.drafter.start(state, first, p0)
@@ -189,8 +229,8 @@ class SpeculativeEngine:
         return session, state, invalid_rows(p0).any()
 
     def _check_positions(self, prompt) -> None:
-        """A tree that does not fit in the model's positions fails before the prefill, naming the
-        backend parameters that set its size and the largest node budget this model allows."""
+        """A tree that does not fit in the model's positions fails before the prefill, naming the backend parameters
+        that set its size and the largest node budget this model allows."""
         limit = self.model.max_positions
         if limit is None:
             return
@@ -219,47 +259,9 @@ class SpeculativeEngine:
             raise ValueError(f"the model returned logits that are not a distribution (NaN, or no finite value) "
                              f"after {state.step} forward passes; with fp16 weights try bf16 or fp32")
         if progress is not None:
-            progress(n_done, state.batch * N)
+            progress(n_done, state.ctx.batch * N)
         if n_active == 0:
             return False
         if interrupt is not None and interrupt():
             raise GenerationInterrupted(f"generation interrupted after {state.step} forward passes")
         return True
-
-    def _forward(self, run: Run, session: Session, tree: DraftTree):
-        """The model's forward of the tree and every node's target p (the next position's)."""
-        if run.timed:  # eager only: the forward's share of the step (compiled, the step is one graph)
-            run.sync()
-            tf = time.perf_counter()
-        with self.target_mode():
-            if self.pin_width is None:
-                out = self.model.forward(session, tree.tokens, tree.parents)
-            else:
-                out = batch_invariant.pinned_forward(self.model, session, tree.tokens, tree.parents, self.pin_width)
-        if run.timed:
-            run.sync()
-            run.forward_s += time.perf_counter() - tf
-        return out, target_probs(out.cond, out.uncond, self.sampling)
-
-    def _commit(self, session: Session, state: LoopState, verdict: Verdict, at_step):
-        """Write the accepted drafts and the new pending token, keep the accepted path's KV, move
-        the frontier. Returns a flag (a committed position's target was not a distribution) and
-        the tokens each row settled."""
-        active, frontier, N = state.active, state.frontier, self.model.geometry.seq_len
-        n_acc = torch.where(active, verdict.n_accepted, 0)
-        width = verdict.tokens.shape[1]
-        slot = torch.arange(width, device=state.device)
-        new_f = frontier + n_acc + 1
-        tpos = frontier[:, None] + 1 + slot  # positions of p_path's targets
-        newly = (slot[None] <= n_acc[:, None]) & active[:, None]
-        state.write_tokens(tpos[:, :-1], newly[:, :-1], verdict.tokens[:, 1:])  # accepted drafts
-        forced_next = self.layout.forced[new_f]
-        pending = torch.where(forced_next >= 0, forced_next, verdict.pending)
-        state.write_tokens(new_f[:, None], active[:, None], pending[:, None])
-        r = state.rows[:, None].expand_as(tpos)
-        state.step_count = state.step_count + 1
-        at_step[r, torch.where(newly, tpos, state.spare)] = state.step_count
-        self.model.commit(session, verdict.path, torch.where(active, n_acc + 1, 0))
-        committed = torch.where(active, new_f.clamp(max=N - 1) - frontier, 0)
-        state.frontier = torch.where(active, new_f, frontier)
-        return (invalid_rows(verdict.p_path) & newly).any(), committed

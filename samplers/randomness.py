@@ -97,6 +97,23 @@ def sample_by_race(probs: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
     return torch.where(probs > 0, keys, -1.0).argmax(-1)
 
 
+def race_keys(p: torch.Tensor, gumbel: torch.Tensor) -> torch.Tensor:
+    """log p + G [..., V]: the target's sample is its argmax (a zero-probability token has key -inf)."""
+    return p.clamp(min=0).log() + gumbel
+
+
+def gumbel_coupling(p: torch.Tensor, gumbel: torch.Tensor) -> torch.Tensor:
+    """argmax(log p + G) with G fixed per position for the whole generation: distributed as p,
+    and two drafts of one position under nearby p's agree with high probability (SCD, Alg. 4)."""
+    return race_keys(p, gumbel).argmax(-1)
+
+
+def gumbel_top_k(q: torch.Tensor, gumbel: torch.Tensor, k: int) -> torch.Tensor:
+    """The k largest of log q + G [..., V], best first: k draws without replacement from q, the
+    first of them `gumbel_coupling(q, G)` (a position's sibling drafts in the agreement mode)."""
+    return race_keys(q, gumbel).topk(k, dim=-1).indices
+
+
 def _mulmod32(x: torch.Tensor, c: int) -> torch.Tensor:
     # (x * c) mod 2**32 without int64 overflow: split x into 16-bit halves
     return ((x & 0xFFFF) * c + ((((x >> 16) * c) & 0xFFFF) << 16)) & _M32
@@ -137,9 +154,9 @@ GUMBEL_TABLE_BYTES = 1 << 28
 
 class PositionNoise:
     """G[b, j, :] = position_gumbel(seed, b, j) for every image row b of a generation and every
-    absolute sequence position j < `positions`: looked up in a table built once when it fits in
-    GUMBEL_TABLE_BYTES (over a whole image steps * slots >= positions, so the table is also
-    less work), else hashed on demand. The same values either way, on any machine (integer
+    absolute sequence position j < `positions`: looked up in a table built at the first call when it
+    fits in GUMBEL_TABLE_BYTES (`tabled`; over a whole image steps * slots >= positions, so the table
+    is also less work), else hashed on demand. The same values either way, on any machine (integer
     hashing, one float64 -> float32 rounding)."""
 
     def __init__(self, seed: int, batch: int, positions: int, vocab_size: int, device):
@@ -147,13 +164,14 @@ class PositionNoise:
         self.vocab_size, self.positions = vocab_size, positions
         self.rows = torch.arange(batch, device=device)
         self.table = None
-        if batch * positions * vocab_size * 4 <= GUMBEL_TABLE_BYTES:
-            self.table = position_gumbel(self.key, self.rows[:, None], torch.arange(positions, device=device)[None],
-                                         vocab_size)
+        self.tabled = batch * positions * vocab_size * 4 <= GUMBEL_TABLE_BYTES
 
     def __call__(self, pos: torch.Tensor) -> torch.Tensor:
         """pos [B, ...] absolute positions of each row -> noise [B, ..., V]."""
         rows = self.rows.view(-1, *([1] * (pos.dim() - 1)))
+        if self.tabled and self.table is None:
+            self.table = position_gumbel(self.key, self.rows[:, None],
+                                         torch.arange(self.positions, device=self.rows.device)[None], self.vocab_size)
         if self.table is not None:
             return self.table[rows, pos.clamp(0, self.positions - 1)]
         return position_gumbel(self.key, rows, pos, self.vocab_size)

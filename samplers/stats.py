@@ -46,11 +46,11 @@ class GenerationStats:
         return d
 
 
-def generation_stats(engine, run, at_step: torch.Tensor, nfe: int, prefill_s: float, decode_s: float,
-                     compile: Optional[dict]) -> GenerationStats:
-    """The report of one generation of `engine` from its per-step log (`run`: engine.Run) and `at_step`
-    ([B, positions]: the decode step that settled each position)."""
-    model, B = engine.model, engine.batch
+def generation_stats(ctx, run, at_step: torch.Tensor, nfe: int, prefill_s: float, decode_s: float,
+                     compile: Optional[dict], same_image, same_image_reason) -> GenerationStats:
+    """The report of one generation (`ctx`: its run_state.RunContext) from its per-step log (`run`: engine.Run),
+    `at_step` ([B, positions]: the decode step that settled each position) and the engine's same-image verdict."""
+    model, B = ctx.model, ctx.batch
     geo, dev = model.geometry, model.device
     if run.committed:
         committed = torch.stack(run.committed, 1).cpu()  # [B, steps]
@@ -66,7 +66,7 @@ def generation_stats(engine, run, at_step: torch.Tensor, nfe: int, prefill_s: fl
     n_img = geo.num_image_tokens
     forward_s = run.forward_s if run.timed else None
     return GenerationStats(
-        backend=engine.backend.name, params=engine.backend.params(), batch=B,
+        backend=ctx.backend.name, params=ctx.backend.params(), batch=B,
         image_tokens=n_img, forced_tokens=geo.seq_len - n_img, nfe=nfe, steps=steps,
         # the prefill forward yields the first token, so AR compresses exactly 1.0
         step_compression=sum(n_img / (s + 1) for s in steps) / B,
@@ -75,18 +75,17 @@ def generation_stats(engine, run, at_step: torch.Tensor, nfe: int, prefill_s: fl
         latency_s=prefill_s + decode_s, forward_s=forward_s,
         overhead_s=None if forward_s is None else max(decode_s - forward_s, 0.0),
         peak_memory_bytes=torch.cuda.max_memory_allocated(dev) if dev.type == "cuda" else None,
-        accepted_at_step=maps, lossy=not engine.drafter.lossless, backend_report=engine.drafter.report(),
-        reproducible=engine.reproducible, compile=compile, same_image_reason=engine.same_image_reason,
-        same_image_guarantee=None if engine.same_image_guarantee is None else engine.same_image_guarantee.value,
-        sampling=asdict(engine.sampling))
+        accepted_at_step=maps, lossy=not ctx.drafter.lossless, backend_report=ctx.drafter.report(),
+        reproducible=ctx.reproducible, compile=compile, sampling=asdict(ctx.sampling),
+        same_image_reason=same_image_reason, same_image_guarantee=None if same_image is None else same_image.value)
 
 
 def chained_stats(first: GenerationStats, rows: list) -> GenerationStats:
-    """The report of a two-grid generation: `first` (the preceding stage, the whole batch) then `rows[b]` (image
-    b's grid after it, batch 1). Counts and times are summed; each second-grid prefill is a forward that yields a
-    token, as a decode step of one sequence over both grids would (AR: step compression 1.0); the per-token step
-    maps are the second grid's (the image's; the first grid's are in its own result); the settings and the backend
-    report, the first image's second grid's."""
+    """The report of a two-grid generation: `first` (the preceding stage, the whole batch) then `rows[b]` (image b's
+    grid after it, batch 1). Counts and times are summed; each second-grid prefill is a forward that yields a token, as
+    a decode step of one sequence over both grids would (AR: step compression 1.0); the per-token step maps are the
+    second grid's (the image's; the first grid's are in its own result); the settings and the backend report, the first
+    image's second grid's."""
     hist = dict(first.accepted_length_histogram)
     for r in rows:
         for k, v in r.accepted_length_histogram.items():
@@ -114,9 +113,9 @@ def chained_stats(first: GenerationStats, rows: list) -> GenerationStats:
 
 
 def busy_machine_note() -> str:
-    """"; machine busy (...)" when other processes keep every CPU core busy (the 1-minute load average at
-    least the core count: os.getloadavg, Unix), else "": timings are then slower than on an idle machine
-    and vary between runs, which a reader of one latency must know."""
+    """"; machine busy (...)" when other processes keep every CPU core busy (the 1-minute load average at least the core
+    count: os.getloadavg, Unix), else "": timings are then slower than on an idle machine and vary between runs, which a
+    reader of one latency must know."""
     import os
     try:
         load = os.getloadavg()[0]
@@ -130,10 +129,9 @@ def busy_machine_note() -> str:
 
 
 def acceptance_by_depth(histogram: dict, depths: int = 8) -> dict:
-    """{d: share of the steps that reached draft depth d (accepted d - 1 drafts) which also accepted
-    their d-th draft} from a histogram {tokens committed in a step: steps} (a step commits its
-    accepted drafts plus one token). Per-position agreement in the reproducible mode; a step whose
-    tree had no d-th draft counts as not accepting it."""
+    """{d: share of the steps that reached draft depth d (accepted d - 1 drafts) which also accepted their d-th draft}
+    from a histogram {tokens committed in a step: steps} (a step commits its accepted drafts plus one token).
+    Per-position agreement in the reproducible mode; a step whose tree had no d-th draft counts as not accepting it."""
     counts = {int(k): v for k, v in histogram.items()}
     out = {}
     for d in range(1, depths + 1):

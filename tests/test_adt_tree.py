@@ -15,7 +15,7 @@ import torch
 import specar
 from specar.model_loaders.files.drafter_files import save_drafter
 from specar.samplers.drafters.adt_tree import ADTTreeDrafter
-from specar.samplers.drafters.base import SIBLINGS_INDEPENDENT
+from specar.samplers.proposal import SIBLINGS_INDEPENDENT
 from specar.samplers.drafters.eagle import EagleConfig, EagleNet, load_eagle
 from specar.samplers.verification import rejection as rejection_mod
 from specar.tooling.testing import (EXACTNESS_MODELS, EXACTNESS_SAMPLES, chi_square_test, exact_distribution, exactness_model,

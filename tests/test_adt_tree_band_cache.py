@@ -23,7 +23,7 @@ BAND_MODEL = dict(vocab_size=8, grid=(6, 8), seed=5, row_end=True)
 
 def full_band_root(drafter: ADTTreeDrafter, state) -> torch.Tensor:
     """The root feature [R, 1, D] with every band position recomputed through the layer."""
-    B, dev, W = state.batch, state.device, drafter.attn_band
+    B, dev, W = state.ctx.batch, state.ctx.device, drafter.attn_band
     R = 2 * B if drafter.uses_cfg else B
     fR = state.frontier.repeat(2) if drafter.uses_cfg else state.frontier
     wpos = fR[:, None] - W + 1 + torch.arange(W, device=dev)

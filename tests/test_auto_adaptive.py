@@ -11,6 +11,7 @@ that one busy moment distorted is corrected by probes (auto leaves AR).
 import importlib
 import pkgutil
 import random
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -44,7 +45,7 @@ class RecordsTheConfiguredQ(InitSwitching):
         super()._init(state, window, pos, need, self.init)  # repeat_left: no random draws
         configured_q = state.draft.dist[state.rows[:, None], pos % self.ring].clone()
         super()._init(state, window, pos, need, init)
-        self._write(state, pos, need & state.layout.is_img[pos], dists=configured_q)
+        self._write(state, pos, need & state.ctx.layout.is_img[pos], dists=configured_q)
 
 
 class MadClock(auto_mod.AutoDrafter):
@@ -120,6 +121,9 @@ def test_windows_from_a_mad_clock_are_exact(monkeypatch, eager_schedule):
 
 # -- the cost policy on the host (no model forward: plan() driven with made-up counts and step times) --------
 class _Step:
+    """What auto's `plan` reads of the loop state: the step count, and whether the step runs compiled."""
+    ctx = SimpleNamespace(compiled=False)
+
     def __init__(self, step):
         self.step = step
 

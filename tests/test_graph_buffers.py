@@ -108,10 +108,10 @@ class StepWatch:
         def call(compiled, key, *args):
             if compiled.name != "decode step":
                 return original(compiled, key, *args)
-            engine, run, plan, state, session, at_step, drawn = args
+            run, plan, state, session, at_step, drawn = args
             paths = tensor_paths(state, session, at_step)
             before = {id(t): t for t in paths.values()}  # (reachable_tensors: the same walk)
-            static_paths = engine.step_graphs.static_paths.get(key, set())
+            static_paths = step_graphs_mod._STEP_GRAPHS[state.ctx.model].static_paths.get(key, set())
             ptrs = {p: t.data_ptr() for p, t in paths.items() if p in static_paths}
             compiling = key not in watch.seen
             if compiling:

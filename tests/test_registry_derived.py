@@ -20,8 +20,8 @@ from specar.samplers import backends
 import torch
 
 import specar
-from specar.samplers.drafters.base import Drafter, DraftTree
-from specar.samplers.verification.rejection import one_hot
+from specar.samplers.drafters.base import Drafter
+from specar.samplers.proposal import DraftTree, one_hot
 from specar.tooling.testing import tiny_model
 from specar.samplers.drafters.params import DraftNetworkCost, Method, StepCost, chain_tokens, param
 
@@ -48,12 +48,12 @@ class ThrowawayDrafter(Drafter):
         self.node_budget, self.slack = params.window + 1, params.window + 2
 
     def propose(self, state, plan) -> DraftTree:
-        B, N = state.batch, self.node_budget
-        pending = state.seq.gather(1, state.frontier[:, None]).clamp(max=state.vocab_size - 1)
+        B, N = state.ctx.batch, self.node_budget
+        pending = state.seq.gather(1, state.frontier[:, None]).clamp(max=state.ctx.vocab_size - 1)
         tokens = pending.expand(B, N)
-        return DraftTree(tokens=tokens, parents=[-1] + list(range(N - 1)), q=one_hot(tokens, state.vocab_size),
-                         valid=torch.ones(B, N, dtype=torch.bool, device=state.device),
-                         depth=torch.arange(N, device=state.device), max_children=1, max_depth=N - 1)
+        return DraftTree(tokens=tokens, parents=[-1] + list(range(N - 1)), q=one_hot(tokens, state.ctx.vocab_size),
+                         valid=torch.ones(B, N, dtype=torch.bool, device=state.ctx.device),
+                         depth=torch.arange(N, device=state.ctx.device), max_children=1, max_depth=N - 1)
 
 
 THROWAWAY = Method("throwaway", "Throwaway", "a 9th backend that exists only in this test", ThrowawayParams,

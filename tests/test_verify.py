@@ -6,14 +6,20 @@ the output token with the exact target by a chi-square test (fail below P_FAIL =
 import pytest
 import torch
 
-from specar.samplers.randomness import exponential_noise, position_gumbel, sample_by_race
+from specar.samplers.proposal import one_hot
+from specar.samplers.randomness import exponential_noise, gumbel_coupling, position_gumbel, sample_by_race
 from specar.samplers.verification import rejection as rejection_mod
-from specar.samplers.verification.agreement import gumbel_coupling
-from specar.samplers.verification.rejection import (maximal_coupling, mrs, one_hot, residual, verify_candidates,
-                                                  verify_chain)
+from specar.samplers.verification.rejection import mrs, residual, verify_candidates, verify_chain
 
 P_FAIL = 1e-6
 N = 200_000
+
+
+def maximal_coupling(p_new: torch.Tensor, q_old: torch.Tensor, x_old: torch.Tensor, u: torch.Tensor,
+                     noise: torch.Tensor) -> torch.Tensor:
+    """A draft for p_new maximally coupled with x_old ~ q_old: P[same token] = 1 - TV(p_new, q_old).
+    It is MRS itself (SCD, Thm. 2); the result is distributed as p_new, so p_new is its q."""
+    return mrs(p_new, q_old, x_old, u, noise)[1]
 
 
 def chi2_pvalue(tokens, p):

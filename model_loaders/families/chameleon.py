@@ -235,8 +235,7 @@ def size_options(folder: str, w: int, h: int) -> dict:
     for target in LUMINA_TARGETS:
         if (w, h) in lumina_sizes(target):
             return {"resolution": f"{w}x{h}", "target_size": target}
-    from ..resolutions import RESOLUTIONS  # the sizes the nodes list (resolutions.py imports the families)
-    offered = sorted({f"{a}x{b}" for t in LUMINA_TARGETS for a, b in lumina_sizes(t)} & set(RESOLUTIONS))
+    offered = sorted({f"{a}x{b}" for t in LUMINA_TARGETS for a, b in lumina_sizes(t)})  # all in the loader's list
     raise ValueError(f"Lumina-mGPT does not offer {w}x{h}: of the sizes listed, it offers {', '.join(offered)}")
 
 

@@ -1,19 +1,17 @@
-"""The compiled decode step of one model: the engine's `decode_step` through torch.compile (ShapeCompiled:
-fullgraph, static shapes, one graph per plan), counted in its CompileStats, shared by every generation on
-that model (kept per model while it lives, never written into the model).
+"""The compiled decode step of one model: the engine's `decode_step` through torch.compile (ShapeCompiled: fullgraph,
+static shapes, one graph per plan), counted in its CompileStats, shared by every generation on that model (kept per
+model while it lives, never written into the model).
 
-A graph cannot draw random numbers from the generation's torch.Generator (dynamo refuses one). So the first
-step of each graph key (plan and settings) runs eager and records its draws: their kinds and shapes, which
-the key fixes (the backend's parameters, the plan, batch, guidance, mode and sampling settings decide every
-draw's presence and shape; the values never do). Every later step with that key, in this generation or a
-later one, makes the same draws from the generator before its graph runs, and the graph takes them in the
-order it asks (ReplayedDraws): the numbers the eager step would have drawn, so compiled tokens are eager
-tokens.
+A graph cannot draw random numbers from the generation's torch.Generator (dynamo refuses one). So the first step of each
+graph key (plan and settings) runs eager and records its draws: their kinds and shapes, which the key fixes (the
+backend's parameters, the plan, batch, guidance, mode and sampling settings decide every draw's presence and shape; the
+values never do). Every later step with that key, in this generation or a later one, makes the same draws from the
+generator before its graph runs, and the graph takes them in the order it asks (ReplayedDraws): the numbers the eager
+step would have drawn, so compiled tokens are eager tokens.
 
-A key's graph compiles at its second step, in this generation or a later one, unless the drafter calls the
-step a one-off (`Drafter.one_off`: auto's probe of a window it does not run), which runs eager instead of
-compiling a graph, seconds on a CPU, inside whichever generation first probed it twice.
-"""
+A key's graph compiles at its second step, in this generation or a later one, unless the drafter calls the step a
+one-off (`Drafter.one_off`: auto's probe of a window it does not run), which runs eager instead of compiling a graph,
+seconds on a CPU, inside whichever generation first probed it twice."""
 from __future__ import annotations
 
 import dataclasses
@@ -32,8 +30,8 @@ _STEP_GRAPHS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 def step_graphs(model, step: Callable) -> "StepGraphs":
-    """The model's compiled decode step, made at its first compiled generation. `step`: the eager step,
-    ``step(engine, run, plan, state, session, at_step)`` (engine.decode_step)."""
+    """The model's compiled decode step, made at its first compiled generation. `step`: the eager step, ``step(run,
+    plan, state, session, at_step)`` (engine.decode_step)."""
     if not model.capturable:
         raise ValueError(f"compile=True: the {type(model).__name__} adapter cannot run inside a compiled step; "
                          f"use compile=False")
@@ -50,15 +48,15 @@ def compile_stats(model) -> Optional[CompileStats]:
 
 
 class StepGraphs:
-    """Per model: the graphs, each key's draw tape, the paths its step writes in place (CUDA graphs' static
-    addresses, seen in its eager first step), the keys compiled, and the buffer homes (graph_buffers.py)."""
+    """Per model: the graphs, each key's draw tape, the paths its step writes in place (CUDA graphs' static addresses,
+    seen in its eager first step), the keys compiled, and the buffer homes (graph_buffers.py)."""
 
     def __init__(self, model, step: Callable):
         self.step, self.stats = step, CompileStats()
 
-        def replayed(engine, run, plan, state, session, at_step, drawn: tuple):
+        def replayed(run, plan, state, session, at_step, drawn: tuple):
             state.draws = ReplayedDraws(drawn)  # the step's draws, made before it
-            return step(engine, run, plan, state, session, at_step)
+            return step(run, plan, state, session, at_step)
 
         self.graphs = ShapeCompiled(replayed, model.device, "decode step", self.stats)
         self.tapes: dict = {}  # graph key -> the draws of its step: [(kind, shape, *bounds)]
@@ -66,12 +64,12 @@ class StepGraphs:
         self.compiled: set = set()
         self.homes = BufferHomes()
 
-    def begin(self, engine) -> "GraphsRun":
-        return GraphsRun(self, engine)
+    def begin(self, ctx, timed: bool) -> "GraphsRun":
+        return GraphsRun(self, ctx, timed)
 
     def record(self, key, buffers: bool, *args):
         """A key's first step: eager, recording its draws (and, for CUDA graphs, the paths it writes in place)."""
-        state, session, at_step = args[3:]
+        state, session, at_step = args[2:]
         live = state.draws
         if buffers:
             before = tensor_paths(state, session, at_step)
@@ -88,14 +86,16 @@ class StepGraphs:
 
 
 class GraphsRun:
-    """One generation's use of the model's StepGraphs: its steps (`step`, in place of engine.decode_step)
-    and its compile report (`end`)."""
+    """One generation's use of the model's StepGraphs: its steps (`step`, in place of engine.decode_step) and its
+    compile report (`end`)."""
 
-    def __init__(self, graphs: StepGraphs, engine):
-        self.graphs, e = graphs, engine
+    def __init__(self, graphs: StepGraphs, ctx, timed: bool):
+        """`ctx`: the generation's run_state.RunContext; `timed`: each step synchronised and timed (CPU, or profile;
+        CUDA: no sync per step)."""
+        self.graphs, self.timed = graphs, timed
         # what the graphs are specialised to besides the plan and guidance (the key they are counted under)
-        self.settings = (e.backend.name, type(e.drafter), tuple(sorted(e.backend.params().items())), e.batch,
-                         e.reproducible, dataclasses.astuple(e.sampling), e.pin_width)
+        self.settings = (ctx.backend.name, type(ctx.drafter), tuple(sorted(ctx.backend.params().items())), ctx.batch,
+                         ctx.reproducible, dataclasses.astuple(ctx.sampling), ctx.pin_width)
         self.before, self.moved_before = graphs.stats.start_run(), graphs.homes.moved
         self.graph_s = 0.0  # seconds inside the graphs
         self.eager_steps = 0  # steps that ran eager (a plan's first step, or a one-off such as a probe)
@@ -108,12 +108,12 @@ class GraphsRun:
         return {**g.stats.run_report(self.before), "step_graph_s": self.graph_s, "eager_steps": self.eager_steps,
                 "buffers_rehomed": g.homes.moved - self.moved_before}
 
-    def step(self, engine, run, plan, state, session, at_step):
-        g, dev = self.graphs, engine.model.device
+    def step(self, run, plan, state, session, at_step):
+        g, dev = self.graphs, state.ctx.device
         key = self.settings + (plan, session.cfg)
-        tape, args = g.tapes.get(key), (engine, run, plan, state, session, at_step)
+        tape, args = g.tapes.get(key), (run, plan, state, session, at_step)
         buffers = uses_graph_buffers(dev)  # CUDA graphs: static addresses, copies (graph_buffers.py)
-        if tape is None or (key not in g.compiled and engine.drafter.one_off(plan)):  # eager (a probe: live draws)
+        if tape is None or (key not in g.compiled and state.ctx.drafter.one_off(plan)):  # eager (a probe: live draws)
             self.eager_steps += 1
             return g.record(key, buffers, *args) if tape is None else g.step(*args)
         live = state.draws
@@ -134,7 +134,7 @@ class GraphsRun:
             state.draws = live
         if buffers:  # what the step made lives in its CUDA graph's pool until the next replay: copies
             out = copy_graph_outputs((out, state, session), kept)[0]
-        if engine.profile or dev.type != "cuda":  # CUDA: no sync per step unless profiling
+        if self.timed:
             run.sync()
             self.graph_s += time.perf_counter() - t
         return out

@@ -43,7 +43,7 @@ class DraftsFromHiddenStates:
 
     def _start_hidden(self, state, first: ForwardOutput, columns: int) -> HiddenStates:
         """A new store of the target's hidden states (part of the drafter's state: `LoopState.draft`)."""
-        hidden = HiddenStates(first, columns, state.device)
+        hidden = HiddenStates(first, columns, state.ctx.device)
         self.uses_cfg = hidden.uses_cfg  # the generation's guidance: configuration, fixed for the generation
         return hidden
 

@@ -1,9 +1,9 @@
 """Verification by agreement: the "same image as AR" mode (docs/REPRODUCIBLE.md). Pure, batched.
 
-The target's own sample of a position is argmax(log p + G), G the position's noise (randomness.PositionNoise:
-a function of seed, image row and absolute position only), exactly what plain AR draws there. A draft is
-accepted only where it IS that sample, and the pending token is the target's sample after the last accepted
-node, so the committed tokens are AR's whatever was drafted. The same keys draw coupled drafts.
+The target's own sample of a position is argmax(log p + G), G the position's noise (randomness.PositionNoise: a function
+of seed, image row and absolute position only), exactly what plain AR draws there. A draft is accepted only where it IS
+that sample, and the pending token is the target's sample after the last accepted node, so the committed tokens are AR's
+whatever was drafted. The same keys draw coupled drafts.
 """
 from __future__ import annotations
 
@@ -11,18 +11,8 @@ from typing import Optional
 
 import torch
 
+from ..randomness import race_keys
 from .rejection import walk_tree
-
-
-def race_keys(p: torch.Tensor, gumbel: torch.Tensor) -> torch.Tensor:
-    """log p + G [..., V]: the target's sample is its argmax (a zero-probability token has key -inf)."""
-    return p.clamp(min=0).log() + gumbel
-
-
-def gumbel_coupling(p: torch.Tensor, gumbel: torch.Tensor) -> torch.Tensor:
-    """argmax(log p + G) with G fixed per position for the whole generation: distributed as p,
-    and two drafts of one position under nearby p's agree with high probability (SCD, Alg. 4)."""
-    return race_keys(p, gumbel).argmax(-1)
 
 
 def agreeing(tokens: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
@@ -44,13 +34,13 @@ def agree_chain(p: torch.Tensor, x: torch.Tensor, gumbel: torch.Tensor, enabled:
                 forced: Optional[torch.Tensor] = None, first: Optional[torch.Tensor] = None):
     """Verify draft chains by agreement, all positions at once.
 
-    p [B, T, V]: target of the position after each chain node (node 0: the pending token);
-    x [B, T - 1]: the drafts of nodes 1..T-1; gumbel [B, T, V]: the noise of the position after
-    each node; enabled [B, T - 1]; forced [B, T - 1]: structure tokens, always accepted;
-    ``first`` [B]: the outcome of node 1 when it was decided elsewhere (a sibling check).
+    p [B, T, V]: target of the position after each chain node (node 0: the pending token); x [B, T - 1]: the drafts of
+    nodes 1..T-1; gumbel [B, T, V]: the noise of the position after each node; enabled [B, T - 1]; forced [B, T - 1]:
+    structure tokens, always accepted; ``first`` [B]: the outcome of node 1 when it was decided elsewhere (a sibling
+    check).
 
-    Returns ``(n_accepted [B], samples [B, T])``: the leading drafts equal to the target's sample,
-    and the target's sample after every node; the new pending token is ``samples[b, n_accepted]``.
+    Returns ``(n_accepted [B], samples [B, T])``: the leading drafts equal to the target's sample, and the target's
+    sample after every node; the new pending token is ``samples[b, n_accepted]``.
     """
     keys = race_keys(p, gumbel)
     accepted = agreeing(x.unsqueeze(-1), keys[:, :-1]).squeeze(-1)
@@ -64,14 +54,14 @@ def agree_chain(p: torch.Tensor, x: torch.Tensor, gumbel: torch.Tensor, enabled:
 
 def agree_tree(p: torch.Tensor, tokens: torch.Tensor, parents: torch.Tensor, valid: torch.Tensor,
                forced: torch.Tensor, gumbel: torch.Tensor, max_depth: int, max_children: int):
-    """`verify_tree` by agreement: from the root (node 0, the pending token) down, the first valid
-    child equal to the target's sample after the current node (or at a structure position, where
-    every child holds the forced token) becomes the current node; padded nodes never agree.
+    """`verify_tree` by agreement: from the root (node 0, the pending token) down, the first valid child equal to the
+    target's sample after the current node (or at a structure position, where every child holds the forced token)
+    becomes the current node; padded nodes never agree.
 
-    p [B, N, V], tokens [B, N], parents [B, N], valid [B, N], forced [B, N] as in `verify_tree`;
-    gumbel [B, N, V]: the noise of the position after each node. Returns ``(n_accepted [B],
-    path [B, D + 1], pending [B])`` like `verify_tree`; pending is the target's sample after the
-    last accepted node (whether no child agreed there or the tree ended)."""
+    p [B, N, V], tokens [B, N], parents [B, N], valid [B, N], forced [B, N] as in `verify_tree`; gumbel [B, N, V]: the
+    noise of the position after each node. Returns ``(n_accepted [B], path [B, D + 1], pending [B])`` like
+    `verify_tree`; pending is the target's sample after the last accepted node (whether no child agreed there or the
+    tree ended)."""
     rows = torch.arange(p.shape[0], device=p.device)
     keys = race_keys(p, gumbel)
 
@@ -81,9 +71,3 @@ def agree_tree(p: torch.Tensor, tokens: torch.Tensor, parents: torch.Tensor, val
 
     n_acc, path, cur, _, _ = walk_tree(parents, valid, max_depth, max_children, choose)
     return n_acc, path, keys[rows, cur].argmax(-1)
-
-
-def gumbel_top_k(q: torch.Tensor, gumbel: torch.Tensor, k: int) -> torch.Tensor:
-    """The k largest of log q + G [..., V], best first: k draws without replacement from q, the
-    first of them `gumbel_coupling(q, G)` (a position's sibling drafts in the agreement mode)."""
-    return race_keys(q, gumbel).topk(k, dim=-1).indices

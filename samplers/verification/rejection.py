@@ -43,18 +43,6 @@ def mrs(p: torch.Tensor, q: torch.Tensor, x: torch.Tensor, u: torch.Tensor, nois
     return accepted, torch.where(accepted, x, fallback)
 
 
-def one_hot(tokens: torch.Tensor, vocab_size: int) -> torch.Tensor:
-    """q of deterministic candidates (copied or top-k-chosen tokens): accept with p(x)."""
-    return torch.nn.functional.one_hot(tokens, vocab_size).to(torch.float32)
-
-
-def maximal_coupling(p_new: torch.Tensor, q_old: torch.Tensor, x_old: torch.Tensor, u: torch.Tensor,
-                     noise: torch.Tensor) -> torch.Tensor:
-    """A draft for p_new maximally coupled with x_old ~ q_old: P[same token] = 1 - TV(p_new, q_old).
-    It is MRS itself (SCD, Thm. 2); the result is distributed as p_new, so p_new is its q."""
-    return mrs(p_new, q_old, x_old, u, noise)[1]
-
-
 def verify_chain(p: torch.Tensor, q: torch.Tensor, x: torch.Tensor, u: torch.Tensor, noise: torch.Tensor,
                  enabled: torch.Tensor, forced: Optional[torch.Tensor] = None, first=None):
     """Verify draft chains left to right, all positions at once.

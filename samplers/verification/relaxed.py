@@ -1,56 +1,25 @@
 """LANTERN relaxed acceptance (Jang et al.): LOSSY, off by default (`relaxed=True` on adt_tree).
 
-Image tokens whose codebook latents are close are nearly interchangeable, so LANTERN accepts a
-draft x against a relaxed target: p with the mass of x's latent neighbours moved onto x. The
-neighbourhood A(x) is x's `k` nearest codes (L2 between the model's own VQ codebook latents:
-`model.codebook.centroids` on the demo model; models without a codebook use their image-token
-input embeddings instead), taken in order of proximity while the moved mass stays within the
-total-variation budget `delta`:
+Image tokens whose codebook latents are close are nearly interchangeable, so LANTERN accepts a draft x against a relaxed
+target: p with the mass of x's latent neighbours moved onto x. The neighbourhood A(x) is x's `k` nearest codes
+(`proposal.neighbour_table`), taken in order of proximity while the moved mass stays within the TV budget `delta`:
 
     p~(x) = p(x) + sum_{y in A} p(y),   p~(y) = 0 for y in A,   TV(p, p~) = sum_{y in A} p(y) <= delta.
 
-Verification is then ordinary speculative sampling against p~ (accept x with min(1, p~(x)/q(x)),
-else the residual of p~), so every position is drawn from a distribution within delta of p.
-With several siblings the budget is shared: a later sibling is only reached with the probability
-that the earlier ones were rejected, and moves at most the budget left divided by that probability,
-so the position's output distribution stays within `delta` of the exact target (given the
-accepted prefix). Over n sampled positions the image is within 1 - (1 - delta)^n <= n delta of
-exact AR in total variation. delta = 0 is exact.
+Verification is then ordinary speculative sampling against p~ (accept x with min(1, p~(x)/q(x)), else the residual of
+p~), so every position is drawn from a distribution within delta of p. With several siblings the budget is shared: a
+later sibling is only reached with the probability that the earlier ones were rejected, and moves at most the budget
+left divided by that probability, so the position's output distribution stays within `delta` of the exact target (given
+the accepted prefix). Over n sampled positions the image is within 1 - (1 - delta)^n <= n delta of exact AR in total
+variation. delta = 0 is exact.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
+from ..proposal import Relaxed
 from ..randomness import sample_by_race
 from .rejection import residual, take
-
-
-@dataclass(frozen=True)
-class Relaxed:
-    """The relaxed rule of a proposal's tree (`DraftTree.relaxed`): A(x) = neighbours[x], budget delta; it
-    replaces `verify_candidates` at every depth of `verify_tree` (independent siblings only)."""
-
-    neighbours: torch.Tensor  # [V, k] (`neighbour_table`)
-    delta: float
-
-    def siblings(self, p, candidates, u, noise, qs, valid):
-        return relaxed_candidates(p, candidates, u, noise, qs, valid, self.neighbours, self.delta)
-
-
-def neighbour_table(model, k: int) -> torch.Tensor:
-    """[V, k'] the k' = min(k, V - 1) nearest other codes of every image code, nearest first."""
-    V = model.geometry.vocab_size
-    codebook = getattr(model, "codebook", None)
-    if codebook is not None and getattr(codebook, "centroids", None) is not None:
-        lat = codebook.centroids.float().cpu()
-    else:  # no VQ codebook exposed (tiny models): the image tokens' input embeddings
-        lat = model.embed_tokens(torch.arange(V, device=model.device)).float().cpu()
-    dist = torch.cdist(lat, lat)
-    dist.fill_diagonal_(float("inf"))
-    kk = max(min(k, V - 1), 1)
-    return dist.topk(kk, dim=-1, largest=False).indices
 
 
 def relax(r: torch.Tensor, x: torch.Tensor, neighbours: torch.Tensor, allowed: torch.Tensor):
@@ -64,20 +33,20 @@ def relax(r: torch.Tensor, x: torch.Tensor, neighbours: torch.Tensor, allowed: t
     return rt, moved
 
 
-def relaxed_candidates(p, candidates, u, noise, qs, valid, neighbours, delta):
-    """`verify_candidates` (independent candidates) against the relaxed targets; shared budget."""
+def relaxed_candidates(rule: Relaxed, p, candidates, u, noise, qs, valid):
+    """`verify_candidates` (independent siblings) against `rule`'s relaxed targets (`DraftTree.relaxed`); one budget."""
     K = candidates.shape[-1]
     r = p
     index = torch.full(candidates.shape[:-1], -1, dtype=torch.long, device=p.device)
     token = torch.zeros_like(index)
     open_ = torch.ones_like(index, dtype=torch.bool)
-    budget = torch.full(index.shape, float(delta), device=p.device)  # absolute TV left at this position
+    budget = torch.full(index.shape, float(rule.delta), device=p.device)  # absolute TV left at this position
     reach = torch.ones(index.shape, device=p.device)  # probability of reaching this candidate
     for k in range(K):
         x = candidates[..., k]
         q_k = qs[..., k, :]
         live = open_ & valid[..., k]
-        rt, moved = relax(r, x, neighbours, budget / reach.clamp(min=1e-12))
+        rt, moved = relax(r, x, rule.neighbours, budget / reach.clamp(min=1e-12))
         acc_p = take(rt, x)
         acc = live & (u[..., k] * take(q_k, x) < acc_p)
         index = torch.where(acc, k, index)

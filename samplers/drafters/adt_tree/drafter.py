@@ -39,10 +39,11 @@ from dataclasses import dataclass, replace
 import torch
 
 from ....model_loaders.contract import ForwardOutput
-from ...verification.agreement import gumbel_top_k
-from ...verification.rejection import one_hot
-from ...verification.relaxed import Relaxed, neighbour_table
-from ..base import BEYOND_IMAGE, SIBLINGS_INDEPENDENT, SIBLINGS_WITHOUT_REPLACEMENT, DraftTree, Drafter, LoopState, Verdict
+from ...proposal import (SIBLINGS_INDEPENDENT, SIBLINGS_WITHOUT_REPLACEMENT, DraftTree, Relaxed, Verdict,
+                         neighbour_table, one_hot)
+from ...randomness import gumbel_top_k
+from ...run_state import BEYOND_IMAGE, LoopState
+from ..base import Drafter
 from ..eagle import load_eagle
 from ..hidden_states import DraftsFromHiddenStates, HiddenStates
 from ..params import DraftNetworkCost, Method, StepCost
@@ -125,9 +126,9 @@ class ADTTreeDrafter(SampledTrees, DraftsFromHiddenStates, Drafter):
 
     # -- start -------------------------------------------------------------------------------
     def start(self, state: LoopState, first: ForwardOutput, p0: torch.Tensor) -> "ADTTreeState":
-        B, dev = state.batch, state.device
+        B, dev = state.ctx.batch, state.ctx.device
         # hidden.states[r, j]: the target feature whose output predicted position j (j = 0: the prompt's last)
-        hidden = self._start_hidden(state, first, state.layout.ext + 2)
+        hidden = self._start_hidden(state, first, state.ctx.layout.ext + 2)
         # the EAGLE layer's keys / values of committed positions, by position (last column: spare).
         # One layer: position j's K/V depend on its own input (f_{j-1}, t_j, j) only, all final once
         # j is committed, so a band position computed in an earlier step is read back, never
@@ -136,8 +137,8 @@ class ADTTreeDrafter(SampledTrees, DraftsFromHiddenStates, Drafter):
         R = 2 * B if self.uses_cfg else B
         return ADTTreeState(hidden=hidden, d=torch.full((B,), self.d0, dtype=torch.long, device=dev),
                             k=torch.full((B,), self.k0, dtype=torch.long, device=dev),
-                            dk_at=torch.zeros(B, state.layout.ext + 2, 2, dtype=torch.long, device=dev),
-                            band_kv=self.net.new_cache(R, state.layout.ext + 3, dev, torch.float32))
+                            dk_at=torch.zeros(B, state.ctx.layout.ext + 2, 2, dtype=torch.long, device=dev),
+                            band_kv=self.net.new_cache(R, state.ctx.layout.ext + 3, dev, torch.float32))
 
     def host_hint(self, state: LoopState):
         act = state.active
@@ -166,7 +167,7 @@ class ADTTreeDrafter(SampledTrees, DraftsFromHiddenStates, Drafter):
         position f - attn_band + 1 + i): the K/V of positions computed in earlier steps read from
         `band_kv`, the newest `fresh` positions run through the layer (and stored there). Returns
         (kv, root feature [R, 1, D], band_valid [R, W], fR [R])."""
-        B, dev = state.batch, state.device
+        B, dev = state.ctx.batch, state.ctx.device
         R, W, A, rows = (2 * B if self.uses_cfg else B), self.attn_band, self.fresh, state.rows
         rrows = torch.arange(R, device=dev)[:, None]
         f = state.frontier
@@ -219,7 +220,7 @@ class ADTTreeDrafter(SampledTrees, DraftsFromHiddenStates, Drafter):
         """plan: (dmax, kmax), the deepest and widest tree an active row asks for (`host_hint`)."""
         if self.candidate_mode == "sampled":
             return self._propose_sampled(state, plan)
-        B, V, dev, layout = state.batch, state.vocab_size, state.device, state.layout
+        B, V, dev, layout = state.ctx.batch, state.ctx.vocab_size, state.ctx.device, state.ctx.layout
         dmax, kmax = max(plan[0], 1), max(plan[1], 1)
         R, W = (2 * B if self.uses_cfg else B), self.attn_band
         f = state.frontier
@@ -239,8 +240,8 @@ class ADTTreeDrafter(SampledTrees, DraftsFromHiddenStates, Drafter):
             pos_d = f + d
             forced = layout.forced[pos_d.clamp(max=layout.ext - 1)]
             kk = min(kmax, V)
-            if state.reproducible:  # the best of log q + G[position]: the coupled draft first (docs/REPRODUCIBLE.md)
-                tok = gumbel_top_k(q_e, state.position_noise(pos_d)[:, None], kk)
+            if state.ctx.reproducible:  # the best of log q + G[position]: the coupled draft first (REPRODUCIBLE.md)
+                tok = gumbel_top_k(q_e, state.ctx.position_noise(pos_d)[:, None], kk)
                 lq = q_e.gather(-1, tok)
             else:
                 lq, tok = q_e.topk(kk, dim=-1)  # [B, e, kk]
@@ -290,7 +291,7 @@ class ADTTreeDrafter(SampledTrees, DraftsFromHiddenStates, Drafter):
         """The DraftTree of the generated nodes `sel` [B, keep] (global indices, generation order),
         padded to node_budget. q_nodes [B, E, V] / q_index [B, L]: sampled mode, the q each node
         was drawn from (its parent's); else one-hot q (deterministic candidates)."""
-        B, V, dev, f = state.batch, state.vocab_size, state.device, state.frontier
+        B, V, dev, f = state.ctx.batch, state.ctx.vocab_size, state.ctx.device, state.frontier
         N = self.node_budget
         inv = torch.zeros(B, L + 1, dtype=torch.long, device=dev)  # global index -> tree index
         inv.scatter_(1, sel + 1, torch.arange(1, keep + 1, device=dev).expand(B, keep))
@@ -326,7 +327,7 @@ class ADTTreeDrafter(SampledTrees, DraftsFromHiddenStates, Drafter):
     # -- observe -----------------------------------------------------------------------------
     def observe(self, state: LoopState, plan, tree: DraftTree, verdict: Verdict, p: torch.Tensor,
                 out: ForwardOutput, previous_frontier: torch.Tensor) -> "ADTTreeState":
-        B, dev, act, ds = state.batch, state.device, state.active, state.draft
+        B, dev, act, ds = state.ctx.batch, state.ctx.device, state.active, state.draft
         n_acc = torch.where(act, verdict.n_accepted, 0)
         path = verdict.path  # [B, Dmax + 1]
         width = path.shape[1]
@@ -346,13 +347,13 @@ class ADTTreeDrafter(SampledTrees, DraftsFromHiddenStates, Drafter):
         # adjacency initialisation of the next tree, then bisection from this tree's acceptance
         d, k = state.draft.d, state.draft.k
         if self.tree_init == "above":
-            up = state.frontier - state.layout.geometry.row_stride
+            up = state.frontier - state.ctx.layout.geometry.row_stride
             rec = state.draft.dk_at[state.rows, up.clamp(min=0)]
             has = (up >= 0) & (rec[:, 0] > 0)
             d, k = torch.where(has, rec[:, 0], d), torch.where(has, rec[:, 1], k)
         elif self.tree_init == "random":
-            d = state.randint(self.d_lo, self.d_hi + 1, B)
-            k = state.randint(self.k_lo, self.k_hi + 1, B)
+            d = state.draws.randint(self.d_lo, self.d_hi + 1, (B,))
+            k = state.draws.randint(self.k_lo, self.k_hi + 1, (B,))
         # best_first: alpha against the depth of the shape this step drafted (d numbers shapes)
         alpha = n_acc.float() / (tree.max_depth if self.plans is not None else state.draft.d.float())
         up_ = alpha >= self.beta

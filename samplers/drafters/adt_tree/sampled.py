@@ -6,7 +6,8 @@ import math
 
 import torch
 
-from ..base import BEYOND_IMAGE, DraftTree, LoopState
+from ...proposal import DraftTree
+from ...run_state import BEYOND_IMAGE, LoopState
 
 NEG = -1e30  # score of an absent candidate
 ACCEPT_GUESS = 0.8  # sampled mode: assumed acceptance of a node's first draw (orders the expansion)
@@ -30,7 +31,7 @@ class SampledTrees:
         the path), i.e. by values of that layer and above; that only decides the existence of
         the NEXT layer's draws, which are fresh and independent of it. There is no final rerank
         (EAGLE-2 prunes a node by its own score: biased for sampled candidates)."""
-        B, V, dev, layout = state.batch, state.vocab_size, state.device, state.layout
+        B, V, dev, layout = state.ctx.batch, state.ctx.vocab_size, state.ctx.device, state.ctx.layout
         dmax, kmax = max(plan[0], 1), max(plan[1], 1)
         R, W = (2 * B if self.uses_cfg else B), self.attn_band
         f = state.frontier
@@ -83,7 +84,7 @@ class SampledTrees:
             n_alloc = n_alloc + layer_alloc
             # 2. draws: Gumbel-top-k = an ordered sample without replacement from q
             # reproducible: every node of the layer with its position's noise (the coupled draft first)
-            gum = state.position_noise(pos_d)[:, None] if state.reproducible else -state.noise(B, E, V).log()
+            gum = state.ctx.position_noise(pos_d)[:, None] if state.ctx.reproducible else -state.noise(B, E, V).log()
             tok = (q_e.log() + gum).topk(Ckd, dim=-1).indices  # [B, E, Ckd] in draw order
             if Ckd < Cd:
                 tok = torch.cat([tok, tok.new_zeros(B, E, Cd - Ckd)], -1)

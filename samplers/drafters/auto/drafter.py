@@ -10,7 +10,7 @@ from typing import Optional
 
 import torch
 
-from ..base import LoopState
+from ...run_state import LoopState
 from ..jacobi import JacobiDrafter, JacobiPlan, JacobiState
 from .cost import CostModel
 from .trials import TRIAL_BELOW, InitTrials, candidate_inits
@@ -76,17 +76,17 @@ class AutoDrafter(JacobiDrafter):
 
     def _new_state(self, state: LoopState, first) -> AutoState:
         ds = super()._new_state(state, first)
-        ds.counts = torch.zeros(2 + len(self.policy.order) + 2, dtype=torch.long, device=state.device)
+        ds.counts = torch.zeros(2 + len(self.policy.order) + 2, dtype=torch.long, device=state.ctx.device)
         return ds
 
     def start(self, state: LoopState, first, p0):
         self.reset_policy()
         # the memory (`AutoMemory`), measured costs in the same-image-as-AR mode only: with it off a seed gives the
         # same image again (docs/REPRODUCIBLE.md). Its key without the calibration, set by the engine after `start`
-        if self.cost.measured and state.reproducible:
-            setting = dataclasses.astuple(self.sampling), dataclasses.astuple(self.params), state.batch, True
-            self.memory_at = weakref.ref(state.model), setting + (torch.get_num_threads(),)
-        self.row_codes = state.layout.geometry.row_stride
+        if self.cost.measured and state.ctx.reproducible:
+            setting = dataclasses.astuple(self.sampling), dataclasses.astuple(self.params), state.ctx.batch, True
+            self.memory_at = weakref.ref(state.ctx.model), setting + (torch.get_num_threads(),)
+        self.row_codes = state.ctx.layout.geometry.row_stride
         return super().start(state, first, p0)
 
     def reset_policy(self) -> None:
@@ -128,7 +128,7 @@ class AutoDrafter(JacobiDrafter):
         # a window larger than the last step's reaches undrafted positions (`observe` drafts up to the new frontier
         # + its own window); compiled, every drafting step grows (an empty mask when it did not): one graph per window
         last = self.last.window if self.last is not None else self.window
-        grow = window > last or (self.compiled_step and window > 0)
+        grow = window > last or (state.ctx.compiled and window > 0)
         # built for the next step only where they pay at this window (the next step most often runs it)
         branches = self.policy.tree_pays(window)
         tree = counts.want_tree > 0 and branches
@@ -178,7 +178,7 @@ class AutoDrafter(JacobiDrafter):
             chain_n = torch.where(won, 1, n)  # the windows' counts are the chain's: one token where a branch won
             branch = torch.stack([carried.sum(), (n - chain_n).sum()])
         else:
-            chain_n, branch = n, torch.zeros(2, dtype=torch.long, device=state.device)
+            chain_n, branch = n, torch.zeros(2, dtype=torch.long, device=state.ctx.device)
         credits = torch.minimum(chain_n[None, :], self.order_t[:, None] + 1).sum(1)  # [windows]: min(n, W + 1)
         ds.counts = torch.cat([torch.stack([chain_n.sum(), active.sum()]), credits, branch])
         return ds

@@ -51,8 +51,10 @@ import torch
 
 from ....model_loaders.contract import ForwardOutput
 from ...randomness import sample_by_race
-from ...verification.agreement import gumbel_top_k
-from ..base import DraftTree, Drafter, LoopState, Verdict
+from ...proposal import DraftTree, Verdict
+from ...randomness import gumbel_top_k
+from ...run_state import LoopState
+from ..base import Drafter
 from ..hidden_states import DraftsFromHiddenStates, HiddenStates
 from ..params import DraftNetworkCost, Method, StepCost
 from .network import load_heads
@@ -133,11 +135,11 @@ class HawkDrafter(DraftsFromHiddenStates, Drafter):
     def start(self, state: LoopState, first: ForwardOutput, p0: torch.Tensor) -> HiddenStates:
         """The drafter's state: the store of the target's hidden states by position."""
         self.stats_acc = []  # (source of each accepted draft) when `collect`: acceptance per head
-        return self._start_hidden(state, first, state.layout.ext + 3)
+        return self._start_hidden(state, first, state.ctx.layout.ext + 3)
 
     # -- propose -----------------------------------------------------------------------------
     def propose(self, state: LoopState, plan=None) -> "HawkTree":
-        B, V, dev, layout = state.batch, state.vocab_size, state.device, state.layout
+        B, V, dev, layout = state.ctx.batch, state.ctx.vocab_size, state.ctx.device, state.ctx.layout
         n, v, S, N, L = self.n, self.v, self.S, self.node_budget, self.L
         f = state.frontier
         hid = state.draft.states
@@ -181,8 +183,8 @@ class HawkDrafter(DraftsFromHiddenStates, Drafter):
         node_q = self._recorded_q(pool_q[:, kk], source)  # [B, N, V]
         draw_q = pool_q[:, kk].gather(2, source[:, :, None, None].expand(B, N, 1, V)).squeeze(2)
         pos = (f[:, None] + depth).clamp(max=layout.ext - 1)
-        if state.reproducible:  # sample r of a source: the (r+1)-th best of log q + G[position] (draws w/o replacement)
-            ranked = gumbel_top_k(draw_q, state.position_noise(pos), min(self.c, V))
+        if state.ctx.reproducible:  # sample r of a source: the (r+1)-th best of log q + G[position] (w/o replacement)
+            ranked = gumbel_top_k(draw_q, state.ctx.position_noise(pos), min(self.c, V))
             tokens = ranked.gather(2, (pair // S).clamp(max=ranked.shape[2] - 1)[:, :, None]).squeeze(2)
         else:
             tokens = sample_by_race(draw_q, state.noise(B, N, V))
@@ -202,7 +204,7 @@ class HawkDrafter(DraftsFromHiddenStates, Drafter):
     # -- observe -----------------------------------------------------------------------------
     def observe(self, state: LoopState, plan, tree: "HawkTree", verdict: Verdict, p: torch.Tensor,
                 out: ForwardOutput, previous_frontier: torch.Tensor) -> HiddenStates:
-        dev, act = state.device, state.active
+        dev, act = state.ctx.device, state.active
         n_acc = torch.where(act, verdict.n_accepted, 0)
         path = verdict.path
         width = path.shape[1]

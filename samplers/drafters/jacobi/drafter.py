@@ -19,9 +19,10 @@ import torch
 
 from ....model_loaders.contract import ForwardOutput
 from ...randomness import sample_by_race
-from ...verification.agreement import gumbel_coupling, race_keys
-from ...verification.rejection import one_hot
-from ..base import BEYOND_IMAGE, ChainVerdict, DraftChain, Drafter, LoopState
+from ...proposal import ChainVerdict, DraftChain, one_hot
+from ...randomness import gumbel_coupling, race_keys
+from ...run_state import BEYOND_IMAGE, LoopState
+from ..base import Drafter
 from ..params import Method, StepCost, chain_tokens
 from .params import ARParams, JacobiParams, SCDParams, SJDPACParams, SJDParams
 
@@ -99,13 +100,13 @@ class JacobiDrafter(Drafter):
     # -- start -------------------------------------------------------------------------------
     def _new_state(self, state: LoopState, first: ForwardOutput) -> JacobiState:
         """The drafter's state at the start (`state_class`: a subclass fills its own fields after this)."""
-        B, V, dev = state.batch, state.vocab_size, state.device
+        B, V, dev = state.ctx.batch, state.ctx.vocab_size, state.ctx.device
         return self.state_class(dist=torch.zeros(B, self.ring + 1, V, device=dev), drafted=state.frontier.clone(),
                            in_tree=torch.zeros(B, dtype=torch.bool, device=dev),
                            stall=torch.zeros(B, dtype=torch.long, device=dev))
 
     def start(self, state: LoopState, first: ForwardOutput, p0: torch.Tensor) -> JacobiState:
-        B, dev = state.batch, state.device
+        B, dev = state.ctx.batch, state.ctx.device
         ds = state.draft = self._new_state(state, first)
         self._write(state, state.frontier[:, None], state.active[:, None], dists=p0[:, None])
         T = self.shapes[self.window][0]
@@ -126,13 +127,13 @@ class JacobiDrafter(Drafter):
         T, chain_parents, tree_parents = self.shapes[plan.window]
         ds, rows = state.draft, state.rows
         if plan.grow:  # positions the window reaches for the first time get drafted by `init`
-            pos = state.frontier[:, None] + torch.arange(1, T, device=state.device)
+            pos = state.frontier[:, None] + torch.arange(1, T, device=state.ctx.device)
             self._init(state, plan.window, pos, (pos > ds.drafted[:, None]) & state.active[:, None], plan.init)
             ds.drafted = torch.where(state.active, torch.maximum(ds.drafted, state.frontier + T - 1), ds.drafted)
-        pos = state.frontier[:, None] + torch.arange(T, device=state.device)
+        pos = state.frontier[:, None] + torch.arange(T, device=state.ctx.device)
         chain = DraftChain(tokens=state.seq.gather(1, pos), parents=chain_parents, length=T)
         if T > 1:  # the drafts' q (by agreement: unused) and the slots this step verifies
-            chain.q = None if state.reproducible else ds.dist[rows[:, None], pos % self.ring]
+            chain.q = None if state.ctx.reproducible else ds.dist[rows[:, None], pos % self.ring]
             chain.enabled = self._enabled(state, plan, pos[:, 1:])
         if plan.tree:  # proactive drafting: K-1 extra branches of depth D under the pending token
             chain.tokens = torch.cat([chain.tokens, ds.branch_tok.flatten(1)], 1)
@@ -143,13 +144,13 @@ class JacobiDrafter(Drafter):
     def _enabled(self, state: LoopState, plan: JacobiPlan, dpos: torch.Tensor) -> torch.Tensor:
         """[B, T-1] the chain slots this step verifies: the window's image drafts (and the forced tokens
         among them), none past the end of the image."""
-        layout = state.layout
+        layout = state.ctx.layout
         return (layout.is_img[dpos].long().cumsum(-1) <= plan.window) & (layout.forced[dpos] != BEYOND_IMAGE)
 
     # -- observe -----------------------------------------------------------------------------
     def observe(self, state: LoopState, plan: JacobiPlan, tree: DraftChain, verdict: ChainVerdict,
                 p_all: torch.Tensor, out: ForwardOutput, previous_frontier: torch.Tensor) -> JacobiState:
-        dev, active, ds = state.device, state.active, state.draft
+        dev, active, ds = state.ctx.device, state.active, state.draft
         T = self.shapes[plan.window][0]
         frontier, new_frontier, n_acc, p = previous_frontier, state.frontier, verdict.n_accepted, verdict.p_path
         slot = torch.arange(T, device=dev)
@@ -159,7 +160,7 @@ class JacobiDrafter(Drafter):
         # re-draft the positions verification did not reach (we have their stale-context p)
         n_en = verdict.n_enabled
         refine = (tpos > new_frontier[:, None]) & (tpos <= (frontier + n_en + 1)[:, None]) & active[:, None] \
-            & state.layout.is_img[tpos]
+            & state.ctx.layout.is_img[tpos]
         y, q_y = self._redraft(state, p, tpos, verdict.mrs_out, verdict.noise)
         self._write(state, tpos, refine, y, q_y)
         # drafts for positions entering the window, then the proactive tree after a rejection
@@ -205,15 +206,15 @@ class JacobiDrafter(Drafter):
         drafter's own); record their q."""
         if window == 0:  # AR drafts nothing
             return
-        layout, V, strat = state.layout, state.vocab_size, init or self.init
+        layout, V, strat = state.ctx.layout, state.ctx.vocab_size, init or self.init
         need = need & layout.is_img[pos]
         B, K = pos.shape
         # the last image position before the first one to draft: the source of left-initialisation
         first = torch.where(need, pos, pos[:, -1:]).min(-1).values
         left = layout.prev_img[first].clamp(min=0)
         if strat == "random":
-            uniform = torch.full((B, K, V), 1.0 / V, device=state.device)
-            x = state.sample_at(uniform, pos) if state.reproducible else state.randint(0, V, B, K)
+            uniform = torch.full((B, K, V), 1.0 / V, device=state.ctx.device)
+            x = state.sample_at(uniform, pos) if state.ctx.reproducible else state.draws.randint(0, V, (B, K))
             self._write(state, pos, need, x, uniform)
             return
         stride = layout.geometry.row_stride
@@ -238,7 +239,7 @@ class JacobiDrafter(Drafter):
         return self._coupled_draft(state, p, tpos, mrs_out, noise), p
 
     def _coupled_draft(self, state, p, tpos, mrs_out, noise):
-        if state.reproducible:  # the target's own samples at tpos (agreement verification): argmax(log p + G)
+        if state.ctx.reproducible:  # the target's own samples at tpos (agreement verification): argmax(log p + G)
             return mrs_out
         fresh = sample_by_race(p, noise)
         kind, alpha = self.redraft, self.coupling_strength
@@ -249,9 +250,9 @@ class JacobiDrafter(Drafter):
             # after the last slot had none, so it is drafted fresh
             coupled = torch.cat([mrs_out, fresh[:, -1:]], dim=1)
         else:  # Gumbel coupling: the noise of each (row, position), fixed for the generation
-            coupled = gumbel_coupling(p, state.position_noise(tpos))
+            coupled = gumbel_coupling(p, state.ctx.position_noise(tpos))
         if alpha < 1.0:
-            coin = state.uniform(*coupled.shape) < alpha
+            coin = state.draws.rand(coupled.shape) < alpha
             coupled = torch.where(coin, coupled, fresh)
         return coupled
 
@@ -260,14 +261,14 @@ class JacobiDrafter(Drafter):
         the distributions recorded there. Depth 1: candidates drawn WITHOUT replacement from q
         at frontier+1, excluding the chain's own draft (which is the first draw); deeper nodes:
         drawn independently for every branch from that position's q."""
-        B, K, D, V, layout = state.batch, self.K, self.D, state.vocab_size, state.layout
-        bpos = state.frontier[:, None] + torch.arange(1, D + 1, device=state.device)  # [B, D]
+        B, K, D, V, layout = state.ctx.batch, self.K, self.D, state.ctx.vocab_size, state.ctx.layout
+        bpos = state.frontier[:, None] + torch.arange(1, D + 1, device=state.ctx.device)  # [B, D]
         q = state.draft.dist[state.rows[:, None], bpos % self.ring]  # [B, D, V]
         first = state.seq.gather(1, bpos[:, :1]).clamp(0, V - 1)  # the chain's draft at depth 1
-        if state.reproducible:
+        if state.ctx.reproducible:
             # the best K-1 of log q + G after the chain's draft (its own best when drafted from this q);
             # deeper: every branch the position's coupled draft (only the branch that agrees is followed)
-            gumbel = state.position_noise(bpos)
+            gumbel = state.ctx.position_noise(bpos)
             keys = race_keys(q[:, 0], gumbel[:, 0]).scatter(1, first, float("-inf"))
             order = keys.topk(K - 1, dim=-1).indices
             ok1 = q[:, 0].gather(1, order) > 0

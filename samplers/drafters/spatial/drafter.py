@@ -28,7 +28,7 @@ from typing import Optional
 import torch
 
 from ...randomness import sample_by_race
-from ..base import LoopState
+from ...run_state import LoopState
 from ..hidden_states import DraftsFromHiddenStates, HiddenStates
 from ..jacobi import JacobiDrafter, JacobiState, jacobi_step_cost
 from ..params import DraftNetworkCost, Method, StepCost
@@ -64,8 +64,8 @@ class SpatialDrafter(DraftsFromHiddenStates, JacobiDrafter):
         ds = super()._new_state(state, first)
         self.drafted_by = torch.zeros(2, dtype=torch.long)  # [by a head, by init] (collect only)
         # hidden.states[r, j + 1]: the latest hidden state computed at position j
-        ds.hidden = self._start_hidden(state, first, state.layout.ext + 2)
-        ds.hid_upto = torch.full((state.batch,), -1, dtype=torch.long, device=state.device)
+        ds.hidden = self._start_hidden(state, first, state.ctx.layout.ext + 2)
+        ds.hid_upto = torch.full((state.ctx.batch,), -1, dtype=torch.long, device=state.ctx.device)
         return ds
 
     # -- observe: keep the forward's hidden states, then the Jacobi update (which drafts entering positions)
@@ -74,7 +74,7 @@ class SpatialDrafter(DraftsFromHiddenStates, JacobiDrafter):
         if self.heads is not None:
             T, act = self.shapes[plan.window][0], state.active
             spare = ds.hidden.spare
-            col = previous_frontier[:, None] + 1 + torch.arange(T, device=state.device)  # chain slot i: position f + i
+            col = previous_frontier[:, None] + 1 + torch.arange(T, device=state.ctx.device)  # chain slot i: position f+i
             col = torch.where(act[:, None], col.clamp(max=spare - 1), spare)
             ds.hidden.write(state.rows, col, out.hidden[:, :T],
                               out.hidden_uncond[:, :T] if self.uses_cfg else None)
@@ -84,7 +84,7 @@ class SpatialDrafter(DraftsFromHiddenStates, JacobiDrafter):
     # -- drafting entering positions -------------------------------------------------------------
     def _init(self, state, window, pos, need, init=None):
         if window and self.heads is not None:
-            need = need & ~self._head_drafts(state, pos, need & state.layout.is_img[pos])
+            need = need & ~self._head_drafts(state, pos, need & state.ctx.layout.is_img[pos])
         super()._init(state, window, pos, need, init)  # the rest: the `init` rule
 
     def _heads_q(self, state, hp):
@@ -93,7 +93,7 @@ class SpatialDrafter(DraftsFromHiddenStates, JacobiDrafter):
         B = hp.shape[0]
         rows = state.rows[:, None, None]
         hid, spare = state.draft.hidden.states, state.draft.hidden.spare
-        g, reached = None, torch.zeros(hp.shape, dtype=torch.bool, device=state.device)
+        g, reached = None, torch.zeros(hp.shape, dtype=torch.bool, device=state.ctx.device)
         for d in range(1, self.depths + 1):
             src = hp[:, :, None] - d * self.stride + self.taps  # [B, M, taps] source positions
             ok = (src[:, :, 0] >= -1) & (src[:, :, -1] <= state.draft.hid_upto[:, None]) & ~reached
@@ -116,10 +116,10 @@ class SpatialDrafter(DraftsFromHiddenStates, JacobiDrafter):
         stride - last tap, hid_upto = drafted), so only the first M = min(head_depths * stride - last tap, K)
         entering positions can be reached: the heads run on those M (a fixed shape), not on the
         whole window."""
-        B, K = pos.shape
+        (B, K), V = pos.shape, state.ctx.vocab_size
         M = min(self.depths * self.stride - self.last_tap, K)
         first = torch.maximum(state.draft.drafted + 1, pos[:, 0])  # the first entering position
-        hp = first[:, None] + torch.arange(M, device=state.device)  # [B, M] positions the heads may reach
+        hp = first[:, None] + torch.arange(M, device=state.ctx.device)  # [B, M] positions the heads may reach
         at = hp - pos[:, :1]  # their index in `pos`
         inside = (at >= 0) & (at < K)
         need_hp = inside & need.gather(1, at.clamp(0, K - 1))
@@ -131,10 +131,10 @@ class SpatialDrafter(DraftsFromHiddenStates, JacobiDrafter):
             conf = state.draft.dist[state.rows[:, None], torch.where(known, above % self.ring, self.ring)].amax(-1)
             use = use & ~(known & (conf >= self.head_below))
         # reproducible: the shared position-noise draw; otherwise this module's race (tests plant a bug in it)
-        x = state.sample_at(q, hp) if state.reproducible else sample_by_race(q, state.noise(B, M, state.vocab_size))
+        x = state.sample_at(q, hp) if state.ctx.reproducible else sample_by_race(q, state.noise(B, M, V))
         self._write(state, hp, use, x, q)
         # back to `pos`'s columns (a scatter, no host read); column K takes the positions not drafted
-        drafted = torch.zeros(B, K + 1, dtype=torch.bool, device=state.device)
+        drafted = torch.zeros(B, K + 1, dtype=torch.bool, device=state.ctx.device)
         drafted = drafted.scatter(1, torch.where(use, at, K), True)[:, :K]
         if self.collect:
             self.drafted_by += torch.stack([use.sum(), (need & ~drafted).sum()]).cpu()
