@@ -53,8 +53,7 @@ DEFAULT_BACKEND = "auto"
 
 
 def bench_configs() -> list:
-    """The bench's default run: every registered method's defaults, then the variants it declares (experimental
-    methods only when named: `bench --backends spatial`)."""
+    """The bench's default run: each method's defaults, then its variants (experimental ones only when named)."""
     return [c for m in SCHEMAS.values() for c in m.bench_configs()]
 
 

@@ -59,7 +59,7 @@ class RunContext:
     compiled: bool  # the step runs compiled, one graph per plan value (a drafter may then plan fewer values)
     backend: Any  # its backends.BackendConfig (name, parameters)
     drafter: Any  # the backend's `Drafter`
-    target_mode: Any  # the context of every target forward (batch_invariant.plan)
+    target_mode: Any  # the context of every target forward (batch_invariant.target_forward_mode)
     pin_width: Optional[int]  # every target forward at this width (shape pinning), or None
 
 

@@ -143,9 +143,7 @@ class Method:
     # the bench's default run (`python -m specar bench`) beyond the method's defaults: more settings,
     # 'key=value,...' (e.g. the paper's ablation)
     bench_variants: tuple = ()
-    # not yet ahead of the method it builds on in any measured time: out of the bench's default run, last in the
-    # registry (so in the node's list) and labelled so; it stays lossless and tested like every backend
-    experimental: bool = False
+    experimental: bool = False  # not ahead in any measured time yet: out of bench's default run, listed last, labelled
 
     @functools.cached_property
     def params(self) -> tuple:
@@ -173,6 +171,4 @@ class Method:
 
     def bench_configs(self) -> tuple:
         """This method's configurations in the bench's default run: its defaults, then its variants."""
-        if self.experimental:
-            return ()
-        return (self.name,) + tuple(f"{self.name}:{v}" for v in self.bench_variants)
+        return () if self.experimental else (self.name,) + tuple(f"{self.name}:{v}" for v in self.bench_variants)

@@ -149,9 +149,8 @@ def spatial_step_cost(p: dict, row_codes: int, reports: list) -> StepCost:
 
 
 SPATIAL = Method("spatial", "Spatial (experimental)", "experimental: a Jacobi window over the rows ahead, drafted by trained spatial heads from the "
-                 "rows above and refined by the target, with proactive branches (Hawk + SJD-PAC + SCD). Measured by "
-                 "python -m specar bench --regime: with same_image_as_ar on (the default) it commits fewer tokens "
-                 "per forward than sjd_pac at window 64 on the demo model and is slower on a CPU, it leads only with "
-                 "same_image_as_ar off in the paper regime (docs/BENCHMARKS.md)",
+                 "rows above and refined by the target, with proactive branches (Hawk + SJD-PAC + SCD). With "
+                 "same_image_as_ar on it commits fewer tokens per forward than sjd_pac at window 64 on the demo model "
+                 "and is slower on a CPU; it leads only with it off in the paper regime (docs/BENCHMARKS.md)",
                  SpatialParams, SpatialDrafter, drafter_kind="spatial", train="spatial:train_spatial",
                  step_cost=spatial_step_cost, experimental=True)
