@@ -29,7 +29,7 @@ import torch
 from ..model_loaders.contract import ARImageModel, EncodedPrompt, Session
 from ..model_loaders.precision import batch_invariant
 from .backends import BackendConfig
-from .compiled_step.forward_costs import calibrate
+from .forward_costs import calibrate
 from .compiled_step.step_graphs import step_graphs
 from .drafters.base import Drafter
 from .proposal import DraftTree, Verdict

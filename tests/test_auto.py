@@ -107,7 +107,7 @@ def test_calibration_is_cached_per_model_and_leaves_the_tokens_alone():
     with a fresh calibration and one with the cached table give the same tokens under the
     deterministic cost model... and the measured costs are timed once per setting, kept by the
     engine per model (never written into the model)."""
-    from specar.samplers.compiled_step.forward_costs import _FORWARD_COSTS
+    from specar.samplers.forward_costs import _FORWARD_COSTS
     mdl = exactness_model("v4-2x2")
     _FORWARD_COSTS.pop(mdl, None)
     specar.generate(mdl, "hi", backend="auto", seed=5, batch_size=4)

@@ -10,7 +10,7 @@ from specar.model_loaders.contract import ARImageModel
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 USERS = ("samplers/engine.py", "samplers/api.py", "samplers/stats.py", "samplers/compiled_step/step_graphs.py",
-         "samplers/compiled_step/forward_costs.py")
+         "samplers/forward_costs.py")
 
 
 def _is_model(node) -> bool:

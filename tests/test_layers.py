@@ -17,7 +17,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LAYERS = {"tooling": 4, "nodes": 3, "cli": 3, "training": 2, "testing": 2, "samplers": 1, "model_loaders": 0}
 PRODUCT = tuple(LAYERS)  # folders, and testing.py (the tiny models of the bench and the tests)
 # samplers/, top to bottom: the entry point; the loop; what it is given; the phases; what they share; the basics
-SAMPLER_LAYERS = {"__init__": 6, "api": 5, "engine": 4, "preview": 4, "backends": 3, "stats": 3, "threads": 3,
+SAMPLER_LAYERS = {"__init__": 6, "api": 5, "engine": 4, "preview": 4, "backends": 3, "stats": 3, "threads": 3, "forward_costs": 3,
                   "drafters": 2, "verification": 2, "compiled_step": 2, "proposal": 1, "run_state": 1,
                   "randomness": 0, "target": 0}
 

@@ -18,7 +18,7 @@ import torch
 
 import specar
 from specar.samplers.verification import agreement as agreement_mod
-from specar.samplers.compiled_step.forward_costs import _FORWARD_COSTS
+from specar.samplers.forward_costs import _FORWARD_COSTS
 from specar.samplers.randomness import GUMBEL_TABLE_BYTES, PositionNoise, position_gumbel
 from specar.tooling.testing import EXACTNESS_SETTINGS, check_exact, exactness_model, greedy_and_argmax, tiny_model
 

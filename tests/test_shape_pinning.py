@@ -112,7 +112,7 @@ def test_a_bad_pin_width_is_refused(model, bad):
 
 
 def test_adaptive_forward_costs_under_pinning_are_the_pinned_forwards(model):
-    from specar.samplers.compiled_step.forward_costs import calibrate
+    from specar.samplers.forward_costs import calibrate
 
     class Drafter:  # auto's side of the calibration: the shapes it may choose, then their costs
         def cost_shapes(self):

@@ -4,5 +4,4 @@
 - shape_compiled.py: torch.compile of one function, one graph per shape key, counted; its settings
 - few_rows_matmul.py: the CPU graph's products of a few rows as a multiply-and-sum
 - graph_buffers.py: CUDA graphs' static addresses, copies of a replay's outputs, buffer homes
-- forward_costs.py: the forward costs an adaptive drafter plans with, measured once per model
 """
