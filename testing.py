@@ -9,7 +9,7 @@ from typing import Union
 import torch
 
 from .model_loaders.contract import ImageGeometry
-from .model_loaders.families.llama import LlamaConfig, LlamaDecoder
+from .model_loaders.llama_decoder import LlamaConfig, LlamaDecoder
 from .model_loaders.families.llama_adapter import IMAGE_OFFSET, LlamaImageModel, byte_text_encoder
 
 

@@ -15,7 +15,7 @@ SHAPES = {
 def random_decoder(shape: dict, device, dtype, max_positions: int):
     """A random-weight LlamaDecoder allocated directly on `device` in `dtype` (no float32 copy of the 7B
     weights, no file)."""
-    from ..model_loaders.families.llama import LlamaConfig, LlamaDecoder, rope_tables
+    from ..model_loaders.llama_decoder import LlamaConfig, LlamaDecoder, rope_tables
     cfg = LlamaConfig(vocab_size=shape["vocab_size"], hidden_size=shape["hidden_size"],
                       num_layers=shape["num_layers"], num_heads=shape["num_heads"],
                       intermediate_size=shape["intermediate_size"], max_positions=max_positions)

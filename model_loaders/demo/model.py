@@ -9,7 +9,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file
 
 from ..contract import ImageGeometry
-from ..families.llama import LlamaConfig, LlamaDecoder
+from ..llama_decoder import LlamaConfig, LlamaDecoder
 from ..families.llama_adapter import IMAGE_OFFSET, LlamaImageModel
 from ..precision.quantize import quantize_module
 from .text import VOCAB, word_encoder

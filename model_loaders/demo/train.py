@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import save_file
 
-from ..families.llama import LlamaConfig, LlamaDecoder
+from ..llama_decoder import LlamaConfig, LlamaDecoder
 from ..families.llama_adapter import BOI, BOS, IMAGE_OFFSET, PAD
 from .data import dataset
 from .text import VOCAB, word_encoder

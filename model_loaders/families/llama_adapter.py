@@ -12,7 +12,7 @@ import torch
 from ..contract import EncodedPrompt, ImageGeometry, check_texts
 from ..kv.slot_model import SlotCacheModel
 from ..kv.store import gather_slots
-from .llama import LlamaDecoder
+from ..llama_decoder import LlamaDecoder
 
 PAD, BOS, BOI, ROW_END = 0, 1, 2, 3
 IMAGE_OFFSET = 4

@@ -42,7 +42,7 @@ from ..kv.slot_model import SlotCacheModel
 from ..kv.store import SlotKV, attend, write_slots
 from ..precision.quantize import quantize_module
 from .hf_common import decode_in_chunks
-from .llama import RMSNorm
+from ..llama_decoder import RMSNorm
 from .llamagen_vq import load_llamagen_vq
 
 # heads of the authors' GPT sizes, by width (gpt.py GPT_models: B, L, XL, XXL, XXXL, 1B, 3B, 7B)

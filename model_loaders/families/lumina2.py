@@ -52,7 +52,7 @@ from ..kv.store import SlotKV, attend, write_slots
 from ..precision.quantize import check_mode, quantize_module
 from .chameleon import LUMINA_PATCH, lumina_grid, lumina_sizes
 from .hf_common import decode_in_chunks
-from .llama import RMSNorm, apply_rope
+from ..llama_decoder import RMSNorm, apply_rope
 from .lumina2_vq import load_movqgan
 
 IMAGE_TOKEN_OFFSET = 155000  # vocabulary id of image code 0 (the authors' get_image_token)

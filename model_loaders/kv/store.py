@@ -5,7 +5,7 @@ tokens' keys / values at their slots (`write_slots`) and attends over the whole 
 layout's mask (kv/slots.py): rows of a batch hold different committed lengths, rollback is free
 (uncommitted slots are masked, and overwritten later) and the shapes never change. Committing a tree path
 copies its nodes to consecutive slots (`gather_slots`). Our decoders keep a `SlotKV` (our small Llama, a
-plain list of `empty_layer`s: families/llama.py says why); the transformers adapters a `SlotCache`
+plain list of `empty_layer`s: llama_decoder.py says why); the transformers adapters a `SlotCache`
 (kv/transformers_cache.py) whose layers use the same functions.
 """
 from __future__ import annotations

@@ -31,7 +31,7 @@ from torch import nn
 
 import torch.nn.functional as F
 
-from ....model_loaders.families.llama import Attention, Block, LlamaConfig, rope_tables
+from ....model_loaders.llama_decoder import Attention, Block, LlamaConfig, rope_tables
 from ....model_loaders.kv.store import empty_layer
 
 KIND = "eagle"  # drafter.json's kind

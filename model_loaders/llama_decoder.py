@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..kv.store import attend, empty_layer, write_slots
+from .kv.store import attend, empty_layer, write_slots
 
 
 @dataclass
