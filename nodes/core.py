@@ -25,7 +25,7 @@ from .report import heatmap, report
 # the models this node pack has generated with (its own state, never written into the model object): a model's
 # first generation carries one-time costs (weights paged in, calibration) that the report names
 _GENERATED: "weakref.WeakSet" = weakref.WeakSet()
-from .widgets import validate
+from .widgets import comfy_message, validate
 
 
 def out_of_memory_message(values: dict, model) -> str:
@@ -183,23 +183,33 @@ def pil_to_tensor(images) -> torch.Tensor:
 
 
 def backend_config(values: dict):
-    """(SamplerSettings, BackendConfig) from the sampler's values; ValueError names the bad value
-    (ranges, choices, and the checks between parameters, once)."""
+    """(SamplerSettings, BackendConfig) from the sampler's values; ValueError names the bad value. Each value is
+    checked once: the backend's parameters by `make_backend` (their `Param` checks, named as the node's inputs),
+    the others by their widget (widgets.py: the same `Param` check), then the checks between parameters."""
     values = nest_dotted(values)
-    err = validate(sampler_spec().inputs, values)
+    err = validate([w for w in sampler_spec().inputs if w.name != "backend"], values)
     if err:
         raise ValueError(err)
     settings = sampler_settings(values)
     schema = _backends.SCHEMAS[settings.backend]
-    err = setting_conflicts(schema, settings.params, values.get("same_image_as_ar", REPRODUCIBLE_DEFAULT))
-    if err:
-        raise ValueError(err)
+    conflict = setting_conflicts(schema, settings.params, values.get("same_image_as_ar", REPRODUCIBLE_DEFAULT))
+    try:
+        config = _backends.make_backend(settings.backend, **{
+            p.name: resolve_drafter(settings.params[p.name], p.folder_of, p.name) if p.folder_of else
+            settings.params[p.name] for p in schema.params if p.name in settings.params})
+    except ValueError as e:
+        raise ValueError(conflict or node_message(schema, str(e), flat=not isinstance(values["backend"], dict)))
+    if conflict:
+        raise ValueError(conflict)
     sampling_overrides(values)  # a bad temperature refused with the rest, before anything runs
-    params = dict(settings.params)
-    for p in schema.params:
-        if p.folder_of and p.name in params:
-            params[p.name] = resolve_drafter(params[p.name], p.folder_of)
-    return settings, _backends.make_backend(settings.backend, **params)
+    return settings, config
+
+
+def node_message(schema, message: str, flat: bool) -> str:
+    """`make_backend`'s message as the node's: a parameter named as the node's input (flat: "sjd_window")."""
+    if flat and message.split(" ", 1)[0] in {p.name for p in schema.params}:
+        message = f"{schema.name}_{message}"
+    return comfy_message(message)
 
 
 def setting_conflicts(schema, params: dict, same_image: bool) -> Optional[str]:

@@ -20,18 +20,20 @@ _refused: dict = {}  # node id (str) -> message, for the prompt posted last
 _switches_dropped: list = []  # [True] where the sampler's switches are DynamicCombos (ComfyUI drops a bad value)
 
 
-def _boolean_inputs(node) -> set:
-    """The on/off inputs of a node declaration by their API names: flat, and "<switch>.<input>" (DynamicCombo)."""
+def _boolean_inputs(node) -> dict:
+    """The on/off inputs of a node declaration by their API names (flat, and "<switch>.<input>" of a DynamicCombo):
+    each one's widget under that name."""
+    from dataclasses import replace
     from .widgets import Switch
-    names = set()
+    named = {}
     for w in node.inputs:
         if isinstance(w, Switch):
             for key, widgets in w.options.items():
-                names |= {n for x in widgets if x.kind == "BOOLEAN"
-                          for n in (w.flat_name(key, x), f"{w.name}.{x.name}")}
+                named.update({n: replace(x, name=n) for x in widgets if x.kind == "BOOLEAN"
+                              for n in (w.flat_name(key, x), f"{w.name}.{x.name}")})
         elif w.kind == "BOOLEAN":
-            names.add(w.name)
-    return names
+            named[w.name] = w
+    return named
 
 
 def _posted(inputs: dict, name: str, default=None):
@@ -51,8 +53,9 @@ def sampler_refusal(inputs: dict) -> Optional[str]:
                 return err
     booleans = _boolean_inputs(node)
     for name, value in inputs.items():
-        if name in booleans and not isinstance(value, (bool, list)):
-            return f"{name} must be true or false, got {value!r} (ComfyUI would run any other value as on)"
+        err = None if name not in booleans or isinstance(value, list) else booleans[name].check(value)
+        if err:
+            return f"{err} (ComfyUI would run any other value as on)"
     return None
 
 

@@ -138,16 +138,16 @@ def param_widget(p, label: str, drafter_choices: Callable[[str], list]) -> Widge
     if p.help.startswith("LOSSY"):
         extra["specar_lossy"] = True
     if isinstance(p.default, bool):
-        return Widget(p.name, "BOOLEAN", tooltip, default=p.default, extra=extra)
+        return Widget(p.name, "BOOLEAN", tooltip, default=p.default, extra=extra, source=p)
     if isinstance(p.default, int):
         return Widget(p.name, "INT", tooltip, default=p.default, min=int(p.lo), max=INT_MAX if p.hi is None else
-                      int(p.hi), step=1)
+                      int(p.hi), step=1, source=p)
     if isinstance(p.default, float):
         step = 0.01 if p.hi is not None and p.hi <= 1 else 0.05
-        return Widget(p.name, "FLOAT", tooltip, default=p.default, min=p.lo, max=p.hi, step=step)
+        return Widget(p.name, "FLOAT", tooltip, default=p.default, min=p.lo, max=p.hi, step=step, source=p)
     if p.choices:
-        return Widget(p.name, "COMBO", tooltip, default=p.default, options=tuple(p.choices), extra=extra)
-    return Widget(p.name, "STRING", tooltip, default=p.default)
+        return Widget(p.name, "COMBO", tooltip, default=p.default, options=tuple(p.choices), extra=extra, source=p)
+    return Widget(p.name, "STRING", tooltip, default=p.default, source=p)
 
 
 def backend_switch(drafter_choices: Callable[[str], list] = lambda kind: []) -> Switch:
