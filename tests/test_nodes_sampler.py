@@ -116,7 +116,8 @@ def test_speedup_is_measured_against_ar_in_the_same_execution(comfy):
 
     def recording_generate(model, prompt, backend="sjd", **kw):
         # the node passes its validated BackendConfig (the compare run: the name "ar")
-        calls.append((getattr(backend, "name", backend), kw["seed"], kw["batch_size"], kw["cfg_scale"], kw["top_k"]))
+        calls.append((getattr(backend, "name", backend), kw["seed"], kw["batch_size"], kw["sampling"].cfg_scale,
+                      kw["sampling"].top_k))
         return real_generate(model, prompt, backend=backend, **kw)
 
     core.generate = recording_generate
@@ -220,7 +221,7 @@ def test_custom_top_k_0_means_all_tokens(comfy, monkeypatch):
     None, which is the model's recommended top-k (256 on the demo model: what it silently was)."""
     model, = execute(v1.SpecARModelLoader, model="demo", device="auto", dtype="auto")[0]
     seen, real_generate = [], core.generate
-    monkeypatch.setattr(core, "generate", lambda *a, **kw: seen.append(kw["top_k"]) or real_generate(*a, **kw))
+    monkeypatch.setattr(core, "generate", lambda *a, **kw: seen.append(kw["sampling"].top_k) or real_generate(*a, **kw))
     values = sampler_values(backend="ar", guidance="custom", cfg_scale=2.0, top_k=0, seed=3)
     _, tokens, stats, _ = execute(v1.SpecARSampler, model=model, **values)[0]
     assert seen == [0]

@@ -14,6 +14,7 @@ import pytest
 
 import specar
 from specar.nodes import layouts, models, spec, v1
+from specar.samplers.target import SamplingParams
 from specar.samplers import backends
 from specar.samplers.backends import SCHEMAS
 from specar.samplers.drafters.base import Drafter
@@ -171,14 +172,14 @@ def test_sampler_widgets_follow_backend_schemas(monkeypatch):
     nested = {"backend": {"backend": "fake", "window": 4, "lossy": True}, "guidance": {"guidance": "model default"}}
     for values in (flat, nested):
         got = layouts.sampler_settings(values)
-        assert (got.backend, got.params, got.cfg_scale, got.top_k) == ("fake", {"window": 4, "lossy": True}, None, None)
+        assert (got.backend, got.params, got.sampling) == ("fake", {"window": 4, "lossy": True}, SamplingParams(None, None, None, None))
     custom = layouts.sampler_settings({"backend": "sjd", "guidance": "custom", "cfg_scale": 0.0, "top_k": 0})
-    assert (custom.cfg_scale, custom.top_k) == (0.0, 0)  # custom top_k 0 = all tokens (no top-k), not None (the model's)
+    assert (custom.sampling.cfg_scale, custom.sampling.top_k) == (0.0, 0)  # custom top_k 0 = all tokens (no top-k), not None (the model's)
     # SpecAR 0.1 API prompts: shared names, window 0 / cfg_scale -1 / top_k 0 = the default
     legacy = layouts.sampler_settings({"backend": "sjd_pac", "window": 0, "tree_depth": 2, "init": "random",
                                     "cfg_scale": -1.0, "top_k": 0})
-    assert (legacy.params, legacy.cfg_scale, legacy.top_k) == ({"tree_depth": 2, "init": "random"}, None, None)
+    assert (legacy.params, legacy.sampling.cfg_scale, legacy.sampling.top_k) == ({"tree_depth": 2, "init": "random"}, None, None)
     legacy = layouts.sampler_settings({"backend": "sjd", "window": 8, "tree_depth": 2, "cfg_scale": 2.0, "top_k": 7})
-    assert (legacy.params, legacy.cfg_scale, legacy.top_k) == ({"window": 8}, 2.0, 7)
+    assert (legacy.params, legacy.sampling.cfg_scale, legacy.sampling.top_k) == ({"window": 8}, 2.0, 7)
     with pytest.raises(ValueError, match="backend must be one of ar, .*fake; got 'turbo'"):
         layouts.sampler_settings({"backend": "turbo"})
