@@ -238,15 +238,6 @@ def setting_conflicts(schema, params: dict, same_image: bool) -> Optional[str]:
             f"{'them' if len(changes) > 1 else 'it'} on the node (the web extension does when you pick the value)")
 
 
-def sampler_error(values: dict) -> Optional[str]:
-    """The sampler's own validation of its values (None = valid)."""
-    try:
-        backend_config(values)
-    except ValueError as e:
-        return str(e)
-    return None
-
-
 SPEEDUP_HISTORY = 20  # compare_with_ar ratios kept per setting (this process): the verdict's samples
 _speedups: dict = {}
 
@@ -297,8 +288,8 @@ def run_sampler(model, values: dict, progress: Optional[Callable] = None, interr
     one_time = first_run or bool(res.stats.compile and res.stats.compile.get("compiles"))
     if ar_stats is not None and not one_time:  # the same settings' earlier ratios in this process, and this one
         key = (id(model), settings.backend, repr(sorted(settings.params.items())), settings.sampling, batch,
-               bool(values.get("compile")),
-               values["prompt"], common["negative_prompt"], common["reproducible"], common["images"] is not None)
+               bool(values.get("compile")), values["prompt"], common["negative_prompt"], common["reproducible"],
+               common["images"] is not None)
         ratios = _speedups.setdefault(key, [])
         ratios.append(ar_stats.latency_s / max(res.stats.latency_s, 1e-9))
         del ratios[:-SPEEDUP_HISTORY]
@@ -337,4 +328,4 @@ def decode_tokens(tokens) -> torch.Tensor:
     return pil_to_tensor(images)
 
 
-__all__ = ["backend_config", "decode_tokens", "heatmap", "run_sampler", "run_sampler_in_comfy", "sampler_error"]
+__all__ = ["backend_config", "decode_tokens", "heatmap", "run_sampler", "run_sampler_in_comfy"]

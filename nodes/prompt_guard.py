@@ -20,20 +20,18 @@ _refused: dict = {}  # node id (str) -> message, for the prompt posted last
 _switches_dropped: list = []  # [True] where the sampler's switches are DynamicCombos (ComfyUI drops a bad value)
 
 
-def _boolean_inputs(node) -> dict:
-    """The on/off inputs of a node declaration by their API names (flat, and "<switch>.<input>" of a DynamicCombo):
-    each one's widget under that name."""
-    from dataclasses import replace
+def _boolean_inputs(node) -> set:
+    """The on/off inputs of a node declaration by their API names: flat, and "<switch>.<input>" (DynamicCombo)."""
     from .widgets import Switch
-    named = {}
+    names = set()
     for w in node.inputs:
         if isinstance(w, Switch):
             for key, widgets in w.options.items():
-                named.update({n: replace(x, name=n) for x in widgets if x.kind == "BOOLEAN"
-                              for n in (w.flat_name(key, x), f"{w.name}.{x.name}")})
+                names |= {n for x in widgets if x.kind == "BOOLEAN"
+                          for n in (w.flat_name(key, x), f"{w.name}.{x.name}")}
         elif w.kind == "BOOLEAN":
-            named[w.name] = w
-    return named
+            names.add(w.name)
+    return names
 
 
 def _posted(inputs: dict, name: str, default=None):
@@ -44,7 +42,8 @@ def _posted(inputs: dict, name: str, default=None):
 
 def sampler_refusal(inputs: dict) -> Optional[str]:
     from . import spec
-    from .widgets import Switch
+    from ..samplers.drafters.params import Param
+    from .widgets import Switch, input_error
     node = spec.sampler_spec()
     for w in node.inputs if _switches_dropped else ():  # flat: a plain combo, which ComfyUI checks itself
         if isinstance(w, Switch) and w.name in inputs and not isinstance(inputs[w.name], list):
@@ -53,7 +52,7 @@ def sampler_refusal(inputs: dict) -> Optional[str]:
                 return err
     booleans = _boolean_inputs(node)
     for name, value in inputs.items():
-        err = None if name not in booleans or isinstance(value, list) else booleans[name].check(value)
+        err = None if name not in booleans or isinstance(value, list) else input_error(Param(name, False, ""), value)
         if err:
             return f"{err} (ComfyUI would run any other value as on)"
     return None

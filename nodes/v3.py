@@ -79,8 +79,6 @@ def _refusal(cls):
 def build_nodes(io) -> list:
     """The V3 node classes, for the given `comfy_api.latest.io` module, which has the DynamicCombo (a ComfyUI without
     it runs the V1 classes, whose inputs are the same, flat)."""
-    if not dynamic_combo_available(io):
-        raise ValueError("the V3 nodes need ComfyUI's DynamicCombo (ComfyUI 0.3.76 or newer); older: nodes/v1.py")
     types = {
         spec.MODEL_TYPE: io.Custom(spec.MODEL_TYPE),
         spec.TOKENS_TYPE: io.Custom(spec.TOKENS_TYPE),

@@ -94,7 +94,11 @@ def generate(model: ARImageModel, prompt, backend=DEFAULT_BACKEND, seed: int = 0
     if sampling is not None and any(v is not None for v in loose.values()):
         raise ValueError(f"give the sampling settings as sampling= or as keyword arguments, not both (got sampling= and "
                          f"{', '.join(k for k, v in loose.items() if v is not None)})")
-    sampling = model_sampling(model, SamplingParams(**loose) if sampling is None else sampling)
+    asked = SamplingParams(**loose) if sampling is None else sampling  # a None field: the model's value
+    defaults = {**dict(cfg_scale=1.0, temperature=1.0, top_p=1.0), **getattr(model, "default_sampling", {})}
+    defaults["top_k"] = defaults.get("top_k") or 0  # None: the model's; 0: off
+    sampling = SamplingParams(**{k: defaults[k] if getattr(asked, k) is None else getattr(asked, k) for k in loose}
+                              ).validated(model.geometry.vocab_size)
     _check_seed(seed)
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
@@ -119,19 +123,6 @@ def generate(model: ARImageModel, prompt, backend=DEFAULT_BACKEND, seed: int = 0
         encoded = model.encode_prompt(prompt, negative_prompt) if isinstance(prompt, str) else \
             model.check_prompt(prompt)
         return _run(model, encoded, seed, batch_size, progress, preview, **run)
-
-
-def model_sampling(model: ARImageModel, requested: SamplingParams) -> SamplingParams:
-    """`requested` with each None field the model's recommended value (`default_sampling`, else 1.0 and no top-k /
-    top-p), validated: the one place a "model default" is resolved."""
-    defaults = getattr(model, "default_sampling", {})
-    c, t, k, p = requested.cfg_scale, requested.temperature, requested.top_k, requested.top_p
-    return SamplingParams(
-        cfg_scale=defaults.get("cfg_scale", 1.0) if c is None else c,
-        temperature=defaults.get("temperature", 1.0) if t is None else t,
-        top_k=(defaults.get("top_k") or 0) if k is None else k,  # None: the model's; 0: off
-        top_p=defaults.get("top_p", 1.0) if p is None else p,
-    ).validated(model.geometry.vocab_size)
 
 
 def _run(model, encoded, seed, batch, progress, preview, spec, sampling, interrupt, engine) -> GenerationResult:
