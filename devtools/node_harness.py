@@ -64,14 +64,14 @@ def comfy_modules(monkeypatch, tmp_path):
 
 
 def flavours():
-    """v1: INPUT_TYPES classes; v3: current ComfyUI (DynamicCombo); v3-flat: V3 without DynamicCombo."""
-    return ["v1", "v3", "v3-flat"]
+    """v1: INPUT_TYPES classes (ComfyUI without DynamicCombo, the floor 0.3.64); v3: ComfyUI with DynamicCombo."""
+    return ["v1", "v3"]
 
 
 def node_classes(flavour):
     if flavour == "v1":
         return dict(v1.NODE_CLASS_MAPPINGS)
-    return {cls.__name__: cls for cls in v3.build_nodes(stubs.make_io(with_dynamic_combo=flavour == "v3"))}
+    return {cls.__name__: cls for cls in v3.build_nodes(stubs.make_io())}
 
 
 def is_dynamic(cls) -> bool:

@@ -12,12 +12,11 @@
 - layouts.py: the sampler's values in every layout (DynamicCombo, flat, SpecAR 0.1), mapped by name;
 - workflows.py: the example workflows, generated from spec.py.
 
-`NODE_CLASS_MAPPINGS` holds the V3 classes under a ComfyUI with the V3 DynamicCombo (ComfyUI registers the
-classes of NODE_CLASS_MAPPINGS whatever their API, and ignores `comfy_entrypoint` when that dictionary
-exists), and the V1 classes otherwise (importing this package never needs ComfyUI): without DynamicCombo the
-two flavours have the same flat inputs, and ComfyUI 0.3.x checks the choices of V1 combos when a prompt is
-queued but not those of V3 combos (a drafter folder not in the list, dtype float64 passed).
-`comfy_entrypoint` is the V3 registration hook for loaders that prefer it.
+`NODE_CLASS_MAPPINGS` holds the V3 classes under a ComfyUI with the V3 DynamicCombo (0.3.76 and newer; ComfyUI
+registers the classes of NODE_CLASS_MAPPINGS whatever their API), and the V1 classes otherwise, as on the floor,
+0.3.64 (importing this package never needs ComfyUI): ComfyUI 0.3.x checks the choices of V1 combos when a prompt
+is queued but not those of V3 combos (a drafter folder not in the list, dtype float64 passed). No
+`comfy_entrypoint`: ComfyUI reads it only from a pack without NODE_CLASS_MAPPINGS (nodes.py load_custom_node).
 """
 from __future__ import annotations
 
@@ -48,22 +47,4 @@ models.register_model_folder()  # inside ComfyUI: models/specar becomes a model 
 prompt_guard.register(dynamic=NODE_API == "v3")  # inside ComfyUI: the refusals checked on the prompt as posted
 
 
-async def comfy_entrypoint():
-    """V3 registration: a ComfyExtension listing the V3 node classes."""
-    from comfy_api.latest import ComfyExtension, io
-
-    from .v3 import build_nodes
-
-    node_list = NODES if NODE_API == "v3" else build_nodes(io)
-
-    class SpecARExtension(ComfyExtension):
-        async def on_load(self) -> None:
-            models.register_model_folder()
-
-        async def get_node_list(self):
-            return list(node_list)
-
-    return SpecARExtension()
-
-
-__all__ = ["NODE_API", "NODE_CLASS_MAPPINGS", "NODE_DISPLAY_NAME_MAPPINGS", "NODES", "comfy_entrypoint"]
+__all__ = ["NODE_API", "NODE_CLASS_MAPPINGS", "NODE_DISPLAY_NAME_MAPPINGS", "NODES"]

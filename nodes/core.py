@@ -25,7 +25,7 @@ from .report import heatmap, report
 # the models this node pack has generated with (its own state, never written into the model object): a model's
 # first generation carries one-time costs (weights paged in, calibration) that the report names
 _GENERATED: "weakref.WeakSet" = weakref.WeakSet()
-from .widgets import validate
+from .widgets import comfy_message, validate
 
 
 def out_of_memory_message(values: dict, model) -> str:
@@ -183,23 +183,32 @@ def pil_to_tensor(images) -> torch.Tensor:
 
 
 def backend_config(values: dict):
-    """(SamplerSettings, BackendConfig) from the sampler's values; ValueError names the bad value
-    (ranges, choices, and the checks between parameters, once)."""
+    """(SamplerSettings, BackendConfig) from the sampler's values; ValueError names the bad value. Each value is
+    checked once: the backend's parameters by `make_backend` (their `Param` checks, named as the node's inputs),
+    the others by their widget (widgets.py: the same `Param` check), then the checks between parameters."""
     values = nest_dotted(values)
-    err = validate(sampler_spec().inputs, values)
+    err = validate([w for w in sampler_spec().inputs if w.name != "backend"], values)
     if err:
         raise ValueError(err)
     settings = sampler_settings(values)
     schema = _backends.SCHEMAS[settings.backend]
-    err = setting_conflicts(schema, settings.params, values.get("same_image_as_ar", REPRODUCIBLE_DEFAULT))
-    if err:
-        raise ValueError(err)
-    sampling_overrides(values)  # a bad temperature refused with the rest, before anything runs
-    params = dict(settings.params)
-    for p in schema.params:
-        if p.folder_of and p.name in params:
-            params[p.name] = resolve_drafter(params[p.name], p.folder_of)
-    return settings, _backends.make_backend(settings.backend, **params)
+    conflict = setting_conflicts(schema, settings.params, values.get("same_image_as_ar", REPRODUCIBLE_DEFAULT))
+    try:
+        config = _backends.make_backend(settings.backend, **{
+            p.name: resolve_drafter(settings.params[p.name], p.folder_of, p.name) if p.folder_of else
+            settings.params[p.name] for p in schema.params if p.name in settings.params})
+    except ValueError as e:
+        raise ValueError(conflict or node_message(schema, str(e), flat=not isinstance(values["backend"], dict)))
+    if conflict:
+        raise ValueError(conflict)
+    return settings, config
+
+
+def node_message(schema, message: str, flat: bool) -> str:
+    """`make_backend`'s message as the node's: a parameter named as the node's input (flat: "sjd_window")."""
+    if flat and message.split(" ", 1)[0] in {p.name for p in schema.params}:
+        message = f"{schema.name}_{message}"
+    return comfy_message(message)
 
 
 def setting_conflicts(schema, params: dict, same_image: bool) -> Optional[str]:
@@ -229,27 +238,6 @@ def setting_conflicts(schema, params: dict, same_image: bool) -> Optional[str]:
             f"{'them' if len(changes) > 1 else 'it'} on the node (the web extension does when you pick the value)")
 
 
-def sampling_overrides(values: dict) -> dict:
-    """The sampler's temperature and top_p as `generate` takes them: None (the model's recommended value) for the
-    "model default" values (spec.MODEL_TEMPERATURE, spec.MODEL_TOP_P); ValueError for a negative temperature other
-    than that one."""
-    from .spec import MODEL_TEMPERATURE, MODEL_TOP_P
-    t, p = float(values.get("temperature", MODEL_TEMPERATURE)), float(values.get("top_p", MODEL_TOP_P))
-    if t < 0 and t != MODEL_TEMPERATURE:
-        raise ValueError(f"temperature must be {MODEL_TEMPERATURE:g} (the model's recommended value) or in [0, 10] "
-                         f"(0: greedy), got {t:g}")
-    return {"temperature": None if t == MODEL_TEMPERATURE else t, "top_p": None if p == MODEL_TOP_P else p}
-
-
-def sampler_error(values: dict) -> Optional[str]:
-    """The sampler's own validation of its values (None = valid)."""
-    try:
-        backend_config(values)
-    except ValueError as e:
-        return str(e)
-    return None
-
-
 SPEEDUP_HISTORY = 20  # compare_with_ar ratios kept per setting (this process): the verdict's samples
 _speedups: dict = {}
 
@@ -265,17 +253,16 @@ def run_sampler(model, values: dict, progress: Optional[Callable] = None, interr
     preview = None
     if mode != "off" and hasattr(progress, "show"):  # only where something shows it (ComfyUI's progress bar)
         preview = PartialImage(model, progress.show, overlay=mode == "image + acceptance", **PREVIEW_THROTTLE)
-    sampling = dict(seed=values["seed"], cfg_scale=settings.cfg_scale, top_k=settings.top_k,
-                    **sampling_overrides(values), negative_prompt=values.get("negative_prompt", ""), batch_size=batch,
-                    interrupt=interrupt, reproducible=values.get("same_image_as_ar", REPRODUCIBLE_DEFAULT),
-                    images=values.get("reference_images"))  # IMAGE [B,H,W,C]: B references (None: text only)
+    common = dict(seed=values["seed"], sampling=settings.sampling, negative_prompt=values.get("negative_prompt", ""),
+                  batch_size=batch, interrupt=interrupt, reproducible=values.get("same_image_as_ar", REPRODUCIBLE_DEFAULT),
+                  images=values.get("reference_images"))  # IMAGE [B,H,W,C]: B references (None: text only)
     compare = bool(values.get("compare_with_ar")) and settings.backend != "ar"
     # compare_with_ar: one progress bar over both generations (the backend's run fills its first half, AR's
     # the second), so the bar does not sit at 100% while AR runs
     first_run = model not in _GENERATED  # one-time costs fall on this run
     with compile_stage.listening(getattr(progress, "stage", None)):
         res = generate(model, values["prompt"], backend=config, preview=preview, compile=values.get("compile", False),
-                       progress=(lambda d, t: progress(d, 2 * t)) if compare and progress else progress, **sampling)
+                       progress=(lambda d, t: progress(d, 2 * t)) if compare and progress else progress, **common)
     _GENERATED.add(model)
     geo = model.geometry
     grid = res.tokens.reshape(batch, geo.height, geo.width)
@@ -293,16 +280,16 @@ def run_sampler(model, values: dict, progress: Optional[Callable] = None, interr
     if compare:
         # after the backend's run, so any first-run cost counts against the backend, never for it; plain
         # (eager) AR even when the backend is compiled: AR compiling its own shape would count for the backend
-        ar_stats = generate(model, values["prompt"], backend="ar", **sampling,
+        ar_stats = generate(model, values["prompt"], backend="ar", **common,
                             progress=(lambda d, t: progress(t + d, 2 * t)) if progress else None).stats
     heat = torch.stack([heatmap(a, size=tuple(image.shape[1:3])) for a in res.stats.accepted_at_step])
     label = progress.label(image.shape[2], image.shape[1]) if preview is not None else None
     ratios = None
     one_time = first_run or bool(res.stats.compile and res.stats.compile.get("compiles"))
     if ar_stats is not None and not one_time:  # the same settings' earlier ratios in this process, and this one
-        key = (id(model), settings.backend, repr(sorted(settings.params.items())), settings.cfg_scale,
-               settings.top_k, sampling["temperature"], sampling["top_p"], batch, bool(values.get("compile")),
-               values["prompt"], sampling["negative_prompt"], sampling["reproducible"], sampling["images"] is not None)
+        key = (id(model), settings.backend, repr(sorted(settings.params.items())), settings.sampling, batch,
+               bool(values.get("compile")), values["prompt"], common["negative_prompt"], common["reproducible"],
+               common["images"] is not None)
         ratios = _speedups.setdefault(key, [])
         ratios.append(ar_stats.latency_s / max(res.stats.latency_s, 1e-9))
         del ratios[:-SPEEDUP_HISTORY]
@@ -341,4 +328,4 @@ def decode_tokens(tokens) -> torch.Tensor:
     return pil_to_tensor(images)
 
 
-__all__ = ["backend_config", "decode_tokens", "heatmap", "run_sampler", "run_sampler_in_comfy", "sampler_error"]
+__all__ = ["backend_config", "decode_tokens", "heatmap", "run_sampler", "run_sampler_in_comfy"]

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterator, Optional
 
 from ..samplers import backends as _backends
+from ..samplers.target import SamplingParams
 from . import spec
 from .widgets import Switch, choice_error
 
@@ -26,13 +27,13 @@ GUIDANCES = (spec.MODEL_DEFAULT, "custom")
 LEGACY_PARAMS = ("window", "init", "coupling", "coupling_strength", "tree_depth", "tree_width", "continuation")
 
 
-@dataclass
+@dataclass(frozen=True)
 class SamplerSettings:
     """The sampler node's values, whatever layout they came in: what `generate` takes."""
     backend: str
     params: dict  # the backend's parameters (drafter folder names not yet resolved to paths)
-    cfg_scale: Optional[float]  # None: the model's recommended value
-    top_k: Optional[int]  # None: the model's recommended value; 0: no top-k
+    # generate's sampling=: a None field is the model's recommended value (resolved by generate); top_k 0: no top-k
+    sampling: SamplingParams
 
 
 def nest_dotted(values: dict) -> dict:
@@ -85,10 +86,20 @@ def sampler_settings(values: dict) -> SamplerSettings:
     if err:
         raise ValueError(err)
     if guidance == spec.MODEL_DEFAULT:
-        return SamplerSettings(backend, params, None, None)
+        return SamplerSettings(backend, params, sampling(values, None, None))
     custom = values if custom is None else custom
-    top_k = custom["top_k"]
-    return SamplerSettings(backend, params, float(custom["cfg_scale"]), top_k)  # 0: no top-k (every token)
+    return SamplerSettings(backend, params, sampling(values, float(custom["cfg_scale"]), custom["top_k"]))
+
+
+def sampling(values: dict, cfg_scale: Optional[float], top_k: Optional[int]) -> SamplingParams:
+    """The sampler's sampling settings, None for the "model default" values of temperature and top_p
+    (spec.MODEL_TEMPERATURE, spec.MODEL_TOP_P); ValueError for a negative temperature other than that one."""
+    t, p = float(values.get("temperature", spec.MODEL_TEMPERATURE)), float(values.get("top_p", spec.MODEL_TOP_P))
+    if t < 0 and t != spec.MODEL_TEMPERATURE:
+        raise ValueError(f"temperature must be {spec.MODEL_TEMPERATURE:g} (the model's recommended value) or in "
+                         f"[0, 10] (0: greedy), got {t:g}")
+    return SamplingParams(cfg_scale, None if t == spec.MODEL_TEMPERATURE else t, top_k,
+                          None if p == spec.MODEL_TOP_P else p)
 
 
 def legacy_settings(values: dict) -> SamplerSettings:
@@ -99,7 +110,7 @@ def legacy_settings(values: dict) -> SamplerSettings:
     params = {p.name: values[p.name] for p in schema.params
               if p.name in values and not (p.kind is int and values[p.name] == 0)}
     cfg, top_k = values.get("cfg_scale", -1), values.get("top_k", 0)
-    return SamplerSettings(backend, params, None if cfg < 0 else float(cfg), None if top_k == 0 else top_k)
+    return SamplerSettings(backend, params, sampling(values, None if cfg < 0 else float(cfg), top_k or None))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -150,7 +150,7 @@ def drafter_folders(kind: str) -> list:
     return names
 
 
-def resolve_drafter(name: str, kind: str) -> str:
+def resolve_drafter(name: str, kind: str, input_name: str = "drafter folder") -> str:
     """A drafter folder chosen on the node -> its path ("" = the drafter beside the model)."""
     if name == "":
         return ""
@@ -159,8 +159,8 @@ def resolve_drafter(name: str, kind: str) -> str:
             return path
     if os.path.isabs(name) and os.path.isdir(name):
         return name  # the library's callers (run_sampler) may give a path; ComfyUI accepts only listed names
-    raise ValueError(f"drafter folder {name!r} not found under models/{spec.DRAFTER_FOLDER}; choose one of "
-                     f"{', '.join([spec.BESIDE_MODEL] + drafter_folders(kind))}")
+    raise ValueError(f"{input_name} must be one of {', '.join([spec.BESIDE_MODEL] + drafter_folders(kind))} (the "
+                     f"{kind} drafter folders under models/{spec.DRAFTER_FOLDER}); got {name!r}")
 
 
 def allowed_values(name: str) -> dict:

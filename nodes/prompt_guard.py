@@ -42,7 +42,8 @@ def _posted(inputs: dict, name: str, default=None):
 
 def sampler_refusal(inputs: dict) -> Optional[str]:
     from . import spec
-    from .widgets import Switch
+    from ..samplers.drafters.params import Param
+    from .widgets import Switch, input_error
     node = spec.sampler_spec()
     for w in node.inputs if _switches_dropped else ():  # flat: a plain combo, which ComfyUI checks itself
         if isinstance(w, Switch) and w.name in inputs and not isinstance(inputs[w.name], list):
@@ -51,8 +52,9 @@ def sampler_refusal(inputs: dict) -> Optional[str]:
                 return err
     booleans = _boolean_inputs(node)
     for name, value in inputs.items():
-        if name in booleans and not isinstance(value, (bool, list)):
-            return f"{name} must be true or false, got {value!r} (ComfyUI would run any other value as on)"
+        err = None if name not in booleans or isinstance(value, list) else input_error(Param(name, False, ""), value)
+        if err:
+            return f"{err} (ComfyUI would run any other value as on)"
     return None
 
 

@@ -185,7 +185,7 @@ def report(stats, ar_stats, settings, values: dict, model, size: tuple, preview_
     used = stats.sampling  # resolved once, by generate
     out["sampling"] = {"cfg_scale": used["cfg_scale"], "top_k": used["top_k"] or "off",
                        "temperature": used["temperature"], "top_p": used["top_p"],
-                       "guidance": "model default" if settings.cfg_scale is None else "custom"}
+                       "guidance": "model default" if settings.sampling.cfg_scale is None else "custom"}
     return "\n".join([line] + notes), json.dumps(out)
 
 

@@ -7,8 +7,8 @@ so a backend or a family registered there appears here with no change.
 
 Validation: the widgets declare their ranges and choices, so ComfyUI files a bad value against the
 input that has it, once; the V3 sampler's validate function names only the switches (v3.py).
-`widgets.validate` checks the same ranges again when a node runs (ComfyUI does not check V3 combo
-values everywhere), and the limits between parameters and the model's are checked then, once.
+when a node runs each value is checked once more, by its `Param` check (`Widget.check`; a backend's
+values by `make_backend`), then the limits between parameters and the model's, once.
 """
 from __future__ import annotations
 
@@ -138,16 +138,16 @@ def param_widget(p, label: str, drafter_choices: Callable[[str], list]) -> Widge
     if p.help.startswith("LOSSY"):
         extra["specar_lossy"] = True
     if isinstance(p.default, bool):
-        return Widget(p.name, "BOOLEAN", tooltip, default=p.default, extra=extra)
+        return Widget(p.name, "BOOLEAN", tooltip, default=p.default, extra=extra, source=p)
     if isinstance(p.default, int):
         return Widget(p.name, "INT", tooltip, default=p.default, min=int(p.lo), max=INT_MAX if p.hi is None else
-                      int(p.hi), step=1)
+                      int(p.hi), step=1, source=p)
     if isinstance(p.default, float):
         step = 0.01 if p.hi is not None and p.hi <= 1 else 0.05
-        return Widget(p.name, "FLOAT", tooltip, default=p.default, min=p.lo, max=p.hi, step=step)
+        return Widget(p.name, "FLOAT", tooltip, default=p.default, min=p.lo, max=p.hi, step=step, source=p)
     if p.choices:
-        return Widget(p.name, "COMBO", tooltip, default=p.default, options=tuple(p.choices), extra=extra)
-    return Widget(p.name, "STRING", tooltip, default=p.default)
+        return Widget(p.name, "COMBO", tooltip, default=p.default, options=tuple(p.choices), extra=extra, source=p)
+    return Widget(p.name, "STRING", tooltip, default=p.default, source=p)
 
 
 def backend_switch(drafter_choices: Callable[[str], list] = lambda kind: []) -> Switch:

@@ -34,10 +34,8 @@ def _make_input(io, types: dict, w: Widget):
     return types[w.kind].Input(w.name, **common)
 
 
-def _switch_input(io, types: dict, sw: Switch, dynamic: bool) -> list:
-    """A Switch as one DynamicCombo (only the chosen option's inputs exist), or flattened."""
-    if not dynamic:
-        return [_widget_input(io, types, w) for w in sw.flat_widgets()]
+def _switch_input(io, types: dict, sw: Switch):
+    """A Switch as one DynamicCombo (only the chosen option's inputs exist)."""
     options = [io.DynamicCombo.Option(key, [_widget_input(io, types, w) for w in widgets])
                for key, widgets in sw.options.items()]
     # the default option first: the frontend selects the first option of a new node
@@ -46,15 +44,15 @@ def _switch_input(io, types: dict, sw: Switch, dynamic: bool) -> list:
     extra = sw.combo().extra
     if extra:
         combo.extra_dict = {**(getattr(combo, "extra_dict", None) or {}), **extra}
-    return [combo]
+    return combo
 
 
 def dynamic_combo_available(io) -> bool:
-    """Whether this ComfyUI has the V3 DynamicCombo (added in late 2025): else switches are flattened."""
+    """Whether this ComfyUI has the V3 DynamicCombo (0.3.76): else the pack registers its V1 nodes (nodes/__init__.py)."""
     return hasattr(io, "DynamicCombo") and hasattr(io.DynamicCombo, "Option")
 
 
-def schema(io, types: dict, node: NodeSpec, dynamic: bool = False, hidden: tuple = ()):
+def schema(io, types: dict, node: NodeSpec, hidden: tuple = ()):
     input_ids = {w.name for w in node.inputs}
     outputs = []
     for o in node.outputs:
@@ -65,8 +63,8 @@ def schema(io, types: dict, node: NodeSpec, dynamic: bool = False, hidden: tuple
         display_name=node.display_name,
         category=spec.CATEGORY,
         description=node.description,
-        inputs=[i for w in node.inputs for i in (_switch_input(io, types, w, dynamic) if isinstance(w, Switch)
-                                                 else [_widget_input(io, types, w)])],
+        inputs=[_switch_input(io, types, w) if isinstance(w, Switch) else _widget_input(io, types, w)
+                for w in node.inputs],
         outputs=outputs,
         is_output_node=node.output_node,
         **({"hidden": list(hidden)} if hidden else {}),
@@ -79,7 +77,8 @@ def _refusal(cls):
 
 
 def build_nodes(io) -> list:
-    """The V3 node classes, for the given `comfy_api.latest.io` module."""
+    """The V3 node classes, for the given `comfy_api.latest.io` module, which has the DynamicCombo (a ComfyUI without
+    it runs the V1 classes, whose inputs are the same, flat)."""
     types = {
         spec.MODEL_TYPE: io.Custom(spec.MODEL_TYPE),
         spec.TOKENS_TYPE: io.Custom(spec.TOKENS_TYPE),
@@ -107,12 +106,10 @@ def build_nodes(io) -> list:
         def execute(cls, **values):
             return io.NodeOutput(models.load_handle(**values))
 
-    dynamic = dynamic_combo_available(io)
-
     class SpecARSampler(io.ComfyNode):
         @classmethod
         def define_schema(cls):
-            return schema(io, types, models.sampler_spec(), dynamic=dynamic, hidden=(io.Hidden.unique_id,))
+            return schema(io, types, models.sampler_spec(), hidden=(io.Hidden.unique_id,))
 
         # ComfyUI (execution.validate_inputs) passes the inputs this function names, then nests them
         # (build_nested_inputs), which adds a dict for EVERY DynamicCombo whose value is one of its options,
@@ -126,7 +123,7 @@ def build_nodes(io) -> list:
         def execute(cls, model, **values):
             # an api/flat prompt on this DynamicCombo ComfyUI: only the samplers without parameters (AR) get
             # here, the others failed validation; say so instead of running the rest silently
-            err = flat_prompt_on_dynamic(getattr(getattr(cls, "hidden", None), "prompt", None)) if dynamic else None
+            err = flat_prompt_on_dynamic(getattr(getattr(cls, "hidden", None), "prompt", None))
             if err:
                 raise ValueError(err)
             outputs, ui = core.run_sampler_in_comfy(model, values)

@@ -8,9 +8,10 @@ the web extension hides unless their option is chosen.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Optional, Union
+
+from ..samplers.drafters.params import Param
 
 NOT_AN_OPTION = "none (a value that is not an option)"  # what ComfyUI leaves of a DynamicCombo value it drops
 
@@ -31,6 +32,7 @@ class Widget:
     optional: bool = False  # ComfyUI may leave it out (API prompts saved before it existed): `default` is used
     extra: dict = field(default_factory=dict)  # more keys of the input's options, for the web extension (a
     # callable value is called when ComfyUI reads the node's inputs)
+    source: Optional[Param] = None  # the backend parameter this input shows (spec.param_widget): its check is this one
 
     @property
     def is_widget(self) -> bool:
@@ -43,29 +45,29 @@ class Widget:
         opts = self.options() if callable(self.options) else self.options
         return list(opts or ())
 
+    def param(self) -> Param:
+        """The library's parameter this input's value is checked as: the backend parameter it shows (`source`,
+        under this input's name), else one made from the declaration (range, choices, kind)."""
+        if self.source is not None:
+            return replace(self.source, name=self.name)
+        default = {"INT": 0, "FLOAT": 0.0, "BOOLEAN": False}.get(self.kind, "")  # the kind Param checks by
+        choices = tuple(map(str, self.choices())) or ("(none available)",) if self.kind == "COMBO" else ()
+        return Param(self.name, default, self.tooltip, lo=self.min, hi=self.max, choices=choices)
+
     def check(self, value) -> Optional[str]:
-        """None if `value` is valid for this widget, else the error message."""
-        n = self.name
-        if self.kind == "COMBO":
-            allowed = self.choices()
-            if value not in allowed:
-                return f"{n} must be one of {', '.join(map(str, allowed)) or '(none available)'}; got {value!r}"
-        elif self.kind == "INT":
-            if isinstance(value, bool) or not isinstance(value, int):
-                return f"{n} must be an integer, got {value!r}"
-        elif self.kind == "FLOAT":
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-                return f"{n} must be a finite number, got {value!r}"
-        elif self.kind == "BOOLEAN":
-            if not isinstance(value, bool):
-                return f"{n} must be true or false, got {value!r}"
-        elif self.kind == "STRING":
-            if not isinstance(value, str):
-                return f"{n} must be a string, got {type(value).__name__}"
-        if self.kind in ("INT", "FLOAT"):
-            if (self.min is not None and value < self.min) or (self.max is not None and value > self.max):
-                return f"{n} must be in [{self.min}, {self.max}], got {value!r}"
-        return None
+        """None if `value` is valid for this widget, else the error message (`Param.check`'s)."""
+        return input_error(self.param(), value)
+
+
+def input_error(param: Param, value) -> Optional[str]:
+    """None if `value` passes `param.check` (samplers/drafters/params.py, the one check of a value), else its
+    message as a ComfyUI user reads it: true / false as a prompt spells them, a value ComfyUI dropped (None) so named."""
+    try:
+        param.check(value)
+    except ValueError as e:
+        text = comfy_message(str(e))
+        return text.replace("got None", f"got {NOT_AN_OPTION}") if value is None else text
+    return None
 
 
 @dataclass
@@ -103,11 +105,14 @@ def validate(inputs: list, values: dict) -> Optional[str]:
     return None
 
 
+def comfy_message(text: str) -> str:
+    """A library message as a ComfyUI user reads it: true / false spelled as in a prompt."""
+    return text.replace("True or False", "true or false")
+
+
 def choice_error(name: str, options, key) -> Optional[str]:
     """None if `key` is one of `options`; None stands for a value ComfyUI dropped as none of them."""
-    if key in options:
-        return None
-    return f"{name} must be one of {', '.join(options)}; got {NOT_AN_OPTION if key is None else repr(key)}"
+    return input_error(Param(name, "", "", choices=tuple(options)), key)
 
 
 @dataclass

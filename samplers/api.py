@@ -46,13 +46,14 @@ def generate(model: ARImageModel, prompt, backend=DEFAULT_BACKEND, seed: int = 0
              negative_prompt: str = "", batch_size: int = 1, progress: Optional[Callable[[int, int], None]] = None,
              interrupt: Optional[Callable[[], bool]] = None, profile: bool = False, preview=None,
              compile: bool = False, reproducible: Optional[bool] = None, pin_width: Optional[int] = None, threads=None,
-             images=None,
+             images=None, sampling: Optional[SamplingParams] = None,
              **backend_params) -> GenerationResult:
     """Generate image tokens (and the decoded image) with the chosen backend.
 
     Every lossless backend samples exactly the distribution of ``backend="ar"`` for the same
     sampling settings. ``cfg_scale``, ``temperature``, ``top_k`` and ``top_p`` default to the model's
     recommended values (None; `default_sampling`, else 1.0 and no top-k / top-p); ``top_k=0`` is no top-k.
+    ``sampling``: the four as one `SamplingParams` instead (a None field: the model's value; the nodes pass this).
     A two-grid model (`ARImageModel.preceding_stage`, GLM-Image) generates both grids from a str prompt:
     ``tokens`` / ``image`` are the second grid's, ``preceding`` the first grid's result, ``stats`` cover both.
     ``progress(done_tokens, total_tokens)`` is called once per step; ``interrupt()`` returning
@@ -89,13 +90,15 @@ def generate(model: ARImageModel, prompt, backend=DEFAULT_BACKEND, seed: int = 0
         spec = backend
     else:
         spec = make_backend(backend, **backend_params)
-    defaults = getattr(model, "default_sampling", {})
-    sampling = SamplingParams(
-        cfg_scale=defaults.get("cfg_scale", 1.0) if cfg_scale is None else cfg_scale,
-        temperature=defaults.get("temperature", 1.0) if temperature is None else temperature,
-        top_k=(defaults.get("top_k") or 0) if top_k is None else top_k,  # None: the model's; 0: off
-        top_p=defaults.get("top_p", 1.0) if top_p is None else top_p,
-    ).validated(model.geometry.vocab_size)
+    loose = dict(cfg_scale=cfg_scale, temperature=temperature, top_k=top_k, top_p=top_p)
+    if sampling is not None and any(v is not None for v in loose.values()):
+        raise ValueError(f"give the sampling settings as sampling= or as keyword arguments, not both (got sampling= and "
+                         f"{', '.join(k for k, v in loose.items() if v is not None)})")
+    asked = SamplingParams(**loose) if sampling is None else sampling  # a None field: the model's value
+    defaults = {**dict(cfg_scale=1.0, temperature=1.0, top_p=1.0), **getattr(model, "default_sampling", {})}
+    defaults["top_k"] = defaults.get("top_k") or 0  # None: the model's; 0: off
+    sampling = SamplingParams(**{k: defaults[k] if getattr(asked, k) is None else getattr(asked, k) for k in loose}
+                              ).validated(model.geometry.vocab_size)
     _check_seed(seed)
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
@@ -174,4 +177,4 @@ def _after_preceding_stage(first, model, prompt, negative_prompt, seed, batch, p
         sequence=torch.cat([r.sequence for r in rows]), preceding=head, prompt=rows[0].prompt)
 
 
-__all__ = ["BACKENDS", "GenerationResult", "REPRODUCIBLE_DEFAULT", "generate"]
+__all__ = ["BACKENDS", "GenerationResult", "REPRODUCIBLE_DEFAULT", "SamplingParams", "generate"]

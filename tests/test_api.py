@@ -200,6 +200,13 @@ def test_top_k_none_is_the_models_and_0_is_off(monkeypatch):
     for top_k in (None, 0, 3):
         specar.generate(mdl, "hi", backend="ar", top_k=top_k)
     assert seen == [5, 0, 3]
+    # the same settings as one typed value (the nodes' way): a None field is the model's, resolved alike
+    from specar.samplers.target import SamplingParams
+    for top_k in (None, 0, 3):
+        specar.generate(mdl, "hi", backend="ar", sampling=SamplingParams(None, None, top_k, None))
+    assert seen == [5, 0, 3] * 2
+    with pytest.raises(ValueError, match="sampling= or as keyword arguments, not both .*got sampling= and top_k"):
+        specar.generate(mdl, "hi", backend="ar", sampling=SamplingParams(None, None, 3, None), top_k=3)
     with pytest.raises(ValueError, match=r"top_k must be an int in \[0, 16\] \(the image vocabulary; 0 = no top-k\), got -1"):
         specar.generate(mdl, "hi", backend="ar", top_k=-1)
 

@@ -330,9 +330,9 @@ def test_tooltips_speak_to_a_node_user():
     assert "(Hawk + SCD)" in cleaned
 
 
-def _v3_sampler(dynamic: bool):
+def _v3_sampler():
     from specar.nodes import v3
-    return {c.__name__: c for c in v3.build_nodes(stubs.make_io(with_dynamic_combo=dynamic))}["SpecARSampler"]
+    return {c.__name__: c for c in v3.build_nodes(stubs.make_io())}["SpecARSampler"]
 
 
 def test_a_dropped_backend_value_is_refused_once_naming_it(comfy):
@@ -362,17 +362,16 @@ def test_an_api_flat_prompt_on_a_dynamic_combo_comfyui_is_refused_clearly():
     assert layouts.flat_prompt_on_dynamic(nested) is None
     assert layouts.flat_prompt_on_dynamic(None) is None
     # the AR sampler, the one ComfyUI still runs, refuses it (it sees the prompt as an output node's hidden input)
-    sampler = _v3_sampler(dynamic=True)
+    sampler = _v3_sampler()
     sampler.hidden = SimpleNamespace(prompt=flat)
     model = tiny_model(16, (4, 4), seed=0)
     with pytest.raises(ValueError, match="flat layout"):
         sampler.execute(model=model, **{k: v for k, v in flat["10"]["inputs"].items() if k != "model"})
-    # the same prompt on a ComfyUI without DynamicCombo is its own layout: no refusal
-    flat_sampler = _v3_sampler(dynamic=False)
-    flat_sampler.hidden = SimpleNamespace(prompt=flat)
-    outputs = flat_sampler.execute(model=model, **{**{k: v for k, v in flat["10"]["inputs"].items() if k != "model"},
-                                                   "compare_with_ar": False, "preview": "off"})
-    assert outputs.args[0].shape[-1] == 3
+    # the same prompt on a ComfyUI without DynamicCombo (the V1 nodes) is its own layout: no refusal
+    from specar.nodes import v1
+    outputs = v1.SpecARSampler().sample(model=model, **{**{k: v for k, v in flat["10"]["inputs"].items() if k != "model"},
+                                                        "compare_with_ar": False, "preview": "off"})
+    assert outputs["result"][0].shape[-1] == 3
 
 
 # ---------------------------------------------------------------------------------------------

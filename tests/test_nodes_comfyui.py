@@ -100,7 +100,7 @@ LEGACY_LAYOUT = ["prompt", "negative_prompt", "seed", "control_after_generate", 
 def _effective(settings):
     """SamplerSettings with every parameter of its backend (the default where none was given)."""
     params = {p.name: settings.params.get(p.name, p.default) for p in SCHEMAS[settings.backend].params}
-    return settings.backend, params, settings.cfg_scale, settings.top_k
+    return settings.backend, params, settings.sampling
 
 
 @pytest.mark.skipif(not os.environ.get("SPECAR_COMFYUI"), reason="set SPECAR_COMFYUI to a ComfyUI checkout")

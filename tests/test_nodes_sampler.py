@@ -19,17 +19,17 @@ from specar_node_harness import (  # devtools/node_harness.py, loaded by tests/c
     ({"backend": "turbo"}, "backend", f"backend must be one of {BACKEND_CHOICES}; got 'turbo'"),
     ({"sjd_init": "diagonal"}, "sjd_init", "sjd_init must be one of random, repeat_left"),
     ({"backend": "scd", "scd_coupling": "strong"}, "scd_coupling", "scd_coupling must be one of maximal, gumbel"),
-    ({"sjd_window": 999}, "sjd_window", "sjd_window must be in [1, 128], got 999"),
-    ({"seed": -1}, "seed", "seed must be in [0, 18446744073709551615]"),
-    ({"top_p": -0.5}, "top_p", "top_p must be in [0.0, 1.0]"),  # 0: the model's recommended value
-    ({"temperature": float("nan")}, "temperature", "temperature must be a finite number"),
+    ({"sjd_window": 999}, "sjd_window", "sjd_window must be an int in [1, 128], got 999"),
+    ({"seed": -1}, "seed", "seed must be an int in [0, 18446744073709551615], got -1"),
+    ({"top_p": -0.5}, "top_p", "top_p must be a number in [0, 1], got -0.5"),  # 0: the model's recommended value
+    ({"temperature": float("nan")}, "temperature", "temperature must be a number in [-1, 10], got nan"),
     ({"temperature": -0.5}, None, "temperature must be -1 (the model's recommended value) or in [0, 10]"),
     # an on/off input: ComfyUI runs bool(value), so it files nothing itself; the prompt guard refuses it when
     # queued, filed under the one input the validate function takes (ComfyUI files its verdict under each);
     # the node refuses what reaches it unconverted
     ({"backend": "sjd_pac", "sjd_pac_continuation": "yes"}, "(validate)",
      "sjd_pac_continuation must be true or false"),
-    ({"guidance": "custom", "cfg_scale": -1.0}, "cfg_scale", "cfg_scale must be in [0.0, 100.0], got -1.0"),
+    ({"guidance": "custom", "cfg_scale": -1.0}, "cfg_scale", "cfg_scale must be a number in [0, 100], got -1.0"),
     ({"guidance": "always"}, "guidance", "guidance must be one of model default, custom"),
     ({"backend": "hawk", "hawk_heads": "elsewhere"}, "hawk_heads", "hawk_heads must be one of (beside the model)"),
     # limits between inputs: not a widget range, so ComfyUI files nothing; the node says it once, when it runs
@@ -60,9 +60,10 @@ def test_bad_values_give_one_error_on_the_right_input(flavour, change, bad_input
     with pytest.raises(ValueError) as e:
         run_sampler_node(sampler, model, values)
     assert message in str(e.value)
-    assert queue_errors(prompt(BASE), classes) == {} and core.sampler_error(BASE) is None
+    assert queue_errors(prompt(BASE), classes) == {}
+    core.backend_config(BASE)  # valid: no ValueError
     # the inputs of backends not chosen are not the node's concern when it runs
-    assert core.sampler_error({**BASE, "backend": "ar", "sjd_pac_tree_depth": 100}) is None
+    core.backend_config({**BASE, "backend": "ar", "sjd_pac_tree_depth": 100})
 
 
 @pytest.mark.parametrize("flavour", flavours())
@@ -116,7 +117,8 @@ def test_speedup_is_measured_against_ar_in_the_same_execution(comfy):
 
     def recording_generate(model, prompt, backend="sjd", **kw):
         # the node passes its validated BackendConfig (the compare run: the name "ar")
-        calls.append((getattr(backend, "name", backend), kw["seed"], kw["batch_size"], kw["cfg_scale"], kw["top_k"]))
+        calls.append((getattr(backend, "name", backend), kw["seed"], kw["batch_size"], kw["sampling"].cfg_scale,
+                      kw["sampling"].top_k))
         return real_generate(model, prompt, backend=backend, **kw)
 
     core.generate = recording_generate
@@ -220,7 +222,7 @@ def test_custom_top_k_0_means_all_tokens(comfy, monkeypatch):
     None, which is the model's recommended top-k (256 on the demo model: what it silently was)."""
     model, = execute(v1.SpecARModelLoader, model="demo", device="auto", dtype="auto")[0]
     seen, real_generate = [], core.generate
-    monkeypatch.setattr(core, "generate", lambda *a, **kw: seen.append(kw["top_k"]) or real_generate(*a, **kw))
+    monkeypatch.setattr(core, "generate", lambda *a, **kw: seen.append(kw["sampling"].top_k) or real_generate(*a, **kw))
     values = sampler_values(backend="ar", guidance="custom", cfg_scale=2.0, top_k=0, seed=3)
     _, tokens, stats, _ = execute(v1.SpecARSampler, model=model, **values)[0]
     assert seen == [0]

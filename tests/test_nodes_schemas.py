@@ -2,7 +2,6 @@
 agree, every input is valid as ComfyUI reads it, the sampler's widgets follow the backend schemas.
 The nodes run without ComfyUI: stand-ins from devtools/comfy_stubs.py through the `comfy` fixture (tests/conftest.py).
 """
-import asyncio
 import dataclasses
 import importlib.util
 import inspect
@@ -14,12 +13,13 @@ import pytest
 
 import specar
 from specar.nodes import layouts, models, spec, v1
+from specar.samplers.target import SamplingParams
 from specar.samplers import backends
 from specar.samplers.backends import SCHEMAS
 from specar.samplers.drafters.base import Drafter
 from specar.samplers.drafters.params import param
 from specar_node_harness import (  # devtools/node_harness.py, loaded by tests/conftest.py
-    ROOT, param_names, flavours, node_classes, is_dynamic, validate_fn, widget_values_ok)
+    ROOT, param_names, flavours, node_classes, is_dynamic, stubs, validate_fn, widget_values_ok)
 
 
 def test_import_needs_no_comfyui():
@@ -46,11 +46,19 @@ def test_pack_picks_v3_when_comfy_api_is_there(comfy):
     assert module.NODE_API == "v3"
     assert set(module.NODE_CLASS_MAPPINGS) == set(v1.NODE_CLASS_MAPPINGS)
     assert all(hasattr(c, "define_schema") for c in module.NODE_CLASS_MAPPINGS.values())
-    ext = asyncio.run(module.comfy_entrypoint())
-    asyncio.run(ext.on_load())
-    listed = asyncio.run(ext.get_node_list())
-    assert [c.GET_SCHEMA().node_id for c in listed] == ["SpecARModelLoader", "SpecARSampler", "SpecARDecode"]
+    assert [c.GET_SCHEMA().node_id for c in module.NODES] == ["SpecARModelLoader", "SpecARSampler", "SpecARDecode"]
     assert "specar" in sys.modules["folder_paths"].folder_names_and_paths  # models/specar registered
+
+
+def test_pack_picks_v1_on_a_comfy_api_without_dynamic_combo(comfy, monkeypatch):
+    """ComfyUI 0.3.64 (the floor) has comfy_api.latest but no DynamicCombo: the V1 classes, flat inputs."""
+    monkeypatch.setattr(sys.modules["comfy_api.latest"], "io", stubs.make_io(with_dynamic_combo=False))
+    init = os.path.join(ROOT, "nodes", "__init__.py")
+    mspec = importlib.util.spec_from_file_location("specar.nodes", init,
+                                                   submodule_search_locations=[os.path.dirname(init)])
+    module = importlib.util.module_from_spec(mspec)
+    mspec.loader.exec_module(module)
+    assert module.NODE_API == "v1" and module.NODE_CLASS_MAPPINGS == v1.NODE_CLASS_MAPPINGS
 
 
 @pytest.mark.parametrize("flavour", flavours())
@@ -128,10 +136,15 @@ def test_dynamic_combo_options_carry_the_flat_inputs(comfy):
 
 
 def test_v1_and_v3_schemas_agree(comfy):
-    a, b = node_classes("v1"), node_classes("v3-flat")
+    """Every input but the switches' (test_dynamic_combo_options_carry_the_flat_inputs) alike in both flavours."""
+    from specar.nodes.widgets import Switch
+    switched = {w.name for sw in spec.sampler_spec().inputs if isinstance(sw, Switch) for w in sw.flat_widgets()}
+    a, b = node_classes("v1"), node_classes("v3")
     for name in a:
         ta, tb = a[name].INPUT_TYPES(), b[name].INPUT_TYPES()
         ta.pop("hidden", None), tb.pop("hidden", None)  # V3 adds an output node's hidden inputs itself
+        ta, tb = ({part: {k: v for k, v in inputs.items() if k not in switched} for part, inputs in t.items()}
+                  for t in (ta, tb))
         assert {k: list(v) for k, v in ta.items()} == {k: list(v) for k, v in tb.items()}
         ia, ib = {**ta["required"], **ta.get("optional", {})}, {**tb["required"], **tb.get("optional", {})}
         assert list(ia) == list(ib)  # same widget order: UI-format workflows work with both
@@ -171,14 +184,14 @@ def test_sampler_widgets_follow_backend_schemas(monkeypatch):
     nested = {"backend": {"backend": "fake", "window": 4, "lossy": True}, "guidance": {"guidance": "model default"}}
     for values in (flat, nested):
         got = layouts.sampler_settings(values)
-        assert (got.backend, got.params, got.cfg_scale, got.top_k) == ("fake", {"window": 4, "lossy": True}, None, None)
+        assert (got.backend, got.params, got.sampling) == ("fake", {"window": 4, "lossy": True}, SamplingParams(None, None, None, None))
     custom = layouts.sampler_settings({"backend": "sjd", "guidance": "custom", "cfg_scale": 0.0, "top_k": 0})
-    assert (custom.cfg_scale, custom.top_k) == (0.0, 0)  # custom top_k 0 = all tokens (no top-k), not None (the model's)
+    assert (custom.sampling.cfg_scale, custom.sampling.top_k) == (0.0, 0)  # custom top_k 0 = all tokens (no top-k), not None (the model's)
     # SpecAR 0.1 API prompts: shared names, window 0 / cfg_scale -1 / top_k 0 = the default
     legacy = layouts.sampler_settings({"backend": "sjd_pac", "window": 0, "tree_depth": 2, "init": "random",
                                     "cfg_scale": -1.0, "top_k": 0})
-    assert (legacy.params, legacy.cfg_scale, legacy.top_k) == ({"tree_depth": 2, "init": "random"}, None, None)
+    assert (legacy.params, legacy.sampling.cfg_scale, legacy.sampling.top_k) == ({"tree_depth": 2, "init": "random"}, None, None)
     legacy = layouts.sampler_settings({"backend": "sjd", "window": 8, "tree_depth": 2, "cfg_scale": 2.0, "top_k": 7})
-    assert (legacy.params, legacy.cfg_scale, legacy.top_k) == ({"window": 8}, 2.0, 7)
+    assert (legacy.params, legacy.sampling.cfg_scale, legacy.sampling.top_k) == ({"window": 8}, 2.0, 7)
     with pytest.raises(ValueError, match="backend must be one of ar, .*fake; got 'turbo'"):
         layouts.sampler_settings({"backend": "turbo"})
