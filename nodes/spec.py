@@ -101,7 +101,7 @@ PLAIN_WORDS = (
      "generation, and the acceptance seen so far", "SCD whose window is chosen every step from the step cost and "
      "acceptance it measures"),
     ("a Jacobi window over the rows ahead, drafted by trained spatial heads from the rows above and refined by the "
-     "target, with proactive branches", "trained heads draft the rows ahead from the rows above"),
+     "target, with proactive branches", "trained heads draft the rows ahead"),
     ("paper: topk (EAGLE-2)", "paper: topk"),
 )
 # parameters that change nothing with same_image_as_ar on: a re-draft is then AR's own sample for the seed, however

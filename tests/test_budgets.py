@@ -6,7 +6,7 @@ import os
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NOT_PRODUCT = {"tests", "devtools", "tooling", "output", "docs", "example_workflows", "web"}
 MODULE_LINES = 400
-PRODUCT_LINES = 15240  # 2026-11-29 (14,386 at ca99bb4; issues 53-55 and 57 added the rest; issue 56 item 5: -14)
+PRODUCT_LINES = 15233  # 2026-11-29 (14,386 at ca99bb4; issues 53-55 and 57 added the rest; issue 56: -15)
 
 
 def product_files(root: str = ROOT) -> dict:

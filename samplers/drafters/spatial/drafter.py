@@ -148,7 +148,7 @@ def spatial_step_cost(p: dict, row_codes: int, reports: list) -> StepCost:
     return StepCost(chain.tokens, heads)
 
 
-SPATIAL = Method("spatial", "Spatial (experimental)", "experimental: a Jacobi window over the rows ahead, drafted by trained spatial heads from the "
+SPATIAL = Method("spatial", "Spatial (experimental)", "a Jacobi window over the rows ahead, drafted by trained spatial heads from the "
                  "rows above and refined by the target, with proactive branches (Hawk + SJD-PAC + SCD). With "
                  "same_image_as_ar on it commits fewer tokens per forward than sjd_pac at window 64 on the demo model "
                  "and is slower on a CPU; it leads only with it off in the paper regime (docs/BENCHMARKS.md)",
