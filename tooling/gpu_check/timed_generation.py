@@ -26,7 +26,7 @@ def batch_invariant_mode(on: Optional[bool]):
     if on is None:
         yield
         return
-    product_plan = bi.plan
+    product_plan = bi.target_forward_mode
 
     def forced(model, reproducible: bool, pin_width=None):
         if not reproducible or pin_width is not None:  # pinning asked for: the product's pinned case
@@ -34,11 +34,11 @@ def batch_invariant_mode(on: Optional[bool]):
         return (bi.BatchInvariant, bi.SameImage.BATCH_INVARIANT, "forced by gpu-check") if on else \
             (contextlib.nullcontext, bi.SameImage.NOT_GUARANTEED, "batch-invariant mode off (gpu-check)")
 
-    bi.plan = forced
+    bi.target_forward_mode = forced
     try:
         yield
     finally:
-        bi.plan = product_plan
+        bi.target_forward_mode = product_plan
 
 
 def _quantile(xs: list, q: float) -> Optional[float]:
