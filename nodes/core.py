@@ -193,14 +193,14 @@ def backend_config(values: dict):
     settings = sampler_settings(values)
     schema = _backends.SCHEMAS[settings.backend]
     conflict = setting_conflicts(schema, settings.params, values.get("same_image_as_ar", REPRODUCIBLE_DEFAULT))
+    if conflict:
+        raise ValueError(conflict)
     try:
         config = _backends.make_backend(settings.backend, **{
             p.name: resolve_drafter(settings.params[p.name], p.folder_of, p.name) if p.folder_of else
             settings.params[p.name] for p in schema.params if p.name in settings.params})
     except ValueError as e:
-        raise ValueError(conflict or node_message(schema, str(e), flat=not isinstance(values["backend"], dict)))
-    if conflict:
-        raise ValueError(conflict)
+        raise ValueError(node_message(schema, str(e), flat=not isinstance(values["backend"], dict)))
     return settings, config
 
 

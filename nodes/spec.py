@@ -7,7 +7,7 @@ so a backend or a family registered there appears here with no change.
 
 Validation: the widgets declare their ranges and choices, so ComfyUI files a bad value against the
 input that has it, once; the V3 sampler's validate function names only the switches (v3.py).
-when a node runs each value is checked once more, by its `Param` check (`Widget.check`; a backend's
+When a node runs each value is checked once more, by its `Param` check (`Widget.check`; a backend's
 values by `make_backend`), then the limits between parameters and the model's, once.
 """
 from __future__ import annotations
