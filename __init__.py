@@ -21,6 +21,9 @@ _LAZY = {
     "load_model": (".model_loaders.registry", "load_model"),
     "GenerationResult": (".samplers.api", "GenerationResult"),
     "generate": (".samplers.api", "generate"),
+    "RunOptions": (".samplers.api", "RunOptions"),
+    "SamplingParams": (".samplers.sampling", "SamplingParams"),
+    "make_backend": (".samplers.backends", "make_backend"),
     "BACKENDS": (".samplers.backends", "BACKENDS"),
     "SCHEMAS": (".samplers.backends", "SCHEMAS"),
     "GenerationInterrupted": (".samplers.engine", "GenerationInterrupted"),
@@ -45,6 +48,6 @@ def __dir__():
 
 
 __all__ = [
-    "ARImageModel", "BACKENDS", "EncodedPrompt", "GenerationInterrupted", "GenerationResult",
-    "GenerationStats", "ImageGeometry", "SCHEMAS", "generate", "load_model",
+    "ARImageModel", "BACKENDS", "EncodedPrompt", "GenerationInterrupted", "GenerationResult", "GenerationStats",
+    "ImageGeometry", "RunOptions", "SCHEMAS", "SamplingParams", "generate", "load_model", "make_backend",
 ]

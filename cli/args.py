@@ -132,7 +132,3 @@ class Commands:
             what = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             sys.stderr.write(f"error: {what} (--debug shows the traceback)\n")
             return 2
-
-
-__all__ = ["CommandParser", "Commands", "HelpFormatter", "non_negative_float", "non_negative_int", "positive_float",
-           "positive_int", "summary"]

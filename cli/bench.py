@@ -13,7 +13,9 @@ import time
 from typing import Optional
 
 from . import schema
-from .args import non_negative_float, non_negative_int, positive_int
+from ..samplers.backends import DEFAULT_BACKEND, SCHEMAS, bench_configs
+from ..samplers.sampling import SamplingParams
+from .args import non_negative_int, positive_int
 from .model_spec import OFFLOADS, check_model_options
 from .regimes import REGIMES, regime
 
@@ -24,11 +26,12 @@ DEFAULT_PROMPTS = [
     "a purple triangle on a noisy orange background",
 ]
 
-# the sampling options: (option, generate()'s keyword, type, help); unset, each is the model's own
-SAMPLING = (("--cfg-scale", "cfg_scale", non_negative_float, "classifier-free guidance scale (1: no guidance)"),
-            ("--top-k", "top_k", non_negative_int, "keep the k most likely image tokens (0: off, every token)"),
-            ("--temperature", "temperature", non_negative_float, "sampling temperature"),
-            ("--top-p", "top_p", non_negative_float, "nucleus sampling (1: off)"))
+# the sampling options: (option, the SamplingParams field, type, help); unset, each is the model's own
+# (checked by SamplingParams.validated, the one check of a sampling value, before torch is imported)
+SAMPLING = (("--cfg-scale", "cfg_scale", float, "classifier-free guidance scale (1: no guidance)"),
+            ("--top-k", "top_k", int, "keep the k most likely image tokens (0: off, every token)"),
+            ("--temperature", "temperature", float, "sampling temperature"),
+            ("--top-p", "top_p", float, "nucleus sampling (1: off)"))
 
 
 def add_arguments(ap) -> None:
@@ -38,11 +41,11 @@ def add_arguments(ap) -> None:
                     "random-weight 8192-code target); without --regime and --model: demo")
     ap.add_argument("--model", default=None, help="built-in name, model folder, or tiny:V,HxW[,row_end][,key=value] "
                     "(a random-weight model; keys hidden, layers, heads, scale, seed); unset: the regime's model")
-    ap.add_argument("--backends", nargs="+", default=schema.BENCH_CONFIGS,
+    ap.add_argument("--backends", nargs="+", default=bench_configs(),
                     help=f"configurations like ar  sjd:window=32  sjd_pac:window=64,tree_width=4  ar:compile=true "
                     f"(a parameter left out takes the backend's default; include `ar` for the speed-up column); "
-                    f"backends: {', '.join(schema.BACKENDS)}; the default backend (API, node, demo): "
-                    f"{schema.DEFAULT_BACKEND}")
+                    f"backends: {', '.join(SCHEMAS)}; the default backend (API, node, demo): "
+                    f"{DEFAULT_BACKEND}")
     ap.add_argument("--windows", type=positive_int, nargs="+",
                     help="run each configuration without an explicit window once per window (e.g. 16 32 64)")
     ap.add_argument("--prompts", help=f"file with one prompt per line (unset: {len(DEFAULT_PROMPTS)} built-in prompts)")
@@ -59,7 +62,7 @@ def add_arguments(ap) -> None:
     ap.add_argument("--resolution", default=None, help="WIDTHxHEIGHT of a model folder's images, e.g. 768x768 "
                     "(unset: the model's own size; a size the model does not offer is refused naming those it does)")
     ap.add_argument("--offload", default="none", choices=list(OFFLOADS), help="auto: the weights that do not fit "
-                    "the GPU stay in CPU memory (transformers-format models; slow)")
+                    "the GPU stay in CPU memory (transformers-format models, Emu3.5; slow)")
     ap.add_argument("--threads", type=positive_int, help="torch CPU threads (unset: the cores other processes leave "
                     "free, at least 1)")
     for option, _, kind, text in SAMPLING:
@@ -87,20 +90,22 @@ def chosen_regime(name: Optional[str], model: Optional[str], sampling: dict):
 
 def run(args):
     sampling = {key: getattr(args, key) for _, key, _, _ in SAMPLING if getattr(args, key) is not None}
+    SamplingParams(**sampling).validated()
     the_regime = chosen_regime(args.regime, args.model, sampling)
     for text in args.backends:  # every argument checked before torch is imported (cli/schema.py)
         try:
             cfg = schema.parse_config(text)
         except ValueError as e:
             raise ValueError(f"--backends: {e}") from None
-        window = schema.params(cfg["backend"]).get("window")
+        window = next((p for p in SCHEMAS[cfg["backend"]].params if p.name == "window"), None)
         for w in (args.windows or []) if window and "window" not in cfg else []:
             try:
                 window.check(w)
             except ValueError as e:
                 raise ValueError(f"--windows: {e}") from None
     if args.regime is None:
-        check_model_options(args.model or "demo", args.dtype, args.quantize, args.resolution, args.offload)
+        check_model_options(args.model or "demo", args.dtype, args.quantize, args.resolution, args.offload,
+                            args.device)
     elif args.resolution or args.offload != "none" or args.quantize != "none" or args.dtype:
         raise ValueError(f"--regime {args.regime} fixes the model: drop --resolution, --offload, --quantize, --dtype")
     if args.prompts and not os.path.isfile(args.prompts):
@@ -142,6 +147,3 @@ def run(args):
     if busy:
         print("\n" + busy)
     return rows
-
-
-__all__ = ["DEFAULT_PROMPTS", "add_arguments", "chosen_regime", "run"]

@@ -11,8 +11,7 @@ import torch
 from ..samplers.api import generate
 from ..samplers.backends import SCHEMAS, bench_configs, make_backend
 from ..samplers.stats import acceptance_by_depth
-from . import schema
-from .schema import RUN_KEYS
+from .schema import generate_args, parse_config
 
 # the default run: every registered backend at its defaults, then the settings each method adds to the bench
 # (`Method.bench_variants`); the drafter-based backends need their drafter beside the model (the demo model's are)
@@ -21,17 +20,6 @@ def label(cfg: dict) -> str:
     """{'backend': 'sjd', 'window': 8} -> 'sjd:window=8' (what parse_config reads back)."""
     rest = ",".join(f"{k}={v}" for k, v in cfg.items() if k != "backend")
     return cfg["backend"] + (f":{rest}" if rest else "")
-
-
-def parse_config(text: str) -> dict:
-    """'sjd_pac:window=64,tree_width=4' -> {'backend': 'sjd_pac', 'window': 64, 'tree_width': 4}: checked without
-    torch (cli/schema.py), then by the registry's make_backend (its cross-checks), before any work."""
-    cfg = schema.parse_config(text)
-    try:
-        make_backend(cfg["backend"], **{k: v for k, v in cfg.items() if k not in RUN_KEYS and k != "backend"})
-    except ValueError as e:
-        raise ValueError(f"{e} (in {text!r})") from None
-    return cfg
 
 
 def with_windows(configs: List[dict], windows: Optional[List[int]]) -> List[dict]:
@@ -93,7 +81,7 @@ def run(model, configs: List[dict], prompts: List[str], seeds: List[int], repeat
     if warmup:  # also where a compiled configuration compiles and auto calibrates: timed apart
         for cfg, _ in variants[:len(configs)]:
             t = time.perf_counter()
-            res = generate(model, prompts[0], seed=seeds[0], **sampling, **cfg)
+            res = generate(model, prompts[0], seed=seeds[0], sampling=sampling, **generate_args(cfg))
             warmup_s[label(cfg)] = time.perf_counter() - t
             warmup_compile[label(cfg)] = res.stats.compile
     total = repeats * len(prompts) * len(seeds) * len(variants)
@@ -107,7 +95,7 @@ def run(model, configs: List[dict], prompts: List[str], seeds: List[int], repeat
             for seed in seeds:
                 for cfg, with_preview in variants:
                     pv = _jpeg_preview(model) if with_preview else None
-                    res = generate(model, prompt, seed=seed, preview=pv, **sampling, **cfg)
+                    res = generate(model, prompt, seed=seed, sampling=sampling, **generate_args(cfg, preview=pv))
                     runs[vlabel(cfg, with_preview)].append(res.stats)
                     if not with_preview:
                         tokens[label(cfg)][(prompt, seed, rep)] = res.sequence
@@ -118,14 +106,16 @@ def run(model, configs: List[dict], prompts: List[str], seeds: List[int], repeat
                         eta = (time.perf_counter() - t_start) / done * (total - done)
                         log(f"[{done}/{total}, ETA {eta:.0f} s] {vlabel(cfg, with_preview):45s} seed={seed} "
                             f"nfe={res.stats.nfe} {res.stats.latency_s:.3f}s")
-    plain_ar = [label(c) for c in configs if c["backend"] == "ar" and set(c) <= {"backend", "reproducible"}]
-    ar_repro = next((a for a in plain_ar if runs[a][0].reproducible), None)
-    ar = runs[plain_ar[0]] if plain_ar else None  # the speed-up baseline: the first plain AR configuration
-    ar_latency = statistics.mean(s.latency_s for s in ar) if ar else None
-    ar_nfe = statistics.mean(s.nfe + 1 for s in ar) if ar else None
+    plain_ar = [c for c in configs if c["backend"] == "ar" and set(c) <= {"backend", "reproducible", "compile"}]
+    ar_repro = next((label(a) for a in plain_ar if not a.get("compile") and runs[label(a)][0].reproducible), None)
+    # the speed-up baseline: the first plain AR configuration compiled as the row is (else the first one)
+    baseline = {bool(c.get("compile")): runs[label(c)] for c in reversed(plain_ar)}
     rows = []
     for cfg, with_preview in variants:
         stats = runs[vlabel(cfg, with_preview)]
+        ar = baseline.get(bool(cfg.get("compile")), next(iter(baseline.values()), None))
+        ar_latency = statistics.mean(s.latency_s for s in ar) if ar else None
+        ar_nfe = statistics.mean(s.nfe + 1 for s in ar) if ar else None
         hist = {}
         for s in stats:
             for k, v in s.accepted_length_histogram.items():
@@ -210,7 +200,7 @@ def format_table(rows: List[dict]) -> str:
                      f"{r['step_compression_total']:6.2f}x {r['mean_accepted_length']:7.2f} "
                      f"{r['prefill_s']:7.3f}s {r['decode_s']:7.3f}s {r['latency_s']:7.3f}s {sp:>8s} {ov:>8s} {mem:>9s}")
     lines += ["", "compr.: step compression, mean of per-image ratios; total: all image tokens / all forwards (prefill "
-              "included); speedup: AR's latency / this latency, same run"]
+              "included); speedup: AR's latency / this latency, same run (a compiled row: compiled AR's when it ran)"]
     if rows and all(r["speedup_vs_ar"] is None for r in rows):
         lines.append("speedup '-': no plain `ar` row in this run to compare with; add `ar` to --backends (eager AR: "
                      "`ar`, compiled AR: `ar:compile=true`)")
@@ -238,6 +228,18 @@ def format_table(rows: List[dict]) -> str:
                     used[w] = used.get(w, 0) + n
             steps = sorted(used.items(), key=lambda x: int(x[0]))
             lines.append(f"{r['label']:44s} " + " ".join(f"W{w}:{n}" for w, n in steps))
+    tuned = [r for r in rows if any("tuned" in rep for rep in r.get(r["backend"]) or ())]
+    if tuned:
+        lines += ["", "node budget chosen from this machine's measured costs (node_budget=0): the choice (its runs), "
+                  "drafting / target forward cost at it, predicted speed-up over AR, the acceptance it assumed"]
+        for r in tuned:
+            chosen = [rep["tuned"] for rep in r[r["backend"]]]
+            best = statistics.mode(c["node_budget"] for c in chosen)
+            c = next(c for c in chosen if c["node_budget"] == best)
+            lines.append(f"{r['label']:44s} node_budget {best} ({sum(x['node_budget'] == best for x in chosen)}/"
+                         f"{len(chosen)}), draft/target {c['draft_target_ratio']:.2f}, predicted "
+                         f"{c['predicted_speedup']:.2f}x, accept {c['accept']:.2f}"
+                         + (f"; {c['no_speedup']}" if c["no_speedup"] else ""))
     with_preview = [r for r in rows if r.get("preview_overhead") is not None]
     if with_preview:
         lines += ["", "live preview (the node's default: decode + JPEG, throttled): time inside the preview / "
@@ -259,7 +261,3 @@ def format_table(rows: List[dict]) -> str:
     for r in rows:
         lines.append(f"{r['label']:44s} " + " ".join(f"{v:.2f}" for v in list(r["acceptance_by_depth"].values())[:6]))
     return "\n".join(lines)
-
-
-__all__ = ["DEFAULT_CONFIGS", "compile_row", "format_table", "in_both_modes", "label",
-           "parse_config", "run", "with_windows"]

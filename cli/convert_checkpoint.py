@@ -15,6 +15,10 @@ def add_arguments(ap) -> None:
 def run(args) -> int:
     if not os.path.isfile(args.src):
         raise ValueError(f"checkpoint file {args.src} is missing (the released .pt / .ckpt file)")
+    with open(args.src, "rb") as f:  # torch.save writes a zip archive (PK), older torch a pickle (protocol >= 2)
+        if f.read(2) not in (b"PK", b"\x80\x02", b"\x80\x03", b"\x80\x04", b"\x80\x05"):
+            raise ValueError(f"{args.src} is not a torch checkpoint (neither the zip archive torch.save writes nor a "
+                             f"pickle): give the released .pt / .ckpt file")
     if not args.dst.endswith(".safetensors"):
         raise ValueError(f"the output must be a .safetensors file, got {args.dst!r}")
     from ..model_loaders.files.checkpoints import convert_checkpoint

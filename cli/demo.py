@@ -11,6 +11,7 @@ import os
 import time
 
 from . import schema
+from ..samplers.backends import DEFAULT_BACKEND, SCHEMAS
 from .args import non_negative_int, positive_int
 from .model_spec import OFFLOADS, check_model_options
 
@@ -29,7 +30,7 @@ def token_picture(tokens, vocab_size: int, scale: int = 8):
     g = torch.Generator().manual_seed(0)
     palette = (torch.rand(vocab_size, 3, generator=g) * 255).to(torch.uint8)
     arr = palette[tokens].numpy()
-    img = Image.fromarray(arr, "RGB")
+    img = Image.fromarray(arr)  # uint8 H x W x 3: RGB (the mode argument is deprecated in Pillow 11.3)
     return img.resize((img.width * scale, img.height * scale), Image.NEAREST)
 
 
@@ -61,7 +62,7 @@ def side_by_side(rows, labels, prompts=None, pad: int = 4, scale: int = 2):
 def add_arguments(ap) -> None:
     ap.add_argument("--model", default="demo", help="demo, or a model folder")
     ap.add_argument("--fast", help=f"the accelerated configuration, as bench's: backend[:key=value,...] (unset: "
-                    f"{schema.DEFAULT_BACKEND}, the library's default backend); backends: {', '.join(schema.BACKENDS)}")
+                    f"{DEFAULT_BACKEND}, the library's default backend); backends: {', '.join(SCHEMAS)}")
     ap.add_argument("--prompts", nargs="+", default=PROMPTS, help="the prompts, one image each")
     ap.add_argument("--seed", type=non_negative_int, default=0, help="seed of the first prompt (+1 per prompt)")
     ap.add_argument("--out", default="output", help="folder for the PNGs, grid.png and demo.json")
@@ -71,16 +72,16 @@ def add_arguments(ap) -> None:
     ap.add_argument("--resolution", default=None, help="WIDTHxHEIGHT of a model folder's images, e.g. 768x768 "
                     "(unset: the model's own size; a size the model does not offer is refused naming those it does)")
     ap.add_argument("--offload", default="none", choices=list(OFFLOADS), help="auto: the weights that do not fit "
-                    "the GPU stay in CPU memory (transformers-format models; slow)")
+                    "the GPU stay in CPU memory (transformers-format models, Emu3.5; slow)")
 
 
 def run(args):
-    args.fast = args.fast or schema.DEFAULT_BACKEND
+    args.fast = args.fast or DEFAULT_BACKEND
     try:  # a bad --fast or --model fails before torch is imported
         schema.parse_config(args.fast)
     except ValueError as e:
         raise ValueError(f"--fast {args.fast!r}: {e}") from None
-    check_model_options(args.model, resolution=args.resolution, offload=args.offload)
+    check_model_options(args.model, resolution=args.resolution, offload=args.offload, device=args.device)
 
     import torch
 
@@ -98,13 +99,13 @@ def run(args):
     os.makedirs(args.out, exist_ok=True)
     model = model_from_spec(args.model, args.device, resolution=args.resolution, offload=args.offload)
     for cfg in configs:  # warm-up, so neither side pays first-call costs in the comparison
-        generate(model, args.prompts[0], seed=args.seed, **cfg)
+        generate(model, args.prompts[0], seed=args.seed, **schema.generate_args(cfg))
     pictures = {0: [], 1: []}
     report, totals, lossy, same, reproducible = [], {0: 0.0, 1: 0.0}, False, 0, True
     ar_tokens = None
     for i, prompt in enumerate(args.prompts):
         for c, cfg in enumerate(configs):
-            res = generate(model, prompt, seed=args.seed + i, **cfg)
+            res = generate(model, prompt, seed=args.seed + i, **schema.generate_args(cfg))
             st = res.stats
             pic = res.image if res.image is not None else token_picture(res.tokens, model.geometry.vocab_size)
             pic.save(os.path.join(args.out, f"{i:02d}_{cfg['backend']}.png"))

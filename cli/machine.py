@@ -41,6 +41,3 @@ def busy_note(threads: int) -> str:
     return (f"Machine busy (load average {load:.1f} on {n} cores, this run's {threads} threads included): latencies "
             f"are longer than on an idle machine and vary between runs; the speed-up is a ratio within this run and "
             f"holds better. For steadier figures {todo}.")
-
-
-__all__ = ["busy_note", "choose_threads", "cores", "cpu_name", "load_average", "machine"]

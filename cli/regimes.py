@@ -12,8 +12,8 @@ machine's load, so regimes are compared by them; wall-clock only as ratios withi
   `cli/regime_paper.json`) so that `sjd:preset=paper` (window 16, random init, its own rejection sampling)
   commits what SJD commits on Lumina-mGPT 7B in the SJD paper (Teng et al., Table 1: 2.22x step
   compression), at CFG 6 and no top-k: at the papers' CFG 3 no temperature gets the demo model below
-  about 2.6 per image in a 16-image scan (its images are simple; docs/history/BENCHMARKS-2026-11-27.md has the scan).
-- `flat`: a random-weight Llama-style target (`testing.tiny_model`) with flat next-token distributions,
+  about 2.6 per image in a 16-image scan (its images are simple; scanned 2026-11-27).
+- `flat`: a random-weight Llama-style target (`model_loaders/tiny.py`) with flat next-token distributions,
   8192 codes on a 16x16 grid with row ends, sampled as the papers sample Lumina-mGPT (top-k 2000,
   temperature 1, CFG 3). Trained backends (hawk, adt_tree, spatial) run random-weight drafters there.
 """
@@ -29,8 +29,8 @@ CALIBRATION_DIR = os.path.dirname(os.path.abspath(__file__))
 
 @dataclass(frozen=True)
 class Regime:
-    """A benchmark regime: the model (a `bench --model` spec), its sampling settings (generate()'s
-    cfg_scale, top_k, temperature, top_p; left out: the model's own) and run options every configuration
+    """A benchmark regime: the model (a `bench --model` spec), its sampling settings (generate's
+    sampling dict: cfg_scale, top_k, temperature, top_p; left out: the model's own) and run options every configuration
     that does not set them gets (e.g. reproducible=False)."""
 
     name: str
@@ -105,7 +105,7 @@ def _paper() -> Regime:
 def _flat() -> Regime:
     return Regime("flat", "random-weight target with flat distributions, 8192 codes, 16x16 grid with row ends, "
                   "the papers' Lumina-mGPT sampling; trained backends run random-weight drafters", FLAT_MODEL,
-                  dict(FLAT_SAMPLING), source="cli/regimes.py (testing.tiny_model, logit scale 1)")
+                  dict(FLAT_SAMPLING), source="cli/regimes.py (model_loaders/tiny.py, logit scale 1)")
 
 
 REGIMES = {"demo": _demo, "paper": _paper, "flat": _flat}  # name -> builder (paper reads its calibration file)
@@ -116,6 +116,3 @@ def regime(name: str) -> Regime:
     if name not in REGIMES:
         raise ValueError(f"unknown regime {name!r}; regimes: {', '.join(REGIMES)}")
     return REGIMES[name]()
-
-
-__all__ = ["REGIMES", "Regime", "read_calibration", "regime"]

@@ -1,99 +1,51 @@
-"""The backends as the command line needs them before torch is imported: their names, the default backend, each
-parameter's type and allowed values, the bench's default configurations and the drafter kinds, read from
-cli/backends.json, a snapshot of the registry (samplers/backends.py) that tests/test_cli_fast.py keeps equal to it
-(`python -m specar.cli.schema` rewrites it). A command checks its arguments here in well under a second; the
-registry's own checks (make_backend's cross-checks) run again once torch is loaded."""
+"""The backends as the command line reads them: the registry itself (samplers/backends.py, which imports no torch),
+so a command checks a `backend[:key=value,...]` argument in well under a second, before torch is imported."""
 from __future__ import annotations
 
-import json
-import os
-import sys
+from ..samplers import backends
 
-from ..samplers.drafters.params import Param
-
-SNAPSHOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "backends.json")
-RUN_KEYS = ("compile", "reproducible")  # generate() options a configuration may set beside the backend's parameters
-PARAM_FIELDS = ("name", "default", "lo", "hi", "choices")
+RUN_KEYS = ("compile", "reproducible")  # RunOptions fields a configuration may set beside the backend's parameters
 DOCS_URL = "https://github.com/specar/specar/blob/main/docs"  # pyproject's [project.urls] Documentation
 
 
-def _load() -> dict:
-    with open(SNAPSHOT, encoding="utf-8") as f:
-        return json.load(f)
-
-
-_DATA = _load()
-DEFAULT_BACKEND: str = _DATA["default_backend"]
-BACKENDS: tuple = tuple(_DATA["backends"])
-BENCH_CONFIGS: list = list(_DATA["bench_configs"])
-DRAFTER_KINDS: dict = dict(_DATA["drafter_kinds"])  # kind -> {"backend", "label", "train": "module:function"}
-
-
-def _current() -> dict:
-    """The registry itself once it is imported (torch loaded: exact, a backend added at run time included), else
-    the snapshot."""
-    return snapshot() if f"{__package__.rpartition('.')[0]}.samplers.backends" in sys.modules else _DATA
-
-
-def params(backend: str) -> dict:
-    return {p["name"]: Param(help="", **{k: tuple(v) if k == "choices" else v for k, v in p.items()})
-            for p in _current()["backends"][backend]["params"]}
+def drafter_kinds() -> dict:
+    """kind -> the Method whose trained drafter it is (`train-drafter --kind`)."""
+    return {m.drafter_kind: m for m in backends.SCHEMAS.values() if m.train}
 
 
 def parse_config(text: str) -> dict:
     """'sjd_pac:window=64,tree_width=4' -> {'backend': 'sjd_pac', 'window': 64, 'tree_width': 4}; ValueError naming
-    the bad part and what is allowed (the name, the key, the value's type and range)."""
+    the bad part and what is allowed (make_backend's message, with the argument it came from)."""
     name, _, rest = text.partition(":")
     name = name.strip()
-    if name not in _current()["backends"]:
+    if name not in backends.SCHEMAS:
         where = f" in {text!r}" if rest else ""
-        raise ValueError(f"unknown backend {name!r}{where}; backends: {', '.join(_current()['backends'])}")
-    declared, out = params(name), {"backend": name}
+        raise ValueError(f"unknown backend {name!r}{where}; backends: {', '.join(backends.SCHEMAS)}")
+    declared, out = {p.name: p for p in backends.SCHEMAS[name].params}, {"backend": name}
     for item in filter(None, (s.strip() for s in rest.split(","))):
         key, eq, value = item.partition("=")
         if not eq:
             raise ValueError(f"expected key=value in {text!r}, got {item!r}")
-        if key == "preset":  # make_backend's: the method paper's settings under the explicit ones
-            presets = _current()["presets"]
-            if value not in presets:
-                raise ValueError(f"preset must be one of {', '.join(presets)}; got {value!r} (in {text!r})")
-            out[key] = value
-            continue
-        if key not in declared and key not in RUN_KEYS:
-            raise ValueError(f"backend {name!r} has no parameter {key} (in {text!r}); its parameters are: "
-                             f"{', '.join(declared) or '(none)'}, and {' / '.join(RUN_KEYS)} / preset")
-        kind = bool if key in RUN_KEYS else declared[key].kind
+        kind = bool if key in RUN_KEYS else declared[key].kind if key in declared else str
         if kind is bool:
             if value.lower() not in ("true", "false", "1", "0"):
                 raise ValueError(f"{key} must be true or false in {text!r}, got {value!r}")
             out[key] = value.lower() in ("true", "1")
             continue
         try:
-            typed = kind(value) if kind in (int, float) else value
+            out[key] = kind(value) if kind in (int, float) else value
         except ValueError:
-            typed = value  # the parameter's check names its type and range
-        try:
-            out[key] = declared[key].check(typed)
-        except ValueError as e:
-            raise ValueError(f"{e} (in {text!r})") from None
-    return out
+            out[key] = value  # the parameter's check names its type and range
+    try:
+        checked = backends.make_backend(name, **{k: v for k, v in out.items() if k not in RUN_KEYS and k != "backend"})
+    except ValueError as e:
+        extra = f", and {' / '.join(RUN_KEYS)} / preset" if "has no parameter" in str(e) else ""
+        raise ValueError(f"{e}{extra} (in {text!r})") from None
+    return {**out, **{k: v for k, v in checked.params().items() if k in out}}
 
 
-def snapshot() -> dict:
-    """What cli/backends.json holds, from the registry (imports torch)."""
-    from ..samplers.backends import DEFAULT_BACKEND as default, METHODS, PRESETS, bench_configs
-
-    def plain(p):
-        return {k: list(getattr(p, k)) if k == "choices" else getattr(p, k) for k in PARAM_FIELDS}
-
-    return {"default_backend": default, "bench_configs": bench_configs(), "presets": list(PRESETS),
-            "backends": {m.name: {"label": m.label, "params": [plain(p) for p in m.params]} for m in METHODS},
-            "drafter_kinds": {m.drafter_kind: {"backend": m.name, "label": m.label, "train": m.train}
-                              for m in METHODS if m.train}}
-
-
-if __name__ == "__main__":
-    with open(SNAPSHOT, "w", encoding="utf-8") as f:
-        json.dump(snapshot(), f, indent=1)
-        f.write("\n")
-    sys.exit(0)
+def generate_args(config: dict, **options) -> dict:
+    """A `parse_config` configuration as generate's backend= (`make_backend`) and options= (with `options`)."""
+    params = {k: v for k, v in config.items() if k not in RUN_KEYS and k != "backend"}
+    return dict(backend=backends.make_backend(config["backend"], **params),
+                options={**{k: config[k] for k in RUN_KEYS if k in config}, **options})

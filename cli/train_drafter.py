@@ -10,13 +10,13 @@ import os
 from . import schema
 from .args import non_negative_float, non_negative_int, positive_float, positive_int
 
-# kind -> "module:function" under training/ (the registry's Method.drafter_kind / Method.train, through the snapshot)
-KINDS = {kind: d["train"] for kind, d in schema.DRAFTER_KINDS.items()}
+# kind -> "module:function" under training/ (the registry's Method.drafter_kind / Method.train)
+KINDS = {kind: m.train for kind, m in schema.drafter_kinds().items()}
 
 
 def add_arguments(ap) -> None:
     ap.add_argument("--kind", required=True, choices=sorted(KINDS), help="the drafter: " + "; ".join(
-        f"{kind}: {d['label']}'s (backend {d['backend']})" for kind, d in schema.DRAFTER_KINDS.items()))
+        f"{kind}: {m.label}'s (backend {m.name})" for kind, m in schema.drafter_kinds().items()))
     ap.add_argument("--model", default="demo", help="demo, or a model folder")
     ap.add_argument("--out", required=True, help="output folder (drafter.safetensors, drafter.json, checkpoint/)")
     ap.add_argument("--prompts", default=None,

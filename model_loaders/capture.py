@@ -106,7 +106,3 @@ def mark_static_addresses(tensors, device) -> int:
             _dynamo.mark_static_address(t, guard=False)
             n += 1
     return n
-
-
-__all__ = ["GRAPH_BUFFERS_ON_CPU", "inference_mode_unless_traced", "is_static_address", "map_tensors",
-           "mark_static_addresses", "reachable_tensors", "tensor_paths", "uses_graph_buffers"]

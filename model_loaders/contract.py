@@ -1,14 +1,5 @@
-"""The model contract every adapter implements (docs/ARCHITECTURE.md, "Model contract").
-
-The sampling core talks to models only through `ARImageModel`. Token ids at this boundary are
-*engine ids*: image codes are ``0 .. vocab_size-1`` and structure tokens (row ends) follow them
-(``vocab_size + k``). Each adapter maps engine ids to its own vocabulary. Logits returned by
-`forward` cover the image codes only, so the core never sees text-vocabulary rows.
-
-Batches: a session generates ``batch`` images at once. With CFG the adapter runs ``2 * batch``
-rows internally (conditional rows first), but every tensor crossing this boundary has the image
-batch as its first dimension.
-"""
+"""The model contract every adapter implements (docs/ARCHITECTURE.md, "Model contract": engine ids at this boundary,
+image codes first; logits over the image codes only; the image batch first in every tensor, CFG rows inside)."""
 from __future__ import annotations
 
 from abc import ABC, abstractmethod

@@ -50,6 +50,3 @@ def resolve_dtype(dtype, device: torch.device) -> torch.dtype:
     if name is None:
         return torch.bfloat16 if device.type == "cuda" else torch.float32
     return getattr(torch, name)
-
-
-__all__ = ["DTYPE_NAMES", "canonical_dtype", "check_device", "resolve_device", "resolve_dtype"]

@@ -1,11 +1,5 @@
-"""What a model family declares, once: `ModelFamily`.
-
-Each family module (janus.py, emu3.py, chameleon.py, llamagen.py, demo/) ends with one
-``FAMILY = ModelFamily(...)``: how its folders are recognised, how it loads, the generation sizes it
-offers, its recommended sampling, its name and help. registry.py lists the families (one line each);
-`load_model`, resolutions.py and the ComfyUI nodes read these objects and nothing else, so adding a
-family is its module plus that one line.
-"""
+"""What a model family declares, once: `ModelFamily` (docs/MODELS.md, "One object per family": each family module
+ends with one, registry.py lists them, and `load_model`, resolutions.py and the nodes read nothing else)."""
 from __future__ import annotations
 
 import os
@@ -97,7 +91,8 @@ class ModelFamily:
     # ValueError for a format of this family that SpecAR does not load (naming what to use instead)
     detect: Optional[Callable[[str, Optional[dict]], bool]] = None
     builtin: tuple = ()  # names of built-in models (shipped with the pack, no folder)
-    transformers: bool = False  # an adapter over transformers' classes: needs TRANSFORMERS_FLOOR, can offload
+    transformers: bool = False  # an adapter over transformers' classes: needs TRANSFORMERS_FLOOR
+    offload: bool = False  # its loader takes device_map="auto" (accelerate; transformers' or offload.py)
     resolutions: tuple = ()  # the "WxH" sizes its checkpoints generate, for the loader's resolution list
     quantize: bool = False  # its loader takes quantize="int8" / "int4" (weight-only, precision/quantize.py)
     # (folder) -> None, or a ValueError naming every file the folder lacks: run when the loader node lists or
@@ -118,7 +113,3 @@ def config_names(config: Optional[dict]) -> tuple:
     if config is None:
         return "", []
     return str(config.get("model_type", "")), list(config.get("architectures") or [])
-
-
-__all__ = ["ModelFamily", "Sampling", "choose_square_size", "config_names", "own_size_only", "read_config",
-           "square_size"]

@@ -10,35 +10,28 @@ import os
 
 from . import demo
 from .devices import canonical_dtype, check_device
-from .families import chameleon, emu3, glm_image, janus, llamagen, lumina2
+from .families import chameleon, emu3, emu35, glm_image, janus, llamagen, lumina2
 from .family import MODEL_DEFAULT, ModelFamily, config_names, read_config, size_options
 from .files.hf_files import require_transformers
 from .files.hub_cache import find_cached, hub_cache_dir, is_repo_id
 from .precision.quantize import check_mode
 
 # the family modules, each ending with `FAMILY = ModelFamily(...)`; detection tries them in this order
-FAMILY_MODULES = (demo, janus, emu3, lumina2, chameleon, llamagen, glm_image)  # lumina2 before chameleon
+# (emu35 before emu3, lumina2 before chameleon)
+FAMILY_MODULES = (demo, janus, emu35, emu3, lumina2, chameleon, llamagen, glm_image)
 FAMILIES = {m.FAMILY.name: m.FAMILY for m in FAMILY_MODULES}
 BUILTIN_MODELS = {name: f for f in FAMILIES.values() for name in f.builtin}  # name -> family
 
 
 def load_model(name_or_path: str, device=None, dtype=None, quantize=None, **options):
-    """Load a built-in model by name (``"demo"``) or a model folder by path.
-
-    Folders in transformers format are recognised from their config.json: Janus / Janus-Pro
-    (``model_type: janus``), Emu3 (``emu3``) and Chameleon-family models, Lumina-mGPT and Anole
-    (``chameleon``). Options for those: ``device_map``, ``max_memory``, ``offload_folder``
-    (accelerate big-model loading), ``attn_implementation``. ``resolution="WxH"`` (every family; "model
-    default": its own) becomes the family's size options, or a ValueError naming the sizes it offers; Emu3
-    also takes ``image_area`` and ``ratio``, Chameleon ``layout`` (``lumina`` / ``anole``) and
-    ``target_size``. A LlamaGen folder (the authors' ``c2i_*.pt`` / ``t2i_*.pt`` and
-    ``vq_ds16_*.pt`` checkpoints, no config.json) is recognised from its file names (docs/MODELS.md).
-    A Hugging Face repo id (``"deepseek-community/Janus-Pro-7B"``) that is not a folder is looked up
-    in the local Hugging Face cache (files/hub_cache.py).
-    ``quantize``: ``"int8"`` or ``"int4"`` weight-only quantization of the decoder's linear layers
-    (model_loaders/precision/quantize.py; ``None`` / ``"none"``: the weights as stored), for the families
-    whose `ModelFamily.quantize` is set. Local files only: nothing is downloaded.
-    """
+    """Load a built-in model by name (``"demo"``), a model folder by path, or a Hugging Face repo id found in the
+    local cache (files/hub_cache.py; nothing is downloaded). The family is recognised from the folder's files
+    (docs/MODELS.md, "One object per family"; each family's options: its "Per family"). ``resolution="WxH"`` (every
+    family; "model default": its own) becomes the family's size options, or a ValueError naming the sizes it offers;
+    the families whose `ModelFamily.offload` is set (transformers families, Emu3.5) also take ``device_map``,
+    ``max_memory``, ``offload_folder``; transformers families ``attn_implementation``.
+    ``quantize``: ``"int8"`` / ``"int4"`` weight-only quantization of the decoder's linear layers
+    (precision/quantize.py; ``None`` / ``"none"``: as stored), for the families whose `ModelFamily.quantize` is set."""
     check_device(device)
     dtype = canonical_dtype(dtype)
     quantize = check_mode(quantize)
@@ -57,6 +50,9 @@ def load_model(name_or_path: str, device=None, dtype=None, quantize=None, **opti
             offered = ", ".join(f.label for f in FAMILIES.values() if f.quantize)
             raise ValueError(f"quantize={quantize!r}: {family.label} loads unquantized only; quantized loading is "
                              f"offered for {offered}")
+        if options.get("device_map") is not None:
+            raise ValueError(f"quantize={quantize!r} and device_map={options['device_map']!r} (offload) do not "
+                             f"combine: a quantized model is loaded whole on one device; choose one of them")
         options["quantize"] = quantize
     model = family.load(name_or_path, device=device, dtype=dtype, **options)
     model.quantization = quantize  # what the sampler node's statistics name ("none", "int8", "int4")
@@ -106,7 +102,3 @@ def detect_family(folder: str) -> str:
     model_type, archs = config_names(config)
     raise ValueError(f"no supported model family recognised in folder {folder!r}: {path} has model_type "
                      f"{model_type or '(none)'!r}, architectures {archs or '(none)'}; supported: {supported}")
-
-
-__all__ = ["BUILTIN_MODELS", "FAMILIES", "FAMILY_MODULES", "detect_family", "family_of", "load_model",
-           "resolve_checkpoint"]

@@ -1,12 +1,8 @@
-"""Generation size and offload choices as `load_model` options, for any model family.
-
-The nodes offer one `resolution` list and one `offload` list for every model; what a family can do
-differs, so each choice is turned into that family's own options by the family itself
-(`ModelFamily.size_options`, `ModelFamily.transformers`), or refused naming the sizes it offers.
-
-``offload="auto"`` is accelerate's big-model loading (``device_map="auto"``: the GPU first, the rest
-of the weights in CPU memory), for the families over transformers' model classes.
-"""
+"""Generation size and offload choices as `load_model` options, for any model family: the nodes offer one
+`resolution` list and one `offload` list for every model, and each family turns a choice into its own options
+(`ModelFamily.size_options`, `ModelFamily.offload`) or refuses it naming the sizes it offers.
+``offload="auto"`` is accelerate's big-model loading (``device_map="auto"``: the GPU first, the rest of the decoder
+layers in CPU memory, as offload.py plans it), for the families over transformers' model classes and Emu3.5."""
 from __future__ import annotations
 
 from .family import MODEL_DEFAULT, size_options
@@ -31,10 +27,10 @@ def load_options(name_or_path: str, resolution: str = MODEL_DEFAULT, offload: st
     name_or_path = resolve_checkpoint(name_or_path)
     options = {}
     if offload == "auto":
-        if not family.transformers:
-            offloading = ", ".join(f.label for f in FAMILIES.values() if f.transformers)
-            raise ValueError(f"offload 'auto' (accelerate device_map) is for transformers-format models "
-                             f"({offloading}); {name_or_path!r} is {family.label}: choose offload none")
+        if not family.offload:
+            offloading = ", ".join(f.label for f in FAMILIES.values() if f.offload)
+            raise ValueError(f"offload 'auto' (accelerate device_map) is offered for {offloading}; {name_or_path!r} "
+                             f"is {family.label}: choose offload none")
         options["device_map"] = "auto"
     return {**options, **size_options(family, name_or_path, resolution)}
 
@@ -42,6 +38,3 @@ def load_options(name_or_path: str, resolution: str = MODEL_DEFAULT, offload: st
 def sizes_help() -> str:
     """What each family offers, for the loader's help."""
     return "; ".join(f.sizes for f in FAMILIES.values() if not f.builtin)
-
-
-__all__ = ["MODEL_DEFAULT", "OFFLOADS", "RESOLUTIONS", "load_options", "size_options", "sizes_help"]

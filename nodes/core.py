@@ -1,9 +1,6 @@
-"""What the sampler and decode nodes do, as plain functions shared by the V1 and V3 node classes
-(the loader's side, and the model cache, are models.py's).
-
-ComfyUI modules (`comfy.utils`, `comfy.model_management`) are imported lazily, only where needed and
-guarded, so this module (and the whole pack) imports and runs without ComfyUI.
-"""
+"""What the sampler and decode nodes do, as plain functions shared by the V1 and V3 node classes (the loader's side
+and the model cache: models.py). ComfyUI's modules come through `models.comfy_module`, guarded: this module (and the
+whole pack) imports and runs without ComfyUI."""
 from __future__ import annotations
 
 import threading
@@ -19,8 +16,9 @@ from ..samplers.api import REPRODUCIBLE_DEFAULT, generate
 from ..samplers.engine import GenerationInterrupted
 from ..samplers.preview import PREVIEW_THROTTLE, PartialImage
 from .layouts import nest_dotted, sampler_settings
-from .models import ModelHandle, resolve, resolve_drafter, sampler_spec
+from .models import ModelHandle, comfy_module, comfy_server, resolve, resolve_drafter, sampler_spec
 from .report import heatmap, report
+from .spec import shown
 
 # the models this node pack has generated with (its own state, never written into the model object): a model's
 # first generation carries one-time costs (weights paged in, calibration) that the report names
@@ -41,18 +39,9 @@ def out_of_memory_message(values: dict, model) -> str:
             f"is still loaded and usable.")
 
 
-# ---------------------------------------------------------------------------------------------
 # ComfyUI progress bar and interrupt
 
 STAGE_EVENT = "specar_stage"  # {"node": id, "text": a stage's text, or None when it is over}: web/specar.js shows it
-
-
-def _server():
-    try:
-        from server import PromptServer
-        return PromptServer.instance
-    except (ImportError, AttributeError):
-        return None
 
 
 def _executing_node(server) -> Optional[str]:
@@ -77,11 +66,7 @@ class ComfyProgress:
     TICK_S = 2.0  # how often a stage's text says how long it has taken so far
 
     def __init__(self):
-        try:
-            import comfy.utils
-            self._utils = comfy.utils
-        except ImportError:
-            self._utils = None
+        self._utils = comfy_module("comfy.utils")
         self.bar = None
         self.last = (0, 1)
         self.staged = False
@@ -95,7 +80,7 @@ class ComfyProgress:
             self._ticker[1].set()
             self._ticker[0].join()
             self._ticker = None
-        server = _server()
+        server = comfy_server()
         self.staged = what is not None
         if server is None:
             return
@@ -155,18 +140,14 @@ class ComfyProgress:
 
 
 def comfy_interrupt() -> Optional[Callable[[], bool]]:
-    try:
-        import comfy.model_management as mm
-    except ImportError:
-        return None
-    return mm.processing_interrupted
+    mm = comfy_module("comfy.model_management")
+    return None if mm is None else mm.processing_interrupted
 
 
 def raise_comfy_interrupt(exc: BaseException):
     """Turn our GenerationInterrupted into ComfyUI's InterruptProcessingException (flag reset)."""
-    try:
-        import comfy.model_management as mm
-    except ImportError:
+    mm = comfy_module("comfy.model_management")
+    if mm is None:
         raise exc
     check = getattr(mm, "throw_exception_if_processing_interrupted", None)
     if check is not None:
@@ -174,7 +155,6 @@ def raise_comfy_interrupt(exc: BaseException):
     raise mm.InterruptProcessingException() from exc
 
 
-# ---------------------------------------------------------------------------------------------
 # sampling
 
 def pil_to_tensor(images) -> torch.Tensor:
@@ -222,8 +202,6 @@ def setting_conflicts(schema, params: dict, same_image: bool) -> Optional[str]:
             for v, forced in p.implies:
                 if wanted[p.name] == v:
                     wanted.update(forced)
-    def shown(v):
-        return ("on" if v else "off") if isinstance(v, bool) else v
     changes = [f"{schema.name}_{k} {shown(wanted[k])} (now {shown(value[k])})" for k in value if wanted[k] != value[k]]
     causes = [p.name for p in schema.params for v, forced in p.implies
               if value[p.name] == v and any(value[k] != f for k, f in forced)]
@@ -253,20 +231,26 @@ def run_sampler(model, values: dict, progress: Optional[Callable] = None, interr
     preview = None
     if mode != "off" and hasattr(progress, "show"):  # only where something shows it (ComfyUI's progress bar)
         preview = PartialImage(model, progress.show, overlay=mode == "image + acceptance", **PREVIEW_THROTTLE)
+    same_image = values.get("same_image_as_ar", REPRODUCIBLE_DEFAULT)
     common = dict(seed=values["seed"], sampling=settings.sampling, negative_prompt=values.get("negative_prompt", ""),
-                  batch_size=batch, interrupt=interrupt, reproducible=values.get("same_image_as_ar", REPRODUCIBLE_DEFAULT),
-                  images=values.get("reference_images"))  # IMAGE [B,H,W,C]: B references (None: text only)
+                  batch_size=batch, interrupt=interrupt, images=values.get("reference_images"))  # IMAGE [B,H,W,C]
     compare = bool(values.get("compare_with_ar")) and settings.backend != "ar"
     # compare_with_ar: one progress bar over both generations (the backend's run fills its first half, AR's
     # the second), so the bar does not sit at 100% while AR runs
     first_run = model not in _GENERATED  # one-time costs fall on this run
     with compile_stage.listening(getattr(progress, "stage", None)):
-        res = generate(model, values["prompt"], backend=config, preview=preview, compile=values.get("compile", False),
-                       progress=(lambda d, t: progress(d, 2 * t)) if compare and progress else progress, **common)
+        res = generate(model, values["prompt"], backend=config, **common,
+                       progress=(lambda d, t: progress(d, 2 * t)) if compare and progress else progress,
+                       options=dict(reproducible=same_image, compile=values.get("compile", False), preview=preview))
     _GENERATED.add(model)
     geo = model.geometry
     grid = res.tokens.reshape(batch, geo.height, geo.width)
-    rendered = res.images or model.decode_preview(grid)  # no decoder: the live preview's (GLM-Image: colours)
+    rendered = res.images
+    undecoded = None if rendered else getattr(model, "decoder_problem", None)  # why its decoder did not run
+    if not rendered:  # the live preview's colours (GLM-Image without its DiT), at the image's size where it has one
+        from PIL import Image
+        size = (getattr(model, "width", None), getattr(model, "height", None))
+        rendered = [im if None in size else im.resize(size, Image.NEAREST) for im in model.decode_preview(grid) or ()]
     if rendered:
         image = pil_to_tensor(rendered)
     else:  # the codes as grey levels
@@ -280,7 +264,7 @@ def run_sampler(model, values: dict, progress: Optional[Callable] = None, interr
     if compare:
         # after the backend's run, so any first-run cost counts against the backend, never for it; plain
         # (eager) AR even when the backend is compiled: AR compiling its own shape would count for the backend
-        ar_stats = generate(model, values["prompt"], backend="ar", **common,
+        ar_stats = generate(model, values["prompt"], backend="ar", **common, options=dict(reproducible=same_image),
                             progress=(lambda d, t: progress(t + d, 2 * t)) if progress else None).stats
     heat = torch.stack([heatmap(a, size=tuple(image.shape[1:3])) for a in res.stats.accepted_at_step])
     label = progress.label(image.shape[2], image.shape[1]) if preview is not None else None
@@ -288,13 +272,13 @@ def run_sampler(model, values: dict, progress: Optional[Callable] = None, interr
     one_time = first_run or bool(res.stats.compile and res.stats.compile.get("compiles"))
     if ar_stats is not None and not one_time:  # the same settings' earlier ratios in this process, and this one
         key = (id(model), settings.backend, repr(sorted(settings.params.items())), settings.sampling, batch,
-               bool(values.get("compile")), values["prompt"], common["negative_prompt"], common["reproducible"],
+               bool(values.get("compile")), values["prompt"], common["negative_prompt"], same_image,
                common["images"] is not None)
         ratios = _speedups.setdefault(key, [])
         ratios.append(ar_stats.latency_s / max(res.stats.latency_s, 1e-9))
         del ratios[:-SPEEDUP_HISTORY]
     text, stats = report(res.stats, ar_stats, settings, values, model, tuple(image.shape[1:3]), label,
-                         ratios=ratios, first_run=first_run)
+                         ratios=ratios, first_run=first_run, undecoded=undecoded)
     tokens = {"tokens": grid, "model": model, "prompt": res.prompt}  # prompt: what a conditioned decoder reads
     return image, tokens, stats, heat, text
 
@@ -326,6 +310,3 @@ def decode_tokens(tokens) -> torch.Tensor:
     if not images:
         raise ValueError("this model has no image decoder")
     return pil_to_tensor(images)
-
-
-__all__ = ["backend_config", "decode_tokens", "heatmap", "run_sampler", "run_sampler_in_comfy"]

@@ -5,22 +5,22 @@ is the browser's).
 - nested: ComfyUI with the V3 DynamicCombo (>= 0.4.0) hands a node {"backend": {"backend": "sjd",
   "window": 32}}; its API prompts spell that "backend": "sjd", "backend.window": 32 (`nest_dotted`);
 - flat: ComfyUI without DynamicCombo (0.3.x) and the V1 nodes: "backend": "sjd", "sjd_window": 32,
-  every backend's inputs present (`to_flat`);
+  every backend's inputs present (tests/support/workflows.py writes both layouts of the example workflows);
 - SpecAR 0.1 API prompts: shared parameter names ("window"), where 0 meant the backend's default,
-  cfg_scale -1 and top_k 0 the model's (`legacy_settings`).
+  cfg_scale -1 and top_k 0 the model's (`legacy_settings`); prompts saved before the sampling switch: temperature -1
+  and top_p 0 the model's (`sampling`; prompt_guard.py moves them into the switch of a prompt posted to ComfyUI).
 
 `sampler_settings` reads any of them into `SamplerSettings`, what `generate` takes.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
-from typing import Callable, Iterator, Optional
+from typing import Optional
 
 from ..samplers import backends as _backends
-from ..samplers.target import SamplingParams
+from ..samplers.sampling import SamplingParams, check_sampling
 from . import spec
-from .widgets import Switch, choice_error
+from .widgets import choice_error
 
 GUIDANCES = (spec.MODEL_DEFAULT, "custom")
 # the sampler's widget names before per-backend inputs (workflows saved up to SpecAR 0.1)
@@ -91,15 +91,22 @@ def sampler_settings(values: dict) -> SamplerSettings:
     return SamplerSettings(backend, params, sampling(values, float(custom["cfg_scale"]), custom["top_k"]))
 
 
-def sampling(values: dict, cfg_scale: Optional[float], top_k: Optional[int]) -> SamplingParams:
-    """The sampler's sampling settings, None for the "model default" values of temperature and top_p
-    (spec.MODEL_TEMPERATURE, spec.MODEL_TOP_P); ValueError for a negative temperature other than that one."""
-    t, p = float(values.get("temperature", spec.MODEL_TEMPERATURE)), float(values.get("top_p", spec.MODEL_TOP_P))
-    if t < 0 and t != spec.MODEL_TEMPERATURE:
-        raise ValueError(f"temperature must be {spec.MODEL_TEMPERATURE:g} (the model's recommended value) or in "
-                         f"[0, 10] (0: greedy), got {t:g}")
-    return SamplingParams(cfg_scale, None if t == spec.MODEL_TEMPERATURE else t, top_k,
-                          None if p == spec.MODEL_TOP_P else p)
+def sampling(values: dict, cfg_scale: Optional[float], top_k: Optional[int], old: bool = False) -> SamplingParams:
+    """The sampler's sampling settings, None for the model's recommended value: temperature and top_p from the
+    sampling switch (none at "model default"); values saved before it (no switch) as they meant then, -1 and 0 the
+    model's (spec.MODEL_TEMPERATURE, spec.MODEL_TOP_P); ValueError for a negative temperature other than -1."""
+    choice, custom = _chosen(values, "sampling")
+    if choice is None and (old or "temperature" in values or "top_p" in values):  # saved before the switch
+        t, p = float(values.get("temperature", spec.MODEL_TEMPERATURE)), float(values.get("top_p", spec.MODEL_TOP_P))
+        t = None if t == spec.MODEL_TEMPERATURE else check_sampling("temperature", t)
+        return SamplingParams(cfg_scale, t, top_k, None if p == spec.MODEL_TOP_P else p)
+    err = choice_error("sampling", GUIDANCES, choice)  # a dropped DynamicCombo is never a silent default
+    if err:
+        raise ValueError(err)
+    custom = values if custom is None else custom
+    if choice == spec.MODEL_DEFAULT:
+        return SamplingParams(cfg_scale, None, top_k, None)
+    return SamplingParams(cfg_scale, float(custom["temperature"]), top_k, float(custom["top_p"]))
 
 
 def legacy_settings(values: dict) -> SamplerSettings:
@@ -110,55 +117,7 @@ def legacy_settings(values: dict) -> SamplerSettings:
     params = {p.name: values[p.name] for p in schema.params
               if p.name in values and not (p.kind is int and values[p.name] == 0)}
     cfg, top_k = values.get("cfg_scale", -1), values.get("top_k", 0)
-    return SamplerSettings(backend, params, sampling(values, None if cfg < 0 else float(cfg), top_k or None))
-
-
-# ---------------------------------------------------------------------------------------------
-# the layouts of a whole API prompt, and a sampler's values by name
-
-def chosen_inputs(choice: Callable[[Switch], str]) -> Iterator[tuple]:
-    """(name in the DynamicCombo layout, flat name, widget) of every sampler widget for the switch choices
-    `choice(switch)` gives, in input order: the common inputs, and each switch followed by its chosen
-    option's inputs ("backend.window" / "sjd_pac_window")."""
-    for w in spec.sampler_spec().inputs:
-        if isinstance(w, Switch):
-            key = choice(w)
-            yield w.name, w.name, w
-            for sub in w.options[key]:
-                yield f"{w.name}.{sub.name}", w.flat_name(key, sub), sub
-        elif w.is_widget:
-            yield w.name, w.name, w
-
-
-def dynamic_inputs(flat: dict) -> dict:
-    """Flat sampler values -> the API-format inputs of the DynamicCombo layout: "backend": key and
-    "backend.<param>" for the chosen backend's parameters only; the same for guidance."""
-    return {name: flat[flat_name] for name, flat_name, _ in chosen_inputs(lambda sw: flat[sw.name])}
-
-
-def to_flat(prompt: dict) -> dict:
-    """An API-format workflow of the DynamicCombo layout -> the flat layout of ComfyUI without
-    DynamicCombo (and of the V1 nodes): "backend.window" of backend sjd_pac becomes "sjd_pac_window",
-    the other backends' inputs take their defaults."""
-    out = json.loads(json.dumps(prompt))
-    switches = {w.name: w for w in spec.sampler_spec().inputs if isinstance(w, Switch)}
-    for node in out.values():
-        if node["class_type"] != "SpecARSampler":
-            continue
-        flat = {w.name: w.default for w in spec.sampler_spec().widgets()}
-        links = {}
-        for name, value in nest_dotted(node["inputs"]).items():
-            if isinstance(value, dict):
-                key, option = _chosen({name: value}, name)
-                flat[name] = key
-                sw = switches[name]
-                flat.update({sw.flat_name(key, sub): option[sub.name] for sub in sw.options[key]})
-            elif isinstance(value, list):
-                links[name] = value
-            else:
-                flat[name] = value
-        node["inputs"] = {**links, **flat}
-    return out
+    return SamplerSettings(backend, params, sampling(values, None if cfg < 0 else float(cfg), top_k or None, old=True))
 
 
 def flat_prompt_on_dynamic(prompt) -> Optional[str]:
@@ -180,20 +139,3 @@ def flat_prompt_on_dynamic(prompt) -> Optional[str]:
                     "fail validation and would not run. Post the DynamicCombo twin instead: example_workflows/api/"
                     "<the same name>.json (backend.window keys)")
     return None
-
-
-def named_values(inputs: dict) -> dict:
-    """A sampler's values by flat name (`properties.specar_inputs` of the UI format): the common inputs,
-    each switch's choice and its chosen option's inputs ("sjd_pac_window", "cfg_scale"), and the seed's
-    control; what web/specar_layouts.js applies by name whatever layout the frontend has. In this order
-    they are also the widgets_values the frontend saves in the DynamicCombo layout."""
-    named = {}
-    for name, flat_name, w in chosen_inputs(lambda sw: inputs[sw.name]):
-        named[flat_name] = inputs[name]
-        if getattr(w, "control_after_generate", False):
-            named["control_after_generate"] = "fixed"
-    return named
-
-
-__all__ = ["SamplerSettings", "chosen_inputs", "flat_prompt_on_dynamic", "dynamic_inputs", "legacy_settings", "named_values", "nest_dotted",
-           "sampler_settings", "to_flat"]

@@ -1,12 +1,10 @@
-"""The model loader node's side: ComfyUI's model folders, the cached model behind a `ModelHandle`, and
-ComfyUI's model management reaching it (Unload Models, memory pressure).
-
-ComfyUI modules (`folder_paths`, `comfy.model_management`) are imported lazily and guarded, so this
-module imports and runs without ComfyUI.
-"""
+"""The model loader node's side: ComfyUI's model folders, the cached model behind a `ModelHandle`, and ComfyUI's
+model management reaching it (Unload Models, memory pressure). ComfyUI's modules come through `comfy_module`,
+guarded, so this module imports and runs without ComfyUI."""
 from __future__ import annotations
 
 import gc
+import importlib
 import json
 import logging
 import os
@@ -25,25 +23,36 @@ from .widgets import validate
 
 log = logging.getLogger("specar")
 FOLDER = "specar"  # ComfyUI/models/specar/<model folder>
-_said: set = set()  # drafter folders the console was told are not listed
+_said: set = set()  # what the console was told once (the lists are read on every node definition request and prompt)
 _cache: dict = {}  # the loader's values (a tuple of items) -> the loaded model; one model at a time
+MAX_LISTED = 20  # a refusal lists at most this many allowed values, else it says the family's rule
 
 
-# ---------------------------------------------------------------------------------------------
 # ComfyUI's model folders
 
-def _folder_paths():
+def say_once(text: str) -> None:
+    if text not in _said:
+        _said.add(text)
+        log.info(text)
+
+
+def comfy_module(name: str):
+    """A ComfyUI module ("folder_paths", "comfy.model_management", ...), or None outside ComfyUI."""
     try:
-        import folder_paths
+        return importlib.import_module(name)
     except ImportError:
         return None
-    return folder_paths
+
+
+def comfy_server():
+    """ComfyUI's running PromptServer, or None."""
+    return getattr(getattr(comfy_module("server"), "PromptServer", None), "instance", None)
 
 
 def register_model_folder() -> None:
     """Register ComfyUI/models/specar (models) and models/specar_drafters (Hawk heads, EAGLE drafters)
     with folder_paths (extra_model_paths.yaml may add more paths)."""
-    fp = _folder_paths()
+    fp = comfy_module("folder_paths")
     if fp is None:
         return
     names = getattr(fp, "folder_names_and_paths", None)
@@ -57,7 +66,7 @@ def register_model_folder() -> None:
 
 
 def _model_dirs(folder: str = FOLDER) -> list:
-    fp = _folder_paths()
+    fp = comfy_module("folder_paths")
     if fp is None:
         return []
     try:
@@ -81,33 +90,29 @@ def _subfolders(folder: str):
                 yield d, path
 
 
-def model_folders() -> list:
-    """Sub-folders of the models/specar paths that a model family recognises."""
+def _recognised(candidates, what: str) -> list:
+    """The names of the (name, path) candidates whose files a model family recognises; the console says once why
+    each other one is skipped."""
     names = []
-    for d, path in _subfolders(FOLDER):
-        if d in BUILTIN_MODELS:
-            continue
+    for name, path in candidates:
         try:
             detect_family(path)
-        except ValueError as e:
-            log.info("SpecAR: skipping %s: %s", path, e)
+        except (ValueError, OSError) as e:
+            say_once(f"SpecAR: skipping {what.format(name=name, path=path)}: {e}")
             continue
-        names.append(d)
+        names.append(name)
     return names
+
+
+def model_folders() -> list:
+    """Sub-folders of the models/specar paths that a model family recognises."""
+    return _recognised(((d, path) for d, path in _subfolders(FOLDER) if d not in BUILTIN_MODELS), "{path}")
 
 
 def cached_model_ids() -> list:
     """Repo ids ('org/name') of the checkpoints in the user's Hugging Face cache that a model family
     recognises (model_loaders/files/hub_cache.py; nothing is downloaded)."""
-    ids = []
-    for repo_id, snapshot in cached_models():
-        try:
-            detect_family(snapshot)
-        except (ValueError, OSError) as e:
-            log.info("SpecAR: skipping the cached %s: %s", repo_id, e)
-            continue
-        ids.append(repo_id)
-    return ids
+    return _recognised(cached_models(), "the cached {name}")
 
 
 def model_choices() -> list:
@@ -118,12 +123,9 @@ def model_choices() -> list:
 def resolve_model(name: str) -> str:
     if name in BUILTIN_MODELS:
         return name
-    for d, path in _subfolders(FOLDER):
-        if d == name:
-            return path
-    snapshot = find_cached(name)  # models/specar first, then the Hugging Face cache
-    if snapshot is not None:
-        return snapshot
+    path = dict(_subfolders(FOLDER)).get(name) or find_cached(name)  # models/specar first, then the HF cache
+    if path is not None:
+        return path
     raise ValueError(f"model {name!r} not found: choose one of {', '.join(model_choices())}")
 
 
@@ -139,10 +141,8 @@ def drafter_folders(kind: str) -> list:
             if meta.get("kind") != kind:
                 continue
             if meta.get("format") != FORMAT or not os.path.isfile(os.path.join(path, WEIGHTS_FILE)):
-                if path not in _said:  # once per folder: the lists are read on every node definition request
-                    _said.add(path)
-                    log.info("SpecAR: not listing the drafter folder %s: its %s has format %r (this SpecAR reads "
-                             "%s) or its %s is missing", path, CONFIG_FILE, meta.get("format"), FORMAT, WEIGHTS_FILE)
+                say_once(f"SpecAR: not listing the drafter folder {path}: its {CONFIG_FILE} has format "
+                         f"{meta.get('format')!r} (this SpecAR reads {FORMAT}) or its {WEIGHTS_FILE} is missing")
                 continue
             names.append(d)
         except (OSError, ValueError, AttributeError):
@@ -154,9 +154,9 @@ def resolve_drafter(name: str, kind: str, input_name: str = "drafter folder") ->
     """A drafter folder chosen on the node -> its path ("" = the drafter beside the model)."""
     if name == "":
         return ""
-    for d, path in _subfolders(spec.DRAFTER_FOLDER):
-        if d == name:
-            return path
+    path = dict(_subfolders(spec.DRAFTER_FOLDER)).get(name)
+    if path is not None:
+        return path
     if os.path.isabs(name) and os.path.isdir(name):
         return name  # the library's callers (run_sampler) may give a path; ComfyUI accepts only listed names
     raise ValueError(f"{input_name} must be one of {', '.join([spec.BESIDE_MODEL] + drafter_folders(kind))} (the "
@@ -165,15 +165,15 @@ def resolve_drafter(name: str, kind: str, input_name: str = "drafter folder") ->
 
 def allowed_values(name: str) -> dict:
     """{input: the values the model `name` allows} for the loader inputs that depend on the model: the sizes
-    its family offers for this folder, quantization where its loader quantizes, offload for transformers-format
-    families. Read from the family (model_loaders/family.py); ValueError when the model is not found."""
+    its family offers for this folder, quantization where its loader quantizes, offload where its loader
+    offloads. Read from the family (model_loaders/family.py); ValueError when the model is not found."""
     path = resolve_model(name)
     family = family_of(path)
     if family.check is not None:  # a folder missing files is refused naming every one (at queue time)
         family.check(path)
     return {"resolution": [r for r in RESOLUTIONS if _offers(family, path, r)],
             "quantize": list(QUANTIZE_MODES) if family.quantize else ["none"],
-            "offload": list(OFFLOADS) if family.transformers else ["none"]}
+            "offload": list(OFFLOADS) if family.offload else ["none"]}
 
 
 def _offers(family, path: str, resolution: str) -> bool:
@@ -194,7 +194,7 @@ def allowed_by_model() -> dict:
         try:
             out[name] = allowed_values(name)
         except (ValueError, OSError) as e:  # listed but unreadable now: loading it says why
-            log.info("SpecAR: %s: %s", name, e)
+            say_once(f"SpecAR: {name}: {e}")
     return out
 
 
@@ -214,7 +214,10 @@ def loader_error(model=None, resolution=MODEL_DEFAULT_SIZE, quantize="none", off
             try:  # the family's own words (what it generates, what offload is for)
                 load_options(resolve_model(model), resolution, offload)
             except ValueError as e:
-                why = f" ({e})"
+                why = str(e)
+            if why and len(allowed[name]) > MAX_LISTED:  # the rule, not a list of hundreds of sizes
+                return f"{name} {value!r} is not offered for {model}: {why}"
+            why = f" ({why})" if why else ""
             return f"{name} {value!r} is not offered for {model}: choose one of {', '.join(allowed[name])}{why}"
     if quantize != "none" and offload != "none":
         return f"quantize {quantize} loads the whole model on the device: choose offload none, or quantize none"
@@ -229,17 +232,13 @@ def sampler_spec():
     return spec.sampler_spec(drafter_folders)
 
 
-# ---------------------------------------------------------------------------------------------
 # the cached model
 
 def node_device(choice: str) -> str:
     """The loader's device choice -> a torch device (auto: ComfyUI's device)."""
     if choice == "auto":
-        try:
-            import comfy.model_management as mm
-            return str(mm.get_torch_device())
-        except ImportError:
-            return "cuda" if torch.cuda.is_available() else "cpu"
+        mm = comfy_module("comfy.model_management")
+        return str(mm.get_torch_device()) if mm is not None else "cuda" if torch.cuda.is_available() else "cpu"
     if choice == "cuda" and not torch.cuda.is_available():
         raise ValueError("device 'cuda' was chosen but no CUDA GPU is available; choose cpu or auto")
     return choice
@@ -256,12 +255,9 @@ def loader_values(values: dict) -> dict:
 
 
 class ModelHandle:
-    """What the loader node outputs: which model to use (the loader's values), not the model itself.
-
-    ComfyUI keeps node outputs in its execution cache; were that the model, freeing ours could not
-    release its memory. The handle keeps only the values: the model lives in `_cache`, which ComfyUI's
-    "Unload Models" and memory pressure empty (hooks below), and `get()` loads it again
-    transparently on the next run."""
+    """What the loader node outputs: the loader's values, not the model, which ComfyUI's output cache would keep
+    alive; the model lives in `_cache` (emptied by ComfyUI's model management, hooks below) and `get()` loads it
+    again after that (docs/NODES.md, "Nodes": the model cache)."""
 
     def __init__(self, **values):
         self.values = loader_values(values)
@@ -287,10 +283,8 @@ def resolve(model):
 
 
 def load_cached(**values):
-    """Load a model once and keep it across runs (one model at a time). The new model is loaded
-    before the old one is freed, so a failed load (a bad folder, cuda without a GPU) leaves the
-    working model in place; only when loading runs out of GPU memory is the old one freed first
-    and the load tried once more."""
+    """Load a model once and keep it across runs (one model at a time): the new one first, so a failed load keeps
+    the working one; only a load out of GPU memory frees the old one first and is tried once more."""
     values = loader_values(values)
     key = tuple(values.items())
     if key not in _cache:
@@ -336,11 +330,8 @@ def _install_hooks() -> None:
     other packs use too): `unload_all_models` (the Unload Models button, POST /free) frees our model;
     `free_memory(memory_required, device, ...)`, which ComfyUI calls before it loads any model, frees
     ours when what ComfyUI freed itself left less than it needs on the device our model is on."""
-    if _hooked:
-        return
-    try:
-        import comfy.model_management as mm
-    except ImportError:
+    mm = comfy_module("comfy.model_management")
+    if _hooked or mm is None:
         return
     original_unload = mm.unload_all_models
 
@@ -366,8 +357,3 @@ def _install_hooks() -> None:
         free_memory.specar_original = original_free
         mm.free_memory = free_memory
     _hooked.append(original_unload)
-
-
-__all__ = ["ModelHandle", "allowed_by_model", "allowed_values", "drafter_folders", "free_models", "load_cached",
-           "load_handle", "loader_error", "model_choices",
-           "register_model_folder", "resolve", "resolve_drafter"]

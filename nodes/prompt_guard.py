@@ -1,23 +1,22 @@
-"""Checks on the prompt as posted, for the refusals ComfyUI's own validation cannot file once.
+"""Checks on the prompt as posted, for the refusals ComfyUI's own validation cannot file once (which ones:
+docs/NODES.md, "Nodes", Validation), and the one migration of a prompt saved before the sampling switch
+(`migrate_sampling`).
 
-ComfyUI files a node's validate function's verdict under every input the function takes
-(execution.validate_inputs), and it turns the value of a BOOLEAN input into ``bool(value)`` before any node
-sees it, so "false" or "no" would run as on. So `check_prompt`, a PromptServer on-prompt handler (it runs
-before ComfyUI's validation), notes per SpecAR node id the first refusal of the prompt as posted:
-- the sampler: a switch value that is none of its options (ComfyUI drops such a DynamicCombo value), or an
-  on/off input holding anything but true / false;
-- the loader: a value its chosen model does not allow (resolution, quantize, offload: `models.loader_error`).
-The node's validate function, which takes one input, then returns that message (`refusal`, by the node's
-hidden unique id): ComfyUI refuses the prompt with HTTP 400 and the message once. Every other bad value
-(a choice not listed, a number out of range) is refused by ComfyUI itself, under its own input.
-"""
+ComfyUI files a node's validate function's verdict under every input the function takes (execution.validate_inputs),
+and turns a BOOLEAN input's value into ``bool(value)`` before any node sees it ("false" would run as on). So
+`check_prompt`, an on-prompt handler (it runs before ComfyUI's validation), notes per SpecAR node id the first
+refusal of the prompt as posted, and the node's validate function, which takes one input, returns it (`refusal`, by
+the node's hidden unique id): ComfyUI refuses the prompt with HTTP 400 and the message once."""
 from __future__ import annotations
 
+import inspect
 import logging
 from typing import Optional
 
 _refused: dict = {}  # node id (str) -> message, for the prompt posted last
 _switches_dropped: list = []  # [True] where the sampler's switches are DynamicCombos (ComfyUI drops a bad value)
+_classes: dict = {}  # the registered node classes that have refusals, by name
+_own_validators: dict = {}  # class -> its own validate function (file_under swaps it per prompt)
 
 
 def _boolean_inputs(node) -> set:
@@ -40,7 +39,7 @@ def _posted(inputs: dict, name: str, default=None):
     return default if isinstance(value, list) else value
 
 
-def sampler_refusal(inputs: dict) -> Optional[str]:
+def sampler_refusal(inputs: dict) -> Optional[tuple]:
     from . import spec
     from ..samplers.drafters.params import Param
     from .widgets import Switch, input_error
@@ -49,16 +48,16 @@ def sampler_refusal(inputs: dict) -> Optional[str]:
         if isinstance(w, Switch) and w.name in inputs and not isinstance(inputs[w.name], list):
             err = w.choice_error(inputs[w.name])
             if err:
-                return err
+                return w.name, err
     booleans = _boolean_inputs(node)
     for name, value in inputs.items():
         err = None if name not in booleans or isinstance(value, list) else input_error(Param(name, False, ""), value)
         if err:
-            return f"{err} (ComfyUI would run any other value as on)"
+            return name, f"{err} (ComfyUI would run any other value as on)"
     return None
 
 
-def loader_refusal(inputs: dict) -> Optional[str]:
+def loader_refusal(inputs: dict) -> Optional[tuple]:
     from . import models, spec
     if isinstance(inputs.get("model"), list) or inputs.get("model") not in models.model_choices():
         return None  # the model's own check: ComfyUI's (V1 combo) or the validate function's (V3, which takes it)
@@ -66,25 +65,74 @@ def loader_refusal(inputs: dict) -> Optional[str]:
     values = {w.name: _posted(inputs, w.name, w.default) for w in widgets}
     if any(w.check(values[w.name]) for w in widgets if w.name in ("resolution", "quantize", "offload")):
         return None  # a value in none of the lists: ComfyUI's own check refuses it, under its input
-    return models.loader_error(values["model"], values["resolution"], values["quantize"], values["offload"])
+    err = models.loader_error(values["model"], values["resolution"], values["quantize"], values["offload"])
+    return err and (err.split(" ", 1)[0], err)  # the input it names first: resolution, offload or quantize
 
 
 CHECKS = {"SpecARSampler": sampler_refusal, "SpecARModelLoader": loader_refusal}
 
 
+def migrate_sampling(inputs: dict) -> None:
+    """A sampler prompt saved before the sampling switch (temperature and top_p beside the other inputs, -1 and 0 for
+    the model's values) moved into the switch, as this ComfyUI lays it out; a mixed pair (-1 beside a top_p of its
+    own) is left for ComfyUI to refuse, naming the missing switch."""
+    from .spec import MODEL_DEFAULT, MODEL_TEMPERATURE, MODEL_TOP_P
+    t, p = inputs.get("temperature", MODEL_TEMPERATURE), inputs.get("top_p", MODEL_TOP_P)
+    if "sampling" in inputs or isinstance(t, list) or isinstance(p, list) or \
+            (t == MODEL_TEMPERATURE) != (p == MODEL_TOP_P):
+        return
+    custom = t != MODEL_TEMPERATURE
+    inputs["sampling"] = "custom" if custom else MODEL_DEFAULT
+    if _switches_dropped:  # a DynamicCombo: the chosen option's inputs only, "sampling.<input>"
+        inputs.pop("temperature", None)
+        inputs.pop("top_p", None)
+        inputs.update({"sampling.temperature": t, "sampling.top_p": p} if custom else {})
+    elif not custom:
+        inputs.update(temperature=1.0, top_p=1.0)  # flat: the custom option's inputs, unused at "model default"
+
+
 def check_prompt(json_data):
-    """The on-prompt handler: returns `json_data` unchanged, noting each SpecAR node's refusal."""
+    """The on-prompt handler: returns `json_data` (a sampler saved before the sampling switch migrated), noting each
+    SpecAR node's refusal, filed under its input (`file_under`)."""
     prompt = json_data.get("prompt") if isinstance(json_data, dict) else None
+    nodes = {}  # class name -> [(input, message) or None: each node's refusal]
     for nid, node in (prompt.items() if isinstance(prompt, dict) else ()):
         if not isinstance(node, dict) or not isinstance(node.get("inputs"), dict):
             continue
+        if node.get("class_type") == "SpecARSampler":
+            migrate_sampling(node["inputs"])
         check = CHECKS.get(str(node.get("class_type")))
-        err = check(node["inputs"]) if check else None
-        if err:
-            _refused[str(nid)] = err
-        else:
-            _refused.pop(str(nid), None)
+        found = check(node["inputs"]) if check else None
+        _refused.pop(str(nid), None)
+        if found:
+            _refused[str(nid)] = found[1]
+        nodes.setdefault(node.get("class_type"), []).append(found)
+    for name, cls in _classes.items():
+        found = nodes.get(name, [])
+        file_under(cls, found[0] if len(found) == 1 else None)
     return json_data
+
+
+def file_under(cls, refused: Optional[tuple]) -> None:
+    """Have ComfyUI file this prompt's refusal of its one `cls` node under the input it is about: where the prompt
+    has one node of the class, refused about a plain input (not a switch: ComfyUI drops a DynamicCombo value that is
+    none of its options), the validate function names that input for this prompt; otherwise it is the class's own."""
+    from . import spec
+    from .widgets import Switch, flatten
+    attr = "validate_inputs" if hasattr(cls, "define_schema") else "VALIDATE_INPUTS"
+    own = _own_validators.setdefault(cls, cls.__dict__[attr])
+    node = spec.sampler_spec() if cls.__name__ == "SpecARSampler" else spec.loader_spec(list)
+    plain = {w.name for w in flatten(node.inputs)} - {w.name for w in node.inputs if isinstance(w, Switch)}
+    if refused is None or refused[0] not in plain:
+        setattr(cls, attr, own)
+        return
+    name, message = refused
+
+    def validate(cls, **values):
+        return message
+    validate.__signature__ = inspect.Signature([inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+                                                for n in ("cls", name)])
+    setattr(cls, attr, classmethod(validate))
 
 
 def refusal(unique_id) -> Optional[str]:
@@ -92,20 +140,16 @@ def refusal(unique_id) -> Optional[str]:
     return None if unique_id is None else _refused.get(str(unique_id))
 
 
-def register(dynamic: bool = False) -> None:
-    """Install `check_prompt` in a running ComfyUI (no-op without one). `dynamic`: the sampler's switches are
-    DynamicCombos, whose values ComfyUI drops when they are none of the options."""
+def register(classes: dict, dynamic: bool = False) -> None:
+    """Install `check_prompt` in a running ComfyUI (no-op without one) for the node `classes` ({name: class}).
+    `dynamic`: the sampler's switches are DynamicCombos, whose values ComfyUI drops when they are none of the options."""
     _switches_dropped[:] = [True] if dynamic else []
-    try:
-        from server import PromptServer
-        server = PromptServer.instance
-    except (ImportError, AttributeError):
-        return
-    if check_prompt not in getattr(server, "on_prompt_handlers", ()):
+    _classes.clear()
+    _classes.update({n: c for n, c in classes.items() if n in CHECKS})
+    from .models import comfy_server
+    server = comfy_server()
+    if server is not None and check_prompt not in getattr(server, "on_prompt_handlers", ()):
         try:
             server.add_on_prompt_handler(check_prompt)
         except AttributeError as e:  # a ComfyUI without on-prompt handlers: the nodes still work
             logging.getLogger("specar").info("SpecAR: no on-prompt handler (%s)", e)
-
-
-__all__ = ["check_prompt", "refusal", "register"]

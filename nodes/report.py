@@ -85,7 +85,8 @@ def short_verdict(ratio: float, ratios: Optional[list], lossy: bool, one_time: b
     full = verdict(ratio, ratios)
     if full.startswith("one timing each"):
         return "within timing noise: no verdict yet"
-    return full.split(":")[0]
+    head, _, rest = full.partition(": ")  # a verdict from several runs: with their range, not beside one ratio
+    return f"{head}: {rest.split(' with these settings')[0]}" if " over the last " in rest else head
 
 
 def moot_note(stats) -> str:
@@ -104,15 +105,10 @@ def moot_note(stats) -> str:
 
 
 def summary(stats, ar_stats=None, ratios: Optional[list] = None, first_run: bool = False,
-            quantization: Optional[str] = None) -> tuple:
-    """(one line, notes) for the node. The line: backend (LOSSY when it is), tokens and forward passes summed
-    over the batch against AR's, measured latency, the wall-clock ratio to an AR run of the same model,
-    prompt, seed, batch and guidance measured in the same execution (`ar_stats`; never a run from another
-    time or load: step counts are not a speed-up, and old timings are not comparable), and whether the
-    image is AR's. The notes: the verdict on that ratio, compile, a busy machine, one-time costs.
-    `ratios`: this setting's compare_with_ar ratios so far, this run's last (the verdict's samples);
-    `first_run`: the model's first generation since it was loaded, whose one-time costs are in its latency;
-    `quantization`: the model's weight quantization ("int8", "int4"; None / "none": as stored), named in the line."""
+            quantization: Optional[str] = None, undecoded: Optional[str] = None) -> tuple:
+    """(one line, notes) for the node, as docs/NODES.md, "Nodes" (Afterwards) describes them. `ar_stats`: AR's run in
+    the same execution, never one from another time or load; `ratios`: this setting's compare_with_ar ratios so far,
+    this run's last; `quantization`: "int8", "int4" (None / "none": as stored); `undecoded`: why no decoder ran."""
     label = _backends.SCHEMAS[stats.backend].label
     if quantization not in (None, "none"):
         label += f" ({quantization} model)"
@@ -122,7 +118,8 @@ def summary(stats, ar_stats=None, ratios: Optional[list] = None, first_run: bool
     images = f"{stats.batch} images, " if stats.batch > 1 else ""
     summed = " summed over the images" if stats.batch > 1 else ""
     notes = []
-    fallback = (stats.backend_report or {}).get("fell_back_to_ar")  # auto ran mostly plain AR: say so and why
+    report = stats.backend_report or {}  # auto ran mostly plain AR, or no node budget beats AR: say so and why
+    fallback = report.get("fell_back_to_ar") or (report.get("tuned") or {}).get("no_speedup")
     one_time = first_run or bool(stats.compile and stats.compile.get("compiles"))
     if stats.backend == "ar":
         line = f"{label}: {images}{tokens} tokens in {forwards} forward passes{summed}, {stats.latency_s:.2f} s"
@@ -148,6 +145,9 @@ def summary(stats, ar_stats=None, ratios: Optional[list] = None, first_run: bool
             if stats.reproducible and stats.same_image_guarantee == "not_guaranteed":  # batch_invariant.SameImage
                 notes.append(f"same image as AR not guaranteed here ({stats.same_image_reason}): the distribution "
                              f"is AR's, the very image may differ")
+    if undecoded:
+        line += "; no image decoder ran: the image shows the codes' preview colours"
+        notes.insert(0, undecoded)
     notes += [fallback or "", compile_note(stats), moot_note(stats)]
     busy = busy_machine_note()
     if busy:
@@ -159,14 +159,12 @@ def summary(stats, ar_stats=None, ratios: Optional[list] = None, first_run: bool
 
 
 def report(stats, ar_stats, settings, values: dict, model, size: tuple, preview_label: Optional[str],
-           ratios: Optional[list] = None, first_run: bool = False) -> tuple:
-    """(summary line and notes, statistics JSON) of a run: `GenerationStats` plus the summary and notes, the
-    batch's totals,
-    AR's latency measured in the same execution (`ar_stats`, or None), the readable backend name, the
-    model, the sampling values used (the model's recommended ones where guidance is its default), the
-    image's own size (H, W) and what the live preview showed (`preview_label`, or None without one)."""
+           ratios: Optional[list] = None, first_run: bool = False, undecoded: Optional[str] = None) -> tuple:
+    """(summary line and notes, statistics JSON) of a run: `GenerationStats` plus the summary and notes, the batch's
+    totals, AR's latency measured in the same execution (`ar_stats`, or None), the readable backend name, the model,
+    the sampling values used, the image's own size (H, W) and what the live preview showed (`preview_label`)."""
     quantization = getattr(model, "quantization", "none")
-    line, notes = summary(stats, ar_stats, ratios, first_run, quantization)
+    line, notes = summary(stats, ar_stats, ratios, first_run, quantization, undecoded)
     out = stats.to_dict()
     out["summary"], out["notes"] = line, notes
     out["tokens_total"], out["forwards_total"] = token_totals(stats)
@@ -187,6 +185,3 @@ def report(stats, ar_stats, settings, values: dict, model, size: tuple, preview_
                        "temperature": used["temperature"], "top_p": used["top_p"],
                        "guidance": "model default" if settings.sampling.cfg_scale is None else "custom"}
     return "\n".join([line] + notes), json.dumps(out)
-
-
-__all__ = ["heatmap", "report", "summary", "token_totals"]

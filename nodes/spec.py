@@ -1,15 +1,7 @@
-"""The three nodes' inputs and outputs, declared once (in the language of widgets.py), ComfyUI-free.
-
-The V3 classes (v3.py) and the V1 classes (v1.py) are generated from these declarations. Each
-backend's inputs are built from its schema (`samplers.backends.SCHEMAS`: default, range, choices,
-the paper's setting) and each model family's help from its `ModelFamily` (model_loaders/family.py),
-so a backend or a family registered there appears here with no change.
-
-Validation: the widgets declare their ranges and choices, so ComfyUI files a bad value against the
-input that has it, once; the V3 sampler's validate function names only the switches (v3.py).
-When a node runs each value is checked once more, by its `Param` check (`Widget.check`; a backend's
-values by `make_backend`), then the limits between parameters and the model's, once.
-"""
+"""The three nodes' inputs and outputs, declared once (in the language of widgets.py), ComfyUI-free: v3.py and v1.py
+generate the classes from them; each backend's inputs come from its schema (`samplers.backends.SCHEMAS`) and each
+family's help from its `ModelFamily`, so a backend or family registered there appears here with no change
+(docs/NODES.md, "How the pack is built"; how values are checked: its "Nodes", Validation)."""
 from __future__ import annotations
 
 import re
@@ -21,6 +13,7 @@ from ..model_loaders.resolutions import MODEL_DEFAULT as MODEL_DEFAULT_SIZE
 from ..model_loaders.resolutions import OFFLOADS, RESOLUTIONS, sizes_help
 from ..samplers import backends as _backends
 from ..samplers.api import REPRODUCIBLE_DEFAULT
+from ..samplers.sampling import SamplingField
 from .widgets import NodeSpec, Output, Switch, Widget
 
 CATEGORY = "SpecAR"
@@ -42,15 +35,13 @@ DTYPES = ("auto", "float32", "bfloat16", "float16")
 PREVIEW_MODES = ("image", "image + acceptance", "off")
 
 
-# ---------------------------------------------------------------------------------------------
 # backend parameters -> widgets (each backend's own, with its real default)
 
 BESIDE_MODEL = "(beside the model)"  # drafter folder choice: the drafter shipped next to the model's weights
 
 
 def is_advanced(backend: str, param: str) -> bool:
-    """An input shown only on request: a parameter not declared `essential` (samplers/drafters/params.py) of a
-    backend that declares some (a backend that declares none shows everything)."""
+    """An input shown only on request: a backend parameter not declared `essential` (samplers/drafters/params.py)."""
     return param not in _backends.SCHEMAS[backend].essential_params
 
 
@@ -103,6 +94,7 @@ PLAIN_WORDS = (
     ("a Jacobi window over the rows ahead, drafted by trained spatial heads from the rows above and refined by the "
      "target, with proactive branches", "trained heads draft the rows ahead"),
     ("paper: topk (EAGLE-2)", "paper: topk"),
+    ("rows below (T + d * row) kept in the speculation cache", "how many rows below are drafted too"),
 )
 # parameters that change nothing with same_image_as_ar on: a re-draft is then AR's own sample for the seed, however
 # the backend would couple it (samplers/drafters/jacobi/drafter.py `_coupled_draft`)
@@ -158,8 +150,8 @@ def backend_switch(drafter_choices: Callable[[str], list] = lambda kind: []) -> 
         "backend", f"how tokens are drafted and verified. {help_text}. Every lossless backend samples exactly what AR "
         "samples; only the chosen backend's parameters are shown.", default=_backends.DEFAULT_BACKEND, prefix=True,
         labels={n: s.label for n, s in schemas.items()},
-        options={n: [moot(advanced(param_widget(p, s.label, drafter_choices), is_advanced(n, p.name)), p.name)
-                     for p in s.params]
+        options={n: [flagged(param_widget(p, s.label, drafter_choices), specar_advanced=is_advanced(n, p.name),
+                             specar_moot_when_same_image=p.name in MOOT_WHEN_SAME_IMAGE) for p in s.params]
                  for n, s in schemas.items()})
 
 
@@ -174,22 +166,15 @@ def short_help(description: str) -> str:
     return text.strip().rstrip(".")
 
 
-def moot(w: Widget, name: str) -> Widget:
-    """Flag a parameter that has no effect with same_image_as_ar on: the web extension greys it out then."""
-    if name in MOOT_WHEN_SAME_IMAGE:
-        w.extra = {**w.extra, "specar_moot_when_same_image": True}
-    return w
-
-
-def advanced(w: Widget, flag: bool) -> Widget:
-    if flag:
-        w.extra = {**w.extra, "specar_advanced": True}
+def flagged(w: Widget, **flags: bool) -> Widget:
+    """`w` with the web extension's flags that hold (specar_advanced, specar_moot_when_same_image: greyed out)."""
+    w.extra = {**w.extra, **{k: True for k, on in flags.items() if on}}
     return w
 
 
 MODEL_DEFAULT = "model default"
-# the temperature and top_p values that mean "the loaded model's recommended value" (saved workflows from before kept
-# their explicit 1.0)
+# what temperature and top_p held for "the loaded model's recommended value" before the sampling switch (prompts and
+# workflows saved then: layouts.py and web/specar_layouts.js read them)
 MODEL_TEMPERATURE, MODEL_TOP_P = -1.0, 0.0
 
 
@@ -208,14 +193,13 @@ def guidance_switch() -> Switch:
                       "custom": [
                           Widget("cfg_scale", "FLOAT", "classifier-free guidance scale: 1 = no guidance, higher = "
                                  "closer to the prompt (0 = the unconditional branch alone)", default=3.0, min=0.0,
-                                 max=100.0, step=0.1),
+                                 max=100.0, step=0.1, source=SamplingField("cfg_scale")),
                           Widget("top_k", "INT", "keep the k most likely image tokens (0 = all tokens; at most the "
                                  f"model's image vocabulary, checked when the node runs, and at most {TOP_K_MAX})",
-                                 default=256, min=0, max=TOP_K_MAX, step=1),
+                                 default=256, min=0, max=TOP_K_MAX, step=1, source=SamplingField("top_k")),
                       ]})
 
 
-# ---------------------------------------------------------------------------------------------
 # the nodes
 
 def loader_spec(model_choices: Callable[[], list], allowed: Callable[[], dict] = dict) -> NodeSpec:
@@ -242,7 +226,7 @@ def loader_spec(model_choices: Callable[[], list], allowed: Callable[[], dict] =
                    f"({sizes_help()}); another size is refused naming what the model offers",
                    default=MODEL_DEFAULT_SIZE, options=RESOLUTIONS, optional=True),
             Widget("offload", "COMBO", "none: every weight on the device; auto: accelerate's big-model loading (GPU "
-                   "first, the rest in CPU memory) for models larger than the GPU (transformers-format families)",
+                   "first, the rest in CPU memory) for models larger than the GPU (transformers families, Emu3.5)",
                    default="none", options=OFFLOADS, optional=True),
             Widget("quantize", "COMBO", "weight-only quantization of the decoder's linear layers, done at load (on the "
                    "CPU, before the weights reach the GPU): int8 about half, int4 about a quarter of the bf16 weight "
@@ -272,12 +256,14 @@ def sampler_spec(drafter_choices: Callable[[str], list] = lambda kind: []) -> No
                control_after_generate=True),
         backend_switch(drafter_choices),
         guidance_switch(),
-        Widget("temperature", "FLOAT", f"sampling temperature: {MODEL_TEMPERATURE:g} = the loaded model's recommended "
-               f"value ({recommended('temperature')}), 0 = greedy; the value used is shown after the run",
-               default=MODEL_TEMPERATURE, min=MODEL_TEMPERATURE, max=10.0, step=0.05),
-        Widget("top_p", "FLOAT", f"nucleus sampling: {MODEL_TOP_P:g} = the loaded model's recommended value "
-               f"({recommended('top_p')}), 1.0 = off; the value used is shown after the run", default=MODEL_TOP_P,
-               min=MODEL_TOP_P, max=1.0, step=0.01),
+        Switch("sampling", f"temperature and top-p: the loaded model's recommended values (temperature "
+               f"{recommended('temperature')}; top-p {recommended('top_p')}; the values used are shown after the run) "
+               "or custom values", default=MODEL_DEFAULT, options={MODEL_DEFAULT: [], "custom": [
+                   Widget("temperature", "FLOAT", "sampling temperature: 1 = the model's distribution, 0 = greedy",
+                          default=1.0, min=0.0, max=10.0, step=0.05, source=SamplingField("temperature")),
+                   Widget("top_p", "FLOAT", "nucleus sampling: keep the most likely tokens up to this probability "
+                          "mass (1.0 = off)", default=1.0, min=0.01, max=1.0, step=0.01,
+                          source=SamplingField("top_p"))]}),
         Widget("batch_size", "INT", "images generated at once, each with its own random stream (the largest "
                "batch this model allows is checked before generating)", default=1, min=1, max=64, step=1),
         Widget("preview", "COMBO", "live preview while tokens are committed: the partial image, the partial image "
@@ -332,8 +318,3 @@ def decode_spec() -> NodeSpec:
         inputs=[Widget("tokens", TOKENS_TYPE, "the tokens output of a SpecAR Sampler")],
         outputs=[Output("image", "IMAGE", "the decoded images [B,H,W,C]")],
     )
-
-
-
-__all__ = ["BESIDE_MODEL", "CATEGORY", "MODEL_DEFAULT", "backend_switch", "decode_spec", "guidance_switch",
-           "loader_spec", "sampler_spec"]

@@ -1,7 +1,5 @@
-"""The nodes as V1 classes (INPUT_TYPES dictionaries): for ComfyUI versions without `comfy_api`.
-
-Generated from spec.py, like the V3 classes in v3.py; the work is done by core.py and models.py.
-"""
+"""The nodes as V1 classes (INPUT_TYPES dictionaries), generated from spec.py like v3.py's: for a ComfyUI without
+the V3 DynamicCombo (nodes/__init__.py); the work is done by core.py and models.py."""
 from __future__ import annotations
 
 from . import core, models, prompt_guard, spec
@@ -43,10 +41,8 @@ def _make(node_fn, function: str, run, validate):
                 types["hidden"] = {"unique_id": "UNIQUE_ID"}
             return types
 
-        # The widgets declare their ranges and choices, so ComfyUI files a bad value against its own input.
         # ComfyUI files a VALIDATE_INPUTS verdict under every input the function takes: it takes only the
-        # hidden unique_id, by which it finds this node's refusal noted on the prompt as posted
-        # (prompt_guard.py); the node checks everything again, and the limits between inputs, when it runs.
+        # hidden unique_id, by which it finds this node's refusal noted on the prompt as posted (prompt_guard.py)
         if validate is not None:
             VALIDATE_INPUTS = classmethod(validate)
 

@@ -1,9 +1,5 @@
-"""The nodes as V3 classes (ComfyUI's `comfy_api.latest` schema), built on demand.
-
-`build_nodes(io)` takes the `comfy_api.latest.io` module as an argument, so importing this file
-needs no ComfyUI; nodes/__init__.py calls it when ComfyUI provides the module. The schemas are
-generated from spec.py (as the V1 classes in v1.py are); the work is done by core.py and models.py.
-"""
+"""The nodes as V3 classes (ComfyUI's `comfy_api.latest` schema), generated from spec.py like v1.py's:
+`build_nodes(io)` takes the `comfy_api.latest.io` module as an argument, so importing this file needs no ComfyUI."""
 from __future__ import annotations
 
 from . import core, models, prompt_guard, spec
@@ -86,11 +82,8 @@ def build_nodes(io) -> list:
         "STRING": io.String,
     }
 
-    # The widgets declare their ranges and choices, so ComfyUI files a bad value against its own input,
-    # once. ComfyUI files a validate_inputs verdict under every input the function takes (and skips its own
-    # checks of those): each takes one, `model`, which every prompt of the node has; the refusals that need
-    # the other values are noted on the prompt as posted (prompt_guard.py). The nodes check everything
-    # again, and the limits between inputs, when they run.
+    # ComfyUI files a validate_inputs verdict under every input the function takes: each takes one, `model`,
+    # which every prompt of the node has; the other refusals come from the prompt as posted (prompt_guard.py).
 
     class SpecARModelLoader(io.ComfyNode):
         @classmethod
@@ -113,10 +106,10 @@ def build_nodes(io) -> list:
 
         # ComfyUI (execution.validate_inputs) passes the inputs this function names, then nests them
         # (build_nested_inputs), which adds a dict for EVERY DynamicCombo whose value is one of its options,
-        # named or not: backend and guidance are keyword-only, so that ComfyUI files the verdict under `model`
+        # named or not: the switches are keyword-only, so that ComfyUI files the verdict under `model`
         # alone (a link, which every prompt has; a switch whose value is none of its options is dropped).
         @classmethod
-        def validate_inputs(cls, model=None, *, backend=None, guidance=None):
+        def validate_inputs(cls, model=None, *, backend=None, guidance=None, sampling=None):
             return _refusal(cls) or True
 
         @classmethod
@@ -139,6 +132,3 @@ def build_nodes(io) -> list:
             return io.NodeOutput(core.decode_tokens(tokens))
 
     return [SpecARModelLoader, SpecARSampler, SpecARDecode]
-
-
-__all__ = ["build_nodes", "schema"]

@@ -1,11 +1,7 @@
-"""The nodes' declaration language, ComfyUI-free: `Widget` (one input), `Switch` (a choice that decides
-which further inputs apply), `Output`, `NodeSpec`. spec.py declares the three nodes with it; v1.py and
-v3.py turn a declaration into ComfyUI's V1 and V3 classes, so the two flavours cannot drift apart.
-
-A Switch is ComfyUI's V3 DynamicCombo where the running ComfyUI has it (only the chosen option's
-inputs exist), else a combo followed by every option's inputs, flattened (`Switch.flat_name`), which
-the web extension hides unless their option is chosen.
-"""
+"""The nodes' declaration language, ComfyUI-free: `Widget` (one input), `Switch` (a choice that decides which further
+inputs apply), `Output`, `NodeSpec` (docs/NODES.md, "How the pack is built"). A Switch is ComfyUI's V3 DynamicCombo
+where the running ComfyUI has it, else a combo followed by every option's inputs, flattened (`Switch.flat_name`),
+which the web extension hides unless their option is chosen."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
@@ -30,9 +26,8 @@ class Widget:
     multiline: bool = False
     control_after_generate: bool = False
     optional: bool = False  # ComfyUI may leave it out (API prompts saved before it existed): `default` is used
-    extra: dict = field(default_factory=dict)  # more keys of the input's options, for the web extension (a
-    # callable value is called when ComfyUI reads the node's inputs)
-    source: Optional[Param] = None  # the backend parameter this input shows (spec.param_widget): its check is this one
+    extra: dict = field(default_factory=dict)  # more input options for the web extension (a callable: read each time)
+    source: Any = None  # the library's value this input shows (a backend Param, a SamplingField): its check is this one
 
     @property
     def is_widget(self) -> bool:
@@ -46,8 +41,8 @@ class Widget:
         return list(opts or ())
 
     def param(self) -> Param:
-        """The library's parameter this input's value is checked as: the backend parameter it shows (`source`,
-        under this input's name), else one made from the declaration (range, choices, kind)."""
+        """What this input's value is checked as: the library's value it shows (`source`, under this input's name),
+        else a `Param` made from the declaration (range, choices, kind)."""
         if self.source is not None:
             return replace(self.source, name=self.name)
         default = {"INT": 0, "FLOAT": 0.0, "BOOLEAN": False}.get(self.kind, "")  # the kind Param checks by
@@ -86,10 +81,6 @@ class NodeSpec:
     outputs: list
     output_node: bool = False
 
-    def widgets(self) -> list:
-        """The widgets in the flat layout (V1; V3 without DynamicCombo), in order."""
-        return [w for w in flatten(self.inputs) if w.is_widget]
-
 
 def validate(inputs: list, values: dict) -> Optional[str]:
     """The first error among the widget values present in `values` (absent or None = linked: skipped);
@@ -117,8 +108,7 @@ def choice_error(name: str, options, key) -> Optional[str]:
 
 @dataclass
 class Switch:
-    """A choice that decides which further inputs apply: the backend (each backend has its own
-    parameters) and the guidance ("model default" or custom values)."""
+    """A choice that decides which further inputs apply: the backend (its own parameters), guidance, sampling."""
     name: str
     tooltip: str
     default: str

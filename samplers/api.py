@@ -1,22 +1,23 @@
 """`specar.generate`: the public entry point used by the nodes, the demo and the benchmarks."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable, Optional
+import inspect
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Callable, Optional, Union
 
 import torch
 
 from ..model_loaders.contract import ARImageModel, EncodedPrompt
-from .backends import BACKENDS, DEFAULT_BACKEND, BackendConfig, make_backend
+from .backends import DEFAULT_BACKEND, SCHEMAS, BackendConfig, make_backend
+from .drafters.params import Param
 from .engine import SpeculativeEngine
 from .stats import GenerationStats, chained_stats
 from .target import SamplingParams
-from .threads import check_threads, torch_threads
+from .threads import choose_threads, torch_threads
 
 
 # reproducible ("same image as AR") unless the caller says otherwise (a lossy backend: off), for every
-# backend: it costs 1-11% of step compression on the demo model (docs/REPRODUCIBLE.md,
-# docs/history/BENCHMARKS-2026-11-27.md)
+# backend: it costs 1-11% of step compression on the demo model (docs/REPRODUCIBLE.md)
 REPRODUCIBLE_DEFAULT = True
 
 
@@ -35,101 +36,104 @@ class GenerationResult:
     prompt: Optional[EncodedPrompt] = None
 
 
-def _check_seed(seed):
-    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**64:
-        raise ValueError(f"seed must be an int in [0, 2**64), got {seed!r}")
-    return seed
+@dataclass(frozen=True)
+class RunOptions:
+    """How a generation runs, never which distribution it samples (the README's "Python API" section)."""
+    reproducible: Optional[bool] = None  # same image as AR (docs/REPRODUCIBLE.md); None: on for a lossless backend
+    compile: bool = False  # the decode step as compiled graphs (compiled_step/), kept on the model; failing: eager
+    pin_width: Optional[int] = None  # same-image mode: every target forward at this width; None: the device's mode
+    threads: Union[None, str, int] = None  # this call's CPU threads: None torch's, "auto" the free cores, or a number
+    profile: bool = False  # every step synchronised and timed (also on CUDA)
+    preview: object = None  # a PartialImage (or due() and __call__(seq, done, at_step)): sees steps, changes no token
+
+    def __post_init__(self):  # every field but pin_width (the engine's, which knows the backend's widest forward)
+        for name in ("compile", "profile"):
+            Param(name, False, "").check(getattr(self, name))  # "compile must be True or False, got ..."
+        if self.reproducible is not None and not isinstance(self.reproducible, bool):
+            raise ValueError(f"reproducible must be True, False or None (the default: True for a lossless backend), "
+                             f"got {self.reproducible!r}")
+        if self.threads not in (None, "auto") and not (type(self.threads) is int and self.threads >= 1):
+            raise ValueError(f"threads must be None (torch's setting), 'auto' (the cores other processes leave free) "
+                             f"or an int >= 1, got {self.threads!r}")
 
 
-def generate(model: ARImageModel, prompt, backend=DEFAULT_BACKEND, seed: int = 0, cfg_scale: Optional[float] = None,
-             temperature: Optional[float] = None, top_k: Optional[int] = None, top_p: Optional[float] = None,
-             negative_prompt: str = "", batch_size: int = 1, progress: Optional[Callable[[int, int], None]] = None,
-             interrupt: Optional[Callable[[], bool]] = None, profile: bool = False, preview=None,
-             compile: bool = False, reproducible: Optional[bool] = None, pin_width: Optional[int] = None, threads=None,
-             images=None, sampling: Optional[SamplingParams] = None,
-             **backend_params) -> GenerationResult:
-    """Generate image tokens (and the decoded image) with the chosen backend.
+def _typed(value, kind, name, left_out=None):
+    """`value` as `kind`: itself, or made from a dict of its fields (one left out: `left_out`'s, else the default)."""
+    if isinstance(value, kind):
+        return value
+    names = [f.name for f in fields(kind)]
+    if not isinstance(value, (dict, type(None))) or set(value or {}) - set(names):
+        raise ValueError(f"{name} must be a {kind.__name__} or a dict of its fields ({', '.join(names)}), got "
+                         f"{value!r}")
+    return kind(**{**(left_out or {}), **(value or {})})
 
-    Every lossless backend samples exactly the distribution of ``backend="ar"`` for the same
-    sampling settings. ``cfg_scale``, ``temperature``, ``top_k`` and ``top_p`` default to the model's
-    recommended values (None; `default_sampling`, else 1.0 and no top-k / top-p); ``top_k=0`` is no top-k.
-    ``sampling``: the four as one `SamplingParams` instead (a None field: the model's value; the nodes pass this).
-    A two-grid model (`ARImageModel.preceding_stage`, GLM-Image) generates both grids from a str prompt:
-    ``tokens`` / ``image`` are the second grid's, ``preceding`` the first grid's result, ``stats`` cover both.
-    ``progress(done_tokens, total_tokens)`` is called once per step; ``interrupt()`` returning
-    True stops the generation with `GenerationInterrupted` (the model stays usable). ``preview``: a
-    `specar.samplers.preview.PartialImage` (or any object with ``due()`` and ``__call__(seq, done,
-    at_step)``), asked at each step whether it wants the partial sequence; it never changes the tokens.
-    ``compile=True`` runs the whole decode step through torch.compile (one static graph per plan,
-    compiled on first use and kept for later generations on the model; the compile counters are in
-    ``stats.compile``); where compiling fails it says so once and runs eager.
-    ``backend``: a backend name (its parameters as keyword arguments), or a `BackendConfig` that
-    `make_backend` already validated (the nodes: a choice is validated once).
-    ``reproducible`` ("same image as AR", docs/REPRODUCIBLE.md): True (the default, None, for every
-    lossless backend): every lossless backend gives exactly ``backend="ar"``'s tokens for the same
-    seed and settings (row b of a batch: AR's row b), whatever it drafts; only the number of forwards
-    differs. False: each backend verifies by rejection sampling with its own random draws (the same
-    distribution, other images). A lossy backend (relaxed acceptance) needs False (None: False).
-    ``pin_width`` (same-image mode): every target forward at that many tokens (AR's one token padded; at least
-    the backend's widest forward), instead of the forward mode `batch_invariant.target_forward_mode` picks for the device
-    (docs/REPRODUCIBLE.md, "Shape pinning"); None: the plan's choice.
-    ``threads``: torch's CPU threads for this call only, restored after it (torch's global setting is left as it
-    was, as ComfyUI expects): None (the default) leaves torch's setting alone; ``"auto"`` takes what ``make demo``
-    takes, the cores other processes leave free (at least 1: on a busy machine more threads than free cores is
-    the slowest choice); an int that many.
-    ``images``: reference images for image-to-image (PIL images or float tensors 0..1 [H, W, C] / [B, H, W, C]),
-    where the model takes them (``model.max_reference_images``: GLM-Image, 1 or 2); the model then samples its
-    grid after the references (a two-grid model: its last grid only).
+
+def migration(removed: dict, backend) -> str:
+    """What to write instead of keywords generate no longer takes: sampling, run options, backend parameters."""
+    name = backend.name if isinstance(backend, BackendConfig) else backend
+    groups = {"sampling=dict(": [f.name for f in fields(SamplingParams)],
+              "options=RunOptions(": [f.name for f in fields(RunOptions)],
+              f"backend=make_backend({name!r}, ": ["preset"] + [p.name for m in SCHEMAS.values() for p in m.params]}
+    unknown = [k for k in removed if not any(k in names for names in groups.values())]
+    if unknown:
+        params = [p for p in inspect.signature(generate).parameters if p != "removed"]
+        return f"generate() has no parameter {', '.join(unknown)}; its parameters are: {', '.join(params)}"
+    parts = [head + ", ".join(f"{k}={v!r}" for k, v in removed.items() if k in names) + ")"
+             for head, names in groups.items() if set(names) & set(removed)]
+    return (f"generate() takes no {', '.join(f'{k}=' for k in removed)} any more: write {', '.join(parts)} "
+            f"(RunOptions and make_backend are specar's)")
+
+
+def generate(model: ARImageModel, prompt, backend=DEFAULT_BACKEND, seed: int = 0,
+             sampling: Union[SamplingParams, dict, None] = None, negative_prompt: str = "", batch_size: int = 1,
+             images=None, progress: Optional[Callable[[int, int], None]] = None,
+             interrupt: Optional[Callable[[], bool]] = None, options: Union[RunOptions, dict, None] = None,
+             **removed) -> GenerationResult:
+    """Generate image tokens (and the decoded image) with the chosen backend (the README's "Python API" section).
+
+    ``backend``: a name (its default parameters) or `make_backend(name, **params)`'s validated value. ``sampling``: a
+    dict of `SamplingParams`' fields (one left out, or None: the model's recommended value) or a `SamplingParams`.
+    ``options``: a `RunOptions` (or a dict of its fields). ``progress(done_tokens, total_tokens)``: once per step;
+    ``interrupt()`` returning True: `GenerationInterrupted` (the model stays usable). ``images``: reference images
+    (PIL, or float tensors 0..1 [H, W, C] / [B, H, W, C]) where the model takes them (GLM-Image: 1 or 2). A two-grid
+    model (`ARImageModel.preceding_stage`, GLM-Image): both grids from a str prompt, ``preceding`` the first grid's
+    result, ``stats`` over both. ``removed``: only to say what to write instead of a keyword of the earlier API.
     """
+    if removed:
+        raise TypeError(migration(removed, backend))
     if not isinstance(model, ARImageModel):
         raise ValueError(f"model must be an ARImageModel (e.g. from specar.load_model), got {type(model).__name__}")
-    if isinstance(backend, BackendConfig):
-        if backend_params:
-            raise ValueError(f"backend is an already validated {backend.name!r} configuration; pass its parameters "
-                             f"to make_backend, not to generate (got {', '.join(sorted(backend_params))})")
-        spec = backend
-    else:
-        spec = make_backend(backend, **backend_params)
-    loose = dict(cfg_scale=cfg_scale, temperature=temperature, top_k=top_k, top_p=top_p)
-    if sampling is not None and any(v is not None for v in loose.values()):
-        raise ValueError(f"give the sampling settings as sampling= or as keyword arguments, not both (got sampling= and "
-                         f"{', '.join(k for k, v in loose.items() if v is not None)})")
-    asked = SamplingParams(**loose) if sampling is None else sampling  # a None field: the model's value
-    defaults = {**dict(cfg_scale=1.0, temperature=1.0, top_p=1.0), **getattr(model, "default_sampling", {})}
-    defaults["top_k"] = defaults.get("top_k") or 0  # None: the model's; 0: off
-    sampling = SamplingParams(**{k: defaults[k] if getattr(asked, k) is None else getattr(asked, k) for k in loose}
+    if not isinstance(backend, BackendConfig):
+        backend = make_backend(backend)
+    asked = _typed(sampling, SamplingParams, "sampling", dict.fromkeys(f.name for f in fields(SamplingParams)))
+    options = _typed(options, RunOptions, "options")
+    # a field asked as None: the model's recommended value, else SamplingParams' default (top_k 0: no top-k)
+    recommended = {**asdict(SamplingParams()), **{k: v for k, v in model.default_sampling.items() if v is not None}}
+    sampling = SamplingParams(**{k: recommended[k] if v is None else v for k, v in asdict(asked).items()}
                               ).validated(model.geometry.vocab_size)
-    _check_seed(seed)
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
+    Param("seed", 0, "", lo=0, hi=2**64 - 1).check(seed)  # the node's seed and batch_size inputs' check and message
+    Param("batch_size", 1, "", lo=1).check(batch_size)
     if isinstance(prompt, str) and not isinstance(negative_prompt, str):
         raise ValueError(f"negative_prompt must be a str, got {type(negative_prompt).__name__}")
-    if not isinstance(compile, bool):
-        raise ValueError(f"compile must be True or False, got {compile!r}")
-    if reproducible is not None and not isinstance(reproducible, bool):
-        raise ValueError(f"reproducible must be True, False or None (the default: True for a lossless backend), "
-                         f"got {reproducible!r}")
-    n_threads = check_threads(threads)
-    run = dict(spec=spec, sampling=sampling, interrupt=interrupt,
-               engine=dict(profile=profile, compile=compile, reproducible=reproducible, pin_width=pin_width))
-    with torch_threads(n_threads):
+    common = dict(backend=backend, sampling=sampling, interrupt=interrupt, options=options)
+    with torch_threads(choose_threads(None) if options.threads == "auto" else options.threads):
         if images is not None:
-            return _run(model, reference_prompt(model, prompt, images, negative_prompt), seed, batch_size, progress,
-                        preview, **run)
+            encoded = reference_prompt(model, prompt, images, negative_prompt)
+            return _one_grid(model, encoded, seed, batch_size, progress, **common)
         first = model.preceding_stage() if isinstance(prompt, str) else None
         if first is not None:
-            return _after_preceding_stage(first, model, prompt, negative_prompt, seed, batch_size, progress, preview,
-                                          run)
+            return _after_preceding_stage(first, model, prompt, negative_prompt, seed, batch_size, progress, common)
         encoded = model.encode_prompt(prompt, negative_prompt) if isinstance(prompt, str) else \
             model.check_prompt(prompt)
-        return _run(model, encoded, seed, batch_size, progress, preview, **run)
+        return _one_grid(model, encoded, seed, batch_size, progress, **common)
 
 
-def _run(model, encoded, seed, batch, progress, preview, spec, sampling, interrupt, engine) -> GenerationResult:
+def _one_grid(model, encoded, seed, batch, progress, backend, sampling, interrupt, options) -> GenerationResult:
     """One grid: the engine's run from the encoded prompt, its tokens and the decoded images."""
-    engine = SpeculativeEngine(model, spec, sampling, seed, batch, **engine)
+    engine = SpeculativeEngine(model, backend, sampling, seed, batch, profile=options.profile, compile=options.compile,
+                               reproducible=options.reproducible, pin_width=options.pin_width)
     with torch.inference_mode():
-        seq, stats = engine.run(encoded, progress=progress, interrupt=interrupt, preview=preview)
+        seq, stats = engine.run(encoded, progress=progress, interrupt=interrupt, preview=options.preview)
     geo = model.geometry
     grid = seq[:, geo.image_positions().to(seq.device)].view(batch, geo.height, geo.width).cpu()
     images = model.decode_tokens(grid, prompt=encoded)
@@ -154,7 +158,7 @@ def stage_seed(seed: int, row: int) -> int:
     return (seed + 0x9E3779B97F4A7C15 * (row + 1)) % 2 ** 64
 
 
-def _after_preceding_stage(first, model, prompt, negative_prompt, seed, batch, progress, preview, run):
+def _after_preceding_stage(first, model, prompt, negative_prompt, seed, batch, progress, common):
     """A two-grid model (`ARImageModel.preceding_stage`): the preceding stage's grids (the batch, `seed`), then
     each image's grid after its own codes (one run per image, `stage_seed`: each prompt ends with that image's
     codes). One progress bar over both grids; the live preview (built for `model`'s grid) shows the first grid, then
@@ -165,11 +169,13 @@ def _after_preceding_stage(first, model, prompt, negative_prompt, seed, batch, p
     def spanning(offset):
         return None if progress is None else (lambda done, _: progress(offset + done, total))
 
+    preview = common["options"].preview
     first_preview = preview.for_stage(first) if hasattr(preview, "for_stage") else None
-    head = _run(first, first.encode_prompt(prompt, negative_prompt), seed, batch, spanning(0), first_preview, **run)
+    head = _one_grid(first, first.encode_prompt(prompt, negative_prompt), seed, batch, spanning(0),
+                     **{**common, "options": replace(common["options"], preview=first_preview)})
     codes = head.tokens.reshape(batch, -1)
-    rows = [_run(model, model.prompt_after(prompt, codes[b], negative_prompt), stage_seed(seed, b), 1,
-                 spanning(batch * n_first + b * n), preview, **run) for b in range(batch)]
+    rows = [_one_grid(model, model.prompt_after(prompt, codes[b], negative_prompt), stage_seed(seed, b), 1,
+                      spanning(batch * n_first + b * n), **common) for b in range(batch)]
     images = [r.image for r in rows] if rows[0].images else None
     return GenerationResult(
         tokens=rows[0].tokens if batch == 1 else torch.stack([r.tokens for r in rows]),
@@ -177,4 +183,4 @@ def _after_preceding_stage(first, model, prompt, negative_prompt, seed, batch, p
         sequence=torch.cat([r.sequence for r in rows]), preceding=head, prompt=rows[0].prompt)
 
 
-__all__ = ["BACKENDS", "GenerationResult", "REPRODUCIBLE_DEFAULT", "SamplingParams", "generate"]
+__all__ = ["GenerationResult", "REPRODUCIBLE_DEFAULT", "RunOptions", "generate", "stage_seed"]

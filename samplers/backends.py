@@ -1,13 +1,6 @@
-"""Backends: the registry of drafting methods and the one validation of a backend choice.
-
-Each method declares its typed parameter dataclass and its `Method` beside its drafter
-(samplers/drafters/); the `Method` is the schema the nodes, the docs and the bench read
-(`SCHEMAS`: name -> Method), and `make_backend` validates a choice once, into a `BackendConfig`
-whose `params` is the method's typed dataclass instance: the drafter reads its attributes.
-
-To add a backend: write its drafter module (parameters, drafter, `Method`), then add its `Method`
-to `METHODS` below (one line).
-"""
+"""Backends: the registry of drafting methods (`METHODS`, `SCHEMAS`: name -> the `Method` the nodes, docs and bench
+read) and the one validation of a backend choice (`make_backend` -> `BackendConfig`, whose `typed_params` the drafter
+reads). Adding a backend is its package plus one line in `METHODS`: docs/ARCHITECTURE.md, "Registry of backends"."""
 from __future__ import annotations
 
 import dataclasses
@@ -37,12 +30,12 @@ class BackendConfig:
 
     def verify_width(self, model) -> int:
         """Tokens of this backend's widest target forward on `model`, pending token included: the width of a
-        shape-pinned generation (`generate(..., pin_width=)`; AR padded to it gives this backend's tokens)."""
+        shape-pinned generation (`RunOptions(pin_width=)`; AR padded to it gives this backend's tokens)."""
         from .target import SamplingParams
         return self.make_drafter(model, SamplingParams()).node_budget
 
     def make_drafter(self, model, sampling):
-        return self.schema.drafter(self.typed_params, model, sampling)
+        return self.schema.drafter_class(self.typed_params, model, sampling)
 
 
 SCHEMAS = {m.name: m for m in METHODS}  # name -> Method: what the nodes, the docs and the bench read
@@ -77,9 +70,5 @@ def make_backend(name: str, preset: str = "default", **params) -> BackendConfig:
         raise ValueError(f"backend {name!r} has no parameter {', '.join(unknown)}; "
                          f"its parameters are: {', '.join(allowed) or '(none)'}")
     typed = schema.params_type(**{p.name: p.check(params[p.name]) for p in schema.params if p.name in params})
-    schema.cross_check(typed)
+    getattr(typed, "check", lambda: None)()  # the checks between parameters (the dataclass's optional check())
     return BackendConfig(name, typed)
-
-
-__all__ = ["BACKENDS", "COUPLINGS", "DEFAULT_BACKEND", "INITS", "MAX_TREE_WIDTH", "MAX_WINDOW", "METHODS", "PRESETS",
-           "SCHEMAS", "BackendConfig", "Method", "Param", "bench_configs", "make_backend"]

@@ -1,11 +1,11 @@
 """Live preview: the partial image while tokens are committed, throttled to a share of the run.
 
-`PartialImage` is what `generate(..., preview=...)` calls: the engine asks `due()` (a clock read on
+`PartialImage` is what `RunOptions(preview=...)` calls: the engine asks `due()` (a clock read on
 the host, nothing from the device) at each step's host read, and only when it says yes hands over
 the sequence, which is then copied to the host and decoded. The throttle adapts to the decoder: after
 a decode that took d seconds the next one waits at least d / share, so previews cost at most about
 `share` of the generation time however slow the decoder is (measured by `python -m specar bench
---preview`, docs/history/BENCHMARKS-journal.md).
+--preview`).
 """
 from __future__ import annotations
 
@@ -100,6 +100,3 @@ class PartialImage:
 def _rgb_array(image):
     import numpy as np
     return np.asarray(image.convert("RGB"), dtype=np.uint8).copy()
-
-
-__all__ = ["PartialImage"]

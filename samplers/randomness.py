@@ -23,11 +23,6 @@ def make_generator(seed: int, device) -> torch.Generator:
 _U_MIN = 2.0 ** -25
 
 
-def exponential_noise(shape, generator: torch.Generator, device) -> torch.Tensor:
-    """Exp(1) noise in the open interval (0, inf) from the generator (`exponential_from_uniform`)."""
-    return exponential_from_uniform(torch.rand(shape, generator=generator, device=device))
-
-
 def exponential_from_uniform(u: torch.Tensor) -> torch.Tensor:
     """Exp(1) noise in the open interval (0, inf) from uniforms u in [0, 1): never 0 (a rand() of
     exactly 0 happens with probability 2^-24 per element, i.e. in most images of a real model) and

@@ -8,6 +8,7 @@ from typing import Any, Optional
 import torch
 
 from ..model_loaders.contract import ARImageModel, ImageGeometry
+from ..model_loaders.precision.batch_invariant import SameImagePlan
 from .randomness import Draws, PositionNoise, exponential_from_uniform, gumbel_coupling, sample_by_race
 from .target import SamplingParams
 
@@ -46,7 +47,7 @@ class SequenceLayout:
 @dataclass(frozen=True)
 class RunContext:
     """One generation's settings, fixed for its whole run: made by the engine, read by the drafter and verification
-    (`LoopState.ctx`), the decode step and the compiled step."""
+    (`LoopState.ctx`), the decode step, the compiled step and the statistics."""
 
     model: ARImageModel
     sampling: SamplingParams
@@ -57,10 +58,11 @@ class RunContext:
     reproducible: bool  # "same image as AR" (docs/REPRODUCIBLE.md): sampled with `position_noise`, agreement verifies
     position_noise: PositionNoise  # G [B, ..., V] of absolute positions [B, ...]: of the seed, row and position only
     compiled: bool  # the step runs compiled, one graph per plan value (a drafter may then plan fewer values)
-    backend: Any  # its backends.BackendConfig (name, parameters)
-    drafter: Any  # the backend's `Drafter`
-    target_mode: Any  # the context of every target forward (batch_invariant.target_forward_mode)
-    pin_width: Optional[int]  # every target forward at this width (shape pinning), or None
+    profile: bool  # every step synchronised and timed (on CUDA; a CPU run always is)
+    seed: int
+    backend: str  # the backend's name (samplers/backends.py)
+    backend_params: tuple  # ((parameter, value), ...) in its schema's order, defaults filled in
+    same_image: SameImagePlan  # how every target forward runs (batch-invariant, shape-pinned, plain) and its guarantee
 
 
 @dataclass

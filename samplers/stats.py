@@ -46,15 +46,16 @@ class GenerationStats:
         return d
 
 
-def generation_stats(ctx, run, at_step: torch.Tensor, nfe: int, prefill_s: float, decode_s: float,
-                     compile: Optional[dict], same_image, same_image_reason) -> GenerationStats:
-    """The report of one generation (`ctx`: its run_state.RunContext) from its per-step log (`run`: engine.Run),
-    `at_step` ([B, positions]: the decode step that settled each position) and the engine's same-image verdict."""
-    model, B = ctx.model, ctx.batch
+def generation_stats(ctx, log, at_step: torch.Tensor, seconds: tuple,
+                     compile_report: Optional[dict]) -> GenerationStats:
+    """The report of one generation (`ctx`: its run_state.RunContext) from its per-step log (`log`:
+    decode_step.StepLog), `at_step` ([B, positions]: the decode step that settled each position), its (prefill, decode)
+    seconds and its compile report."""
+    model, B, (prefill_s, decode_s), same_image = ctx.model, ctx.batch, seconds, ctx.same_image
     geo, dev = model.geometry, model.device
-    if run.committed:
-        committed = torch.stack(run.committed, 1).cpu()  # [B, steps]
-        active = torch.stack(run.active, 1).cpu()
+    if log.committed:
+        committed = torch.stack(log.committed, 1).cpu()  # [B, steps]
+        active = torch.stack(log.active, 1).cpu()
     else:
         committed = torch.zeros(B, 0, dtype=torch.long)
         active = torch.zeros(B, 0, dtype=torch.bool)
@@ -64,10 +65,10 @@ def generation_stats(ctx, run, at_step: torch.Tensor, nfe: int, prefill_s: float
     img_pos = geo.image_positions().to(at_step.device)
     maps = at_step[:, img_pos].view(B, geo.height, geo.width).cpu().tolist()
     n_img = geo.num_image_tokens
-    forward_s = run.forward_s if run.timed else None
+    forward_s = log.forward_s if log.timed else None
     return GenerationStats(
-        backend=ctx.backend.name, params=ctx.backend.params(), batch=B,
-        image_tokens=n_img, forced_tokens=geo.seq_len - n_img, nfe=nfe, steps=steps,
+        backend=ctx.backend, params=dict(ctx.backend_params), batch=B,
+        image_tokens=n_img, forced_tokens=geo.seq_len - n_img, nfe=len(log.committed), steps=steps,
         # the prefill forward yields the first token, so AR compresses exactly 1.0
         step_compression=sum(n_img / (s + 1) for s in steps) / B,
         mean_accepted_length=float(lengths.float().mean()) if lengths.numel() else 0.0,
@@ -75,9 +76,9 @@ def generation_stats(ctx, run, at_step: torch.Tensor, nfe: int, prefill_s: float
         latency_s=prefill_s + decode_s, forward_s=forward_s,
         overhead_s=None if forward_s is None else max(decode_s - forward_s, 0.0),
         peak_memory_bytes=torch.cuda.max_memory_allocated(dev) if dev.type == "cuda" else None,
-        accepted_at_step=maps, lossy=not ctx.drafter.lossless, backend_report=ctx.drafter.report(),
-        reproducible=ctx.reproducible, compile=compile, sampling=asdict(ctx.sampling),
-        same_image_reason=same_image_reason, same_image_guarantee=None if same_image is None else same_image.value)
+        accepted_at_step=maps, lossy=not log.drafter.lossless, backend_report=None if log.adaptive is None else log.adaptive.report(),
+        reproducible=ctx.reproducible, compile=compile_report, sampling=asdict(ctx.sampling), same_image_reason=same_image.reason,
+        same_image_guarantee=None if same_image.guarantee is None else same_image.guarantee.value)
 
 
 def chained_stats(first: GenerationStats, rows: list) -> GenerationStats:

@@ -8,40 +8,11 @@ model contract only returns logits of image codes.
 """
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
 from typing import Optional
 
 import torch
 
-
-@dataclass(frozen=True)
-class SamplingParams:
-    cfg_scale: float = 1.0
-    temperature: float = 1.0
-    top_k: int = 0  # 0 (or the vocabulary size): no top-k; the one spelling of "off"
-    top_p: float = 1.0
-
-    def validated(self, vocab_size: int) -> "SamplingParams":
-        """Raise a ValueError naming the bad value and the allowed range."""
-        c = self.cfg_scale
-        if isinstance(c, bool) or not isinstance(c, (int, float)) or not math.isfinite(c) or c < 0:
-            raise ValueError(f"cfg_scale must be a finite number >= 0 (1.0 = no guidance), got {c!r}")
-        t = self.temperature
-        if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t < 0:
-            raise ValueError(f"temperature must be a finite number >= 0 (0 = greedy), got {t!r}")
-        k = self.top_k
-        if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k <= vocab_size:
-            raise ValueError(f"top_k must be an int in [0, {vocab_size}] (the image vocabulary; 0 = no top-k), "
-                             f"got {k!r}")
-        p = self.top_p
-        if isinstance(p, bool) or not isinstance(p, (int, float)) or not (0.0 < p <= 1.0):
-            raise ValueError(f"top_p must be a number in (0, 1] (1.0 = no top-p), got {p!r}")
-        return self
-
-    @property
-    def uses_cfg(self) -> bool:
-        return float(self.cfg_scale) != 1.0
+from .sampling import SamplingParams  # re-exported: where its callers import it from
 
 
 def guided_logits(cond: torch.Tensor, uncond: Optional[torch.Tensor], cfg_scale: float) -> torch.Tensor:

@@ -1,4 +1,4 @@
-"""The CPU threads of one generation (`generate(threads=...)`): the user's number, or "auto", the cores other
+"""The CPU threads of one generation (`RunOptions(threads=...)`): the user's number, or "auto", the cores other
 processes leave free, as `make demo` chooses; torch's global setting restored after the call (ComfyUI's other
 nodes share it), and untouched by default.
 
@@ -38,18 +38,6 @@ def choose_threads(given: Optional[int] = None) -> int:
     return max(1, min(torch.get_num_threads(), cores(), int(cores() - load + 0.5)))
 
 
-def check_threads(threads) -> Optional[int]:
-    """generate's ``threads``: None (torch's setting), "auto" (the free cores) or an int >= 1."""
-    if threads is None:
-        return None
-    if threads == "auto":
-        return choose_threads(None)
-    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
-        raise ValueError(f"threads must be None (torch's setting), 'auto' (the cores other processes leave free) or "
-                         f"an int >= 1, got {threads!r}")
-    return threads
-
-
 @contextlib.contextmanager
 def torch_threads(n: Optional[int]):
     """Inside: torch runs `n` CPU threads (None: as it was); torch's setting restored after, even on an error."""
@@ -62,6 +50,3 @@ def torch_threads(n: Optional[int]):
         yield
     finally:
         torch.set_num_threads(before)
-
-
-__all__ = ["check_threads", "choose_threads", "cores", "load_average", "torch_threads"]

@@ -1,9 +1,9 @@
-"""Shared setup of the test suite: the node tests' harness and its `comfy` fixture.
+"""Shared setup of the test suite: `support` (tests/support/, the test support package) importable, and the node
+tests' `comfy` fixture.
 
-devtools/node_harness.py (not a test: the ComfyUI stand-ins and the helpers of tests/test_nodes_*.py) is
-loaded by path as the module `specar_node_harness`, which the node tests import from. The stand-ins go into
-sys.modules only inside the `comfy` fixture (with monkeypatch: gone after each test)."""
-import importlib.util
+The tests import the product as `specar` and their support as `support`, nothing else of the checkout, so the
+suite also runs against an installed package. The ComfyUI stand-ins go into sys.modules only inside the `comfy`
+fixture (with monkeypatch: gone after each test)."""
 import os
 import sys
 
@@ -11,14 +11,14 @@ import pytest
 
 collect_ignore = ["comfyui"]  # a real ComfyUI server's tests: `make test-comfyui` (tests/comfyui/conftest.py)
 
-_path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "devtools", "node_harness.py")
-_spec = importlib.util.spec_from_file_location("specar_node_harness", _path)
-harness = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = harness
-_spec.loader.exec_module(harness)
+TESTS = os.path.dirname(os.path.abspath(__file__))
+if TESTS not in sys.path:
+    sys.path.insert(0, TESTS)
+
+from support import node_harness  # noqa: E402  (after the path)
 
 
 @pytest.fixture
 def comfy(monkeypatch, tmp_path):
     """ComfyUI stand-ins in sys.modules (undone after the test); "demo" is a tiny random model."""
-    yield from harness.comfy_modules(monkeypatch, tmp_path)
+    yield from node_harness.comfy_modules(monkeypatch, tmp_path)

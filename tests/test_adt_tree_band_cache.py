@@ -12,9 +12,10 @@ import torch
 
 import specar
 from specar.samplers.backends import make_backend
-from specar.samplers.drafters.adt_tree import ADTTreeDrafter
+from specar.samplers.drafters.adt_tree.drafter import ADTTreeDrafter
 from specar.samplers.target import SamplingParams
-from specar.tooling.testing import check_exact, exactness_model, tiny_model, use_drafter
+from support.exactness import check_exact, exactness_model, tiny_model, use_drafter
+from support.calls import generate_kwargs
 
 P_FAIL = 1e-6
 # 6 x 8 codes with row ends: band of 2 rows (18 positions), trees at most 5 deep (fresh = 6)
@@ -43,10 +44,10 @@ class CheckedBand(ADTTreeDrafter):
     worst = []
 
     def _band_pass(self, state, S):
-        kv, g, wvalid, fR = super()._band_pass(state, S)
+        band, g = super()._band_pass(state, S)
         type(self).worst.append((float((g - full_band_root(self, state)).abs().max()),
                                   int(((state.frontier - self.fresh) >= 0).sum())))
-        return kv, g, wvalid, fR
+        return band, g
 
 
 class StaleBand(CheckedBand):
@@ -64,8 +65,8 @@ class StaleBand(CheckedBand):
 def test_cached_band_equals_full_recomputation(monkeypatch, params):
     CheckedBand.worst = []
     use_drafter(monkeypatch, "adt_tree", CheckedBand)
-    res = specar.generate(tiny_model(**BAND_MODEL), "hi", backend="adt_tree", seed=3, batch_size=6, cfg_scale=2.0,
-                          **params)
+    res = specar.generate(tiny_model(**BAND_MODEL), "hi",
+                          **generate_kwargs(backend="adt_tree", cfg_scale=2.0, **params), seed=3, batch_size=6)
     diffs, read_back = zip(*CheckedBand.worst)
     print(f"\n{params}: {len(diffs)} steps, max |cached - recomputed| = {max(diffs):.2e}, "
           f"steps reading the cache: {sum(1 for r in read_back if r)}")
@@ -77,8 +78,8 @@ def test_cached_band_equals_full_recomputation(monkeypatch, params):
 def test_planted_stale_band_is_caught(monkeypatch):
     StaleBand.worst = []
     use_drafter(monkeypatch, "adt_tree", StaleBand)
-    specar.generate(tiny_model(**BAND_MODEL), "hi", backend="adt_tree", seed=3, batch_size=6, cfg_scale=2.0,
-                    node_budget=6)
+    specar.generate(tiny_model(**BAND_MODEL), "hi", backend=specar.make_backend("adt_tree", node_budget=6), seed=3,
+                    batch_size=6, sampling=dict(cfg_scale=2.0))
     worst = max(d for d, _ in StaleBand.worst)
     print(f"\nplanted stale band: max |cached - recomputed| = {worst:.2e}")
     assert worst > 1e-2, "a stale band cache went unnoticed"

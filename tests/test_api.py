@@ -10,9 +10,10 @@ import pytest
 import torch
 
 import specar
-from specar.tooling.testing import tiny_model
+from specar.model_loaders.tiny import tiny_model
+from support import PACKAGE as ROOT
+from support.calls import generate_kwargs
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +81,7 @@ def test_bad_input_is_a_clear_value_error(mdl, kwargs, name):
     kwargs = dict(kwargs)
     prompt = kwargs.pop("prompt", "ok")
     with pytest.raises(ValueError, match=name) as err:
-        specar.generate(mdl, prompt, **kwargs)
+        specar.generate(mdl, prompt, **generate_kwargs(**kwargs))
     assert "must" in str(err.value) or "one of" in str(err.value) or "has no parameter" in str(err.value)
 
 
@@ -90,7 +91,7 @@ def test_model_argument_checked():
 
 
 def test_window_longer_than_the_image_shrinks(mdl):
-    res = specar.generate(mdl, "x", backend="sjd", window=128, seed=3)
+    res = specar.generate(mdl, "x", backend=specar.make_backend("sjd", window=128), seed=3)
     assert res.tokens.shape == (3, 3)
     assert 0 <= int(res.tokens.min()) and int(res.tokens.max()) < 6
 
@@ -120,7 +121,7 @@ def test_stats_are_consistent(mdl):
     geo = mdl.geometry
     for backend, params in (("ar", {}), ("sjd", dict(window=4)), ("scd", dict(window=4, coupling="gumbel")),
                             ("sjd_pac", dict(window=4, tree_depth=2, tree_width=3))):
-        res = specar.generate(mdl, "stats", backend=backend, seed=2, **params)
+        res = specar.generate(mdl, "stats", **generate_kwargs(backend=backend, **params), seed=2)
         st = res.stats
         assert st.image_tokens == 9 and st.forced_tokens == 3
         assert st.nfe == st.steps[0] and 1 <= st.nfe <= 8
@@ -158,9 +159,9 @@ def test_gumbel_noise_table_equals_hashing_each_step(mdl, monkeypatch, batch):
     its positions again) the same seed gives the same images and the same forward count."""
     from specar.samplers import randomness
     kw = dict(backend="scd", coupling="gumbel", window=8, seed=5, batch_size=batch)
-    with_table = specar.generate(mdl, "x", **kw)
+    with_table = specar.generate(mdl, "x", **generate_kwargs(**kw))
     monkeypatch.setattr(randomness, "GUMBEL_TABLE_BYTES", 0)
-    hashed = specar.generate(mdl, "x", **kw)
+    hashed = specar.generate(mdl, "x", **generate_kwargs(**kw))
     assert torch.equal(with_table.sequence, hashed.sequence)
     assert with_table.stats.nfe == hashed.stats.nfe
 
@@ -168,7 +169,8 @@ def test_gumbel_noise_table_equals_hashing_each_step(mdl, monkeypatch, batch):
 def test_a_tree_too_big_for_the_model_names_its_parameters():
     demo = specar.load_model("demo")
     with pytest.raises(ValueError, match=r"tree_width=64 needs \d+ draft slots .* allows at most \d+: lower window"):
-        specar.generate(demo, "a red circle", backend="sjd_pac", window=64, tree_width=64, tree_depth=3)
+        specar.generate(demo, "a red circle",
+                        backend=specar.make_backend("sjd_pac", window=64, tree_width=64, tree_depth=3))
 
 
 def test_a_validated_backend_config_is_taken_as_is():
@@ -176,14 +178,36 @@ def test_a_validated_backend_config_is_taken_as_is():
     m = tiny_model()
     config = make_backend("sjd", window=3)
     a = specar.generate(m, "hi", backend=config, seed=5, batch_size=4)
-    b = specar.generate(m, "hi", backend="sjd", window=3, seed=5, batch_size=4)
+    b = specar.generate(m, "hi", backend=specar.make_backend("sjd", window=3), seed=5, batch_size=4)
     assert torch.equal(a.sequence, b.sequence) and a.stats.params == {"window": 3, "init": "sample_above", "restart_after": 0}
-    with pytest.raises(ValueError, match="already validated 'sjd' configuration.*got window"):
-        specar.generate(m, "hi", backend=config, window=4)
+
+
+def test_generate_takes_at_most_12_parameters():
+    """One way in: the backend, sampling and run options each one value (**removed, the migration message, counts)."""
+    import inspect
+    assert len(inspect.signature(specar.generate).parameters) <= 12
+
+
+def test_a_removed_keyword_says_what_to_write_instead():
+    """The keywords generate took before its sampling, run and backend values: a TypeError naming each and the
+    spelling that replaces it, which runs as written."""
+    m = tiny_model()
+    with pytest.raises(TypeError) as err:
+        specar.generate(m, "hi", backend="sjd", seed=5, cfg_scale=2.0, window=4, compile=False, preset="paper")
+    message = str(err.value)
+    assert message.startswith("generate() takes no cfg_scale=, window=, compile=, preset= any more: write ")
+    spelled = message.split("write ", 1)[1].split(" (", 1)[0]
+    assert spelled == ("sampling=dict(cfg_scale=2.0), options=RunOptions(compile=False), "
+                       "backend=make_backend('sjd', window=4, preset='paper')")
+    # what it says to write runs
+    specar.generate(m, "hi", seed=5, sampling=dict(cfg_scale=2.0), options=specar.RunOptions(compile=False),
+                    backend=specar.make_backend('sjd', window=4, preset='paper'))
+    with pytest.raises(TypeError, match="generate.. has no parameter seeds; its parameters are: model, prompt, "):
+        specar.generate(m, "hi", seeds=[1, 2])
 
 
 def test_top_k_none_is_the_models_and_0_is_off(monkeypatch):
-    """One spelling: generate's top_k=None takes the model's recommended top-k, 0 means no top-k
+    """One spelling: generate's sampling top_k None (or left out) takes the model's recommended top-k, 0 means no top-k
     (every image token), k keeps k; the engine receives exactly that."""
     from specar.samplers import api as api_mod
     mdl = tiny_model(16, (2, 2), seed=3)
@@ -198,15 +222,18 @@ def test_top_k_none_is_the_models_and_0_is_off(monkeypatch):
 
     monkeypatch.setattr(api_mod, "SpeculativeEngine", Recording)
     for top_k in (None, 0, 3):
-        specar.generate(mdl, "hi", backend="ar", top_k=top_k)
+        specar.generate(mdl, "hi", backend="ar", sampling=dict(top_k=top_k))
     assert seen == [5, 0, 3]
     # the same settings as one typed value (the nodes' way): a None field is the model's, resolved alike
     from specar.samplers.target import SamplingParams
     for top_k in (None, 0, 3):
         specar.generate(mdl, "hi", backend="ar", sampling=SamplingParams(None, None, top_k, None))
     assert seen == [5, 0, 3] * 2
-    with pytest.raises(ValueError, match="sampling= or as keyword arguments, not both .*got sampling= and top_k"):
-        specar.generate(mdl, "hi", backend="ar", sampling=SamplingParams(None, None, 3, None), top_k=3)
-    with pytest.raises(ValueError, match=r"top_k must be an int in \[0, 16\] \(the image vocabulary; 0 = no top-k\), got -1"):
-        specar.generate(mdl, "hi", backend="ar", top_k=-1)
+    with pytest.raises(ValueError, match=r"sampling must be a SamplingParams or a dict of its fields \(cfg_scale, "
+                       r"temperature, top_k, top_p\), got \{'topk': 3\}"):
+        specar.generate(mdl, "hi", backend="ar", sampling=dict(topk=3))
+    with pytest.raises(ValueError, match=r"top_k must be an int in \[0, 16\] \(the image vocabulary; 0 = no top-k\)"):
+        specar.generate(mdl, "hi", backend="ar", sampling=dict(top_k=17))
+    with pytest.raises(ValueError, match=r"top_k must be an int >= 0 \(0 = no top-k\), got -1"):
+        specar.generate(mdl, "hi", backend="ar", sampling=dict(top_k=-1))
 

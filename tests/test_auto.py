@@ -11,13 +11,14 @@ import torch
 import specar
 from specar.samplers.backends import make_backend
 from specar.samplers.drafters import auto as auto_mod
-from specar.tooling.testing import exactness_model, greedy_and_argmax
-from specar.tooling.testing import check_exact, mark_long, use_drafter
+from specar.samplers.drafters.auto.drafter import AutoDrafter
+from support.exactness import exactness_model, greedy_and_argmax
+from support.exactness import check_exact, mark_long, use_drafter
 
 P_FAIL = 1e-6
 
 
-class HistorySwitching(auto_mod.AutoDrafter):
+class HistorySwitching(AutoDrafter):
     """Switches window every step as a function of the step count and the tokens the previous
     step committed (history only: lossless)."""
 
@@ -31,7 +32,7 @@ class HistorySwitching(auto_mod.AutoDrafter):
         return windows[(state.step + tokens) % len(windows)]
 
 
-class PeekingPolicy(auto_mod.AutoDrafter):
+class PeekingPolicy(AutoDrafter):
     """Planted bug: each row's window this step depends on its current draft (verify the drafts
     only where the next one is token 0, else an AR step). The shipped policy picks one window
     for the batch; per row, the same peek is visible to a batched chi-square test."""
@@ -88,15 +89,15 @@ def test_candidate_windows_and_bad_values():
     assert auto_mod.candidate_windows(1) == (1, 0)
     mdl = exactness_model("v3-2x2")
     with pytest.raises(ValueError, match="max_window must be an int in \\[1, 128\\], got 0"):
-        specar.generate(mdl, "hi", backend="auto", max_window=0)
+        specar.generate(mdl, "hi", backend=specar.make_backend("auto", max_window=0))
     with pytest.raises(ValueError, match="cost_model must be one of measured, forwards"):
-        specar.generate(mdl, "hi", backend="auto", cost_model="fast")
+        specar.generate(mdl, "hi", backend=specar.make_backend("auto", cost_model="fast"))
 
 
 def test_forwards_cost_model_is_deterministic_and_uses_the_largest_window():
     mdl = exactness_model("v3-2x3-rowend")
-    a = specar.generate(mdl, "hi", backend="auto", seed=3, batch_size=8, cost_model="forwards")
-    b = specar.generate(mdl, "hi", backend="auto", seed=3, batch_size=8, cost_model="forwards")
+    a = specar.generate(mdl, "hi", backend=specar.make_backend("auto", cost_model="forwards"), seed=3, batch_size=8)
+    b = specar.generate(mdl, "hi", backend=specar.make_backend("auto", cost_model="forwards"), seed=3, batch_size=8)
     assert torch.equal(a.tokens, b.tokens)
     default = make_backend("auto").typed_params.max_window
     assert list(a.stats.backend_report["steps_per_window"]) == [str(default)]  # max_window's default

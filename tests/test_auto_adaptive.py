@@ -1,4 +1,4 @@
-"""Issue 36: `auto`'s costs re-measured during the generation and its online init choice.
+"""`auto`'s costs re-measured during the generation and its online init choice.
 
 Chi-square exactness (as tests/test_auto.py: 16000 images against exact enumeration, fail at
 p < 1e-6) for the init chosen per step (a policy that switches init and window every step from the
@@ -18,13 +18,15 @@ import torch
 
 from specar.samplers.backends import make_backend
 from specar.samplers.drafters import auto as auto_mod
+from specar.samplers.drafters.auto.drafter import AutoDrafter
 from specar.samplers.target import SamplingParams
-from specar.tooling.testing import check_exact, exactness_model, mark_long, use_drafter
+from support.exactness import check_exact, exactness_model, mark_long, use_drafter
+from support.calls import generate_kwargs
 
 P_FAIL = 1e-6
 
 
-class InitSwitching(auto_mod.AutoDrafter):
+class InitSwitching(AutoDrafter):
     """Switches init every step and the window every third step, as functions of the step count
     (history only: lossless)."""
 
@@ -48,7 +50,7 @@ class RecordsTheConfiguredQ(InitSwitching):
         self._write(state, pos, need & state.ctx.layout.is_img[pos], dists=configured_q)
 
 
-class MadClock(auto_mod.AutoDrafter):
+class MadClock(AutoDrafter):
     """Step times from a host generator of their own (independent of the drafts): windows chosen from
     nonsense costs, probes every step."""
 
@@ -187,7 +189,7 @@ def test_the_node_summary_says_when_auto_fell_back_to_ar():
 
     from specar.nodes.report import summary
     from specar.samplers.api import generate
-    res = generate(exactness_model("v4-2x2"), "hi", backend="auto", seed=0, max_window=2)
+    res = generate(exactness_model("v4-2x2"), "hi", backend=make_backend("auto", max_window=2), seed=0)
     line = "auto fell back to plain AR for 3 of 4 steps: (the report's line)"
     stats = dataclasses.replace(res.stats, backend_report={**res.stats.backend_report, "fell_back_to_ar": line})
     assert line in summary(stats)[1]
@@ -203,10 +205,10 @@ def test_the_next_generation_starts_where_the_last_one_ended(monkeypatch):
     how many generations are behind it. cost_model=forwards keeps no memory (deterministic). The tokens stay AR's
     (same image as AR)."""
     import specar
-    from specar.tooling.testing import tiny_model
+    from specar.model_loaders.tiny import tiny_model
     mdl = tiny_model(16, (6, 6), seed=2, row_end=True)
     now, windows = [0.0], []
-    plan = auto_mod.AutoDrafter.plan
+    plan = AutoDrafter.plan
 
     def timed_plan(self, state, hint):  # the step that just ended took its window's time
         if self.last is not None:
@@ -214,22 +216,22 @@ def test_the_next_generation_starts_where_the_last_one_ended(monkeypatch):
         out = plan(self, state, hint)
         windows[-1].append(out.window)
         return out
-    monkeypatch.setattr(auto_mod.AutoDrafter, "plan", timed_plan)
-    monkeypatch.setattr(auto_mod.AutoDrafter, "clock", staticmethod(lambda: now[0]))
+    monkeypatch.setattr(AutoDrafter, "plan", timed_plan)
+    monkeypatch.setattr(AutoDrafter, "clock", staticmethod(lambda: now[0]))
     auto_mod._MEMORY.pop(mdl, None)
     kw = dict(backend="auto", seed=4, cfg_scale=2.0)
-    ar = specar.generate(mdl, "a cat", backend="ar", seed=4, cfg_scale=2.0).tokens
+    ar = specar.generate(mdl, "a cat", backend="ar", seed=4, sampling=dict(cfg_scale=2.0)).tokens
     reports = []
     for _ in range(3):
         windows.append([])
-        out = specar.generate(mdl, "a cat", **kw)
+        out = specar.generate(mdl, "a cat", **generate_kwargs(**kw))
         assert torch.equal(out.tokens, ar)
         reports.append(out.stats.backend_report)
     assert [r["earlier_generations"] for r in reports] == [0, 1, 2]
     assert windows[0][0] == max(auto_mod.candidate_windows(16)) and 0 in windows[0], windows[0]
     assert windows[2][0] == 0 and windows[2].count(0) > 0.8 * len(windows[2]), windows[2]
     assert reports[2]["fell_back_to_ar"]
-    c = specar.generate(mdl, "a cat", cost_model="forwards", **kw)
+    c = specar.generate(mdl, "a cat", **generate_kwargs(cost_model="forwards", **kw))
     assert c.stats.backend_report["earlier_generations"] == 0
 
 

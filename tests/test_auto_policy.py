@@ -2,7 +2,7 @@
 decisions out. The window policy and the cost model (`WindowPolicy`, `CostModel`), the init trials (`InitTrials`),
 the memory across generations (`AutoMemory`) and the typed host read (`HostCounts`). The scenarios are built so that
 the right decision follows from the rule with a wide margin either way."""
-from specar.samplers.drafters.auto import HostCounts
+from specar.samplers.drafters.auto.drafter import HostCounts
 from specar.samplers.drafters.auto import trials as trials_mod
 from specar.samplers.drafters.auto import window as window_mod
 from specar.samplers.drafters.auto.cost import RECENT, CostModel

@@ -1,4 +1,4 @@
-"""auto with SJD-PAC's proactive branches (issue 36): after a rejection a step may carry K-1 branches of depth D
+"""auto with SJD-PAC's proactive branches: after a rejection a step may carry K-1 branches of depth D
 under the pending token; auto carries them when their measured gain beats their cost (always with the forwards
 cost model). Chi-square exactness with the branches carried (a planted uncapped branch acceptance is caught), the
 carry decision from costs and the measured gain, and the compiled step's plans (one graph per window and
@@ -10,10 +10,12 @@ import torch
 import specar
 from specar.samplers.backends import make_backend
 from specar.samplers.drafters import auto as auto_mod
-from specar.samplers.verification import step as step_mod
-from specar.samplers.drafters.jacobi import JacobiDrafter
+from specar.samplers.drafters.auto.drafter import AutoDrafter
+from specar.samplers.verification import branches as branches_mod
+from specar.samplers.drafters.jacobi.drafter import JacobiDrafter
 from specar.samplers.target import SamplingParams
-from specar.tooling.testing import check_exact, exactness_model, tiny_model
+from support.exactness import check_exact, exactness_model, tiny_model
+from support.calls import generate_kwargs
 
 P_FAIL = 1e-6
 # the planted sibling bug's setting of tests/test_exactness.py (sjd_pac there), with auto choosing the steps
@@ -32,12 +34,12 @@ def test_auto_with_the_branches_is_exact(model_name, setting):
 def test_planted_sibling_bug_is_caught_in_auto(monkeypatch):
     """Planted bug: the branches' first tokens (drawn without replacement) verified as if each came from the
     unchanged q (the rejected siblings not removed from it)."""
-    real = step_mod.verify_candidates
+    real = branches_mod.verify_candidates
 
     def no_q_update(p, cands, u, noise, q=None, qs=None, valid=None):
         return real(p, cands, u, noise, qs=q[..., None, :].expand(*cands.shape, q.shape[-1]), valid=valid)
 
-    monkeypatch.setattr(step_mod, "verify_candidates", no_q_update)
+    monkeypatch.setattr(branches_mod, "verify_candidates", no_q_update)
     (p_value, stat, dof, tv), res = check_exact("auto", "v3-2x2", "plain", **BRANCHES)
     print(f"\nplanted sibling bug in auto: p={p_value:.3g} TV={tv:.4f}")
     assert res.stats.backend_report["tree_steps"] > 0
@@ -90,7 +92,7 @@ def test_compiled_auto_grows_every_drafting_step_and_matches_eager():
     kw = dict(vocab_size=16, grid=(4, 4), seed=5, row_end=True)
     eager, comp = tiny_model(**kw), tiny_model(**kw)
     plans = []
-    real_plan = auto_mod.AutoDrafter.plan
+    real_plan = AutoDrafter.plan
 
     def recorded(self, state, hint):
         plan = real_plan(self, state, hint)
@@ -98,9 +100,9 @@ def test_compiled_auto_grows_every_drafting_step_and_matches_eager():
         return plan
     args = dict(backend="auto", seed=3, batch_size=2, cfg_scale=2.0, max_window=4, cost_model="forwards")
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(auto_mod.AutoDrafter, "plan", recorded)
-        want = specar.generate(eager, "a cat", **args)
-        got = specar.generate(comp, "a cat", compile=True, **args)
+        mp.setattr(AutoDrafter, "plan", recorded)
+        want = specar.generate(eager, "a cat", **generate_kwargs(**args))
+        got = specar.generate(comp, "a cat", **generate_kwargs(compile=True, **args))
     assert torch.equal(got.tokens, want.tokens)
     compiled = [p for c, p in plans if c]
     assert compiled and all(p.grow for p in compiled if p.window) and not any(p.grow for p in compiled if not p.window)

@@ -28,9 +28,12 @@ import torch.nn.functional as F
 
 import specar
 from specar.model_loaders.precision import batch_invariant
-from specar.model_loaders.precision.batch_invariant import FLOAT32, GUARANTEE, BatchInvariant
+from specar.model_loaders.precision.batch_invariant import BatchInvariant, SameImage
 from specar.samplers.backends import BACKENDS
-from specar.tooling.testing import tiny_model
+from specar.model_loaders.tiny import tiny_model
+from support.calls import generate_kwargs
+
+GUARANTEE, FLOAT32 = SameImage.BATCH_INVARIANT, SameImage.TESTED
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the tiny-model builders (--import-mode=importlib)
 
@@ -165,8 +168,8 @@ def test_every_backend_gives_ars_tokens_in_bf16(backend):
     model = _bf16(tiny_model(16, (4, 5), seed=3, row_end=True))
     for seed in (0, 1):
         kw = dict(seed=seed, batch_size=4, cfg_scale=2.0, temperature=0.9, top_k=6)
-        want = specar.generate(model, "hi", backend="ar", **kw)
-        got = specar.generate(model, "hi", backend=backend, **kw)
+        want = specar.generate(model, "hi", **generate_kwargs(backend="ar", **kw))
+        got = specar.generate(model, "hi", **generate_kwargs(backend=backend, **kw))
         assert got.stats.same_image_guarantee == GUARANTEE
         assert torch.equal(got.sequence, want.sequence), (backend, seed)
 
@@ -196,11 +199,12 @@ def test_the_mode_runs_only_for_half_precision_in_the_same_image_mode(monkeypatc
 
     monkeypatch.setattr(BatchInvariant, "__torch_function__", entered)
     fp32 = tiny_model(16, (2, 3), row_end=True)
-    r = specar.generate(fp32, "hi", backend="sjd", seed=0, cfg_scale=2.0)
+    r = specar.generate(fp32, "hi", backend="sjd", seed=0, sampling=dict(cfg_scale=2.0))
     assert r.stats.same_image_guarantee == FLOAT32 and r.stats.to_dict()["same_image_guarantee"] == "tested"
     assert json.loads(json.dumps(r.stats.to_dict()))["same_image_reason"] == "float32: tested on the CPU, not proven"
     bf16 = _bf16(tiny_model(16, (2, 3), row_end=True))
-    assert specar.generate(bf16, "hi", backend="sjd", seed=0, reproducible=False).stats.same_image_guarantee is None
+    assert specar.generate(bf16, "hi", backend="sjd", seed=0,
+                           options=dict(reproducible=False)).stats.same_image_guarantee is None
     with pytest.raises(AssertionError, match="mode ran"):
         specar.generate(bf16, "hi", backend="sjd", seed=0)
 
@@ -234,9 +238,9 @@ def test_compiled_step_in_bf16_gives_eager_ars_tokens():
     # samplers/compiled_step/shape_compiled.py): without it this run differs from AR in 2 tokens
     model = _bf16(tiny_model(16, (4, 4), row_end=True, hidden_size=32, num_heads=2))
     kw = dict(seed=1, cfg_scale=3.0)
-    want = specar.generate(model, "a red star", backend="ar", **kw)
+    want = specar.generate(model, "a red star", **generate_kwargs(backend="ar", **kw))
     for _ in range(2):  # the first compiles the step's graph, the second runs it
-        got = specar.generate(model, "a red star", backend="sjd", compile=True, **kw)
+        got = specar.generate(model, "a red star", **generate_kwargs(backend="sjd", compile=True, **kw))
     assert got.stats.compile["graphs_used"] and not got.stats.compile["eager_fallback"]
     assert torch.equal(got.sequence, want.sequence)
 
@@ -246,7 +250,7 @@ def test_the_node_summary_says_when_the_same_image_is_not_guaranteed():
     import dataclasses
 
     from specar.nodes import report
-    from specar.tooling.testing import tiny_model
+    from specar.model_loaders.tiny import tiny_model
     stats = specar.generate(tiny_model(8, (2, 2), seed=0), "hi", backend="sjd", seed=0).stats
     assert stats.same_image_guarantee == "tested"
     assert not any("not guaranteed" in n for n in report.summary(stats, None)[1])

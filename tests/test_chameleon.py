@@ -26,10 +26,11 @@ if not hasattr(transformers, "ChameleonForConditionalGeneration"):
     pytest.skip("this transformers has no Chameleon", allow_module_level=True)
 
 import specar
-from specar.model_loaders.conformance import check_conformance
+from support.conformance import check_conformance
 from specar.model_loaders.families.chameleon import code_token_name, lumina_sizes
 from specar.model_loaders.families.chameleon_vqgan import VQGANDecoder
-from specar.tooling.testing import chi_square_test, exact_distribution, mark_long
+from support.exactness import chi_square_test, exact_distribution, mark_long
+from support.calls import generate_kwargs
 
 TOL = 1e-5
 N_SAMPLES = 16000
@@ -177,7 +178,7 @@ def test_decoder_parameter_names_are_the_chameleon_tokenizers():
 def test_ar_reproduces_reference_greedy(tiny, mdl, anole, which, text, negative):
     m = mdl if which == "lumina" else anole
     enc, ref = reference_greedy(tiny[1], m, text, negative, 3.0)
-    res = specar.generate(m, text, negative_prompt=negative, backend="ar", temperature=0, cfg_scale=3.0)
+    res = specar.generate(m, text, negative_prompt=negative, backend="ar", sampling=dict(temperature=0, cfg_scale=3.0))
     ids = m.to_model_ids(res.sequence)[0]
     assert ids[:-1].tolist() == ref and int(ids[-1]) == m.eoi_id
     pix = m.vqgan(res.tokens[None])[0].permute(1, 2, 0)
@@ -205,7 +206,7 @@ def test_every_backend_end_to_end_with_newlines_in_place(mdl, anole, backend, mo
 
 @pytest.mark.parametrize("cfg", [False, True])
 def test_adapter_conformance(mdl, anole, cfg):
-    from specar.model_loaders.conformance import check_commit_path, check_hidden_states, check_per_row_trees, \
+    from support.conformance import check_commit_path, check_hidden_states, check_per_row_trees, \
         check_tree_forward
     for check in (check_tree_forward, check_per_row_trees, check_commit_path, check_hidden_states):
         check(mdl, cfg, TOL)
@@ -226,7 +227,8 @@ def test_exactness_chi_square(square, monkeypatch, case):
     backend, params, settings = case
     monkeypatch.setattr(square, "decode_tokens", lambda tokens, prompt=None: None)  # 16000 VQ decodes are not the point
     assert square.geometry.seq_len == 6 and square.geometry.num_image_tokens == 4  # newlines included
-    res = specar.generate(square, PROMPT, backend=backend, seed=4321, batch_size=N_SAMPLES, **settings, **params)
+    res = specar.generate(square, PROMPT, **generate_kwargs(backend=backend, **settings, **params), seed=4321,
+                          batch_size=N_SAMPLES)
     exact = exact_distribution(square, PROMPT, **settings)
     p, stat, dof, tv = chi_square_test(res.tokens, exact)
     assert p > P_FAIL, f"chi2={stat:.1f} dof={dof} p={p:.2e} TV={tv:.4f}"
@@ -287,3 +289,8 @@ def test_bad_options(tiny):
         specar.load_model(tiny[0], layout="emu")
     with pytest.raises(ValueError, match="anole layout"):
         specar.load_model(tiny[0], layout="anole", resolution="512x512")
+
+
+def test_device_auto_loads_on_the_gpu_if_any_else_the_cpu(tiny):
+    want = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    assert specar.load_model(tiny[0], device="auto", **WIDE).device.type == want.type

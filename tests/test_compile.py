@@ -12,7 +12,8 @@ import torch
 
 import specar
 from specar.samplers.compiled_step import shape_compiled as compiled_mod
-from specar.tooling.testing import tiny_model
+from specar.model_loaders.tiny import tiny_model
+from support.calls import generate_kwargs
 
 # make test compiles AR's one shape; the two others (each a minute or more of compiling on a CPU with an empty cache)
 # run in make test-long
@@ -35,20 +36,20 @@ def models():
 def test_compiled_tokens_match_eager_without_breaks_or_recompiles(models, backend, params):
     eager, comp = models
     kw = dict(backend=backend, seed=21, batch_size=3, cfg_scale=2.0, **params)
-    want = specar.generate(eager, "a cat", **kw)
-    first = specar.generate(comp, "a cat", compile=True, **kw)
+    want = specar.generate(eager, "a cat", **generate_kwargs(**kw))
+    first = specar.generate(comp, "a cat", **generate_kwargs(compile=True, **kw))
     assert torch.equal(first.tokens, want.tokens)
     st = first.stats.compile
     assert st["eager_fallback"] == "" and st["graph_breaks"] == 0 and st["recompiles"] == 0
     compiles = st["compiles"]
     # the same shapes again, another seed and another prompt of the same padded length
-    again = specar.generate(comp, "a dog", compile=True, **{**kw, "seed": 22})
-    assert torch.equal(again.tokens, specar.generate(eager, "a dog", **{**kw, "seed": 22}).tokens)
+    again = specar.generate(comp, "a dog", **generate_kwargs(compile=True, **{**kw, "seed": 22}))
+    assert torch.equal(again.tokens, specar.generate(eager, "a dog", **generate_kwargs(**{**kw, "seed": 22})).tokens)
     st2 = again.stats.compile
     assert st2["recompiles"] == 0 and st2["graph_breaks"] == 0 and st2["graphs_reused"] >= 1
     # a plan's first step runs eager (it records the step's draws), so a plan the first run met once compiles
     # here; the same generation once more then compiles nothing: every graph it runs is reused
-    third = specar.generate(comp, "a dog", compile=True, **{**kw, "seed": 22})
+    third = specar.generate(comp, "a dog", **generate_kwargs(compile=True, **{**kw, "seed": 22}))
     assert torch.equal(third.tokens, again.tokens)
     st3 = third.stats.compile
     # the block is this generation's: nothing compiled, every graph it ran compiled by an earlier run
@@ -67,17 +68,18 @@ def test_a_compiler_failure_says_so_once_and_runs_eager(monkeypatch, capsys):
         raise RuntimeError("no C++ compiler found")
 
     monkeypatch.setattr(compiled_mod.torch, "compile", lambda fn, **kw: broken)
-    want = specar.generate(tiny_model(vocab_size=8, grid=(2, 3), seed=1), "x", backend="sjd", window=2, seed=3)
-    got = specar.generate(mdl, "x", backend="sjd", window=2, seed=3, compile=True)
+    want = specar.generate(tiny_model(vocab_size=8, grid=(2, 3), seed=1), "x",
+                           backend=specar.make_backend("sjd", window=2), seed=3)
+    got = specar.generate(mdl, "x", backend=specar.make_backend("sjd", window=2), seed=3, options=dict(compile=True))
     assert torch.equal(got.tokens, want.tokens)
     assert "no C++ compiler found" in got.stats.compile["eager_fallback"]
     err = capsys.readouterr().err
     assert err.count("torch.compile of the decode step failed, running eager") == 1
-    specar.generate(mdl, "x", backend="sjd", window=2, seed=4, compile=True)
+    specar.generate(mdl, "x", backend=specar.make_backend("sjd", window=2), seed=4, options=dict(compile=True))
     assert "torch.compile" not in capsys.readouterr().err  # said once
 
 
 def test_compile_must_be_a_bool():
     mdl = tiny_model(vocab_size=4, grid=(2, 2), seed=0)
     with pytest.raises(ValueError, match="compile must be True or False, got 'yes'"):
-        specar.generate(mdl, "x", compile="yes")
+        specar.generate(mdl, "x", options=dict(compile="yes"))

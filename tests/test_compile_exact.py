@@ -1,4 +1,4 @@
-"""The compiled decode step samples exactly plain AR's distribution too (issue 38).
+"""The compiled decode step samples exactly plain AR's distribution too.
 
 compile=True runs the whole step (propose, forward, target, verify, commit, observe) as one graph
 per plan, with the random draws of each step made before its graph and replayed in it. The same
@@ -12,7 +12,7 @@ comparisons of tests/test_compile.py.
 import pytest
 
 from specar.samplers.verification import rejection as rejection_mod
-from specar.tooling.testing import check_exact
+from support.exactness import check_exact
 
 P_FAIL = 1e-6
 CASES = [
@@ -22,6 +22,8 @@ CASES = [
     ("auto", dict(max_window=3, cost_model="forwards"), "v3-2x3-rowend", "mixed"),
     ("hawk", dict(node_budget=6), "v4-2x2", "cfg"),
     ("adt_tree", dict(node_budget=6, candidate_mode="sampled", children=1), "v3-2x2", "plain"),
+    ("hawk", {}, "v3-2x2", "plain"),  # node_budget=0: chosen from the measured costs (forward_costs.BudgetFromCosts)
+    ("adt_tree", {}, "v3-2x3-rowend", "cfg"),
 ]
 
 

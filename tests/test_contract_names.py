@@ -7,8 +7,8 @@ import inspect
 import os
 
 from specar.model_loaders.contract import ARImageModel
+from support import PACKAGE as ROOT
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 USERS = ("samplers/engine.py", "samplers/api.py", "samplers/stats.py", "samplers/compiled_step/step_graphs.py",
          "samplers/forward_costs.py")
 

@@ -1,37 +1,19 @@
-"""The embedded demo model: data, tokenizer, shipped weights, loading, corruption, judge."""
+"""The embedded demo model: shipped weights, loading, corruption (its data, codebook and prompt judge, maintainer
+tooling: tooling/tests/test_demo_data.py, tooling/tests/test_demo_judge.py)."""
 import json
 import os
 import shutil
 
-import numpy as np
 import pytest
 import torch
 
 import specar
-from specar.model_loaders.demo.data import dataset
-from specar.tooling.demo_judge import PromptJudge
 from specar.model_loaders.demo.model import WEIGHTS, load_demo_model
-from specar.model_loaders.demo.tokenizer import psnr
 
 
 @pytest.fixture(scope="module")
 def demo():
     return specar.load_model("demo")
-
-
-def test_dataset_is_deterministic():
-    a, pa, _ = dataset(8, seed=3)
-    b, pb, _ = dataset(8, seed=3)
-    c, _, _ = dataset(8, seed=4)
-    assert np.array_equal(a, b) and pa == pb
-    assert not np.array_equal(a, c)
-    assert a.shape == (8, 64, 64, 3) and a.dtype == np.uint8
-
-
-def test_shipped_codebook_reconstructs_held_out_scenes(demo):
-    images, _, _ = dataset(64, seed=4242)
-    rec = demo.codebook.decode(demo.codebook.encode(images))
-    assert psnr(images, rec) > 20.0
 
 
 def test_generate_with_the_demo_model(demo):
@@ -63,9 +45,6 @@ def test_corrupt_or_mismatched_files_are_reported(tmp_path):
         load_demo_model(path=str(bad))
 
 
-def test_judge_tells_right_from_wrong_prompts():
-    judge = PromptJudge(train_images=1500)
-    images, prompts, _ = dataset(120, seed=99)
-    right = np.mean([judge.judge(im, p)["ok"] for im, p in zip(images, prompts)])
-    wrong = np.mean([judge.judge(im, prompts[(k + 1) % 120])["ok"] for k, im in enumerate(images)])
-    assert right > 0.85 and wrong < 0.05
+def test_device_auto_loads_on_the_gpu_if_any_else_the_cpu():
+    want = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    assert specar.load_model("demo", device="auto").device.type == want.type

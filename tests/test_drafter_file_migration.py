@@ -36,6 +36,6 @@ def test_a_drafter_folder_with_the_old_key_loads_and_generates_the_same(tmp_path
     (old / CONFIG_FILE).write_text(json.dumps(meta))
     os.symlink(os.path.join(shipped, "drafter.safetensors"), old / "drafter.safetensors")
     assert load_eagle(demo, str(old)).cfg == load_eagle(demo, shipped).cfg
-    a = specar.generate(demo, "a red circle", backend="adt_tree", seed=3, drafter=str(old))
+    a = specar.generate(demo, "a red circle", backend=specar.make_backend("adt_tree", drafter=str(old)), seed=3)
     b = specar.generate(demo, "a red circle", backend="adt_tree", seed=3)
     assert torch.equal(a.tokens, b.tokens)

@@ -25,7 +25,9 @@ if not hasattr(transformers, "Emu3ForConditionalGeneration"):
 
 import specar
 from specar.model_loaders.contract import tree_ancestry
-from specar.tooling.testing import chi_square_test, exact_distribution, mark_long
+from support.conformance import sequential
+from support.exactness import chi_square_test, exact_distribution, mark_long
+from support.calls import generate_kwargs
 
 TOL = 1e-5
 N_SAMPLES = 16000
@@ -136,7 +138,8 @@ def test_ar_reproduces_transformers_generate_with_row_ends(tiny, text, negative)
     enc = mdl.encode_prompt(text, negative)
     prompt_ids, ref = hf_generate(hf, proc, text, enc.uncond, GRID_3X2, H, W)
     assert prompt_ids == enc.cond
-    res = specar.generate(mdl, text, negative_prompt=negative, backend="ar", temperature=0, cfg_scale=3.0)
+    res = specar.generate(mdl, text, negative_prompt=negative, backend="ar",
+                          sampling=dict(temperature=0, cfg_scale=3.0))
     ids = mdl.to_model_ids(res.sequence)[0]
     assert ids[:H * (W + 1)].tolist() == ref.tolist()
     # the VQ decode of the same layout transformers decodes (EOF, end-of-image, EOS appended)
@@ -164,15 +167,6 @@ def test_every_backend_end_to_end_with_row_ends_in_place(mdl, backend, monkeypat
     assert set(ids[:, ~is_row_end][:, :-3].flatten().tolist()) <= set(mdl._img_ids.tolist())
     assert ids[:, -3:].tolist() == [[mdl.eof_id, mdl.eoi_id, mdl.eos_id]] * 3
     assert res.stats.forced_tokens == H  # one EOL per row, filled in by the engine, never sampled
-
-
-def sequential(mdl, prompt, prefix, cfg):
-    s = mdl.start(prompt, 1, cfg, draft_capacity=prefix.shape[1] + 2)
-    out = s.first
-    for j in range(prefix.shape[1]):
-        out = mdl.forward(s, prefix[:, j:j + 1], [-1])
-        mdl.commit(s, None, torch.ones(1, dtype=torch.long))
-    return out
 
 
 PARENTS = [-1, 0, 0, 1, 1, 2, 5, -1, 7]
@@ -230,7 +224,8 @@ def test_exactness_chi_square(square, monkeypatch, case):
     backend, params, settings = case
     monkeypatch.setattr(square, "decode_tokens", lambda tokens, prompt=None: None)  # 16000 VQ decodes are not the point
     assert square.geometry.seq_len == 6 and square.geometry.num_image_tokens == 4  # row ends included
-    res = specar.generate(square, PROMPT, backend=backend, seed=4321, batch_size=N_SAMPLES, **settings, **params)
+    res = specar.generate(square, PROMPT, **generate_kwargs(backend=backend, **settings, **params), seed=4321,
+                          batch_size=N_SAMPLES)
     exact = exact_distribution(square, PROMPT, **settings)
     p, stat, dof, tv = chi_square_test(res.tokens, exact)
     assert p > P_FAIL, f"chi2={stat:.1f} dof={dof} p={p:.2e} TV={tv:.4f}"
@@ -282,6 +277,11 @@ def test_missing_tokenizer_and_mismatched_weights(tiny, tmp_path):
 
 @pytest.mark.parametrize("cfg", [False, True])
 def test_adapter_conformance(mdl, cfg):
-    from specar.model_loaders.conformance import check_commit_path, check_hidden_states, check_per_row_trees
+    from support.conformance import check_commit_path, check_hidden_states, check_per_row_trees
     for check in (check_per_row_trees, check_commit_path, check_hidden_states):
         check(mdl, cfg, TOL)
+
+
+def test_device_auto_loads_on_the_gpu_if_any_else_the_cpu(tiny):
+    want = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    assert specar.load_model(tiny[0], device="auto", **GRID_3X2).device.type == want.type

@@ -9,12 +9,13 @@ import pytest
 import torch
 
 import specar
-from specar.samplers.drafters import jacobi as jacobi_mod
+from specar.samplers.drafters.jacobi import drafter as jacobi_mod
 from specar.samplers.verification import rejection as rejection_mod
-from specar.samplers.verification import step as step_mod
-from specar.tooling.testing import EXACTNESS_MODELS, EXACTNESS_SETTINGS, exactness_model, tiny_model
-from specar.tooling.testing import greedy_and_argmax, mark_long
-from specar.tooling.testing import check_exact as sample_and_test
+from specar.samplers.verification import branches as branches_mod
+from support.exactness import EXACTNESS_MODELS, EXACTNESS_SETTINGS, exactness_model, tiny_model
+from support.exactness import greedy_and_argmax, mark_long
+from support.exactness import check_exact as sample_and_test
+from support.calls import generate_kwargs
 
 P_FAIL = 1e-6
 MODELS = EXACTNESS_MODELS
@@ -105,12 +106,12 @@ def test_planted_bug_in_coupling_is_caught(monkeypatch):
 
 def test_planted_sibling_bug_is_caught(monkeypatch):
     # planted bug: verify tree siblings without zeroing the rejected ones in q
-    real = step_mod.verify_candidates
+    real = branches_mod.verify_candidates
 
     def no_q_update(p, cands, u, noise, q=None, qs=None, valid=None):
         return real(p, cands, u, noise, qs=q[..., None, :].expand(*cands.shape, q.shape[-1]), valid=valid)
 
-    monkeypatch.setattr(step_mod, "verify_candidates", no_q_update)
+    monkeypatch.setattr(branches_mod, "verify_candidates", no_q_update)
     (p_value, stat, dof, tv), _ = check_exact("sjd_pac", dict(window=3, tree_depth=2, tree_width=3, init="random"),
                                               "v3-2x2", "plain")
     assert p_value < P_FAIL, f"planted sibling bug went unnoticed: p={p_value:.2e} TV={tv:.4f}"
@@ -133,8 +134,8 @@ def test_greedy_gives_the_argmax_sequence(model_name, backend, params):
 def test_same_seed_same_tokens_and_seeds_differ():
     mdl = tiny_model(16, (4, 4), seed=3, row_end=True)
     for backend, params in (("ar", {}), ("sjd", dict(window=5, init="sample_left")), ("scd", dict(coupling="gumbel"))):
-        a = specar.generate(mdl, "a cat", backend=backend, seed=11, **params).tokens
-        b = specar.generate(mdl, "a cat", backend=backend, seed=11, **params).tokens
-        c = specar.generate(mdl, "a cat", backend=backend, seed=12, **params).tokens
+        a = specar.generate(mdl, "a cat", **generate_kwargs(backend=backend, **params), seed=11).tokens
+        b = specar.generate(mdl, "a cat", **generate_kwargs(backend=backend, **params), seed=11).tokens
+        c = specar.generate(mdl, "a cat", **generate_kwargs(backend=backend, **params), seed=12).tokens
         assert torch.equal(a, b)
         assert not torch.equal(a, c)

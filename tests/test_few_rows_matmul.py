@@ -12,7 +12,8 @@ import specar
 from specar.samplers.compiled_step.few_rows_matmul import MAX_ROWS, few_rows_pass
 from specar.samplers.compiled_step.shape_compiled import compile_settings
 from specar.samplers.compiled_step.step_graphs import compile_stats
-from specar.tooling.testing import tiny_model
+from specar.model_loaders.tiny import tiny_model
+from support.calls import generate_kwargs
 
 pytestmark = pytest.mark.skipif(few_rows_pass() is None, reason="this torch has no inductor custom-pass API")
 
@@ -66,8 +67,8 @@ def test_compiled_ar_through_the_rewrite_gives_eager_tokens():
     for backend, params in (("ar", {}), ("sjd", dict(window=2))):
         for seed in (3, 4):
             args = dict(backend=backend, seed=seed, cfg_scale=2.0, **params)
-            want = specar.generate(eager, "a cat", **args)
-            got = specar.generate(comp, "a cat", compile=True, **args)
+            want = specar.generate(eager, "a cat", **generate_kwargs(**args))
+            got = specar.generate(comp, "a cat", **generate_kwargs(compile=True, **args))
             assert torch.equal(got.tokens, want.tokens), (backend, seed)
     assert compile_stats(comp).eager_fallback == "" and compile_stats(comp).recompiles == 0
 
@@ -83,7 +84,7 @@ def test_a_transformers_family_compiles_through_the_rewrite_with_eager_tokens(tm
     build_tiny_chameleon(folder)
     eager, comp = specar.load_model(folder), specar.load_model(folder)
     args = dict(backend="ar", seed=3, cfg_scale=2.0)
-    got = specar.generate(comp, "a cat", compile=True, **args)
-    assert torch.equal(got.tokens, specar.generate(eager, "a cat", **args).tokens)
+    got = specar.generate(comp, "a cat", **generate_kwargs(compile=True, **args))
+    assert torch.equal(got.tokens, specar.generate(eager, "a cat", **generate_kwargs(**args)).tokens)
     st = got.stats.compile
     assert st["eager_fallback"] == "" and st["graph_breaks"] == 0 and st["recompiles"] == 0

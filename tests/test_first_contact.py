@@ -1,10 +1,9 @@
-"""What a new user and an artist in ComfyUI meet first (issue 37): a fast `--help`, the CLI taking what the
+"""What a new user and an artist in ComfyUI meet first: a fast `--help`, the CLI taking what the
 API takes, the compile block of one run, speed-up verdicts from enough samples, progress over the whole
 compare_with_ar run, clear refusals (an api/flat prompt on a DynamicCombo ComfyUI, a dropped backend
 value), tooltips for a node user, demo-format folders by path, the package data, the README's first
 screen."""
 import fnmatch
-import importlib.util
 import json
 import os
 import re
@@ -22,15 +21,9 @@ from specar.cli import benchmark, call
 from specar.cli.model_spec import model_from_spec
 from specar.nodes import core, layouts, report, spec
 from specar.nodes.widgets import flatten
-from specar.tooling.testing import tiny_model
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# the folder that holds the `specar` this test imports: a subprocess runs the same code (not an installed copy)
-SPECAR_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(specar.__file__)))
-_spec = importlib.util.spec_from_file_location("specar_comfy_stubs", os.path.join(ROOT, "devtools", "comfy_stubs.py"))
-stubs = importlib.util.module_from_spec(_spec)
-sys.modules.setdefault(_spec.name, stubs)
-_spec.loader.exec_module(stubs)
+from specar.model_loaders.tiny import tiny_model
+from support import CHECKOUT, PACKAGE, SPECAR_PARENT, needs_checkout
+from support import comfy_stubs as stubs
 
 
 # ---------------------------------------------------------------------------------------------
@@ -68,7 +61,8 @@ def test_bench_takes_top_k_0_as_off_as_the_api_does(capsys, tmp_path):
     assert [r["backend"] for r in rows] == ["ar", "sjd"]
     # top-k 0 samples every token: the API's top_k=0 run of the same seed needs the same forwards
     model = model_from_spec("tiny:16,4x4")
-    want = specar.generate(model, "a red circle", backend="sjd", window=2, seed=0, top_k=0)
+    want = specar.generate(model, "a red circle", backend=specar.make_backend("sjd", window=2), seed=0,
+                           sampling=dict(top_k=0))
     assert rows[1]["nfe"] == want.stats.nfe
 
 
@@ -164,6 +158,22 @@ def test_a_second_compiled_run_reports_its_own_zero_compile(compiled_runs):
     assert second["graphs_reused"] == second["graphs_used"] >= 1
     assert second["model_total"]["compiles"] == first["model_total"]["compiles"] == first["compiles"]
     assert "no compile this run" in text2 and "compiled 0" not in text2
+
+
+def test_a_first_compile_from_python_is_announced_once_with_its_expected_time(caplog, monkeypatch):
+    """generate(compile=True) from Python, nobody listening: one log line (a warning: shown without any logging
+    set-up) before the first compile, naming what compiles and how long it takes; none after, none for the node."""
+    import logging
+
+    from specar.samplers.compiled_step import compile_stage
+    monkeypatch.setattr(compile_stage, "_announced", [])
+    with caplog.at_level(logging.WARNING, logger="specar"):
+        with compile_stage.listening(lambda what: None):  # the node shows a stage instead
+            compile_stage.starting("decode step")
+        compile_stage.starting("decode step")
+        compile_stage.starting("verify step")
+    lines = [r.getMessage() for r in caplog.records if r.name == "specar"]
+    assert len(lines) == 1 and "decode step" in lines[0] and "seconds to a few minutes" in lines[0], lines
 
 
 def test_bench_rows_carry_their_own_compile():
@@ -313,7 +323,7 @@ def test_a_busy_machine_is_named_in_the_summary(monkeypatch):
 def test_tooltips_speak_to_a_node_user():
     widgets = flatten(spec.sampler_spec().inputs) + flatten(spec.loader_spec(lambda: ["demo"]).inputs)
     for w in widgets:
-        for bad in ("preset", "docs/", ".md", "TV(", "Sequoia", "bench regime", "alpha:", "bisection"):
+        for bad in ("preset", "docs/", ".md", "TV(", "Sequoia", "bench regime", "alpha:", "bisection", "speculation cache"):
             assert bad not in w.tooltip, (w.name, bad, w.tooltip)
         assert not re.search(r"\bissues? \d", w.tooltip), (w.name, w.tooltip)
     drafters = [w for w in widgets if w.kind == "COMBO" and w.default == spec.BESIDE_MODEL]
@@ -337,7 +347,7 @@ def _v3_sampler():
 
 def test_a_dropped_backend_value_is_refused_once_naming_it(comfy):
     """ComfyUI drops a DynamicCombo value that is none of its options: the prompt guard names it, once."""
-    from specar_node_harness import api_inputs, node_classes, queue_errors, sampler_values
+    from support.node_harness import api_inputs, node_classes, queue_errors, sampler_values
     classes = node_classes("v3")
     inputs = api_inputs(classes["SpecARSampler"], sampler_values(backend="sjd"))
     prompt = {"1": {"class_type": "SpecARModelLoader", "inputs": {"model": "demo", "device": "auto", "dtype": "auto"}},
@@ -350,7 +360,7 @@ def test_a_dropped_backend_value_is_refused_once_naming_it(comfy):
 
 
 def _example(*parts):
-    with open(os.path.join(ROOT, "example_workflows", *parts)) as f:
+    with open(os.path.join(PACKAGE, "example_workflows", *parts)) as f:
         return json.load(f)
 
 
@@ -380,7 +390,7 @@ def test_an_api_flat_prompt_on_a_dynamic_combo_comfyui_is_refused_clearly():
 def test_a_copied_demo_folder_loads_by_path_and_a_corrupt_one_says_so(tmp_path):
     from specar.model_loaders.registry import detect_family
     copy = str(tmp_path / "my-demo")
-    shutil.copytree(os.path.join(ROOT, "model_loaders", "weights", "demo"), copy)
+    shutil.copytree(os.path.join(PACKAGE, "model_loaders", "weights", "demo"), copy)
     assert detect_family(copy) == "demo"
     torch.set_num_threads(1)
     a = specar.generate(specar.load_model(copy), "a red circle", backend="ar", seed=3)
@@ -395,29 +405,31 @@ def test_a_copied_demo_folder_loads_by_path_and_a_corrupt_one_says_so(tmp_path):
     assert not detect(copy, {"model_type": "janus", "text_config": {}}) and not detect(copy, None)
 
 
+@needs_checkout
 def test_package_data_covers_every_example_workflow():
     tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
-    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
+    with open(os.path.join(CHECKOUT, "pyproject.toml"), "rb") as f:
         patterns = tomllib.load(f)["tool"]["setuptools"]["package-data"]["specar"]
-    for base, _, files in os.walk(os.path.join(ROOT, "example_workflows")):
+    for base, _, files in os.walk(os.path.join(CHECKOUT, "example_workflows")):
         for name in files:
-            rel = os.path.relpath(os.path.join(base, name), ROOT)
+            rel = os.path.relpath(os.path.join(base, name), CHECKOUT)
             if name.endswith((".json", ".jpg")):  # the workflows and the template browser's thumbnails
                 assert any(fnmatch.fnmatch(rel, p) and rel.count("/") == p.count("/") for p in patterns), rel
 
 
+@needs_checkout
 def test_the_wheel_lists_every_package_of_the_product():
     """pyproject's explicit package list holds every folder with an __init__.py but the maintainers' tooling/ (a
     missing one installs a package that fails at import: `pip install .` copies only the listed folders)."""
     tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
-    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
+    with open(os.path.join(CHECKOUT, "pyproject.toml"), "rb") as f:
         listed = set(tomllib.load(f)["tool"]["setuptools"]["packages"])
     found = set()
-    for base, dirs, files in os.walk(ROOT):
-        dirs[:] = [d for d in dirs if not d.startswith(".") and d not in ("tests", "devtools", "output", "__pycache__")
-                   and not (base == ROOT and d in ("tooling", "build"))]
+    for base, dirs, files in os.walk(CHECKOUT):
+        dirs[:] = [d for d in dirs if not d.startswith(".") and d not in ("tests", "output", "__pycache__")
+                   and not (base == CHECKOUT and d in ("tooling", "build"))]
         if "__init__.py" in files:
-            rel = os.path.relpath(base, ROOT)
+            rel = os.path.relpath(base, CHECKOUT)
             found.add("specar" if rel == "." else "specar." + rel.replace(os.sep, "."))
     assert found == listed, f"missing from pyproject: {sorted(found - listed)}; listed without a package: {sorted(listed - found)}"
 
@@ -437,8 +449,9 @@ def test_the_commands_run_without_the_tooling_a_wheel_lacks():
     assert p.returncode == 0, p.stderr
 
 
+@needs_checkout
 def test_readme_first_screen_says_what_it_is_and_the_two_commands():
-    with open(os.path.join(ROOT, "README.md")) as f:
+    with open(os.path.join(CHECKOUT, "README.md")) as f:
         first = f.read().splitlines()[:25]
     text = "\n".join(first)
     assert "lossless" in text.lower() and "ComfyUI" in text
@@ -452,11 +465,12 @@ def _default_text(p) -> str:
     return str(p.default)
 
 
+@needs_checkout
 @pytest.mark.parametrize("doc", ["docs/NODES.md"])
 def test_the_backends_tables_give_the_code_defaults(doc):
     """Each backend's row of the parameters table names every parameter with the code's default (a drafter
     folder: as a folder), in the row's own notation: `name` (default ...) or name (default ...)."""
-    with open(os.path.join(ROOT, doc)) as f:
+    with open(os.path.join(CHECKOUT, doc)) as f:
         rows = {m.group(1): m.group(2) for m in re.finditer(r"^\| `?(\w+)`?(?: \([^|]*\))? \| ([^|]+) \|", f.read(), re.M)}
     for name, schema in specar.SCHEMAS.items():
         assert name in rows, (doc, name)

@@ -8,7 +8,6 @@ both grids (same image as AR); one `specar.generate` spans both grids (stats, pr
 sampler nodes on the folder, every lossless backend as AR; the adapter conformance suite on both stages; sizes; the
 missing-extra message; the DiT decode through diffusers (skipped without diffusers).
 """
-import importlib.util
 import json
 import os
 import shutil
@@ -25,7 +24,9 @@ if not hasattr(transformers, "GlmImageForConditionalGeneration"):
 
 import specar
 from specar.model_loaders.families import glm_image
-from specar.tooling.testing import mark_long
+from support import tiny_glm_image
+from support.exactness import mark_long
+from support.calls import generate_kwargs
 
 CODES = 8
 PROMPT = "a red cat"
@@ -33,15 +34,10 @@ SIZE = "64x96"  # W x H pixels: a 3x2 target grid, and the processor's 19x13 pre
 TOL = 1e-5
 
 
-# the tiny folder's builder: a plain module (no pytest, no specar), which devtools/ui_check.js also runs with
+# the tiny folder's builder: a plain module (no pytest, no specar), which tooling/ui_check.js also runs with
 # ComfyUI's Python
-_tiny_spec = importlib.util.spec_from_file_location(
-    "specar_tiny_glm_image", os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "devtools",
-                                          "tiny_glm_image.py"))
-_tiny = importlib.util.module_from_spec(_tiny_spec)
-_tiny_spec.loader.exec_module(_tiny)
-build_tiny_glm_image = _tiny.build_tiny_glm_image
-assert _tiny.CODES == CODES
+build_tiny_glm_image = tiny_glm_image.build_tiny_glm_image
+assert tiny_glm_image.CODES == CODES
 
 
 def build_tiny_dit(root, hf, proc, seed=0):
@@ -101,7 +97,7 @@ def test_ar_reproduces_transformers_generate_over_both_grids(tiny):
     n = mdl.preceding_stage().geometry.num_image_tokens + mdl.geometry.num_image_tokens
     out = hf.generate(**inputs, max_new_tokens=n, do_sample=False, suppress_tokens=[CODES, CODES + 1])
     ref = out[0, inputs["input_ids"].shape[1]:]
-    res = specar.generate(mdl, PROMPT, backend="ar", temperature=0)
+    res = specar.generate(mdl, PROMPT, backend="ar", sampling=dict(temperature=0))
     ours = torch.cat([res.preceding.tokens.flatten(), res.tokens.flatten()])
     assert ours.tolist() == ref.tolist()
     assert len(set(ref.tolist())) > 2  # the tiny model's greedy path is not one repeated code
@@ -153,7 +149,7 @@ def test_the_sampler_node_runs_every_backend_as_ar(tiny, comfy, monkeypatch):
     every lossless backend through the sampler node (same image as AR on) gives AR's tokens."""
     from specar.model_loaders import registry
     from specar.nodes import models
-    from specar_node_harness import execute, node_classes, run_sampler_node, sampler_values
+    from support.node_harness import execute, node_classes, run_sampler_node, sampler_values
     folder = os.path.join(comfy["models_dir"], "specar", "GLM-Image-tiny")
     shutil.copytree(tiny[0], folder)
     with open(os.path.join(folder, "model_index.json"), "w") as f:
@@ -182,17 +178,20 @@ def test_the_sampler_node_runs_every_backend_as_ar(tiny, comfy, monkeypatch):
         return tokens["tokens"], json.loads(stats), image
 
     ar, stats, image = run("ar")
-    assert ar.shape == (1, 8, 8) and image.shape == (1, 8, 8, 3)  # no decoder: the codes in their preview colours
-    assert torch.equal(image[0], pil_to_tensor_of(m.decode_preview(ar))[0]) and not torch.equal(image[..., 0],
-                                                                                                image[..., 1])
+    # no decoder: the codes in their preview colours, 32 px a code (256x256)
+    assert ar.shape == (1, 8, 8) and image.shape == (1, 256, 256, 3)
+    codes = pil_to_tensor_of(m.decode_preview(ar))[0]
+    assert torch.equal(image[0, ::32, ::32], codes) and not torch.equal(image[..., 0], image[..., 1])
     assert stats["image_tokens"] == n and stats["step_compression"] == pytest.approx(1.0)
-    # the widgets' defaults (temperature -1, top_p 0) sample at the checkpoint's settings, which the stats show
+    # the widgets' defaults (guidance and sampling "model default") sample at the checkpoint's settings, shown after
     assert {k: stats["sampling"][k] for k in ("temperature", "top_p", "top_k", "cfg_scale")} == \
         {"temperature": 0.9, "top_p": 0.75, "top_k": CODES, "cfg_scale": 1.0}
-    (_, _, explicit, _), _ = run_sampler_node(classes["SpecARSampler"], handle, sampler_values(
-        prompt=PROMPT, seed=5, backend="ar", temperature=1.0, top_p=1.0))  # a workflow saved before: its values
-    ran = json.loads(explicit)["sampling"]
-    assert (ran["temperature"], ran["top_p"]) == (1.0, 1.0)
+    for sampling in ("custom", None):  # None: a workflow saved before the sampling switch, its explicit values
+        values = sampler_values(prompt=PROMPT, seed=5, backend="ar", sampling=sampling, temperature=1.0, top_p=1.0)
+        (_, _, explicit, _), _ = run_sampler_node(classes["SpecARSampler"], handle,
+                                                  {k: v for k, v in values.items() if v is not None})
+        ran = json.loads(explicit)["sampling"]
+        assert (ran["temperature"], ran["top_p"]) == (1.0, 1.0), sampling
     for backend in specar.BACKENDS[1:]:
         tokens, stats, _ = run(backend)
         assert torch.equal(tokens, ar), backend
@@ -202,7 +201,7 @@ def test_the_sampler_node_runs_every_backend_as_ar(tiny, comfy, monkeypatch):
 @pytest.mark.parametrize("stage", ["preview", "target"])
 @pytest.mark.parametrize("cfg", [False, True])
 def test_adapter_conformance(mdl, stage, cfg, monkeypatch):
-    from specar.model_loaders.conformance import (check_commit_path, check_hidden_states, check_per_row_trees,
+    from support.conformance import (check_commit_path, check_hidden_states, check_per_row_trees,
                                                   check_tree_forward)
     model = mdl.preceding_stage() if stage == "preview" else mdl._as_stage("target")
     if stage == "target":  # the target stage's prompt ends with a preview grid (the text layout, then its codes)
@@ -246,6 +245,7 @@ def test_missing_diffusers_is_one_line_and_tokens_still_come(tiny, tmp_path, mon
     shutil.copytree(os.path.join(tiny[0], "vision_language_encoder"), root / "vision_language_encoder")
     shutil.copytree(os.path.join(tiny[0], "processor"), root / "processor")
     (root / "model_index.json").write_text(json.dumps({"_class_name": "GlmImagePipeline"}))
+    (root / "transformer").mkdir()  # the DiT's parts (unread without diffusers): installing diffusers would help
     real = glm_image.importlib.util.find_spec
     monkeypatch.setattr(glm_image.importlib.util, "find_spec", lambda n, *a: None if n == "diffusers" else real(n, *a))
     with warnings.catch_warnings(record=True) as caught:
@@ -260,6 +260,25 @@ def test_missing_diffusers_is_one_line_and_tokens_still_come(tiny, tmp_path, mon
     monkeypatch.setitem(__import__("sys").modules, "diffusers", None)  # import diffusers -> ImportError
     with pytest.raises(ImportError, match="requirements-glm-image.txt"):
         m.dit_pipeline()
+
+
+def test_without_the_dit_the_folder_and_its_ar_folder_load_tokens_only_where_diffusers_is(tiny, tmp_path, monkeypatch):
+    """docs/NODES.md: the released layout with none of the DiT's parts (the tiny ComfyUI folder), and its
+    vision_language_encoder/ alone, load tokens only where diffusers is installed, saying so (planted: the DiT's 8
+    files were required whenever diffusers was there); a folder with part of the DiT is refused naming what it lacks."""
+    root = tmp_path / "GLM-Image"
+    shutil.copytree(os.path.join(tiny[0], "vision_language_encoder"), root / "vision_language_encoder")
+    shutil.copytree(os.path.join(tiny[0], "processor"), root / "processor")
+    (root / "model_index.json").write_text(json.dumps({"_class_name": "GlmImagePipeline"}))
+    real = glm_image.importlib.util.find_spec
+    monkeypatch.setattr(glm_image.importlib.util, "find_spec", lambda n, *a: object() if n == "diffusers" else real(n, *a))
+    for folder in (root, root / "vision_language_encoder"):
+        m = specar.load_model(str(folder), resolution=SIZE)
+        assert m.decoder_problem.startswith("no DiT in") and "tokens only" in m.decoder_problem, m.decoder_problem
+        assert specar.generate(m, PROMPT, backend="sjd", seed=3).image is None
+    (root / "transformer").mkdir()
+    with pytest.raises(ValueError, match=r"missing 8 files: transformer/config.json"):
+        specar.load_model(str(root), resolution=SIZE)
 
 
 def test_dit_decodes_through_diffusers(tiny, tmp_path):
@@ -292,7 +311,7 @@ CHI_CASES = [("ar", {}), ("sjd", dict(window=3, init="random")),
 def _target_chi_square(tiny, backend, params, sampled=None):
     """chi-square of `backend`'s target-stage images against the exact distribution at `settings` (`sampled`: the
     settings the backend samples with, a planted mismatch when they differ)."""
-    from specar.tooling.testing import chi_square_test, exact_distribution
+    from support.exactness import chi_square_test, exact_distribution
     m = specar.load_model(os.path.join(tiny[0], "vision_language_encoder"), resolution="64x32")._as_stage("target")
     assert (m.geometry.height, m.geometry.width) == (1, 2)
     m.random_drafter_seed = 0  # hawk / adt_tree / spatial: random-weight drafters
@@ -300,8 +319,10 @@ def _target_chi_square(tiny, backend, params, sampled=None):
     prompt = m.prompt_after(PROMPT, preview)
     settings = dict(temperature=0.9, top_p=0.75)
     exact = exact_distribution(m, prompt, **settings)
-    tokens = torch.cat([specar.generate(m, prompt, backend=backend, seed=100 + i, batch_size=1000, reproducible=False,
-                                        **(sampled or settings), **params).tokens for i in range(4)])
+    tokens = torch.cat([specar.generate(m, prompt,
+                                        **generate_kwargs(backend=backend, reproducible=False, **(sampled or settings),
+                                                          **params),
+                                        seed=100 + i, batch_size=1000).tokens for i in range(4)])
     return chi_square_test(tokens, exact)
 
 
@@ -400,13 +421,13 @@ def test_the_live_preview_shows_the_preview_grid_then_the_target(mdl):
     shown = []
     preview = PartialImage(mdl, lambda images, done, total: shown.append((images[0].size, done, total)),
                            min_interval_s=0.0, share=0.99)
-    res = specar.generate(mdl, PROMPT, backend="ar", seed=6, preview=preview)
+    res = specar.generate(mdl, PROMPT, backend="ar", seed=6, options=dict(preview=preview))
     sizes = [size for size, _, _ in shown]
     first = sizes.index((2, 3))  # PIL (W, H): the 3x2 target grid
     assert first > 0 and set(sizes[:first]) == {(13, 19)} and set(sizes[first:]) == {(2, 3)}
     assert [t for _, _, t in shown] == [19 * 13] * first + [6] * (len(shown) - first)
     colors = mdl.decode_preview(res.tokens[None])[0]
-    assert colors.size == (2, 3) and len(set(colors.getdata())) == len(set(res.tokens.flatten().tolist()))
+    assert colors.size == (2, 3) and len(colors.getcolors()) == len(set(res.tokens.flatten().tolist()))
 
 
 def test_the_install_lines_are_what_is_tested(monkeypatch):
@@ -445,7 +466,7 @@ def test_the_example_workflow_runs_on_the_tiny_folder(tiny, comfy, monkeypatch, 
     checkpoint's sampling; the DiT left out (diffusers hidden: the long test decodes)."""
     from specar.model_loaders import registry
     from specar.nodes import models
-    from specar_node_harness import EXAMPLES, load_json, node_classes, run_api_workflow
+    from support.node_harness import EXAMPLES, load_json, node_classes, run_api_workflow
     folder = os.path.join(comfy["models_dir"], "specar", "GLM-Image")
     shutil.copytree(tiny[0], folder)
     with open(os.path.join(folder, "model_index.json"), "w") as f:  # the AR stage's parts of the released layout
@@ -455,7 +476,7 @@ def test_the_example_workflow_runs_on_the_tiny_folder(tiny, comfy, monkeypatch, 
     monkeypatch.setattr(models, "load_model", registry.load_model)
     prompt = load_json(os.path.join(EXAMPLES, "api", "SpecAR - GLM-Image.json"))
     if flavour == "v3":  # the UI file's loader (what the template browser opens) has the API twin's values, valid
-        from specar_node_harness import comfy_validation_errors, read_ui_values
+        from support.node_harness import comfy_validation_errors, read_ui_values
         loader = next(n for n in load_json(os.path.join(EXAMPLES, "SpecAR - GLM-Image.json"))["nodes"]
                       if n["type"] == "SpecARModelLoader")
         cls = node_classes("v3")["SpecARModelLoader"]
@@ -465,6 +486,13 @@ def test_the_example_workflow_runs_on_the_tiny_folder(tiny, comfy, monkeypatch, 
     (sampler,) = [nid for nid in prompt if prompt[nid]["class_type"] == "SpecARSampler"]
     image, tokens, stats, _ = outputs[sampler]
     s = json.loads(stats)
-    assert tokens["tokens"].shape == (1, 32, 32) and image.shape == (1, 32, 32, 3)  # no DiT: the codes' colours
+    # no DiT: the codes' colours at the chosen size, and the summary says no decoder ran
+    assert tokens["tokens"].shape == (1, 32, 32) and image.shape == (1, 1024, 1024, 3)
+    assert "no image decoder ran" in s["summary"] and s["notes"][0].startswith("no DiT in"), s["summary"]
     assert s["image_tokens"] == 256 + 1024 and s["backend"] == "auto"
     assert (s["sampling"]["temperature"], s["sampling"]["top_p"]) == (0.9, 0.75)
+
+
+def test_device_auto_loads_on_the_gpu_if_any_else_the_cpu(tiny):
+    want = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    assert specar.load_model(os.path.join(tiny[0], "vision_language_encoder"), device="auto", resolution=SIZE).device.type == want.type

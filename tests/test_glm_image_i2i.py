@@ -88,7 +88,7 @@ def test_ar_reproduces_transformers_generate_with_references(tiny, n_refs):
     assert [(h, w) for _, h, w in prompt.grids] == [(5, 4), (3, 6)][:n_refs]
     assert [tuple(c.shape) for c in prompt.codes] == [(h, w) for _, h, w in prompt.grids]
     ref, ref_logits = transformers_generate(hf, proc, images, m.geometry.num_image_tokens)
-    res = specar.generate(m, PROMPT, backend="ar", temperature=0, images=images)
+    res = specar.generate(m, PROMPT, backend="ar", sampling=dict(temperature=0), images=images)
     assert res.tokens.shape == (3, 4) and res.preceding is None and res.prompt.grids == prompt.grids
     assert res.tokens.flatten().tolist() == ref and res.stats.image_tokens == 12  # no preview grid
     assert torch.allclose(adapter_logits(m, prompt, ref), ref_logits, atol=TOL, rtol=0)
@@ -116,9 +116,10 @@ def test_guidance_with_references(tiny):
     """cfg_scale other than 1: the negative branch has the same references at the same positions; SJD gives AR's
     tokens, and guidance changes them."""
     m, images = tiny[3], references(1)
-    ar = specar.generate(m, PROMPT, backend="ar", seed=2, cfg_scale=3.0, negative_prompt="a dog", images=images)
-    assert torch.equal(specar.generate(m, PROMPT, backend="sjd", seed=2, cfg_scale=3.0, negative_prompt="a dog",
-                                       images=images).tokens, ar.tokens)
+    ar = specar.generate(m, PROMPT, backend="ar", seed=2, sampling=dict(cfg_scale=3.0), negative_prompt="a dog",
+                         images=images)
+    assert torch.equal(specar.generate(m, PROMPT, backend="sjd", seed=2, sampling=dict(cfg_scale=3.0),
+                                       negative_prompt="a dog", images=images).tokens, ar.tokens)
     assert not torch.equal(specar.generate(m, PROMPT, backend="ar", seed=2, images=images).tokens, ar.tokens)
 
 
@@ -147,7 +148,7 @@ def test_the_sampler_node_with_a_reference_image(tiny, comfy, monkeypatch):
     reference, AR's tokens for the same image through the library, and an image out."""
     from specar.model_loaders import registry
     from specar.nodes import models
-    from specar_node_harness import execute, node_classes, run_sampler_node, sampler_values
+    from support.node_harness import execute, node_classes, run_sampler_node, sampler_values
     folder = os.path.join(comfy["models_dir"], "specar", "GLM-Image-tiny")
     shutil.copytree(tiny[0], folder)
     with open(os.path.join(folder, "model_index.json"), "w") as f:
@@ -165,7 +166,7 @@ def test_the_sampler_node_with_a_reference_image(tiny, comfy, monkeypatch):
         prompt=PROMPT, seed=5, backend="sjd", same_image_as_ar=True, reference_images=ref_image))
     ar = specar.generate(models.resolve(handle), PROMPT, backend="ar", seed=5, images=[im])
     assert torch.equal(tokens["tokens"][0], ar.tokens) and json.loads(stats)["image_tokens"] == 64
-    assert image.shape == (1, 8, 8, 3)  # no DiT here: the codes in their preview colours
+    assert image.shape == (1, 256, 256, 3)  # no DiT here: the codes in their preview colours, at the chosen size
     with pytest.raises(ValueError, match="takes no reference images"):
         demo, = execute(classes["SpecARModelLoader"], model="demo", device="cpu", dtype="auto",
                         resolution="model default")[0]

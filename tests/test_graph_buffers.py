@@ -16,7 +16,8 @@ from specar.samplers.compiled_step import graph_buffers as graph_buffers_mod
 from specar.samplers.compiled_step import shape_compiled as compiled_mod
 from specar.samplers.compiled_step import step_graphs as step_graphs_mod
 from specar.samplers.compiled_step.graph_buffers import BufferHomes, copy_graph_outputs
-from specar.tooling.testing import reused_cache_differences, tiny_model
+from support.exactness import reused_cache_differences, tiny_model
+from support.calls import generate_kwargs
 
 Pair = namedtuple("Pair", "a b")
 
@@ -159,8 +160,9 @@ def _watched_generations(monkeypatch, backend, params, seeds=(21, 22, 23)):
     handed_out = []  # every generation's tokens as returned, and a copy taken then
     for seed in seeds:
         args = dict(backend=backend, seed=seed, batch_size=2, cfg_scale=2.0, **params)
-        got = specar.generate(comp, "a cat", compile=True, **args)
-        assert torch.equal(got.tokens, specar.generate(eager, "a cat", **args).tokens), backend  # copies change nothing
+        got = specar.generate(comp, "a cat", **generate_kwargs(compile=True, **args))
+        want = specar.generate(eager, "a cat", **generate_kwargs(**args))
+        assert torch.equal(got.tokens, want.tokens), backend  # copies change nothing
         handed_out.append((got.sequence, got.sequence.clone()))  # (the tokens are a gather: a copy anyway)
     watch.overwritten = [i for i, (now, then) in enumerate(handed_out) if not torch.equal(now, then)]
     return watch
@@ -206,7 +208,7 @@ def test_the_watch_catches_buffers_that_leave_their_homes(monkeypatch):
 def test_the_watch_catches_tokens_handed_out_from_a_home(monkeypatch):
     # planted: the engine hands out a view of its sequence, which lives in a home the next generation overwrites
     monkeypatch.setattr(engine_mod.SpeculativeEngine, "_tokens_out",
-                        lambda engine, state: state.seq[:, : engine.model.geometry.seq_len])
+                        lambda engine, state: state.seq[:, : engine.ctx.model.geometry.seq_len])
     assert _watched_generations(monkeypatch, "ar", {}, seeds=(21, 22)).overwritten == [0]
 
 
@@ -218,7 +220,7 @@ def test_the_model_keeps_the_homes_of_the_backend_it_runs_now(monkeypatch):
     runs = [("scd", dict(window=3)), ("ar", {}), ("scd", dict(window=3)), ("ar", {})]
     held = []
     for seed, (backend, params) in enumerate(runs):
-        specar.generate(model, "a cat", backend=backend, seed=seed, compile=True, **params)
+        specar.generate(model, "a cat", **generate_kwargs(backend=backend, compile=True, **params), seed=seed)
         homes = step_graphs_mod._STEP_GRAPHS[model].homes
         held.append({k[:2]: h.data_ptr() for k, h in homes.homes.items()})  # (path, shape) -> address
     assert set(held[0]) == set(held[2]) and set(held[1]) == set(held[3])  # the same homes per backend
@@ -291,7 +293,8 @@ def test_the_kv_cache_is_made_once_and_reused_unseen(monkeypatch):
     monkeypatch.setattr(capture_mod, "GRAPH_BUFFERS_ON_CPU", True)
     per_generation = []
     for seed in (1, 2, 3, 4):
-        specar.generate(model, "a cat", backend="scd", window=3, seed=seed, compile=True, cfg_scale=2.0)
+        specar.generate(model, "a cat", backend=specar.make_backend("scd", window=3), seed=seed,
+                        options=dict(compile=True), sampling=dict(cfg_scale=2.0))
         per_generation.append(len(made))
     # the generation that compiles the graphs stays referenced by dynamo's trace (a LazyCache) until a later
     # call: the next one makes its own cache (moved into the homes); from then on, one cache

@@ -1,7 +1,7 @@
 """Hawk (spatial draft heads + speculation cache): exactness, a planted bug, greedy, head files,
 the node budget.
 
-Exactness follows tests/test_exactness.py (cases from specar.tooling.testing): 16000 images in one batched generation on a
+Exactness follows tests/test_exactness.py (cases from tests/support/exactness.py): 16000 images in one batched generation on a
 tiny model (random-weight heads, no files), Pearson chi-square against the teacher-forced
 enumeration of every image; a case fails when p < P_FAIL = 1e-6.
 """
@@ -13,9 +13,10 @@ import torch
 
 import specar
 from specar.model_loaders.files.drafter_files import save_drafter
-from specar.samplers.drafters.hawk import HawkConfig, HawkDrafter, load_heads, random_heads
-from specar.tooling.testing import check_exact as sample_and_test
-from specar.tooling.testing import EXACTNESS_MODELS, exactness_model, greedy_and_argmax, mark_long, tiny_model, use_drafter
+from specar.samplers.drafters.hawk.drafter import HawkDrafter
+from specar.samplers.drafters.hawk.network import HawkConfig, load_heads, random_heads
+from support.exactness import check_exact as sample_and_test
+from support.exactness import EXACTNESS_MODELS, exactness_model, greedy_and_argmax, mark_long, tiny_model, use_drafter
 
 P_FAIL = 1e-6
 MODELS = EXACTNESS_MODELS
@@ -57,16 +58,20 @@ def test_hawk_is_exact(case):
 
 def test_vertical_candidates_are_used(monkeypatch):
     """The vertical cache is exercised: some accepted drafts come from a vertical head."""
-    seen = {}
+    sources = []  # per step: [B, path] source of each accepted draft (0: horizontal, d: vertical depth d), else -1
 
     class Collecting(HawkDrafter):
-        def __init__(self, params, model, sampling):
-            super().__init__(params, model, sampling, collect=True)
-            seen["d"] = self
+        def observe(self, state, plan, tree, verdict, p, out, previous_frontier):
+            n_acc = torch.where(state.active, verdict.n_accepted, 0)
+            slot = torch.arange(verdict.path.shape[1], device=state.ctx.device)
+            drafted = (slot[None] >= 1) & (slot[None] <= n_acc[:, None]) & state.active[:, None]
+            sources.append(torch.where(drafted, tree.source.gather(1, verdict.path), -1).cpu())
+            return super().observe(state, plan, tree, verdict, p, out, previous_frontier)
 
     use_drafter(monkeypatch, "hawk", Collecting)
-    specar.generate(model("v3-2x3-rowend"), "hi", backend="hawk", seed=3, batch_size=512, vertical_depth=1)
-    src = torch.cat([s.flatten() for s in seen["d"].stats_acc])
+    specar.generate(model("v3-2x3-rowend"), "hi", backend=specar.make_backend("hawk", vertical_depth=1, node_budget=8),
+                    seed=3, batch_size=512)
+    src = torch.cat([s.flatten() for s in sources])
     n_h, n_v = int((src == 0).sum()), int((src == 1).sum())
     print(f"\naccepted drafts: horizontal {n_h}, vertical {n_v}")
     assert n_v > 50 and n_h > 50
@@ -101,8 +106,10 @@ def test_node_budget_respected_and_tree_padded():
         return real(session, tokens, parents)
 
     mdl.forward = spy
-    res = specar.generate(mdl, "a cat", backend="hawk", seed=1, batch_size=3, node_budget=7, vertical_depth=2,
-                          horizontal_heads=4, candidates=3)
+    res = specar.generate(mdl, "a cat",
+                          backend=specar.make_backend("hawk", node_budget=7, vertical_depth=2, horizontal_heads=4,
+                                                      candidates=3),
+                          seed=1, batch_size=3)
     assert set(shapes) == {((3, 7), 7)}, set(shapes)  # one fixed shape every step
     assert res.stats.step_compression >= 1.0
     d = HawkDrafter(specar.samplers.backends.make_backend("hawk", node_budget=300, candidates=1, vertical_depth=0,
@@ -140,10 +147,10 @@ def test_heads_from_a_file_and_mismatches(tmp_path):
     save_drafter(folder, "hawk", mdl, heads.state_dict(), cfg.to_dict(), training={"steps": 0})
     loaded = load_heads(mdl, 2, 1)
     assert torch.equal(loaded.h_weight, heads.h_weight[:2])
-    res = specar.generate(mdl, "hi", backend="hawk", horizontal_heads=3, seed=2, batch_size=4)
+    res = specar.generate(mdl, "hi", backend=specar.make_backend("hawk", horizontal_heads=3), seed=2, batch_size=4)
     assert res.tokens.shape == (4, 2, 2)
     with pytest.raises(ValueError, match="horizontal_heads=4"):
-        specar.generate(mdl, "hi", backend="hawk", horizontal_heads=4)
+        specar.generate(mdl, "hi", backend=specar.make_backend("hawk", horizontal_heads=4))
     # another target: refused by fingerprint
     other = _with_folder(tmp_path, seed=9)
     with pytest.raises(ValueError, match="not for the loaded model"):
@@ -162,5 +169,6 @@ def test_shipped_demo_heads_load_and_run():
     mdl = load_model("demo")
     heads = load_heads(mdl, 6, 2)  # fingerprint and shapes checked
     assert heads.h_weight.shape == (6, mdl.hidden_size, mdl.hidden_size)
-    res = specar.generate(mdl, "a red circle", backend="hawk", seed=0)
+    # node_budget 8, the budget the heads were trained for: the default (0) follows the machine's timings
+    res = specar.generate(mdl, "a red circle", backend=specar.make_backend("hawk", node_budget=8), seed=0)
     assert res.stats.step_compression > 2.0, res.stats.step_compression

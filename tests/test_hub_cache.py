@@ -4,7 +4,6 @@ import os
 import shutil
 
 import pytest
-import torch
 
 import specar
 from specar.model_loaders.files import hub_cache
@@ -61,16 +60,6 @@ def test_missing_repo_is_a_clear_error_naming_the_cache(cache):
     with pytest.raises(ValueError, match=r"'org/missing' is not a folder, and the Hugging Face cache .*hub.* has no "
                                          r"snapshot .*huggingface-cli download org/missing"):
         specar.load_model("org/missing")
-
-
-def test_load_model_finds_a_real_folder_in_the_cache(cache):
-    # a tiny LlamaGen checkpoint in the cache layout loads by its repo id
-    from specar.tooling.real_size_builders import build_folder
-    src = build_folder("llamagen-xl", str(cache.parent / "src"), layers=1, reduced=True, dtype=torch.float32)
-    snap = cache / "models--FoundationVision--LlamaGen" / "snapshots" / "r1"
-    shutil.copytree(src, snap)
-    model = specar.load_model("FoundationVision/LlamaGen", dtype="fp32", n_head=4)  # a width of the reduced test
-    assert model.family == "llamagen" and model.folder == str(snap)
 
 
 def test_loader_node_lists_and_loads_cached_models(cache, tmp_path, monkeypatch):

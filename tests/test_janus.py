@@ -23,8 +23,10 @@ if not hasattr(transformers, "JanusForConditionalGeneration"):
 
 import specar
 from specar.model_loaders.contract import tree_ancestry
-from specar.samplers.drafters import jacobi as jacobi_mod
-from specar.tooling.testing import chi_square_test, exact_distribution, mark_long
+from specar.samplers.drafters.jacobi import drafter as jacobi_mod
+from support.conformance import sequential
+from support.exactness import chi_square_test, exact_distribution, mark_long
+from support.calls import generate_kwargs
 
 TOL = 1e-5
 N_SAMPLES = 16000
@@ -122,16 +124,6 @@ def test_prompt_is_the_processors(tiny):
     assert mdl.encode_prompt(PROMPT, "blurry").uncond == hf_prompt_ids(proc, "blurry").input_ids[0].tolist()
 
 
-def sequential(mdl, prompt, prefix, cfg):
-    """Logits after feeding `prefix` [1, n] one token per forward from a fresh prefill."""
-    s = mdl.start(prompt, 1, cfg, draft_capacity=prefix.shape[1] + 2)
-    out = s.first
-    for j in range(prefix.shape[1]):
-        out = mdl.forward(s, prefix[:, j:j + 1], [-1])
-        mdl.commit(s, None, torch.ones(1, dtype=torch.long))
-    return out
-
-
 PARENTS = [-1, 0, 0, 1, 1, 2, 5, -1, 7]  # two roots, branching, depth up to 4
 
 
@@ -178,7 +170,7 @@ def test_ar_reproduces_transformers_generate(tiny, text):
     folder, hf, proc, mdl = tiny
     inputs = hf_prompt_ids(proc, text)
     ref = hf.generate(**inputs, generation_mode="image", do_sample=False, guidance_scale=5)
-    res = specar.generate(mdl, text, backend="ar", temperature=0, cfg_scale=5)
+    res = specar.generate(mdl, text, backend="ar", sampling=dict(temperature=0, cfg_scale=5))
     assert res.tokens.flatten().tolist() == ref[0].tolist()
     pixels = hf.decode_image_tokens(ref)
     expected = ((pixels[0].float().clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8).numpy()
@@ -196,8 +188,9 @@ def test_every_backend_end_to_end(mdl, backend, monkeypatch):
 
 
 def _exact_case(mdl, backend, params, settings, seed=1234, n=N_SAMPLES):
-    res = specar.generate(mdl, PROMPT, backend=backend, seed=seed, batch_size=n, reproducible=False, **settings,
-                          **params)  # rejection sampling (the reproducible mode: tests/test_reproducible.py)
+    res = specar.generate(mdl, PROMPT, **generate_kwargs(backend=backend, reproducible=False, **settings, **params),
+                          seed=seed,
+                          batch_size=n)  # rejection sampling (the reproducible mode: tests/test_reproducible.py)
     exact = exact_distribution(mdl, PROMPT, **settings)
     return chi_square_test(res.tokens, exact), res
 
@@ -287,6 +280,11 @@ def test_wrong_resolution_and_dtype(tiny):
 
 @pytest.mark.parametrize("cfg", [False, True])
 def test_adapter_conformance(mdl, cfg):
-    from specar.model_loaders.conformance import check_commit_path, check_hidden_states, check_per_row_trees
+    from support.conformance import check_commit_path, check_hidden_states, check_per_row_trees
     for check in (check_per_row_trees, check_commit_path, check_hidden_states):
         check(mdl, cfg, TOL)
+
+
+def test_device_auto_loads_on_the_gpu_if_any_else_the_cpu(tiny):
+    want = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    assert specar.load_model(tiny[0], device="auto").device.type == want.type

@@ -27,12 +27,12 @@ import specar
 from specar.model_loaders.families.chameleon import code_token_name
 from specar.samplers.drafters.eagle import load_eagle
 from specar.samplers.drafters.eagle.lantern_conversion import convert_lantern_drafter
+from support import SPECAR_PARENT
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the tiny-model builders (--import-mode=importlib)
 from test_chameleon import build_tiny_chameleon  # noqa: E402
 from test_llamagen import CODES, DIM, HEADS, build_t5, gpt_state, vq_state  # noqa: E402
 
-REPO_PARENT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 # -- tiny drafters in LANTERN's layout ---------------------------------------------------------------
@@ -244,19 +244,20 @@ def test_generate_with_converted_drafters_is_exact(anole, llamagen, tmp_path):
     for name, d, prompt in (("anole", anole, "a red cat"), ("llamagen", llamagen, "a red cat")):
         m = d["model"]
         out = convert_lantern_drafter(d["src"], m, str(tmp_path / name))
-        res = specar.generate(m, prompt, backend="adt_tree", drafter=out, seed=3, batch_size=2)
+        res = specar.generate(m, prompt, backend=specar.make_backend("adt_tree", drafter=out), seed=3, batch_size=2)
         H, W = m.geometry.height, m.geometry.width
         assert res.tokens.shape == (2, H, W) and len(res.images) == 2
         # lossless: greedy decoding gives the AR argmax image
-        a = specar.generate(m, prompt, backend="ar", temperature=0.0, seed=1).tokens
-        b = specar.generate(m, prompt, backend="adt_tree", drafter=out, temperature=0.0, seed=2).tokens
+        a = specar.generate(m, prompt, backend="ar", sampling=dict(temperature=0.0), seed=1).tokens
+        b = specar.generate(m, prompt, backend=specar.make_backend("adt_tree", drafter=out),
+                            sampling=dict(temperature=0.0), seed=2).tokens
         assert torch.equal(a, b), name
 
 
 def test_default_folder_and_cli(llamagen, tmp_path):
     folder = str(tmp_path / "model")
     shutil.copytree(llamagen["folder"], folder)
-    env = dict(os.environ, PYTHONPATH=REPO_PARENT, OMP_NUM_THREADS="1")
+    env = dict(os.environ, PYTHONPATH=SPECAR_PARENT, OMP_NUM_THREADS="1")
     r = subprocess.run([sys.executable, "-m", "specar", "convert-drafter", "--kind", "lantern", llamagen["src"],
                         "--model", folder, "--n-head", str(HEADS)], capture_output=True, text=True, env=env)
     assert r.returncode == 0, r.stderr

@@ -1,11 +1,13 @@
 """The product modules' imports: no upward import between layers and no import cycle, between
-modules and between folders.
+modules and between folders; no import of the maintainers' tooling or of the tests from the product (the tests'
+own imports: tests/test_suite_rules.py).
 
-Layers, top to bottom: tooling/ > nodes/, cli/ > training/, testing.py > samplers/ > model_loaders/. A module
-imports only its own layer or those below it. Every import counts, also one inside a function (a lazy
+The product is tests/support/product.py's (every tracked .py outside tests/ and tooling/). Layers, top to bottom:
+the package's entry points (__init__.py, __main__.py) > nodes/, cli/ > training/ > samplers/ > model_loaders/. A
+module imports only its own layer or those below it. Every import counts, also one inside a function (a lazy
 import hides a cycle from Python, not from the reader) and one by name (`importlib.import_module` or
 `__import__` of a string, or of each name of a module-level tuple of strings). The folders' graph (one node
-per top folder, testing.py its own) has no cycle either: two folders of one layer may not import each
+per top folder) has no cycle either: two folders of one layer may not import each
 other, even through modules that do not form a cycle. Inside samplers/ the parts (its modules and
 folders) have layers of their own, SAMPLER_LAYERS: a part imports only parts of a lower layer."""
 import ast
@@ -13,68 +15,34 @@ import os
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-LAYERS = {"tooling": 4, "nodes": 3, "cli": 3, "training": 2, "testing": 2, "samplers": 1, "model_loaders": 0}
-PRODUCT = tuple(LAYERS)  # folders, and testing.py (the tiny models of the bench and the tests)
-# samplers/, top to bottom: the entry point; the loop; what it is given; the phases; what they share; the basics
-SAMPLER_LAYERS = {"__init__": 6, "api": 5, "engine": 4, "preview": 4, "backends": 3, "stats": 3, "threads": 3, "forward_costs": 3,
-                  "drafters": 2, "verification": 2, "compiled_step": 2, "proposal": 1, "run_state": 1,
-                  "randomness": 0, "target": 0}
+from support.imports import imported_by_name
+from support.product import NOT_PRODUCT, ROOT, product_files
+
+TESTS = os.path.dirname(os.path.abspath(__file__))
+# "": the package's __init__.py (ComfyUI's entry point, the public names, imported on first use)
+LAYERS = {"": 4, "__main__": 4, "nodes": 3, "cli": 3, "training": 2, "samplers": 1, "model_loaders": 0}
+# samplers/, top to bottom: the entry point; the loop; what it is given; the phases; what they share; the basics; the sampling settings (no torch)
+SAMPLER_LAYERS = {"__init__": 7, "api": 6, "engine": 5, "preview": 5, "decode_step": 4, "backends": 4, "stats": 4,
+                  "threads": 4, "drafters": 3, "verification": 3, "compiled_step": 3,
+                  "proposal": 2, "run_state": 2, "forward_costs": 2, "randomness": 1, "sampling": 0, "target": 1}
+OUTSIDE = NOT_PRODUCT + ("devtools", "support")  # what the product never imports ("support": tests/support/)
 
 
-def module_name(path: str) -> str:
-    rel = os.path.relpath(path, ROOT)[:-3].split(os.sep)
-    return ".".join(rel[:-1] if rel[-1] == "__init__" else rel)
+def module_name(rel: str) -> str:
+    """The module of a product file, without the package's name: samplers/api.py -> samplers.api, the package's
+    __init__.py -> ""."""
+    parts = rel[:-3].split("/")
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
 def product_modules() -> dict:
-    """module name -> file, for every .py under the product folders."""
-    out = {}
-    for top in PRODUCT:
-        if os.path.isfile(os.path.join(ROOT, top + ".py")):
-            out[top] = os.path.join(ROOT, top + ".py")
-            continue
-        for folder, _, files in os.walk(os.path.join(ROOT, top)):
-            for f in files:
-                if f.endswith(".py"):
-                    out[module_name(os.path.join(folder, f))] = os.path.join(folder, f)
-    return out
+    """module name -> file, for every .py of the product."""
+    return {module_name(rel): os.path.join(ROOT, rel) for rel in product_files()}
 
 
-def imported_by_name(tree: ast.Module, package: str) -> set:
-    """The modules a module imports by name: `importlib.import_module(NAME[, PACKAGE])` or `__import__(NAME)`,
-    NAME a string or a variable that runs over a module-level tuple (or list) of strings, PACKAGE
-    `__package__` or a string."""
-    tables = {t.id: [e.value for e in node.value.elts] for node in tree.body if isinstance(node, ast.Assign)
-              and isinstance(node.value, (ast.Tuple, ast.List)) and node.value.elts
-              and all(isinstance(e, ast.Constant) and isinstance(e.value, str) for e in node.value.elts)
-              for t in node.targets if isinstance(t, ast.Name)}
-    loops = {n.target.id: tables[n.iter.id] for n in ast.walk(tree) if isinstance(n, (ast.comprehension, ast.For))
-             and isinstance(n.target, ast.Name) and isinstance(n.iter, ast.Name) and n.iter.id in tables}
-    found = set()
-    for call in ast.walk(tree):
-        if not (isinstance(call, ast.Call) and call.args and ast.unparse(call.func) in
-                ("importlib.import_module", "import_module", "__import__")):
-            continue
-        arg = call.args[0]
-        names = [arg.value] if isinstance(arg, ast.Constant) and isinstance(arg.value, str) else \
-            loops.get(arg.id, tables.get(arg.id, [])) if isinstance(arg, ast.Name) else []
-        base = call.args[1] if len(call.args) > 1 and ast.unparse(call.func) != "__import__" else None
-        base = package if isinstance(base, ast.Name) and base.id == "__package__" else \
-            base.value.removeprefix("specar.") if isinstance(base, ast.Constant) else None
-        for n in names:
-            level = len(n) - len(n.lstrip("."))
-            if level and base is not None:
-                parts = base.split(".")
-                found.add(".".join(filter(None, [".".join(parts[:len(parts) - level + 1]), n[level:]])))
-            elif not level:
-                found.add(n.removeprefix("specar."))
-    return found
-
-
-def imports_of(name: str, path: str, modules: dict) -> set:
-    """The product modules `name` imports (relative imports resolved; `from pkg import mod` names mod; imports by
-    name: `imported_by_name`)."""
+def imported_modules(name: str, path: str, modules: dict) -> set:
+    """Every module `name` imports, without the package's name (relative imports resolved; `from pkg import mod`
+    names mod where mod is a module of `modules`; imports by name: `imported_by_name`)."""
     package = name if path.endswith("__init__.py") else name.rpartition(".")[0]
     tree = ast.parse(open(path, encoding="utf-8").read())
     found = imported_by_name(tree, package)
@@ -91,7 +59,19 @@ def imports_of(name: str, path: str, modules: dict) -> set:
                 found.add(sub if sub in modules else target)
         elif isinstance(node, ast.Import):
             found.update(a.name.removeprefix("specar.") for a in node.names)
-    return {m for m in found if m in modules and m != name}
+    return found
+
+
+def imports_of(name: str, path: str, modules: dict) -> set:
+    """The product modules `name` imports (`imported_modules` that are in `modules`), the package itself ("")
+    left out: importing any of its modules runs its __init__.py first anyway (`from .. import __version__`)."""
+    return {m for m in imported_modules(name, path, modules) if m in modules and m not in (name, "")}
+
+
+def imports_outside(modules: dict) -> list:
+    """(product module, what it imports of tooling/, tests/, the test support or devtools/), sorted."""
+    return sorted((name, m) for name, path in modules.items() for m in imported_modules(name, path, modules)
+                  if m.split(".")[0] in OUTSIDE)
 
 
 def import_graph() -> dict:
@@ -100,9 +80,10 @@ def import_graph() -> dict:
 
 
 def folder_graph(graph: dict) -> dict:
-    """The imports between top folders (testing.py as its own): folder -> the other folders it imports."""
+    """The imports between top folders (the package's entry points each its own): folder -> the other folders it
+    imports."""
     top = lambda m: m.split(".")[0]  # noqa: E731
-    out = {f: set() for f in PRODUCT}
+    out = {f: set() for f in LAYERS}
     for a, deps in graph.items():
         out[top(a)] |= {top(b) for b in deps if top(b) != top(a)}
     return out
@@ -165,11 +146,11 @@ def test_the_graph_is_read():
     assert "samplers.drafters.jacobi" in graph["samplers.backends"]
     assert "model_loaders.files.drafter_files" in graph["samplers.drafters.eagle.files"]
     assert "samplers.drafters.eagle.lantern_conversion" in graph["cli.convert_drafter"]
-    assert "testing" in graph["cli.model_spec"] and "model_loaders.families.llama_adapter" in graph["testing"]
-    assert "samplers.api" in graph["tooling.testing"] and "testing" in graph["tooling.testing"]
+    assert "model_loaders.tiny" in graph["cli.model_spec"]
+    assert "model_loaders.families.llama_adapter" in graph["model_loaders.tiny"] and "cli" in graph["__main__"]
     assert "samplers.drafters.hawk.network" in graph["training.hawk"]
     folders = folder_graph(graph)
-    assert folders["cli"] >= {"testing", "samplers", "model_loaders"} and "samplers" in folders["training"]
+    assert folders["cli"] >= {"samplers", "model_loaders"} and "samplers" in folders["training"]
 
 
 def test_no_upward_import():
@@ -209,9 +190,9 @@ def test_no_folder_cycle():
     ({"samplers.engine": {"nodes.core"}}, upward_imports),  # samplers importing the ComfyUI layer
     ({"model_loaders.files.drafter_files": {"model_loaders.registry"},
       "model_loaders.registry": {"model_loaders.files.drafter_files"}}, cycles),
-    ({"testing": {"cli.args"}}, upward_imports),  # testing.py importing the commands
+    ({"model_loaders.tiny": {"cli.args"}}, upward_imports),  # the tiny models importing the commands
     # two folders of one layer importing each other through modules that form no cycle: the folders do
-    ({"training.hawk": {"testing"}, "testing": {"training.loop"}}, folder_cycles),
+    ({"cli.bench": {"nodes.core"}, "nodes.core": {"cli.args"}}, folder_cycles),
     ({"samplers.verification.step": {"samplers.drafters.base"}}, upward_in_samplers),  # two parts of one layer
     ({"samplers.proposal": {"samplers.verification.agreement"}}, upward_in_samplers),  # a part importing upward
 ])
@@ -226,6 +207,18 @@ def test_the_planted_folder_cycle_is_not_a_module_cycle():
     """The folder check sees what the module checks cannot: the planted folder cycle above has no module
     cycle and no upward import."""
     graph = import_graph()
-    graph["training.hawk"] = graph["training.hawk"] | {"testing"}
-    graph["testing"] = graph["testing"] | {"training.loop"}
+    graph["cli.bench"] = graph["cli.bench"] | {"nodes.core"}
+    graph["nodes.core"] = graph["nodes.core"] | {"cli.args"}
     assert cycles(graph) == [] and upward_imports(graph) == [] and folder_cycles(graph)
+
+
+def test_the_product_imports_no_maintainer_or_test_code(tmp_path):
+    """Neither tooling/ nor tests/ (nor the test support) is in the wheel: a product import of either breaks an
+    installed package (planted: the package's __main__ passing commands on to the tooling, as it once did, and a
+    tiny model taken from the test support)."""
+    modules = product_modules()
+    assert imports_outside(modules) == []
+    (tmp_path / "__main__.py").write_text("from .cli import COMMANDS\nfrom .tooling import COMMANDS as TOOLING\n")
+    (tmp_path / "spec.py").write_text("def tiny():\n    from support.exactness import tiny_model\n")
+    planted = {**modules, "__main__": str(tmp_path / "__main__.py"), "cli.model_spec": str(tmp_path / "spec.py")}
+    assert imports_outside(planted) == [("__main__", "tooling"), ("cli.model_spec", "support.exactness")]

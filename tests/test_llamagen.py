@@ -22,10 +22,10 @@ import torch
 import torch.nn.functional as F
 
 import specar
-from specar.model_loaders.conformance import check_commit_path, check_hidden_states, check_per_row_trees, \
+from support.conformance import check_commit_path, check_hidden_states, check_per_row_trees, \
     check_tree_forward
 from specar.model_loaders.families.llamagen_vq import LlamaGenVQDecoder
-from specar.tooling.testing import reused_cache_differences
+from support.exactness import reused_cache_differences
 
 TOL = 1e-5
 DIM, HEADS, KV, LAYERS, FFN, CODES, CLASSES, CAP = 32, 4, 2, 2, 128, 16, 10, 16  # FFN: the authors' SwiGLU width for dim 32, multiple_of 128
@@ -169,7 +169,7 @@ def test_c2i_ar_reproduces_the_authors_generate(c2i, label):
     folder, sd, m = c2i
     cond = sd["cls_embedding.embedding_table.weight"][[label, CLASSES]][:, None]
     ref = ref_greedy(sd, cond, None, 16, 4, 4.0)
-    res = specar.generate(m, f"class:{label}", backend="ar", temperature=0, cfg_scale=4.0)
+    res = specar.generate(m, f"class:{label}", backend="ar", sampling=dict(temperature=0, cfg_scale=4.0))
     assert res.tokens.flatten().tolist() == ref
     assert res.image.size == (64, 64)
 
@@ -190,7 +190,7 @@ def test_t2i_ar_reproduces_the_authors_generate(t2i, text):
 
     cond = torch.stack([proj(emb), proj(sd["cls_embedding.uncond_embedding"])])
     ref = ref_greedy(sd, cond, mask, 4, 2, 7.5)
-    res = specar.generate(m, text, backend="ar", temperature=0, cfg_scale=7.5)
+    res = specar.generate(m, text, backend="ar", sampling=dict(temperature=0, cfg_scale=7.5))
     assert res.tokens.flatten().tolist() == ref
     assert res.image.size == (32, 32)
 
@@ -264,8 +264,8 @@ def test_safetensors_conversion_loads_the_same(c2i, tmp_path):
         assert main(["convert-checkpoint", str(dst / f"{n}.pt"), str(dst / f"{n}.safetensors")]) == 0
         os.remove(dst / f"{n}.pt")
     m = specar.load_model(str(dst), n_head=HEADS)
-    a = specar.generate(m, "class:2", backend="ar", temperature=0, cfg_scale=4.0)
-    b = specar.generate(c2i[2], "class:2", backend="ar", temperature=0, cfg_scale=4.0)
+    a = specar.generate(m, "class:2", backend="ar", sampling=dict(temperature=0, cfg_scale=4.0))
+    b = specar.generate(c2i[2], "class:2", backend="ar", sampling=dict(temperature=0, cfg_scale=4.0))
     assert torch.equal(a.tokens, b.tokens)
 
 
@@ -318,3 +318,8 @@ def test_a_compiled_sessions_cache_is_reused_unseen(c2i, t2i):
     assert reused_cache_differences(c2i[2], ["class:3", "class:7"]) == ([], True)
     assert reused_cache_differences(t2i[2], ["a red cat", "a very long prompt about a small red cat in the snow",
                                               "dog"]) == ([], True)
+
+
+def test_device_auto_loads_on_the_gpu_if_any_else_the_cpu(c2i):
+    want = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    assert specar.load_model(c2i[0], device="auto", n_head=HEADS).device.type == want.type

@@ -28,12 +28,13 @@ import torch
 import torch.nn.functional as F
 
 import specar
-from specar.model_loaders.conformance import check_conformance
+from support.conformance import check_conformance
 from specar.model_loaders.families.lumina2 import IMAGE_TOKEN_OFFSET, is_lumina2
 from specar.model_loaders.families.lumina2_vq import MoVQDecoder
 from specar.model_loaders.registry import FAMILIES, detect_family
 from specar.model_loaders.resolutions import load_options
-from specar.tooling.testing import reused_cache_differences
+from support.exactness import reused_cache_differences
+from support.calls import generate_kwargs
 
 DIM, HEADS, KV, GROUPS, LAYERS, FFN, CODES = 32, 4, 2, 2, 2, 64, 8
 VOCAB = IMAGE_TOKEN_OFFSET + CODES + 8  # the image codes are not the last ids (the real vocabulary pads past them)
@@ -242,7 +243,7 @@ def test_ar_reproduces_the_authors_computation(tiny, text, negative):
     enc = m.encode_prompt(text, negative)
     newline = tok.get_vocab()["<reserved08799>"]
     ref = ref_greedy(sd, enc.cond, enc.uncond, 4, 16, newline, 4.0)
-    res = specar.generate(m, text, negative_prompt=negative, backend="ar", temperature=0, cfg_scale=4.0)
+    res = specar.generate(m, text, negative_prompt=negative, backend="ar", sampling=dict(temperature=0, cfg_scale=4.0))
     ids = m.to_model_ids(res.sequence)[0]
     assert ids[:-1].tolist() == ref and int(ids[-1]) == tok.get_vocab()["<eoss>"]
     pix = ref_movq(torch.load(os.path.join(folder, "movqgan_270M.ckpt"), weights_only=True), res.tokens)
@@ -384,8 +385,8 @@ def test_compiled_step_matches_eager(tiny):
     folder, _, _, eager = tiny
     comp = specar.load_model(folder, **WIDE)
     kw = dict(backend="sjd_pac", seed=21, batch_size=2, window=3, tree_depth=2, tree_width=2)
-    want = specar.generate(eager, PROMPT, **kw)
-    got = specar.generate(comp, PROMPT, compile=True, **kw)
+    want = specar.generate(eager, PROMPT, **generate_kwargs(**kw))
+    got = specar.generate(comp, PROMPT, **generate_kwargs(compile=True, **kw))
     assert torch.equal(got.tokens, want.tokens)
     st = got.stats.compile
     assert st["eager_fallback"] == "" and st["graph_breaks"] == 0 and st["recompiles"] == 0
@@ -428,15 +429,11 @@ def test_movqgan_decoder_against_the_authors_code(tmp_path):
     assert torch.allclose(got, ref, atol=1e-4)
 
 
-def _authors_layers(repo):
+def _authors_layers(repo, tmp_path):
     """The authors' decoder-layer classes (eager attention), taken from their modeling_chameleon.py by name:
     the file as a whole imports transformers 4.4x internals, these classes need torch and ACT2FN only."""
     import ast
-    import math
-    from types import SimpleNamespace
-
-    from torch import nn
-    from transformers.activations import ACT2FN
+    import importlib.util
     path = os.path.join(repo, "lumina_mgpt", "model", "chameleon", "modeling_chameleon.py")
     with open(path, encoding="utf-8") as f:
         tree = ast.parse(f.read())
@@ -445,10 +442,18 @@ def _authors_layers(repo):
               "ChameleonSwinDecoderLayer"}
     body = [n for n in tree.body if getattr(n, "name", None) in wanted]
     assert {n.name for n in body} == wanted
-    from typing import Optional, Tuple
-    ns = dict(torch=torch, nn=nn, F=F, math=math, ACT2FN=ACT2FN, Optional=Optional, Tuple=Tuple, Cache=object,
-              ChameleonConfig=object, logger=SimpleNamespace(warning_once=print))
-    exec(compile(ast.Module(body=body, type_ignores=[]), path, "exec"), ns)
+    # the classes in a module of their own, beside the names they use (no exec: the Registry's scan refuses it)
+    module = os.path.join(str(tmp_path), "authors_chameleon_layers.py")
+    with open(module, "w", encoding="utf-8") as f:
+        f.write("import math\nfrom types import SimpleNamespace\nfrom typing import Optional, Tuple\n"
+                "import torch\nimport torch.nn.functional as F\nfrom torch import nn\n"
+                "from transformers.activations import ACT2FN\n"
+                "Cache = ChameleonConfig = object\nlogger = SimpleNamespace(warning_once=print)\n\n"
+                + ast.unparse(ast.Module(body=body, type_ignores=[])) + "\n")
+    spec = importlib.util.spec_from_file_location("authors_chameleon_layers", module)
+    loaded = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(loaded)
+    ns = vars(loaded)
     ns["CHAMELEON_ATTENTION_CLASSES"] = {"eager": ns["ChameleonAttention"]}
     return ns
 
@@ -459,7 +464,7 @@ def test_decoder_against_the_authors_layers(tiny, tmp_path, swin):
     """Their decoder layers (grouped q/k norms, GQA, rotary, both norm placements) loaded with the tiny
     checkpoint's tensors, stacked as their ChameleonModel does: the same logits as our model."""
     from types import SimpleNamespace
-    ns = _authors_layers(REPO)
+    ns = _authors_layers(REPO, tmp_path)
     folder = str(tmp_path / "swin" if swin else tmp_path / "plain")
     sd, _ = build(folder, cfg=config(swin_norm=swin))
     m = specar.load_model(folder, **WIDE)
@@ -506,3 +511,8 @@ def test_a_compiled_sessions_cache_is_reused_unseen(tiny):
     # the CUDA-graph path keeps one KV cache per model (slot_model._session_cache): reset_cache zeroes its SlotKV
     assert reused_cache_differences(tiny[3], [PROMPT, "a very long prompt about a small red cat in the snow"]) \
         == ([], True)
+
+
+def test_device_auto_loads_on_the_gpu_if_any_else_the_cpu(tiny):
+    want = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    assert specar.load_model(tiny[0], device="auto", **WIDE).device.type == want.type

@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from specar.model_loaders.contract import tree_ancestry, tree_depths
-from specar.tooling.testing import tiny_model
+from specar.model_loaders.tiny import tiny_model
 
 TOL = 1e-5
 
@@ -106,12 +106,12 @@ def test_geometry_forced_tokens():
 
 
 def test_tiny_llama_adapter_conformance():
-    from specar.model_loaders.conformance import check_conformance
+    from support.conformance import check_conformance
     check_conformance(tiny_model(8, (3, 4), seed=5, row_end=True))
 
 
 def test_demo_model_conformance():
-    from specar.model_loaders.conformance import check_conformance
+    from support.conformance import check_conformance
     check_conformance(specar_load("demo"), tol=1e-4)
 
 
@@ -122,7 +122,7 @@ def specar_load(name):
 
 def test_conformance_catches_a_broken_commit():
     # planted bug: commit ignores the path (keeps the first nodes, as for a chain)
-    from specar.model_loaders.conformance import check_commit_path
+    from support.conformance import check_commit_path
     m = tiny_model(8, (3, 4), seed=5, row_end=True)
     real = m.commit
     m.commit = lambda s, path, length: real(s, None, length)

@@ -1,10 +1,8 @@
 """The web extension (web/specar.js, run with node when installed) and, opt-in, a real ComfyUI: set
 SPECAR_COMFYUI to a ComfyUI checkout (and SPECAR_COMFYUI_PYTHON to its Python, if not this one) for the
-server test and the frontend test (headless Chromium, driven by devtools/screenshot_nodes.py).
-The nodes run without ComfyUI: stand-ins from devtools/comfy_stubs.py through the `comfy` fixture (tests/conftest.py).
+server test (the frontend test, driven by the maintainers' tooling/screenshot_nodes.py: tooling/tests/).
+The nodes run without ComfyUI: stand-ins from tests/support/comfy_stubs.py through the `comfy` fixture (tests/conftest.py).
 """
-import glob
-import importlib.util
 import json
 import os
 import shutil
@@ -16,7 +14,7 @@ import torch
 
 from specar.nodes import core, layouts, spec, v1
 from specar.samplers.backends import SCHEMAS
-from specar_node_harness import (  # devtools/node_harness.py, loaded by tests/conftest.py
+from support.node_harness import (
     ROOT, EXAMPLES, param_names, execute, load_json, BASE, stop_process, api_twin, sampler_values, web_extension_folder)
 
 
@@ -90,74 +88,6 @@ def test_real_comfyui_server(tmp_path):
     finally:
         stop_process(proc)
         log.close()
-
-
-LEGACY_LAYOUT = ["prompt", "negative_prompt", "seed", "control_after_generate", "backend", "cfg_scale", "temperature",
-                 "top_k", "top_p", "window", "init", "coupling", "coupling_strength", "tree_depth", "tree_width",
-                 "continuation", "batch_size"]  # a SpecAR 0.1 sampler's widgets_values, in order
-
-
-def _effective(settings):
-    """SamplerSettings with every parameter of its backend (the default where none was given)."""
-    params = {p.name: settings.params.get(p.name, p.default) for p in SCHEMAS[settings.backend].params}
-    return settings.backend, params, settings.sampling
-
-
-@pytest.mark.skipif(not os.environ.get("SPECAR_COMFYUI"), reason="set SPECAR_COMFYUI to a ComfyUI checkout")
-def test_real_frontend_loads_example_and_0_1_workflows(tmp_path):
-    """In ComfyUI's own frontend (headless Chromium): the example workflows load with the values of their
-    API twins (what app.graphToPrompt would queue), and SpecAR 0.1 workflows are migrated by web/specar.js
-    to the values the server reads from the 0.1 layout, which the server accepts."""
-    import urllib.request
-    mspec = importlib.util.spec_from_file_location("specar_screenshot_nodes",
-                                                   os.path.join(ROOT, "devtools", "screenshot_nodes.py"))
-    shots = importlib.util.module_from_spec(mspec)
-    mspec.loader.exec_module(shots)
-    chromium = os.environ.get("SPECAR_CHROMIUM")
-    try:
-        shots.find_chromium(chromium)
-    except SystemExit:
-        pytest.skip("needs Chromium (apt-get install chromium-headless-shell)")
-    python = os.environ.get("SPECAR_COMFYUI_PYTHON", sys.executable)
-    proc, url = shots.start_comfyui(os.environ["SPECAR_COMFYUI"], python, str(tmp_path))
-    defaults = {n: opts.get("default") for n, (kind, opts) in v1.SpecARSampler.INPUT_TYPES()["required"].items()}
-    try:
-        with shots.Frontend(url, chromium) as fe:
-            for path in sorted(glob.glob(os.path.join(EXAMPLES, "*.json"))):
-                fe.load(load_json(path))
-                got = fe.read()["prompt"]
-                with urllib.request.urlopen(url + "/object_info/SpecARSampler", timeout=10) as r:
-                    want = load_json(api_twin(os.path.basename(path), json.loads(r.read())))
-                assert {k: (n["class_type"], n["inputs"]) for k, n in got.items()} == \
-                    {k: (n["class_type"], n["inputs"]) for k, n in want.items()}, os.path.basename(path)
-            for name in ("specar_0.1_side_by_side.json", "specar_0.1_custom_values.json"):
-                ui = load_json(os.path.join(ROOT, "tests", "data", name))
-                fe.load(ui)
-                state = fe.read()
-                samplers = [n for n in ui["nodes"] if n["type"] == "SpecARSampler"]
-                assert samplers
-                for n in samplers:
-                    old = dict(zip(LEGACY_LAYOUT, n["widgets_values"]))
-                    shown = state["nodes"][str(n["id"])]
-                    new = {k: v for k, v in state["prompt"][str(n["id"])]["inputs"].items() if k != "model"}
-                    assert shown["properties"].get("specar_migrated_from") == "0.1", (name, n["id"])
-                    assert _effective(layouts.sampler_settings(new)) == _effective(layouts.sampler_settings(old)), \
-                        (name, n["id"], new)
-                    for k in ("prompt", "negative_prompt", "seed", "temperature", "top_p", "batch_size"):
-                        assert new[k] == old[k], (name, n["id"], k)
-                    assert shown["widgets"]["control_after_generate"] == old["control_after_generate"]
-                    assert new["preview"] == defaults["preview"]  # an input 0.1 did not have: its default
-                # the server accepts what the frontend would queue (then the queue is dropped)
-                req = urllib.request.Request(url + "/prompt", data=json.dumps({"prompt": state["prompt"]}).encode(),
-                                             headers={"Content-Type": "application/json"})
-                with urllib.request.urlopen(req, timeout=30) as r:
-                    assert json.loads(r.read())["node_errors"] == {}, name
-                for path, body in (("/queue", {"clear": True}), ("/interrupt", {})):
-                    urllib.request.urlopen(urllib.request.Request(url + path, data=json.dumps(body).encode(),
-                                                                  headers={"Content-Type": "application/json"}),
-                                           timeout=30).read()
-    finally:
-        stop_process(proc)
 
 
 @pytest.mark.skipif(not shutil.which("node"), reason="needs node to run the web extension")
@@ -243,13 +173,30 @@ console.log(JSON.stringify({ seen, original: node.calledOriginal, size: node.siz
     assert "image 4x4 px; live preview: the 4x4 image, shown upscaled to 512x512" in details
     assert (seen["waiting"], seen["running"]) == ("waiting to run...", "running...")
     assert seen["stage"] == "compiling the decode step..." and seen["afterStage"] == "running..."
-    # the partial preview is drawn below the box (the browser check, devtools/ui_check.js, sees where)
+    # the partial preview is drawn below the box (the browser check, tooling/ui_check.js, sees where)
     assert seen["cancelled"].startswith("cancelled: the image below is the partial") == seen["cancelledAfterEnd"].startswith("cancelled")
     assert seen["upstream"] == "not run: SpecARModelLoader (node 3) failed first: no CUDA GPU"
     assert seen["upstreamImgs"] is None  # the earlier run's preview is gone from a node that did not run
     assert seen["failed"] == "failed: out of GPU memory"
     assert seen["cached"] == seen["cachedSuccess"] == seen["untouched"] == seen["folded"]
     assert seen["switched"] == "statistics appear here after a run"
+
+
+@pytest.mark.skipif(not shutil.which("node"), reason="needs node to run the web extension")
+def test_web_extension_moves_the_old_sentinels_into_the_sampling_switch(tmp_path):
+    """Values saved before the sampling switch (temperature -1 and top_p 0: the model's own values) load into it:
+    "model default", or "custom" with the values that were set (planted: the sentinels shown as -1.00 and 0.00)."""
+    web_extension_folder(tmp_path)
+    saved = [{"temperature": -1, "top_p": 0, "seed": 3}, {"temperature": 0.7, "top_p": 0.9},
+             {"temperature": -1, "top_p": 0.8}, {"sampling": "custom", "temperature": 0.5}]
+    (tmp_path / "run.js").write_text('const mod = await import("./extensions/specar/specar_layouts.js");\n'
+                                     f"console.log(JSON.stringify({json.dumps(saved)}.map(mod.migrateSampling)));\n")
+    out = subprocess.run(["node", "run.js"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == [{"seed": 3, "sampling": "model default"},
+                                      {"temperature": 0.7, "top_p": 0.9, "sampling": "custom"},
+                                      {"top_p": 0.8, "sampling": "custom"}, saved[3]]
+    assert "temperature was" in out.stderr  # the one value it cannot carry over is said
 
 
 @pytest.mark.skipif(not shutil.which("node"), reason="needs node to run the web extension")
@@ -263,12 +210,12 @@ def test_web_extension_migrates_legacy_workflows_and_shows_only_the_chosen_backe
     legacy = ["a cat", "", 11, "fixed", "sjd_pac", -1.0, 0.9, 0, 1.0, 0, "random", "maximal", 1.0, 2, 3, False, 2]
     (tmp_path / "legacy.json").write_text(json.dumps(legacy))
     # the example workflow as current ComfyUI saves it (DynamicCombo), opened by a ComfyUI without it
-    from specar.nodes import workflows
+    from support import workflows
     ui = load_json(os.path.join(EXAMPLES, "SpecAR - every backend side by side.json"))
     (tmp_path / "dynamic.json").write_text(json.dumps({str(n["id"]): n["widgets_values"] for n in ui["nodes"]
                                                         if n["type"] == "SpecARSampler"}))
     (tmp_path / "named.json").write_text(json.dumps({str(n["id"]): n for n in ui["nodes"] if n["type"] == "SpecARSampler"}))
-    flat_api = layouts.to_flat(load_json(os.path.join(EXAMPLES, "api", "SpecAR - every backend side by side.json")))
+    flat_api = workflows.to_flat(load_json(os.path.join(EXAMPLES, "api", "SpecAR - every backend side by side.json")))
     (tmp_path / "run.js").write_text("""
 import { readFileSync } from "node:fs";
 await import("./extensions/specar/specar.js");
@@ -387,6 +334,7 @@ console.log(JSON.stringify({ first, afterHawk, impliedMode, afterRelaxed, titleA
     assert "cfg_scale" in res["afterCustom"] and "top_k" in res["afterCustom"]
     m = res["migrated"]
     assert (m["prompt"], m["seed"], m["backend"], m["temperature"], m["batch_size"]) == ("a cat", 11, "sjd_pac", 0.9, 2)
+    assert m["sampling"] == "custom"  # its temperature 0.9 was set, not the model's
     assert m["guidance"] == "model default"  # cfg -1 and top_k 0 were the model's values
     assert (m["sjd_pac_tree_depth"], m["sjd_pac_tree_width"], m["sjd_pac_continuation"]) == (2, 3, False)
     assert m["sjd_pac_window"] == SCHEMAS["sjd_pac"].param("window").default  # window 0 = the backend's default
@@ -420,7 +368,7 @@ console.log(JSON.stringify({ first, afterHawk, impliedMode, afterRelaxed, titleA
 
 @pytest.mark.skipif(not shutil.which("node"), reason="needs node to run the web extension")
 def test_web_extension_narrows_the_loader_lists_to_the_chosen_model(tmp_path, comfy):
-    from specar_node_harness import stubs
+    from support.node_harness import stubs
     web_extension_folder(tmp_path)
     stubs.make_model_folder(comfy["models_dir"], "janus-pro-7b", "janus")
     types = v1.SpecARModelLoader.INPUT_TYPES()

@@ -1,6 +1,6 @@
 """The model loader node: folders listed, models cached and freed (also under ComfyUI's memory pressure), a
 family registered later, resolution and offload options, failed loads, drafter folders.
-The nodes run without ComfyUI: stand-ins from devtools/comfy_stubs.py through the `comfy` fixture (tests/conftest.py).
+The nodes run without ComfyUI: stand-ins from tests/support/comfy_stubs.py through the `comfy` fixture (tests/conftest.py).
 """
 import json
 import os
@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from specar.nodes import core, models, spec, v1
-from specar.tooling.testing import tiny_model
-from specar_node_harness import (  # devtools/node_harness.py, loaded by tests/conftest.py
+from specar.model_loaders.tiny import tiny_model
+from support.node_harness import (
     stubs, flavours, node_classes, execute, comfy_validation_errors, queue_errors, sampler_values, run_sampler_node)
 
 
@@ -78,7 +78,7 @@ def test_a_family_registered_later_reaches_the_loader_and_the_guidance_help(comf
     assert loaded == [(folder, {"device": "cpu", "dtype": None, "tokens_wide": 16, "tokens_high": 9})]
     with pytest.raises(ValueError, match="Fake-Gen offers multiples of 64, got 720x720"):
         execute(v1.SpecARModelLoader, model="fake-gen", device="cpu", dtype="auto", resolution="720x720")
-    with pytest.raises(ValueError, match=r"offload 'auto' .* is for transformers-format models .*'.*fake-gen' is "
+    with pytest.raises(ValueError, match=r"offload 'auto' .* is offered for .*Emu3.5.*; '.*fake-gen' is "
                                          r"Fake-Gen"):
         execute(v1.SpecARModelLoader, model="fake-gen", device="cpu", dtype="auto", offload="auto")
 
@@ -108,16 +108,16 @@ def test_loader_resolution_and_offload_become_the_familys_options(flavour, comfy
         ("anole-7b", "768x768", "none", "Anole generates 512x512 only"),
         ("lumina-mgpt-768", "720x720", "none", "Lumina-mGPT does not offer 720x720: of the sizes listed, it offers"),
         ("demo", "512x512", "none", "generates at its own size only"),
-        ("demo", "model default", "auto", "offload 'auto' (accelerate device_map) is for transformers-format"),
+        ("demo", "model default", "auto", "offload 'auto' (accelerate device_map) is offered for Janus"),
     ]:
         with pytest.raises(ValueError, match=re.escape(message)):
             load(model, resolution, offload)
-    # refused when the prompt is queued, naming what the chosen model allows, once (under the one input the
-    # validate function takes)
+    # refused when the prompt is queued, naming what the chosen model allows, once, under resolution (planted:
+    # under the validate function's one input, unique_id / model, whatever the bad value)
     bad, messages = queue_errors({"1": {"class_type": "SpecARModelLoader", "inputs": dict(
         model="demo", device="auto", dtype="auto", resolution="512x512", offload="none")}},
         {"SpecARModelLoader": loader})["1"]
-    assert bad == ["unique_id" if flavour == "v1" else "model"]
+    assert bad == ["resolution"]
     assert messages[0].startswith("resolution '512x512' is not offered for demo: choose one of model default")
     # a size in no family's list: ComfyUI's own check of the list, under resolution, and nothing else
     assert queue_errors({"1": {"class_type": "SpecARModelLoader", "inputs": dict(
@@ -195,16 +195,15 @@ def test_loader_offers_per_model_values_and_refuses_others_when_queued(flavour, 
         errors = queue_errors({"1": {"class_type": "SpecARModelLoader", "inputs": dict(
             dict(device="auto", dtype="auto"), **values)}}, {"SpecARModelLoader": loader})
         return errors.get("1", ([], []))
-    once = ["unique_id" if flavour == "v1" else "model"]  # the one input the validate function takes
 
     assert refused(model="janus-pro-7b", resolution="384x384", quantize="int4") == ([], [])
     bad, messages = refused(model="janus-pro-7b", resolution="1024x768")
-    assert bad == once and "Janus generates square images" in messages[0]
+    assert bad == ["resolution"] and "Janus generates square images" in messages[0]
     assert f"choose one of {', '.join(janus['resolution'])}" in messages[0]
     bad, messages = refused(model="demo", offload="auto")
-    assert "is for transformers-format models" in messages[0] and "choose one of none" in messages[0]
+    assert "is offered for Janus" in messages[0] and "choose one of none" in messages[0]
     bad, messages = refused(model="janus-pro-7b", quantize="int8", offload="auto")
-    assert bad == once and "choose offload none, or quantize none" in messages[0]
+    assert bad == ["quantize"] and "choose offload none, or quantize none" in messages[0]
     bad, messages = refused(model="no-such-model")  # once: ComfyUI's combo check (V1) or the validate function's
     assert bad == ["model"] and all("model must be one of demo" in m for m in messages)
     with pytest.raises(ValueError, match="choose offload none, or quantize none"):  # the same check when it runs

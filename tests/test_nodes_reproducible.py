@@ -1,4 +1,4 @@
-"""The sampler node's same_image_as_ar input (issue 35): what the seed tooltip promises is true.
+"""The sampler node's same_image_as_ar input: what the seed tooltip promises is true.
 
 Through the node code (nodes/core.run_sampler, the values in the node's flat layout): with
 same_image_as_ar on (the default), every backend run twice, and compiled, gives AR's image token for
@@ -7,9 +7,10 @@ token; off, a backend run twice gives its own image again. The tooltip names wha
 import pytest
 import torch
 
-from specar.nodes import core, spec, workflows
+from specar.nodes import core, spec
+from support import workflows
 from specar.samplers.backends import SCHEMAS
-from specar.tooling.testing import tiny_model
+from specar.model_loaders.tiny import tiny_model
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,8 @@
 """The sampler and decode nodes: one error per bad value on the right input, limits between inputs,
 compare_with_ar, lossy runs, out of memory, cancellation, batches, custom top-k, the compile input.
-The nodes run without ComfyUI: stand-ins from devtools/comfy_stubs.py through the `comfy` fixture (tests/conftest.py).
+The nodes run without ComfyUI: stand-ins from tests/support/comfy_stubs.py through the `comfy` fixture (tests/conftest.py).
 """
+import dataclasses
 import json
 
 import pytest
@@ -9,7 +10,7 @@ import torch
 
 import specar
 from specar.nodes import core, models, report, v1
-from specar_node_harness import (  # devtools/node_harness.py, loaded by tests/conftest.py
+from support.node_harness import (
     stubs, flavours, node_classes, is_dynamic, as_comfy_passes, execute,
     sampler_values, api_inputs, dynamic_name, run_sampler_node, BASE, BACKEND_CHOICES, queue_errors)
 
@@ -21,15 +22,18 @@ from specar_node_harness import (  # devtools/node_harness.py, loaded by tests/c
     ({"backend": "scd", "scd_coupling": "strong"}, "scd_coupling", "scd_coupling must be one of maximal, gumbel"),
     ({"sjd_window": 999}, "sjd_window", "sjd_window must be an int in [1, 128], got 999"),
     ({"seed": -1}, "seed", "seed must be an int in [0, 18446744073709551615], got -1"),
-    ({"top_p": -0.5}, "top_p", "top_p must be a number in [0, 1], got -0.5"),  # 0: the model's recommended value
-    ({"temperature": float("nan")}, "temperature", "temperature must be a number in [-1, 10], got nan"),
-    ({"temperature": -0.5}, None, "temperature must be -1 (the model's recommended value) or in [0, 10]"),
+    ({"sampling": "custom", "top_p": 0.0}, "top_p", "top_p must be a number in (0, 1] (1.0 = no top-p), got 0.0"),
+    ({"sampling": "custom", "temperature": float("nan")}, "temperature",
+     "temperature must be a finite number >= 0 (0 = greedy), got nan"),
+    ({"sampling": "sometimes"}, "sampling", "sampling must be one of model default, custom"),
     # an on/off input: ComfyUI runs bool(value), so it files nothing itself; the prompt guard refuses it when
-    # queued, filed under the one input the validate function takes (ComfyUI files its verdict under each);
-    # the node refuses what reaches it unconverted
-    ({"backend": "sjd_pac", "sjd_pac_continuation": "yes"}, "(validate)",
+    # queued, filed under that input (the validate function names it for this prompt: ComfyUI files its verdict
+    # under each input it names), or, nested in a DynamicCombo (no name a function can take), under the one input
+    # the validate function takes; the node refuses what reaches it unconverted
+    ({"backend": "sjd_pac", "sjd_pac_continuation": "yes"}, "sjd_pac_continuation",
      "sjd_pac_continuation must be true or false"),
-    ({"guidance": "custom", "cfg_scale": -1.0}, "cfg_scale", "cfg_scale must be a number in [0, 100], got -1.0"),
+    ({"guidance": "custom", "cfg_scale": -1.0}, "cfg_scale",
+     "cfg_scale must be a finite number >= 0 (1.0 = no guidance), got -1.0"),
     ({"guidance": "always"}, "guidance", "guidance must be one of model default, custom"),
     ({"backend": "hawk", "hawk_heads": "elsewhere"}, "hawk_heads", "hawk_heads must be one of (beside the model)"),
     # limits between inputs: not a widget range, so ComfyUI files nothing; the node says it once, when it runs
@@ -45,11 +49,11 @@ def test_bad_values_give_one_error_on_the_right_input(flavour, change, bad_input
         message = message.replace(f"{values['backend']}_", "", 1)  # nested inputs keep their own names
     if is_dynamic(sampler) and bad_input:
         bad_input = dynamic_name(bad_input, values["backend"])
+        bad_input = validate_input if bad_input == "backend.continuation" else bad_input
         # ComfyUI drops a switch whose value is none of its options: the prompt guard refuses it (and the node,
         # which never sees the value, says "none" when it runs)
-        message = message.split("; got")[0] if bad_input in ("backend", "guidance") else message
-        bad_input = validate_input if bad_input in ("backend", "guidance") else bad_input
-    bad_input = validate_input if bad_input == "(validate)" else bad_input
+        message = message.split("; got")[0] if bad_input in ("backend", "guidance", "sampling") else message
+        bad_input = validate_input if bad_input in ("backend", "guidance", "sampling") else bad_input
 
     def prompt(values):
         return {"1": {"class_type": "SpecARModelLoader", "inputs": {"model": "demo", "device": "auto", "dtype": "auto"}},
@@ -85,7 +89,9 @@ def test_on_off_inputs_refuse_other_values_when_queued(flavour, comfy):
         errors = queue_errors(prompt(**change), classes)
         assert list(errors) == ["10"], change
         bad, messages = errors["10"]
-        assert bad == ["unique_id" if flavour == "v1" else "model"]  # once: the validate function's one input
+        # once, under the input itself (planted: under the validate function's one input, unique_id / model),
+        # or under model where it is nested in a DynamicCombo (no name a function can take)
+        assert bad == ["model" if "." in name else name]
         value = next(iter(change.values()))
         assert messages == [f"{name} must be true or false, got {value!r} (ComfyUI would run any other value as on)"]
     assert queue_errors(prompt(compile=True), classes) == {}  # a later good prompt for the same node passes
@@ -227,21 +233,23 @@ def test_custom_top_k_0_means_all_tokens(comfy, monkeypatch):
     _, tokens, stats, _ = execute(v1.SpecARSampler, model=model, **values)[0]
     assert seen == [0]
     assert json.loads(stats)["sampling"]["top_k"] == "off"
-    direct = specar.generate(models.resolve(model), "x", backend="ar", seed=3, cfg_scale=2.0, top_k=0)
+    direct = specar.generate(models.resolve(model), "x", backend="ar", seed=3, sampling=dict(cfg_scale=2.0, top_k=0))
     assert torch.equal(tokens["tokens"][0], direct.tokens)
 
 
 @pytest.mark.parametrize("flavour", flavours())
 def test_compile_input_reaches_generate_and_defaults_off(flavour, comfy, monkeypatch):
-    """The sampler's compile input is what `generate` gets as compile= (False when an API prompt saved
+    """The sampler's compile input is what `generate` gets as its options' compile (False when an API prompt saved
     before the input existed leaves it out); compare_with_ar's AR run stays eager."""
     classes = node_classes(flavour)
     model, = execute(classes["SpecARModelLoader"], model="demo", device="auto", dtype="auto")[0]
     seen, real_generate = [], core.generate
 
-    def recording_generate(model, prompt, backend="sjd", compile=False, **kw):
-        seen.append((getattr(backend, "name", backend), compile))
-        return real_generate(model, prompt, backend=backend, **kw)  # the compiled step itself: test_compile.py
+    def recording_generate(model, prompt, backend="sjd", options=None, **kw):
+        options = options if isinstance(options, specar.RunOptions) else specar.RunOptions(**options or {})
+        seen.append((getattr(backend, "name", backend), options.compile))
+        # the compiled step itself: test_compile.py
+        return real_generate(model, prompt, backend=backend, options=dataclasses.replace(options, compile=False), **kw)
 
     monkeypatch.setattr(core, "generate", recording_generate)
     run_sampler_node(classes["SpecARSampler"], model, sampler_values(backend="sjd", compile=True, compare_with_ar=True))
@@ -264,8 +272,11 @@ def test_the_summary_line_carries_the_verdict_and_names_eager_ar_for_a_compiled_
     ar = GenerationStats(**dict(base, backend="ar", nfe=15, steps=[15], latency_s=1.06))
     line, notes = report.summary(GenerationStats(**base), ar, ratios=[1.06])
     assert "1.06x AR's 1.06 s measured in this run (within timing noise: no verdict yet)" in line
+    # a verdict from several runs shows their range, never one ratio beside a verdict it does not support
     line, _ = report.summary(GenerationStats(**base), ar, ratios=[1.2, 1.3, 1.25])
-    assert "x AR's 1.06 s measured in this run (faster)" in line
+    assert "x AR's 1.06 s measured in this run (faster: 1.20-1.30x over the last 3 runs)" in line
+    line, _ = report.summary(GenerationStats(**base), ar, ratios=[2.35, 0.84, 1.06])
+    assert "(no clear difference: 0.84-2.35x over the last 3 runs)" in line
     line, _ = report.summary(GenerationStats(**base), ar, first_run=True)
     assert "(no verdict: one-time costs in this run)" in line
     # a compiled run is compared with eager AR (the node's AR run is never compiled): the line says so

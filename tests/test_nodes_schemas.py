@@ -1,6 +1,6 @@
 """The node pack's import and its schemas: V1 (INPUT_TYPES) and V3 (`io.*`, with and without DynamicCombo)
 agree, every input is valid as ComfyUI reads it, the sampler's widgets follow the backend schemas.
-The nodes run without ComfyUI: stand-ins from devtools/comfy_stubs.py through the `comfy` fixture (tests/conftest.py).
+The nodes run without ComfyUI: stand-ins from tests/support/comfy_stubs.py through the `comfy` fixture (tests/conftest.py).
 """
 import dataclasses
 import importlib.util
@@ -18,7 +18,7 @@ from specar.samplers import backends
 from specar.samplers.backends import SCHEMAS
 from specar.samplers.drafters.base import Drafter
 from specar.samplers.drafters.params import param
-from specar_node_harness import (  # devtools/node_harness.py, loaded by tests/conftest.py
+from support.node_harness import (
     ROOT, param_names, flavours, node_classes, is_dynamic, stubs, validate_fn, widget_values_ok)
 
 
@@ -125,8 +125,8 @@ def test_dynamic_combo_options_carry_the_flat_inputs(comfy):
     flat = v1.SpecARSampler.INPUT_TYPES()["required"]
     dynamic = node_classes("v3")["SpecARSampler"].INPUT_TYPES()["required"]
     assert [k for k in dynamic if k not in ("model",)] == ["prompt", "negative_prompt", "seed", "backend", "guidance",
-                                                          "temperature", "top_p", "batch_size", "preview"]
-    for switch, prefix in (("backend", True), ("guidance", False)):
+                                                          "sampling", "batch_size", "preview"]
+    for switch, prefix in (("backend", True), ("guidance", False), ("sampling", False)):
         for option in dynamic[switch][1]["options"]:
             for sub, (kind, opts) in option["inputs"].get("required", {}).items():
                 fkind, fopts = flat[f"{option['key']}_{sub}" if prefix else sub]
@@ -180,12 +180,15 @@ def test_sampler_widgets_follow_backend_schemas(monkeypatch):
     assert req["sjd_pac_window"][1]["default"] == SCHEMAS["sjd_pac"].param("window").default
     assert req["sjd_window"][1]["default"] == SCHEMAS["sjd"].param("window").default
     # the three layouts of the same choice read alike
-    flat = {"backend": "fake", "fake_window": 4, "fake_lossy": True, "sjd_window": 9, "guidance": "model default"}
-    nested = {"backend": {"backend": "fake", "window": 4, "lossy": True}, "guidance": {"guidance": "model default"}}
+    flat = {"backend": "fake", "fake_window": 4, "fake_lossy": True, "sjd_window": 9, "guidance": "model default",
+            "sampling": "model default"}
+    nested = {"backend": {"backend": "fake", "window": 4, "lossy": True}, "guidance": {"guidance": "model default"},
+              "sampling": {"sampling": "model default"}}
     for values in (flat, nested):
         got = layouts.sampler_settings(values)
         assert (got.backend, got.params, got.sampling) == ("fake", {"window": 4, "lossy": True}, SamplingParams(None, None, None, None))
-    custom = layouts.sampler_settings({"backend": "sjd", "guidance": "custom", "cfg_scale": 0.0, "top_k": 0})
+    custom = layouts.sampler_settings({"backend": "sjd", "guidance": "custom", "cfg_scale": 0.0, "top_k": 0,
+                                       "sampling": "model default"})
     assert (custom.sampling.cfg_scale, custom.sampling.top_k) == (0.0, 0)  # custom top_k 0 = all tokens (no top-k), not None (the model's)
     # SpecAR 0.1 API prompts: shared names, window 0 / cfg_scale -1 / top_k 0 = the default
     legacy = layouts.sampler_settings({"backend": "sjd_pac", "window": 0, "tree_depth": 2, "init": "random",

@@ -1,6 +1,6 @@
-"""The example workflows: real nodes with valid values, up to date with nodes/workflows.py, executed through
+"""The example workflows: real nodes with valid values, up to date with tests/support/workflows.py, executed through
 the node classes as ComfyUI's executor would; a SpecAR 0.1 API prompt; the demo workflow on the real demo model.
-The nodes run without ComfyUI: stand-ins from devtools/comfy_stubs.py through the `comfy` fixture (tests/conftest.py).
+The nodes run without ComfyUI: stand-ins from tests/support/comfy_stubs.py through the `comfy` fixture (tests/conftest.py).
 """
 import glob
 import json
@@ -12,7 +12,7 @@ import torch
 import specar
 from specar.nodes import core, models, v1
 from specar.samplers.backends import SCHEMAS
-from specar_node_harness import (  # devtools/node_harness.py, loaded by tests/conftest.py
+from support.node_harness import (
     EXAMPLES, CORE_NODES, FRONTEND_ONLY, flavours, node_classes, execute, comfy_validation_errors, ui_files,
     load_json, read_ui_values, run_api_workflow, sampler_values)
 
@@ -30,8 +30,8 @@ def test_example_workflows_reference_real_nodes_with_valid_values():
             assert n["type"] in classes or n["type"] in CORE_NODES or n["type"] in FRONTEND_ONLY, n["type"]
             if n["type"] not in classes:
                 continue
-            if n["type"] == "SpecARModelLoader" and "GLM-Image" in name:
-                continue  # its model is a folder the user adds: tests/test_glm_image.py checks it with one there
+            if n["type"] == "SpecARModelLoader" and ("GLM-Image" in name or "Emu3.5" in name):
+                continue  # its model is a folder the user adds: tests/test_glm_image.py (test_emu35.py) checks it
             read = read_ui_values(classes[n["type"]], n["widgets_values"], f"{name}: {n['type']}")
             if n["type"] == "SpecARModelLoader":  # the embedded demo model; GLM-Image's its folder (test_glm_image)
                 assert read["model"] == ("GLM-Image" if "GLM-Image" in name else "demo"), name
@@ -60,7 +60,7 @@ def test_example_workflows_reference_real_nodes_with_valid_values():
 
 
 def test_example_workflows_are_up_to_date():
-    from specar.nodes import workflows
+    from support import workflows
     for name, desc in workflows.WORKFLOWS.items():
         assert load_json(os.path.join(EXAMPLES, f"{name}.json")) == json.loads(json.dumps(workflows.build_ui(desc)))
         assert load_json(os.path.join(EXAMPLES, "api", f"{name}.json")) == json.loads(json.dumps(workflows.build_api(desc)))
@@ -77,8 +77,8 @@ def test_example_workflows_are_up_to_date():
 def test_api_workflows_run_through_the_node_classes(flavour, comfy):
     classes = node_classes(flavour)
     for path in sorted(glob.glob(os.path.join(EXAMPLES, "api", "*.json"))):
-        if "GLM-Image" in path:
-            continue  # a GLM-Image folder, not the demo model: tests/test_glm_image.py runs it
+        if "GLM-Image" in path or "Emu3.5" in path:
+            continue  # a folder, not the demo model: tests/test_glm_image.py and test_emu35.py run them
         comfy["progress"].clear()
         prompt = load_json(path)
         outputs, uis = run_api_workflow(prompt, classes)

@@ -9,7 +9,8 @@ import torch
 
 import specar
 from specar.samplers.preview import PartialImage
-from specar.tooling.testing import tiny_model
+from specar.model_loaders.tiny import tiny_model
+from support.calls import generate_kwargs
 
 
 class EveryStep(PartialImage):
@@ -31,8 +32,9 @@ def test_preview_never_changes_the_tokens(backend, params):
     model = _model()
     shots = []
     pv = EveryStep(model, lambda images, committed, total: shots.append((images, committed, total)), overlay=True)
-    with_preview = specar.generate(model, "x", backend=backend, seed=4, batch_size=2, preview=pv, **params)
-    without = specar.generate(model, "x", backend=backend, seed=4, batch_size=2, **params)
+    with_preview = specar.generate(model, "x", **generate_kwargs(backend=backend, preview=pv, **params), seed=4,
+                                   batch_size=2)
+    without = specar.generate(model, "x", **generate_kwargs(backend=backend, **params), seed=4, batch_size=2)
     assert torch.equal(with_preview.tokens, without.tokens)
     assert len(shots) == with_preview.stats.nfe  # one per decode step (the last read ends the loop)
     committed = [c for _, c, _ in shots]
@@ -50,7 +52,8 @@ def test_uncommitted_tokens_are_grey():
             super().__call__(seq, done, at_step)
 
     shots = []
-    specar.generate(model, "x", backend="ar", seed=1, preview=Capture(model, lambda i, c, t: shots.append(i[0])))
+    specar.generate(model, "x", backend="ar", seed=1,
+                    options=dict(preview=Capture(model, lambda i, c, t: shots.append(i[0]))))
     import numpy as np
     first = np.asarray(shots[0])  # no decoder: one pixel per token, codes as grey levels
     pos = model.geometry.image_positions()
@@ -72,22 +75,15 @@ def test_throttle_waits_in_proportion_to_the_decode_time(monkeypatch):
 
 
 def test_the_sampler_node_sends_previews_through_comfyuis_progress_bar(monkeypatch):
-    import importlib.util
-    import os
     import sys
 
     from specar.nodes import core, v1
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    spec = importlib.util.spec_from_file_location("specar_comfy_stubs", os.path.join(root, "devtools", "comfy_stubs.py"))
-    stubs = sys.modules.get(spec.name) or importlib.util.module_from_spec(spec)
-    if spec.name not in sys.modules:
-        sys.modules[spec.name] = stubs
-        spec.loader.exec_module(stubs)
+    from support import comfy_stubs as stubs
     state = {"interrupt": False, "progress": [], "loaded": []}
     for name, module in stubs.stub_modules(state, "/nonexistent").items():
         monkeypatch.setitem(sys.modules, name, module)
     monkeypatch.setattr(core, "PartialImage", EveryStep)
-    from specar.nodes import workflows
+    from support import workflows
     model = _model()
     for mode, want in (("image", True), ("image + acceptance", True), ("off", False)):
         state["previews"] = []

@@ -2,7 +2,6 @@
 loader input, the compiled step, and exactness of speculative decoding with respect to the
 QUANTIZED target (chi-square against the enumerated distribution of the quantized model, with a
 planted verification bug caught on the same model)."""
-import os
 
 import pytest
 import torch
@@ -12,8 +11,10 @@ import specar
 from specar.model_loaders.precision.quantize import QuantLinear, check_mode, quantize_module
 from specar.samplers.api import generate
 from specar.samplers.compiled_step.step_graphs import compile_stats
-from specar.samplers.drafters import jacobi as jacobi_mod
-from specar.tooling.testing import EXACTNESS_SAMPLES, chi_square_test, exact_distribution, tiny_model
+from specar.samplers.drafters.jacobi import drafter as jacobi_mod
+from support.exactness import EXACTNESS_SAMPLES, chi_square_test, exact_distribution, tiny_model
+from specar import make_backend
+from support.calls import generate_kwargs
 
 P_FAIL = 1e-6
 
@@ -111,8 +112,8 @@ def test_quantized_target_differs_from_the_float_model():
 def test_speculative_decoding_is_exact_for_the_quantized_target(mode, backend, params, reproducible):
     mdl = quantized_tiny(mode, vocab_size=3, grid=(2, 2), seed=0)
     exact = exact_distribution(mdl, "hi", cfg_scale=2.0)
-    res = generate(mdl, "hi", backend=backend, seed=11, batch_size=EXACTNESS_SAMPLES, cfg_scale=2.0,
-                   reproducible=reproducible, **params)
+    res = generate(mdl, "hi", **generate_kwargs(backend=backend, cfg_scale=2.0, reproducible=reproducible, **params),
+                   seed=11, batch_size=EXACTNESS_SAMPLES)
     p, stat, dof, tv = chi_square_test(res.tokens, exact)
     assert p > P_FAIL, f"chi2={stat:.1f} dof={dof} p={p:.2e} TV={tv:.4f}"
 
@@ -127,33 +128,20 @@ def test_planted_stale_q_bug_is_caught_on_the_quantized_model(monkeypatch):
     monkeypatch.setattr(jacobi_mod.JacobiDrafter, "_redraft", stale)
     mdl = quantized_tiny("int4", vocab_size=3, grid=(2, 2), seed=0)
     # reproducible=False: the stale q matters to rejection sampling only (agreement never reads q)
-    res = generate(mdl, "hi", backend="sjd", seed=11, batch_size=EXACTNESS_SAMPLES, window=3, init="random",
-                   reproducible=False)
+    res = generate(mdl, "hi", backend=make_backend("sjd", window=3, init="random"), seed=11,
+                   batch_size=EXACTNESS_SAMPLES, options=dict(reproducible=False))
     p, stat, dof, tv = chi_square_test(res.tokens, exact_distribution(mdl, "hi"))
     assert p < P_FAIL, f"planted bug went unnoticed: p={p:.2e} TV={tv:.4f}"
 
 
 def test_compiled_step_on_a_quantized_model_gives_eager_tokens():
     mdl = quantized_tiny("int4", vocab_size=4, grid=(2, 2), seed=2)
-    eager = generate(mdl, "hi", backend="sjd", seed=5, batch_size=4, window=3)
-    compiled = generate(mdl, "hi", backend="sjd", seed=5, batch_size=4, window=3, compile=True)
+    eager = generate(mdl, "hi", backend=make_backend("sjd", window=3), seed=5, batch_size=4)
+    compiled = generate(mdl, "hi", backend=make_backend("sjd", window=3), seed=5, batch_size=4,
+                        options=dict(compile=True))
     stats = compile_stats(mdl)
     assert stats.eager_fallback == "" and stats.graph_breaks == 0 and stats.compiles >= 1
     assert torch.equal(eager.tokens, compiled.tokens)
-
-
-def test_family_loader_quantizes_before_the_device(tmp_path):
-    # a LlamaGen folder in the authors' format (the fast real-size test builds one at reduced size)
-    from specar.tooling.real_size_builders import SPECS, build_folder
-    folder = build_folder("llamagen-xl", str(tmp_path), layers=1, reduced=True, dtype=torch.float32)
-    full = specar.load_model(folder, dtype="fp32", n_head=4)  # n_head: the reduced test's width is no GPT size
-    q = specar.load_model(folder, dtype="fp32", quantize="int8", n_head=4)
-    assert SPECS["llamagen-xl"].family == "llamagen"
-    lins = [m for m in q.torch_module().modules() if isinstance(m, QuantLinear)]
-    assert lins and not any(isinstance(m, QuantLinear) for m in full.torch_module().modules())
-    res = generate(q, "207", backend="sjd", seed=0, window=4)
-    assert res.tokens.reshape(-1).numel() == q.geometry.height * q.geometry.width and res.image.size == (64, 64)
-    assert os.path.isdir(folder)
 
 
 @pytest.mark.parametrize("choice,expected", [("int4", {"quantize": "int4"}), ("none", {})])

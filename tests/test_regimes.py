@@ -1,16 +1,14 @@
-"""Benchmark regimes (cli/regimes.py): each builds and runs, the bench shows it, the paper regime's
-calibration search (tooling/calibrate_regime.py) lands where it says."""
+"""Benchmark regimes (cli/regimes.py): each builds and runs, the bench shows it (the paper regime's calibration
+search: tooling/tests/test_calibrate_regime.py)."""
 import json
 import subprocess
 import sys
 
 import pytest
 
-from specar import tooling
 from specar.cli import bench, benchmark, call, regimes
 from specar.cli.benchmark import parse_config
 from specar.cli.model_spec import model_from_spec as _model
-from specar.tooling import calibrate_regime
 
 
 def test_every_regime_builds_and_names_its_settings():
@@ -30,16 +28,6 @@ def test_paper_regime_reads_its_calibration():
     assert r.run_options == {"reproducible": False}  # the papers' own rejection sampling, as calibrated
     assert r.apply_run_options([{"backend": "sjd"}, {"backend": "ar", "reproducible": True}]) == [
         {"backend": "sjd", "reproducible": False}, {"backend": "ar", "reproducible": True}]
-
-
-def test_checked_in_calibration_is_one_of_its_evaluations():
-    """cli/regime_paper.json: the temperature it gives was measured (one of its evaluations), at the value it
-    reports, within its tolerance of the target, on the metric the papers use."""
-    cal = regimes.read_calibration("paper")
-    chosen = [e for e in cal["evaluations"] if e["temperature"] == cal["sampling"]["temperature"]]
-    assert len(chosen) == 1 and chosen[0]["step_compression"] == cal["step_compression"]
-    assert cal["reached"] and abs(cal["step_compression"] - cal["target"]) <= cal["tolerance"] * cal["target"]
-    assert cal["metric"] == calibrate_regime.CALIBRATED_METRIC and cal["probe"] == calibrate_regime.PAPER_PROBE
 
 
 def test_bad_calibration_file_is_reported(tmp_path):
@@ -108,33 +96,3 @@ def test_bench_command_shows_the_regime(tmp_path):
     assert summary.startswith("regime: flat (model tiny:8192,16x16") and summary in res.stdout.splitlines()
     with pytest.raises(ValueError, match="--regime flat fixes the model"):
         call(["bench", "--regime", "flat", "--model", "demo", "--backends", "ar"])
-
-
-def test_calibration_lands_where_it_says_on_a_tiny_target():
-    """The search on a tiny flat target: the temperature it returns, measured again, gives the step
-    compression it reports, within the tolerance of the target; a target out of reach is refused."""
-    model = _model("tiny:64,4x4,row_end,hidden=16,scale=3.0", None, None)
-    probe = parse_config("sjd:preset=paper,window=8,reproducible=false")
-    fixed = {"cfg_scale": 1.0, "top_k": 0}
-
-    def measure(t):
-        return calibrate_regime.measure_step_compression(model, probe, ["a", "b"], [0, 1, 2], {**fixed, "temperature": t})[
-            "step_compression"]
-
-    lo, hi = measure(0.5), measure(8.0)
-    target = (lo + hi) / 2  # between the ends: reachable by a continuous search
-    found = calibrate_regime.calibrate_temperature(measure, target, 0.5, 8.0, tolerance=0.05, max_evaluations=14)
-    assert found["evaluations"][0]["temperature"] == 0.5 and len(found["evaluations"]) <= 14
-    assert measure(found["temperature"]) == pytest.approx(found["step_compression"])  # lands where it says
-    assert found["reached"] and abs(found["step_compression"] - target) <= 0.05 * target
-    with pytest.raises(ValueError, match="is not between"):
-        calibrate_regime.calibrate_temperature(measure, max(lo, hi) + 5.0, 0.5, 8.0)
-
-
-def test_calibrate_command_refuses_bad_bounds(tmp_path, capsys):
-    """`python -m specar.tooling calibrate-regime`: bad bounds are one error line, before any model is loaded."""
-    out = tmp_path / "cal.json"
-    assert tooling.main(["calibrate-regime", "paper", "--lo", "4", "--hi", "2", "--out", str(out)]) == 2
-    assert "--lo (4.0) must be below --hi (2.0)" in capsys.readouterr().err
-    assert tooling.main(["calibrate-regime", "flat"]) == 2  # only `paper` is calibrated
-    assert not out.exists()

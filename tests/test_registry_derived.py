@@ -1,7 +1,8 @@
 """Every per-backend table is derived from the registry (`samplers/backends.py` METHODS / SCHEMAS and each
-method's declarations): a throwaway 9th backend registered in a temporary registry appears in the sampler
-node's inputs and essentials, the web extension's data, the bench's default run and the roofline projection,
-with no other file changed."""
+method's declarations): a throwaway 9th backend, a package of its own in a temporary folder registered by one line,
+appears in the command line's choices, the sampler node's inputs and essentials, the web extension's data and the
+bench's default run, with no other file changed; importing the registry imports no
+torch (the command line checks its arguments with it before torch loads)."""
 from __future__ import annotations
 
 import importlib
@@ -9,74 +10,107 @@ import json
 import os
 import shutil
 import subprocess
-from dataclasses import dataclass
+import sys
+import textwrap
 
 import pytest
 
-from specar.cli import benchmark
-from specar.tooling import roofline
+from specar.cli import benchmark, main, schema
 from specar.nodes import spec, v1
 from specar.samplers import backends
 import torch
 
 import specar
-from specar.samplers.drafters.base import Drafter
-from specar.samplers.proposal import DraftTree, one_hot
-from specar.tooling.testing import tiny_model
-from specar.samplers.drafters.params import DraftNetworkCost, Method, StepCost, chain_tokens, param
+from specar.model_loaders.tiny import tiny_model
+from support import PACKAGE as ROOT
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+THROWAWAY_PACKAGE = {  # the 9th backend's package: its Method (no torch), its drafter (imported on first use)
+    "__init__.py": """
+        from dataclasses import dataclass
 
-
-@dataclass(frozen=True)
-class ThrowawayParams:
-    window: int = param(4, "drafts per forward", lo=1, hi=8, sizes=True, essential=True)
-    mode: str = param("plain", "how candidates are chosen", choices=("plain", "tree"), essential=True,
-                      implies={"tree": {"shape": "wide"}})
-    shape: str = param("narrow", "the tree's shape", choices=("narrow", "wide"))
-    strength: float = param(0.5, "a knob nobody needs first", lo=0.0, hi=1.0)
+        from specar.samplers.drafters.params import Method, param
 
 
-def throwaway_cost(p: dict, row_codes: int, reports: list) -> StepCost:
-    return StepCost(((chain_tokens(p["window"], row_codes), 1.0),), DraftNetworkCost(1, 1, head_blocks=2))
+        @dataclass(frozen=True)
+        class ThrowawayParams:
+            window: int = param(4, "drafts per forward", lo=1, hi=8, sizes=True, essential=True)
+            mode: str = param("plain", "how candidates are chosen", choices=("plain", "tree"), essential=True,
+                              implies={"tree": {"shape": "wide"}})
+            shape: str = param("narrow", "the tree's shape", choices=("narrow", "wide"))
+            strength: float = param(0.5, "a knob nobody needs first", lo=0.0, hi=1.0)
 
 
-class ThrowawayDrafter(Drafter):
-    """The least a drafter can be: `window` copies of the pending token as a chain (q one-hot), no state."""
+        THROWAWAY = Method("throwaway", "Throwaway", "a 9th backend that exists only in this test", ThrowawayParams,
+                           "throwaway_backend.drafter:ThrowawayDrafter",
+                           bench_variants=("window=8,mode=tree,shape=wide",))
+        """,
+    "drafter.py": """
+        import torch
 
-    def __init__(self, params, model, sampling):
-        self.node_budget, self.slack = params.window + 1, params.window + 2
-
-    def propose(self, state, plan) -> DraftTree:
-        B, N = state.ctx.batch, self.node_budget
-        pending = state.seq.gather(1, state.frontier[:, None]).clamp(max=state.ctx.vocab_size - 1)
-        tokens = pending.expand(B, N)
-        return DraftTree(tokens=tokens, parents=[-1] + list(range(N - 1)), q=one_hot(tokens, state.ctx.vocab_size),
-                         valid=torch.ones(B, N, dtype=torch.bool, device=state.ctx.device),
-                         depth=torch.arange(N, device=state.ctx.device), max_children=1, max_depth=N - 1)
+        from specar.samplers.drafters.base import Drafter
+        from specar.samplers.proposal import DraftTree, one_hot
 
 
-THROWAWAY = Method("throwaway", "Throwaway", "a 9th backend that exists only in this test", ThrowawayParams,
-                   ThrowawayDrafter,
-                   step_cost=throwaway_cost, bench_variants=("window=8,mode=tree,shape=wide",))
+        class ThrowawayDrafter(Drafter):
+            # the least a drafter can be: `window` copies of the pending token as a chain (q one-hot), no state
+
+            def __init__(self, params, model, sampling):
+                self.node_budget, self.slack = params.window + 1, params.window + 2
+
+            def propose(self, state, plan) -> DraftTree:
+                B, N = state.ctx.batch, self.node_budget
+                pending = state.seq.gather(1, state.frontier[:, None]).clamp(max=state.ctx.vocab_size - 1)
+                tokens = pending.expand(B, N)
+                return DraftTree(tokens=tokens, parents=[-1] + list(range(N - 1)),
+                                 q=one_hot(tokens, state.ctx.vocab_size),
+                                 valid=torch.ones(B, N, dtype=torch.bool, device=state.ctx.device),
+                                 depth=torch.arange(N, device=state.ctx.device), max_children=1, max_depth=N - 1)
+        """,
+}
 
 
 @pytest.fixture
-def ninth_backend():
-    """The registry with THROWAWAY added (the registry's own objects, patched and restored), and the modules
-    that read it at import time reloaded inside and after."""
+def ninth_backend(tmp_path):
+    """The registry with the temporary package's THROWAWAY added (its one line: METHODS and what derives from it,
+    patched and restored), and the modules that read it at import time reloaded inside and after."""
     assert len(backends.METHODS) == 8
+    package = tmp_path / "throwaway_backend"
+    package.mkdir()
+    for name, text in THROWAWAY_PACKAGE.items():
+        (package / name).write_text(textwrap.dedent(text))
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(backends, "METHODS", backends.METHODS + (THROWAWAY,))
-        mp.setitem(backends.SCHEMAS, THROWAWAY.name, THROWAWAY)
+        mp.syspath_prepend(str(tmp_path))
+        throwaway = importlib.import_module("throwaway_backend").THROWAWAY
+        assert "throwaway_backend.drafter" not in sys.modules  # declared without its drafter
+        mp.setattr(backends, "METHODS", backends.METHODS + (throwaway,))  # the registry line
+        mp.setitem(backends.SCHEMAS, throwaway.name, throwaway)
         mp.setattr(backends, "BACKENDS", tuple(backends.SCHEMAS))
         importlib.reload(benchmark)
-        yield
+        yield throwaway
+        for name in ("throwaway_backend", "throwaway_backend.drafter"):
+            sys.modules.pop(name, None)
     importlib.reload(benchmark)
     assert "throwaway" not in backends.SCHEMAS and not any("throwaway" in c for c in benchmark.DEFAULT_CONFIGS)
 
 
-def test_a_ninth_backend_reaches_nodes_web_bench_and_roofline(ninth_backend):
+def test_importing_the_registry_imports_no_torch():
+    code = ("import sys; from specar.samplers import backends; backends.make_backend('auto', max_window=8); "
+            "print(sorted(m for m in ('torch', 'numpy') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": os.path.dirname(ROOT)})
+    assert out.returncode == 0 and out.stdout.strip() == "[]", (out.stdout, out.stderr)
+
+
+def test_a_ninth_backend_is_a_choice_of_the_command_line(ninth_backend, capsys):
+    assert main(["bench", "--help"]) == 0
+    assert "throwaway" in " ".join(capsys.readouterr().out.split()).split("backends: ")[1].split(";")[0]
+    assert schema.parse_config("throwaway:window=8,mode=tree") == {"backend": "throwaway", "window": 8, "mode": "tree"}
+    with pytest.raises(ValueError, match=r"window must be an int in \[1, 8\], got 9 \(in 'throwaway:window=9'\)"):
+        schema.parse_config("throwaway:window=9")
+    assert "throwaway_backend.drafter" not in sys.modules  # checked, not yet run: its drafter is not imported
+
+
+def test_a_ninth_backend_reaches_nodes_web_and_bench(ninth_backend):
     # nodes: its inputs, its essentials first, the implied choice for the web extension
     req = v1.input_types(spec.sampler_spec())["required"]
     assert "throwaway" in req["backend"][0] and req["backend"][1]["specar_labels"]["throwaway"] == "Throwaway"
@@ -89,12 +123,8 @@ def test_a_ninth_backend_reaches_nodes_web_bench_and_roofline(ninth_backend):
     assert benchmark.DEFAULT_CONFIGS[-2:] == ["throwaway", "throwaway:window=8,mode=tree,shape=wide"]
     assert benchmark.parse_config(benchmark.DEFAULT_CONFIGS[-1]) == {
         "backend": "throwaway", "window": 8, "mode": "tree", "shape": "wide"}
-    # the roofline projects it from its declared step cost
-    plan = roofline.backend_plan({"backend": "throwaway", "params": {"window": 8}, "step_compression_total": 2.0})
-    assert list(plan.tokens) == [(9, 1.0)] and plan.drafter.head_blocks == 2
-    assert plan.forwards == roofline.IMAGE_CODES_768 / 2.0
     # validation and the typed parameters
-    assert backends.make_backend("throwaway", window=3).typed_params == ThrowawayParams(window=3)
+    assert backends.make_backend("throwaway", window=3).typed_params == ninth_backend.params_type(window=3)
 
 
 def test_a_ninth_backend_generates(ninth_backend):
@@ -102,9 +132,10 @@ def test_a_ninth_backend_generates(ninth_backend):
     mode, and in its own draws an image of the model's codes in fewer forwards than AR on a repetitive target."""
     model = tiny_model(vocab_size=4, grid=(4, 4), seed=3, logit_scale=8.0)
     ar = specar.generate(model, "hi", backend="ar", seed=5, batch_size=3)
-    same = specar.generate(model, "hi", backend="throwaway", window=3, seed=5, batch_size=3)
+    same = specar.generate(model, "hi", backend=specar.make_backend("throwaway", window=3), seed=5, batch_size=3)
     assert torch.equal(same.tokens, ar.tokens) and same.stats.backend == "throwaway"
-    own = specar.generate(model, "hi", backend="throwaway", window=3, seed=5, batch_size=3, reproducible=False)
+    own = specar.generate(model, "hi", backend=specar.make_backend("throwaway", window=3), seed=5, batch_size=3,
+                          options=dict(reproducible=False))
     assert own.tokens.shape == ar.tokens.shape and int(own.tokens.max()) < 4
     assert same.stats.nfe <= ar.stats.nfe and own.stats.nfe <= ar.stats.nfe
 
@@ -174,11 +205,3 @@ def test_experimental_backends_are_last_labelled_and_out_of_the_bench_default_ru
         assert (name in benchmark.DEFAULT_CONFIGS) != method.experimental, name
         assert ("experimental" in method.label.lower()) == method.experimental, method.label
         assert benchmark.parse_config(name)  # still run when named: `bench --backends spatial`
-
-
-def test_every_backend_has_a_projection():
-    for name, method in backends.SCHEMAS.items():
-        params = dict(backends.make_backend(name).params())
-        reports = [{"steps_per_window": {"16": 3, "0": 1}}]
-        plan = roofline.backend_plan({"backend": name, "params": params, "step_compression_total": 2.0, name: reports})
-        assert plan.forwards > 0 and all(t >= 1 for t, _ in plan.tokens), name

@@ -20,7 +20,8 @@ import specar
 from specar.samplers.verification import agreement as agreement_mod
 from specar.samplers.forward_costs import _FORWARD_COSTS
 from specar.samplers.randomness import GUMBEL_TABLE_BYTES, PositionNoise, position_gumbel
-from specar.tooling.testing import EXACTNESS_SETTINGS, check_exact, exactness_model, greedy_and_argmax, tiny_model
+from support.exactness import EXACTNESS_SETTINGS, check_exact, exactness_model, greedy_and_argmax, tiny_model
+from support.calls import generate_kwargs
 
 P_FAIL = 1e-6
 BATCH = 24  # rows per generation: 24 independent seeds' worth of noise
@@ -67,7 +68,8 @@ def _setting(i, name):
 
 
 def _ar(name, seed, batch, **kw):
-    return specar.generate(model(name), "hi", backend="ar", seed=seed, batch_size=batch, reproducible=True, **kw)
+    return specar.generate(model(name), "hi", **generate_kwargs(backend="ar", reproducible=True, **kw), seed=seed,
+                           batch_size=batch)
 
 
 @pytest.mark.parametrize("i", range(len(CASES)), ids=lambda i: "-".join(
@@ -77,8 +79,8 @@ def test_every_lossless_backend_gives_ars_tokens(i):
     for j, seed in enumerate((1234 + i, 7)):
         kw = _setting(i + 2 * j, name)  # two settings per case, all six over the cases
         want = _ar(name, seed, BATCH, **kw)
-        got = specar.generate(model(name), "hi", backend=backend, seed=seed, batch_size=BATCH, reproducible=True,
-                              **kw, **params)
+        got = specar.generate(model(name), "hi", **generate_kwargs(backend=backend, reproducible=True, **kw, **params),
+                              seed=seed, batch_size=BATCH)
         same = (got.sequence == want.sequence).all(1)
         assert same.all(), f"{backend} {params} {kw} seed {seed}: rows {(~same).nonzero().flatten().tolist()} " \
                            f"differ from AR's"
@@ -90,7 +92,7 @@ def test_a_row_is_its_own_seed_whatever_the_batch():
     """Row b's noise is keyed by (seed, b, position): a batch of 1 is row 0 of any batch, whichever backend."""
     big = _ar("v16-4x5-rowend", 5, 6)
     for backend in ("ar", "sjd_pac", "hawk"):
-        one = specar.generate(model("v16-4x5-rowend"), "hi", backend=backend, seed=5, reproducible=True)
+        one = specar.generate(model("v16-4x5-rowend"), "hi", backend=backend, seed=5, options=dict(reproducible=True))
         assert torch.equal(one.sequence[0], big.sequence[0])
     assert not torch.equal(big.sequence[0], big.sequence[1])
     other = _ar("v16-4x5-rowend", 6, 6)
@@ -125,7 +127,8 @@ def test_planted_near_miss_gives_other_tokens(monkeypatch, backend, params):
     name = "v3-2x3-rowend"
     want = _ar(name, 3, 64)
     monkeypatch.setattr(agreement_mod, "agreeing", near_miss)
-    got = specar.generate(model(name), "hi", backend=backend, seed=3, batch_size=64, reproducible=True, **params)
+    got = specar.generate(model(name), "hi", **generate_kwargs(backend=backend, reproducible=True, **params), seed=3,
+                          batch_size=64)
     assert not torch.equal(got.sequence, want.sequence), "a near-miss acceptance went unnoticed"
 
 
@@ -150,14 +153,15 @@ def test_position_noise_table_equals_hashing():
 def test_lossy_and_bad_values_are_refused():
     mdl = model("v16-4x5-rowend")
     with pytest.raises(ValueError, match="reproducible=True .* needs a lossless backend.*relaxed"):
-        specar.generate(mdl, "hi", backend="adt_tree", candidate_mode="topk", relaxed=True, reproducible=True)
+        specar.generate(mdl, "hi", backend=specar.make_backend("adt_tree", candidate_mode="topk", relaxed=True),
+                        options=dict(reproducible=True))
     with pytest.raises(ValueError, match="reproducible must be True, False or None .*got 'yes'"):
-        specar.generate(mdl, "hi", backend="ar", reproducible="yes")
+        specar.generate(mdl, "hi", backend="ar", options=dict(reproducible="yes"))
 
 
 class NoisyClock:
-    """time.perf_counter plus a random, growing offset: every timing the engine and auto take (the
-    calibration forwards, each step) gets random extra time, as on a loaded machine."""
+    """time.perf_counter plus a random, growing offset: every timing it serves (the engine's calibration forwards,
+    auto's step clock) gets random extra time, as on a loaded machine."""
 
     def __init__(self, seed):
         self.rng, self.offset, self.real = random.Random(seed), 0.0, time.perf_counter
@@ -167,22 +171,38 @@ class NoisyClock:
         return self.real() + self.offset
 
 
+class SteadyClock:
+    """A clock that advances `tick` seconds per read: every step costs the same, on a machine `tick` times slower
+    than a one-second one (the per-step timings scale every window's cost alike, nothing else)."""
+
+    def __init__(self, tick):
+        self.tick, self.now = tick, 0.0
+
+    def __call__(self):
+        self.now += self.tick
+        return self.now
+
+
 @pytest.mark.parametrize("reproducible,cost_model,recalibrate", [(True, "measured", True), (False, "forwards", True),
                                                                  (False, "measured", False)])
 def test_auto_repeats_under_step_cost_noise(monkeypatch, reproducible, cost_model, recalibrate):
     """reproducible: auto's windows follow the noisy timings, its tokens do not (AR's); off: the
     forwards cost model ignores the clock, and the measured one repeats while the model keeps its
-    calibration (the seed tooltip's promise: the per-step timings only scale every window's cost
-    alike). recalibrate: each run times the forwards again (the model's cost cache cleared)."""
+    calibration and the step timings scale alike (the seed tooltip's promise; with the step times themselves
+    noisy the image follows them, as cost_model's help says, so auto's step clock is then a steady one at a
+    different speed per run). recalibrate: each run times the forwards again (the model's cost cache cleared)."""
+    from specar.samplers.drafters.auto.drafter import AutoDrafter
     mdl = model("v16-4x5-rowend")
     _FORWARD_COSTS.pop(mdl, None)
     runs = []
     for clock_seed in (1, 2, 3):
         monkeypatch.setattr(time, "perf_counter", NoisyClock(clock_seed))
+        steps = NoisyClock(clock_seed + 10) if recalibrate else SteadyClock(1e-3 * clock_seed)
+        monkeypatch.setattr(AutoDrafter, "clock", staticmethod(steps))
         if recalibrate:
             _FORWARD_COSTS.pop(mdl, None)
-        res = specar.generate(mdl, "hi", backend="auto", seed=9, batch_size=8, reproducible=reproducible,
-                              cost_model=cost_model)
+        res = specar.generate(mdl, "hi", backend=specar.make_backend("auto", cost_model=cost_model), seed=9,
+                              batch_size=8, options=dict(reproducible=reproducible))
         runs.append(res)
     monkeypatch.undo()
     _FORWARD_COSTS.pop(mdl, None)

@@ -10,8 +10,8 @@ fire in the cases (a test that never restarts would prove nothing).
 import pytest
 import torch
 
-from specar.samplers.drafters import jacobi as jacobi_mod
-from specar.tooling.testing import check_exact, mark_long
+from specar.samplers.drafters.jacobi import drafter as jacobi_mod
+from support.exactness import check_exact, mark_long
 
 P_FAIL = 1e-6
 

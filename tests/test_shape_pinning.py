@@ -17,10 +17,12 @@ import torch
 
 import specar
 from specar.model_loaders.precision import batch_invariant
-from specar.model_loaders.precision.batch_invariant import (FLOAT32, PINNED, BatchInvariant, SameImage, ShapePinned,
-                                                            pinned_forward)
+from specar.model_loaders.precision.batch_invariant import BatchInvariant, SameImage, ShapePinned, pinned_forward
 from specar.samplers.backends import BACKENDS, make_backend
-from specar.tooling.testing import tiny_model
+from specar.model_loaders.tiny import tiny_model
+from support.calls import generate_kwargs
+
+FLOAT32, PINNED = SameImage.TESTED, SameImage.SHAPE_PINNED
 
 KW = dict(seed=1, batch_size=2, cfg_scale=2.0, temperature=0.9, top_k=6)
 
@@ -31,15 +33,16 @@ def model():
 
 
 def test_every_backend_pinned_and_ar_padded_to_it_give_plain_ars_sequence(model):
-    plain = specar.generate(model, "hi", backend="ar", **KW).sequence
+    plain = specar.generate(model, "hi", **generate_kwargs(backend="ar", **KW)).sequence
     for backend in BACKENDS:
         width = make_backend(backend).verify_width(model)
-        got = specar.generate(model, "hi", backend=backend, pin_width=width, **KW)
+        got = specar.generate(model, "hi", **generate_kwargs(backend=backend, pin_width=width, **KW))
         assert got.stats.same_image_guarantee == FLOAT32
         assert got.stats.same_image_reason.endswith(f"(every forward at {width} tokens)")
         assert torch.equal(got.sequence, plain), backend
     wide = make_backend("sjd_pac").verify_width(model) + 5
-    assert torch.equal(specar.generate(model, "hi", backend="ar", pin_width=wide, **KW).sequence, plain)
+    assert torch.equal(specar.generate(model, "hi",
+                                       **generate_kwargs(backend="ar", pin_width=wide, **KW)).sequence, plain)
 
 
 def test_a_planted_padding_before_the_real_nodes_is_caught(model, monkeypatch):
@@ -51,9 +54,10 @@ def test_a_planted_padding_before_the_real_nodes_is_caught(model, monkeypatch):
         return type(out)(*(None if t is None else t[:, pad:] for t in (out.cond, out.uncond, out.hidden,
                                                                        out.hidden_uncond)))
 
-    plain = specar.generate(model, "hi", backend="ar", **KW).sequence
+    plain = specar.generate(model, "hi", **generate_kwargs(backend="ar", **KW)).sequence
     monkeypatch.setattr(batch_invariant, "pinned_forward", pads_first)
-    assert not torch.equal(specar.generate(model, "hi", backend="ar", pin_width=9, **KW).sequence, plain)
+    assert not torch.equal(specar.generate(model, "hi",
+                                           **generate_kwargs(backend="ar", pin_width=9, **KW)).sequence, plain)
 
 
 def test_the_real_nodes_of_a_pinned_forward_do_not_see_the_padding(model):
@@ -90,14 +94,14 @@ def test_the_forward_mode_pins_where_asked_or_verified_and_names_the_case(model,
         raise AssertionError("the float64 mode ran")
 
     monkeypatch.setattr(BatchInvariant, "__torch_function__", entered)
-    r = specar.generate(bf16, "hi", backend="sjd", seed=0, cfg_scale=2.0)  # pinned: no float64 forwards
+    r = specar.generate(bf16, "hi", backend="sjd", seed=0, sampling=dict(cfg_scale=2.0))  # pinned: no float64 forwards
     assert r.stats.same_image_guarantee == PINNED
     assert r.stats.same_image_reason.endswith(f"(every forward at {batch_invariant.PINNED_WIDTH} tokens)")
-    ar = specar.generate(bf16, "hi", backend="ar", seed=0, cfg_scale=2.0)  # AR pads to the same width
+    ar = specar.generate(bf16, "hi", backend="ar", seed=0, sampling=dict(cfg_scale=2.0))  # AR pads to the same width
     assert (ar.stats.same_image_guarantee, ar.stats.same_image_reason) == \
         (r.stats.same_image_guarantee, r.stats.same_image_reason)
     monkeypatch.setattr(batch_invariant, "PINNED_WIDTH", 3)  # a backend wider than the pinned width: said so
-    r = specar.generate(bf16, "hi", backend="sjd", seed=0, cfg_scale=2.0)
+    r = specar.generate(bf16, "hi", backend="sjd", seed=0, sampling=dict(cfg_scale=2.0))
     assert r.stats.same_image_guarantee == SameImage.NOT_GUARANTEED
     assert r.stats.same_image_reason.startswith("sjd's forwards of ")
 
@@ -106,26 +110,25 @@ def test_the_forward_mode_pins_where_asked_or_verified_and_names_the_case(model,
 def test_a_bad_pin_width_is_refused(model, bad):
     width = make_backend("sjd", window=4).verify_width(model)
     with pytest.raises(ValueError, match=rf"pin_width must be an int >= {width} \(sjd's widest forward\), got"):
-        specar.generate(model, "hi", backend="sjd", window=4, pin_width=bad if bad != 3 else width - 1)
+        specar.generate(model, "hi", backend=specar.make_backend("sjd", window=4),
+                        options=dict(pin_width=bad if bad != 3 else width - 1))
     with pytest.raises(ValueError, match="needs reproducible"):
-        specar.generate(model, "hi", backend="sjd", window=4, pin_width=width, reproducible=False)
+        specar.generate(model, "hi", backend=specar.make_backend("sjd", window=4),
+                        options=dict(pin_width=width, reproducible=False))
 
 
 def test_adaptive_forward_costs_under_pinning_are_the_pinned_forwards(model):
+    from types import SimpleNamespace
+
+    from specar.model_loaders.precision.batch_invariant import SameImagePlan
     from specar.samplers.forward_costs import calibrate
 
-    class Drafter:  # auto's side of the calibration: the shapes it may choose, then their costs
-        def cost_shapes(self):
-            return {0: [-1], 4: [-1, 0, 1, 2], 8: list(range(-1, 7))}
-
-        def set_costs(self, seconds):
-            self.costs = seconds
-
-    d = Drafter()
+    shapes = {0: [-1], 4: [-1, 0, 1, 2], 8: list(range(-1, 7))}  # auto's side: the shapes it may choose
+    ctx = SimpleNamespace(model=model, batch=1, compiled=False, same_image=SameImagePlan(ShapePinned, 9, None, None))
     with torch.inference_mode():
         session = model.start(model.encode_prompt("hi", ""), 1, True, draft_capacity=10)
-        calibrate(model, d, session, 1, False, lambda: None, ShapePinned, 9)
-    assert set(d.costs) == {0, 4, 8} and len(set(d.costs.values())) == 1
+        costs = calibrate(ctx, session, lambda: None, shapes)
+    assert set(costs) == {0, 4, 8} and len(set(costs.values())) == 1
 
 
 @pytest.mark.long
@@ -133,8 +136,8 @@ def test_demo_in_bf16_pinning_on_and_off():
     demo = specar.load_model("demo", dtype="bfloat16")
     prompt = "a small yellow star on a noisy green background"
     width = make_backend("sjd").verify_width(demo)
-    ar = specar.generate(demo, prompt, backend="ar", seed=0, pin_width=width).tokens
-    assert torch.equal(specar.generate(demo, prompt, backend="sjd", seed=0, pin_width=width).tokens, ar)
+    ar = specar.generate(demo, prompt, backend="ar", seed=0, options=dict(pin_width=width)).tokens
+    assert torch.equal(specar.generate(demo, prompt, backend="sjd", seed=0, options=dict(pin_width=width)).tokens, ar)
     with pytest.MonkeyPatch.context() as mp:  # planted: the forwards neither pinned nor float64
         mp.setattr(batch_invariant, "target_forward_mode", lambda model, reproducible, pin_width=None:
                    (contextlib.nullcontext, SameImage.NOT_GUARANTEED, "planted: plain forwards"))

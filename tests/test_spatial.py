@@ -1,7 +1,7 @@
 """The spatial backend (Jacobi window drafted by spatial heads): exactness, a planted bug, greedy,
 support at 8192 / 16384 codes, fixed shapes, parameters, head files.
 
-Exactness follows tests/test_exactness.py (cases from specar.tooling.testing): 16000 images in one batched
+Exactness follows tests/test_exactness.py (cases from tests/support/exactness.py): 16000 images in one batched
 generation on a tiny model (random-weight heads, no files; every row its own frontier and tree),
 Pearson chi-square against the teacher-forced enumeration of every image; a case fails when
 p < P_FAIL = 1e-6. Each case also checks that the heads drafted some positions, so the head path
@@ -20,8 +20,9 @@ from specar.samplers.backends import make_backend
 from specar.samplers.drafters.spatial import drafter as drafter_mod
 from specar.samplers.drafters.spatial.drafter import SpatialDrafter
 from specar.samplers.drafters.spatial.network import SpatialConfig, load_heads, random_heads
-from specar.tooling.testing import (EXACTNESS_MODELS, EXACTNESS_SAMPLES, EXACTNESS_SETTINGS, chi_square_test,
+from support.exactness import (EXACTNESS_MODELS, EXACTNESS_SAMPLES, EXACTNESS_SETTINGS, chi_square_test,
                             exact_distribution, exactness_model, greedy_and_argmax, mark_long, tiny_model, use_drafter)
+from support.calls import generate_kwargs
 
 P_FAIL = 1e-6
 model = exactness_model
@@ -30,15 +31,16 @@ model = exactness_model
 @pytest.fixture
 def head_counts(monkeypatch):
     """Counts of entering positions drafted by a head / by `init`, summed over the generations run."""
-    counts = []
+    counts = torch.zeros(2, dtype=torch.long)  # [by a head, by init]
 
     class Counting(SpatialDrafter):
-        def __init__(self, params, model, sampling):
-            super().__init__(params, model, sampling, collect=True)
-            counts.append(self)
+        def _head_drafts(self, state, pos, need):
+            drafted = super()._head_drafts(state, pos, need)
+            counts.add_(torch.stack([drafted.sum(), (need & ~drafted).sum()]).cpu())
+            return drafted
 
     use_drafter(monkeypatch, "spatial", Counting)
-    return lambda: sum(d.drafted_by for d in counts).tolist()
+    return lambda: counts.tolist()
 
 
 # Models with more rows than the shared exactness models, so that positions enter the window after
@@ -62,8 +64,8 @@ def check_exact(model_name, setting, **params):
     mdl = spatial_model(model_name)
     kw = SETTINGS[setting]
     # reproducible=False: rejection sampling, where a wrong q shows (the reproducible mode: test_reproducible.py)
-    res = specar.generate(mdl, "hi", backend="spatial", seed=1234, batch_size=EXACTNESS_SAMPLES, reproducible=False,
-                          **kw, **params)
+    res = specar.generate(mdl, "hi", **generate_kwargs(backend="spatial", reproducible=False, **kw, **params),
+                          seed=1234, batch_size=EXACTNESS_SAMPLES)
     return chi_square_test(res.tokens, exact_distribution(mdl, "hi", **kw)), res
 
 
@@ -133,7 +135,7 @@ def _support_module():
 
 
 # both `make test-long` (pytest.mark.long; 8192 codes took 78.9 s of a loaded 954 s make test run, 2026-11-26: moved
-# for issue 34's 10 minutes): make test keeps tests/test_support.py's support cases (AR, sjd) and the greedy case below
+# to keep make test under 10 minutes): make test keeps tests/test_support.py's support cases (AR, sjd) and the greedy case below
 @pytest.mark.parametrize("vocab,filt,batch", [pytest.param(8192, "topk", 420, marks=pytest.mark.long),
                                               pytest.param(16384, "topk", 210, marks=pytest.mark.long)])
 def test_tokens_stay_in_the_support(vocab, filt, batch, head_counts):
@@ -149,8 +151,8 @@ def test_tokens_stay_in_the_support(vocab, filt, batch, head_counts):
 def test_greedy_is_argmax_at_16384_codes():
     sup = _support_module()
     mdl = sup.big_model(16384)
-    res = specar.generate(mdl, "hi", backend="spatial", seed=1, batch_size=16, temperature=0.0, window=8,
-                          tree_depth=2, tree_width=2)
+    res = specar.generate(mdl, "hi", backend=specar.make_backend("spatial", window=8, tree_depth=2, tree_width=2),
+                          seed=1, batch_size=16, sampling=dict(temperature=0.0))
     assert not torch.isnan(res.sequence.float()).any()
     for seq, logits in sup.teacher_forced_logits(mdl, res.sequence):
         chosen = logits.gather(-1, seq.unsqueeze(-1)).squeeze(-1)
@@ -168,8 +170,9 @@ def test_two_fixed_forward_shapes(head_counts):
         return real(session, tokens, parents)
 
     mdl.forward = spy
-    specar.generate(mdl, "a cat", backend="spatial", seed=1, batch_size=3, window=6, tree_depth=2, tree_width=3,
-                    cfg_scale=2.0, head_below=1.0)
+    specar.generate(mdl, "a cat",
+                    backend=specar.make_backend("spatial", window=6, tree_depth=2, tree_width=3, head_below=1.0),
+                    seed=1, batch_size=3, sampling=dict(cfg_scale=2.0))
     # the chain (pending + 6 drafts + the row ends among them) and the chain + 2 branches of depth 2
     T = 1 + 6 + 2
     assert shapes <= {((3, T), T), ((3, T + 4), T + 4)} and ((3, T), T) in shapes, shapes
@@ -179,11 +182,17 @@ def test_two_fixed_forward_shapes(head_counts):
 def test_confidence_gate_leaves_confident_positions_to_init(head_counts):
     """head_below: a head drafts only where the q recorded one row above has max < head_below."""
     mdl = spatial_model("v3-2x4")
-    specar.generate(mdl, "hi", backend="spatial", seed=3, batch_size=500, window=2, tree_depth=1, tree_width=2, head_below=1.0)
+    specar.generate(mdl, "hi",
+                    backend=specar.make_backend("spatial", window=2, tree_depth=1, tree_width=2, head_below=1.0),
+                    seed=3, batch_size=500)
     open_heads, _ = head_counts()
-    specar.generate(mdl, "hi", backend="spatial", seed=3, batch_size=500, window=2, tree_depth=1, tree_width=2, head_below=0.7)
+    specar.generate(mdl, "hi",
+                    backend=specar.make_backend("spatial", window=2, tree_depth=1, tree_width=2, head_below=0.7),
+                    seed=3, batch_size=500)
     gated_heads = head_counts()[0] - open_heads
-    specar.generate(mdl, "hi", backend="spatial", seed=3, batch_size=500, window=2, tree_depth=1, tree_width=2, head_below=0.0)
+    specar.generate(mdl, "hi",
+                    backend=specar.make_backend("spatial", window=2, tree_depth=1, tree_width=2, head_below=0.0),
+                    seed=3, batch_size=500)
     assert head_counts()[0] - open_heads - gated_heads == 0
     assert 0 < gated_heads < open_heads, (gated_heads, open_heads)
 
@@ -201,8 +210,8 @@ def test_without_heads_it_is_the_jacobi_window_with_its_init():
     (spatial's depth 3)."""
     mdl = tiny_model(16, (4, 4), seed=3)
     kw = dict(seed=5, batch_size=4, window=8, reproducible=False, restart_after=5)  # each backend's own draws
-    a = specar.generate(mdl, "a cat", backend="spatial", head_depths=0, **kw).tokens
-    b = specar.generate(mdl, "a cat", backend="sjd_pac", tree_depth=3, **kw).tokens
+    a = specar.generate(mdl, "a cat", **generate_kwargs(backend="spatial", head_depths=0, **kw)).tokens
+    b = specar.generate(mdl, "a cat", **generate_kwargs(backend="sjd_pac", tree_depth=3, **kw)).tokens
     assert torch.equal(a, b)
 
 
@@ -221,7 +230,8 @@ def test_bad_parameters_name_the_value_and_what_is_allowed(params, message):
 
 def test_tree_wider_than_the_vocabulary_is_refused():
     with pytest.raises(ValueError, match="tree_width must be in \\[1, 3\\]"):
-        specar.generate(model("v3-2x2"), "hi", backend="spatial", tree_width=4, tree_depth=1, window=2)
+        specar.generate(model("v3-2x2"), "hi",
+                        backend=specar.make_backend("spatial", tree_width=4, tree_depth=1, window=2))
 
 
 # -- head files ----------------------------------------------------------------------------------
@@ -245,10 +255,10 @@ def test_heads_from_a_file_and_mismatches(tmp_path):
     save_drafter(folder, "spatial", mdl, heads.state_dict(), cfg.to_dict(), training={"steps": 0})
     loaded = load_heads(mdl, 1)
     assert torch.equal(loaded.weight, heads.weight[:1])
-    res = specar.generate(mdl, "hi", backend="spatial", seed=2, batch_size=4, window=4)
+    res = specar.generate(mdl, "hi", backend=specar.make_backend("spatial", window=4), seed=2, batch_size=4)
     assert res.tokens.shape == (4, 3, 3)
     with pytest.raises(ValueError, match="head_depths=3"):
-        specar.generate(mdl, "hi", backend="spatial", head_depths=3)
+        specar.generate(mdl, "hi", backend=specar.make_backend("spatial", head_depths=3))
     other = _with_folder(tmp_path, seed=9)  # another target: refused by its fingerprint
     with pytest.raises(ValueError, match="not for the loaded model"):
         load_heads(other, 2)

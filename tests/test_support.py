@@ -1,4 +1,4 @@
-"""Issue 11: exactness at real vocabulary sizes and float edge cases of the sampling math.
+"""Exactness at real vocabulary sizes and float edge cases of the sampling math.
 
 Every sample is a race ``argmax(p / E)`` with E ~ Exp(1). A float32 ``torch.rand`` returns exactly
 0 with probability 2^-24 per element; if that maps to E = 0, a zero-probability code gets the key
@@ -39,7 +39,8 @@ import torch
 import specar
 from specar.samplers import randomness
 from specar.samplers.target import SamplingParams, target_probs
-from specar.tooling.testing import chi_square_test, mark_long, tiny_model
+from support.exactness import chi_square_test, exponential_noise, mark_long, tiny_model
+from support.calls import generate_kwargs
 
 P_FAIL = 1e-6
 U_ZERO = 2.0 ** -24  # P[torch.rand() == 0] per float32 element
@@ -143,8 +144,9 @@ def check_support(backend, vocab, filt, batch, seed=2024):
     model = big_model(vocab)
     kw = FILTERS[filt]
     # reproducible=False: the exponential races of rejection sampling (the planted E = 0 hole lives there)
-    res = specar.generate(model, "hi", backend=backend, seed=seed, batch_size=batch, reproducible=False, **kw,
-                          **BACKENDS[backend])
+    res = specar.generate(model, "hi",
+                          **generate_kwargs(backend=backend, reproducible=False, **kw, **BACKENDS[backend]), seed=seed,
+                          batch_size=batch)
     outside, outside_strict, min_zero = support_report(model, res, SamplingParams(**kw))
     races = race_count(res)
     expected_hits = races * min_zero * U_ZERO
@@ -153,7 +155,7 @@ def check_support(backend, vocab, filt, batch, seed=2024):
 
 # `make test` runs the planted bug's correct twin (AR at 8192 codes, top-k) and sjd at 16384 codes; the
 # others are `make test-long`'s (pytest.mark.long). scd at 16384 codes (101.9 s of a loaded 954 s make test run,
-# 2026-11-26) moved to make test-long to keep make test under 10 minutes (issue 34)
+# 2026-11-26) moved to make test-long to keep make test under 10 minutes
 QUICK_SUPPORT_CASES = (0, 3)
 
 
@@ -185,7 +187,7 @@ GREEDY_SEEDS = (1, 2)
 
 
 # `make test`: AR; the others `make test-long` (pytest.mark.long). sjd_pac's tree (59.1 s of a loaded 954 s make
-# test run, 2026-11-26) moved there for issue 34's 10 minutes; a drafting backend at 16384 codes stays in make
+# test run, 2026-11-26) moved there to keep make test under 10 minutes; a drafting backend at 16384 codes stays in make
 # test: tests/test_spatial.py's greedy case
 @pytest.mark.parametrize("backend", mark_long(list(GREEDY_BACKENDS), (0,)))
 def test_greedy_is_argmax_at_16384_codes(backend):
@@ -193,8 +195,9 @@ def test_greedy_is_argmax_at_16384_codes(backend):
     V = 16384
     mismatches, strict_mismatches, races = 0, 0, 0
     for seed in GREEDY_SEEDS:  # 2 seeds x 96 rows: 192 independent greedy runs
-        res = specar.generate(model, "hi", backend=backend, seed=seed, batch_size=96, temperature=0.0,
-                              **GREEDY_BACKENDS[backend])
+        res = specar.generate(model, "hi",
+                              **generate_kwargs(backend=backend, temperature=0.0, **GREEDY_BACKENDS[backend]),
+                              seed=seed, batch_size=96)
         races += race_count(res)
         for seq, logits in teacher_forced_logits(model, res.sequence):
             chosen = logits.gather(-1, seq.unsqueeze(-1)).squeeze(-1)
@@ -251,7 +254,7 @@ def exact_first_two(model, sampling):
 
 
 # every backend in `make test-long` (pytest.mark.long): high-power cases at a real vocabulary, the slowest of make
-# test (AR: 54 s of a 628 s fresh run on 2 cores, 2026-11-28, issue 58); make test keeps the support and greedy
+# test (AR: 54 s of a 628 s fresh run on 2 cores, 2026-11-28); make test keeps the support and greedy
 # checks at 8192-16384 codes above
 @pytest.mark.parametrize("backend", mark_long(list(CHI_BACKENDS), ()))
 def test_first_two_tokens_exact_at_8192_codes(backend):
@@ -261,8 +264,10 @@ def test_first_two_tokens_exact_at_8192_codes(backend):
     for c in range(CHI_N // CHI_CHUNK):
         # each drafting backend's own rejection sampling (reproducible=False: agreement would give AR's tokens by
         # construction); AR in the default mode, whose position noise this checks at a real vocabulary
-        res = specar.generate(model, "hi", backend=backend, seed=500 + c, batch_size=CHI_CHUNK, top_k=CHI_TOPK,
-                              **({} if backend == "ar" else {"reproducible": False}), **CHI_BACKENDS[backend])
+        res = specar.generate(model, "hi",
+                              **generate_kwargs(backend=backend, top_k=CHI_TOPK, **CHI_BACKENDS[backend],
+                                                **({} if backend == "ar" else {"reproducible": False})),
+                              seed=500 + c, batch_size=CHI_CHUNK)
         samples.append(res.tokens.reshape(CHI_CHUNK, -1)[:, :2])
     exact = exact_first_two(model, sampling)
     assert abs(sum(exact.values()) - 1) < 1e-6 and len(exact) == CHI_TOPK ** 2
@@ -283,7 +288,7 @@ def test_exponential_noise_is_positive_and_finite():
     zero_uniforms, bad = 0, 0
     smallest = math.inf
     for _ in range(16):
-        e = randomness.exponential_noise((1 << 24,), g, torch.device("cpu"))
+        e = exponential_noise((1 << 24,), g, torch.device("cpu"))
         zero_uniforms += int((torch.rand(1 << 24, generator=g_ref) == 0).sum())
         bad += int((~(e > 0) | ~torch.isfinite(e)).sum())
         smallest = min(smallest, float(e.min()))
@@ -443,18 +448,20 @@ def test_bad_logits_raise(monkeypatch, backend, kind, at_call, branch, kw):
     monkeypatch.setattr(model, "forward", wrap.forward)
     monkeypatch.setattr(model, "start", wrap.start)
     with pytest.raises(ValueError, match="logits"):
-        specar.generate(model, "hi", backend=backend, seed=3, batch_size=4, **kw, **NAN_BACKENDS[backend])
+        specar.generate(model, "hi", **generate_kwargs(backend=backend, **kw, **NAN_BACKENDS[backend]), seed=3,
+                        batch_size=4)
     assert at_call == 0 or wrap.calls >= at_call
 
 
 def test_clean_logits_do_not_raise(monkeypatch):
     # the wrapper itself (no corruption) changes nothing
     model = tiny_model(16, (4, 4), seed=8)
-    ref = specar.generate(model, "hi", backend="sjd", seed=3, batch_size=4, window=3).tokens
+    ref = specar.generate(model, "hi", backend=specar.make_backend("sjd", window=3), seed=3, batch_size=4).tokens
     wrap = _CorruptingModel(model, "nan", at_call=-1)
     monkeypatch.setattr(model, "forward", wrap.forward)
     monkeypatch.setattr(model, "start", wrap.start)
-    assert torch.equal(specar.generate(model, "hi", backend="sjd", seed=3, batch_size=4, window=3).tokens, ref)
+    assert torch.equal(specar.generate(model, "hi", backend=specar.make_backend("sjd", window=3), seed=3,
+                                       batch_size=4).tokens, ref)
 
 
 # -- planted bug: the old E = 0 hole, caught by the support test -----------------------------------

@@ -4,13 +4,14 @@ import pytest
 import torch
 
 import specar
-from specar.tooling.testing import tiny_model
+from specar.model_loaders.tiny import tiny_model
+from support.calls import generate_kwargs
 
 
 def _threads_inside(model, **kw) -> set:
     seen = set()
-    specar.generate(model, "hi", backend="sjd", seed=0, progress=lambda done, total: seen.add(torch.get_num_threads()),
-                    **kw)
+    specar.generate(model, "hi", **generate_kwargs(backend="sjd", **kw), seed=0,
+                    progress=lambda done, total: seen.add(torch.get_num_threads()))
     return seen
 
 
@@ -27,7 +28,7 @@ def test_threads_hold_for_the_call_and_are_restored(monkeypatch):
         monkeypatch.setattr("specar.samplers.threads.load_average", lambda: [5.0, 5.0, 5.0])
         assert _threads_inside(model, threads="auto") == {1}  # a busy machine: one thread
         with pytest.raises(RuntimeError, match="stop"):  # restored after an error inside the call
-            specar.generate(model, "hi", backend="sjd", threads=2,
+            specar.generate(model, "hi", backend="sjd", options=dict(threads=2),
                             progress=lambda done, total: (_ for _ in ()).throw(RuntimeError("stop")))
         assert torch.get_num_threads() == 3
     finally:
@@ -37,4 +38,4 @@ def test_threads_hold_for_the_call_and_are_restored(monkeypatch):
 @pytest.mark.parametrize("bad", [0, -1, "all", 1.5, True])
 def test_bad_threads_name_the_parameter(bad):
     with pytest.raises(ValueError, match="threads must be None"):
-        specar.generate(tiny_model(8, (2, 2), seed=0), "hi", backend="ar", threads=bad)
+        specar.generate(tiny_model(8, (2, 2), seed=0), "hi", backend="ar", options=dict(threads=bad))

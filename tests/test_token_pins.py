@@ -16,16 +16,17 @@ import pytest
 import torch
 
 import specar
-from specar.tooling.testing import EXACTNESS_MODELS, EXACTNESS_SETTINGS, tiny_model
+from support.exactness import EXACTNESS_MODELS, EXACTNESS_SETTINGS, tiny_model
+from support.calls import generate_kwargs
 
 PINS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "token_pins.json")
-# the exactness suite's models and settings (specar.tooling.testing), plus a larger row-end model and greedy
+# the exactness suite's models and settings (tests/support/exactness.py), plus a larger row-end model and greedy
 MODELS = {**EXACTNESS_MODELS, "v16-4x5-rowend": dict(vocab_size=16, grid=(4, 5), seed=3, row_end=True)}
 SETTINGS = {**{k: EXACTNESS_SETTINGS[k] for k in ("plain", "cfg", "topk", "topp", "mixed")},
             "greedy": dict(temperature=0.0, cfg_scale=2.0)}
 BACKEND_CASES = [("ar", {})]
 # restart_after=5 where a case names no restart: the pins were recorded when 5 was the default of sjd, scd and
-# sjd_pac (issue 36 made it 0: docs/BENCHMARKS.md, "Defaults chosen on every regime"); named, the pins keep
+# sjd_pac (now 0: docs/BENCHMARKS.md, "Defaults chosen on every regime"); named, the pins keep
 # pinning the same configurations
 BACKEND_CASES += [("sjd", dict(window=w, init=i, restart_after=5)) for w in (1, 3, 16)
                   for i in ("random", "repeat_left", "repeat_above", "sample_left", "sample_above")]
@@ -38,7 +39,7 @@ BACKEND_CASES += [("sjd_pac", dict(window=w, tree_depth=d, tree_width=k, **{"ini
     (16, 3, 3, dict(continuation=False)), (4, 3, 2, dict(coupling="gumbel")), (16, 2, 3, dict(init="repeat_above")),
     (5, 3, 3, dict(init="sample_above")), (16, 3, 4, {}), (64, 3, 4, {}))]
 # every case above runs in the rejection-sampling mode (reproducible=False: each backend's own draws, as
-# pinned before the reproducible mode existed); AR in the reproducible mode, the default since issue 35,
+# pinned before the reproducible mode existed); AR in the reproducible mode, the default now,
 # is pinned last (its own draws; every lossless backend gives its tokens there: tests/test_reproducible.py)
 BACKEND_CASES += [("ar", dict(reproducible=True))]
 
@@ -46,7 +47,7 @@ BACKEND_CASES += [("ar", dict(reproducible=True))]
 # every registered backend (samplers/backends.py, so a new one is pinned too) at its defaults and at its paper
 # preset, in both modes (reproducible: "same image as AR", the default; and each backend's own rejection
 # sampling), with CFG, on a row-end model and a larger grid; auto with its deterministic cost model (its
-# measured one follows the clock). Recorded before the restructuring of issue 47, so it lands on them.
+# measured one follows the clock). Recorded before a restructuring of the engine, so it lands on them.
 REGISTRY_MODELS = {"v16-4x5-rowend": MODELS["v16-4x5-rowend"], "v8-6x7": dict(vocab_size=8, grid=(6, 7), seed=5)}
 REGISTRY_SETTING = dict(cfg_scale=2.0, temperature=0.9, top_k=6)
 
@@ -71,9 +72,15 @@ def registry_token_hash(case) -> str:
     backend, preset, reproducible, m = case
     if m not in _models:
         _models[m] = tiny_model(**REGISTRY_MODELS[m])
+    # the settings a machine's timings choose are pinned at a fixed value: auto's window by forward counts, Hawk's and
+    # ADT-Tree's node_budget=0 (chosen from measured costs) at 8, the budget these hashes were recorded with
     extra = dict(cost_model="forwards") if backend == "auto" else {}
-    res = specar.generate(_models[m], "hi", backend=backend, preset=preset, seed=77, batch_size=6,
-                          reproducible=reproducible, **REGISTRY_SETTING, **extra)
+    if backend in ("hawk", "adt_tree") and preset == "default":
+        extra = dict(node_budget=8)
+    res = specar.generate(_models[m], "hi",
+                          **generate_kwargs(backend=backend, preset=preset, reproducible=reproducible,
+                                            **REGISTRY_SETTING, **extra),
+                          seed=77, batch_size=6)
     return hashlib.sha256(res.sequence.numpy().tobytes()).hexdigest()[:16]
 
 
@@ -103,8 +110,8 @@ def token_hash(case) -> str:
     kw = dict(SETTINGS[s])
     if "top_k" in kw:
         kw["top_k"] = min(kw["top_k"], mdl.geometry.vocab_size)
-    res = specar.generate(mdl, "hi", backend=backend, seed=1234, batch_size=24, **kw,
-                          **{"reproducible": False, **params})
+    res = specar.generate(mdl, "hi", **generate_kwargs(backend=backend, **kw, **{"reproducible": False, **params}),
+                          seed=1234, batch_size=24)
     return hashlib.sha256(res.sequence.numpy().tobytes()).hexdigest()[:16]
 
 

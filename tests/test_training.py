@@ -10,6 +10,7 @@ import specar
 from specar.cli import call
 from specar.model_loaders.registry import load_model
 from specar.training import eagle as eagle_training
+from support.calls import generate_kwargs
 
 
 @pytest.fixture(scope="module")
@@ -25,7 +26,7 @@ def test_train_drafter_writes_a_drafter_its_backend_loads(kind, backend, param, 
           "--batch", "2", "--threads", "1"])
     meta = json.loads((out / "drafter.json").read_text())
     assert meta["kind"] == kind and meta["training"]["steps"] == 2 and meta["training"]["images"] == 2
-    res = specar.generate(demo, "a red circle", backend=backend, seed=0, **{param: str(out)})
+    res = specar.generate(demo, "a red circle", **generate_kwargs(backend=backend, **{param: str(out)}), seed=0)
     assert res.tokens.shape[-2:] == (16, 16) and res.stats.nfe < 256
 
 

@@ -1,4 +1,4 @@
-"""Issue 18: sjd_pac is exact when a proactive branch wins the tree step.
+"""sjd_pac is exact when a proactive branch wins the tree step.
 
 When sibling k >= 1 wins depth 1, the branch holds only D nodes of its own; the chain's nodes
 after them were computed in the CHAIN's context (its depth 1..D tokens), so their outputs (the p
@@ -20,14 +20,15 @@ test_exactness.py) shows a much smaller effect (chi2 - dof ~ 144 at N = 30000 fo
 window-1 case only (expected chi2 ~ 400 vs a threshold ~ 200).
 
 The planted-bug test replaces the fix, `cap_branch_acceptance` of the chain step
-(samplers/verification/step.py), by the identity, i.e. restores the old behaviour, and shows the
+(samplers/verification/branches.py), by the identity, i.e. restores the old behaviour, and shows the
 same chi-square catches it.
 """
 import pytest
 
 import specar
-from specar.samplers.verification import step as step_mod
-from specar.tooling.testing import chi_square_test, exact_distribution, mark_long, tiny_model
+from specar.samplers.verification import branches as branches_mod
+from support.exactness import chi_square_test, exact_distribution, mark_long, tiny_model
+from support.calls import generate_kwargs
 
 P_FAIL = 1e-6
 
@@ -64,8 +65,8 @@ def exact(name):
 
 def run_case(params, model_name, n, seed):
     # reproducible=False: the tree step's rejection sampling (the reproducible mode: tests/test_reproducible.py)
-    res = specar.generate(model(model_name), "hi", backend="sjd_pac", seed=seed, batch_size=n, reproducible=False,
-                          **params)
+    res = specar.generate(model(model_name), "hi", **generate_kwargs(backend="sjd_pac", reproducible=False, **params),
+                          seed=seed, batch_size=n)
     return chi_square_test(res.tokens, exact(model_name)), res
 
 
@@ -84,7 +85,7 @@ def test_sjd_pac_tree_is_exact(case):
 # -- planted bug: the old behaviour (acceptance continues past the branch into the chain) ---------
 
 def test_planted_uncapped_branch_acceptance_is_caught(monkeypatch):
-    monkeypatch.setattr(step_mod, "cap_branch_acceptance", lambda n_acc, k_star, depth: n_acc)
+    monkeypatch.setattr(branches_mod, "cap_branch_acceptance", lambda n_acc, k_star, depth: n_acc)
     params = dict(window=6, tree_depth=2, tree_width=3, coupling="gumbel")
     (p_value, stat, dof, tv), _ = run_case(params, "v3-2x3-rowend-s0", N, 104)
     print(f"planted: N={N} chi2={stat:.1f} dof={dof} p={p_value:.2e} TV={tv:.4f}")

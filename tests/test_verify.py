@@ -7,9 +7,10 @@ import pytest
 import torch
 
 from specar.samplers.proposal import one_hot
-from specar.samplers.randomness import exponential_noise, gumbel_coupling, position_gumbel, sample_by_race
+from specar.samplers.randomness import gumbel_coupling, position_gumbel, sample_by_race
 from specar.samplers.verification import rejection as rejection_mod
 from specar.samplers.verification.rejection import mrs, residual, verify_candidates, verify_chain
+from support.exactness import exponential_noise
 
 P_FAIL = 1e-6
 N = 200_000
@@ -228,7 +229,7 @@ def test_verify_tree_catches_a_missing_residual_update(monkeypatch):
 
 
 def test_race_never_picks_a_zero_probability_code_even_with_zero_noise():
-    # the float edge case of issue 11: noise exactly 0 must not let a p = 0 code win
+    # the float edge case: noise exactly 0 must not let a p = 0 code win
     p = torch.zeros(3, 8)
     p[:, 5] = 1.0
     p[2, 2] = 1e-45  # a denormal: p / E can underflow to 0, still beats every p = 0 code

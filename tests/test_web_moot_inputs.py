@@ -1,6 +1,6 @@
 """The web extension (web/specar.js, run with node as the frontend loads it) greys out the backend parameters that
 have no effect with same_image_as_ar on (the coupling of SCD, SJD-PAC and Spatial), from the flag the node
-definition carries. The browser check (devtools/ui_check.js, make test-ui) runs the same code in ComfyUI's own frontends."""
+definition carries. The browser check (tooling/ui_check.js, make test-ui) runs the same code in ComfyUI's own frontends."""
 import json
 import shutil
 import subprocess
@@ -8,7 +8,7 @@ import subprocess
 import pytest
 
 from specar.nodes import spec, v1
-from specar_node_harness import web_extension_folder  # devtools/node_harness.py, loaded by tests/conftest.py
+from support.node_harness import web_extension_folder
 
 
 def test_the_node_definition_flags_exactly_the_moot_parameters():

@@ -1,5 +1,6 @@
-"""The maintainers' commands, `python -m specar.tooling <command>` (also run, unlisted, by `python -m specar
-<command>`): the measurements behind docs/ and the GPU check. Modules may exceed the product's 400 lines.
+"""The maintainers' folder (not in the wheel; the product never imports it): their commands, `python -m specar.tooling
+<command>`, the measurements behind docs/ and the GPU check; scripts run by path; their tests in tooling/tests/ (run
+by `make test`). Modules may exceed the product's 400 lines.
 
 - gpu_check/: `gpu-check`, the CUDA path in one command: the command and its plan (__init__.py, plan.py), the
   isolated stage runner (runner.py), the stages (stages.py and one module each), the report (report.py), the
@@ -9,9 +10,14 @@
 - shape_bench.py: `shape-bench`, 7B-shape forwards vs the sampling core (and `--roofline`: roofline.py's
   projection); shapes.py: the random-weight 7B shape it shares with gpu-check
 - compile_rows.py, calibrate_regime.py, evaluate_demo.py: one measurement each; memory.py: `memory`, what a released
-  checkpoint needs, computed from its configuration
+  checkpoint needs, computed from its configuration; step_costs.py: each backend's step shape, for roofline.py
+- scripts (`python tooling/NAME.py`): doc_figures.py (the docs' figures from their JSON), half_same_image.py,
+  pinned_forward_cost.py, pool_bench_runs.py, profile_step.py (measurements behind docs/),
+  screenshot_nodes.py and ui_check.js (ComfyUI's frontend, headless), install_torch.py (`make demo`'s torch),
+  train_demo.py (the demo model's weights from scratch; its data and codebook fit: demo_data.py)
 """
-from ..cli.args import Commands
+# absolute: pytest imports this file on its own too (the package of tooling/tests/, whose setup it runs)
+from specar.cli.args import Commands
 
 COMMANDS = Commands("python -m specar.tooling", __package__, {
     "gpu-check": "gpu_check", "real-size": "real_size", "shape-bench": "shape_bench",

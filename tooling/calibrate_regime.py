@@ -30,7 +30,7 @@ PAPER_FIXED = {"cfg_scale": 6.0, "top_k": 0}
 # what the papers' step figures are: AR's forwards / the method's mean forwards per image (SCD Table 1 gives the
 # NFE itself), i.e. the bench's `step_compression_total` (all image tokens / all forwards), not the mean of
 # per-image ratios (which easy images pull up: 2.60 against 2.25 on the 8 images of
-# docs/figures/bench_regime_paper_1126.json)
+# docs/figures/bench_regime_paper.json)
 CALIBRATED_METRIC = "step_compression_total"
 # the prompts and seeds the calibration measures on: the bench's default prompts x these seeds
 CALIBRATION_SEEDS = (0, 1, 2, 3)
@@ -42,11 +42,12 @@ CALIBRATION_SEEDS = (0, 1, 2, 3)
 def measure_step_compression(model, config: dict, prompts, seeds, sampling: dict) -> dict:
     """Step compression of one configuration at these sampling settings: the mean of per-image ratios
     (the bench's `step_compression`) and all tokens / all forwards, on every prompt x seed."""
+    from ..cli.schema import generate_args
     from ..samplers.api import generate
     per_image, tokens, forwards = [], 0, 0
     for prompt in prompts:
         for seed in seeds:
-            stats = generate(model, prompt, seed=seed, **sampling, **config).stats
+            stats = generate(model, prompt, seed=seed, sampling=sampling, **generate_args(config)).stats
             per_image.append(stats.step_compression)
             tokens += stats.image_tokens * stats.batch
             forwards += sum(n + 1 for n in stats.steps)

@@ -19,10 +19,25 @@ import torch
 from ..cli.args import positive_int
 from ..cli.machine import machine
 from ..cli.model_spec import model_from_spec
-from ..samplers.compiled_step.shape_compiled import compiled_forward
+from ..samplers.compiled_step.few_rows_matmul import MAX_ROWS
+from ..samplers.compiled_step.shape_compiled import CompileStats, ShapeCompiled
 
 ALL_ROWS = 1 << 30  # a limit no forward reaches: every product as the multiply-and-sum
 SETTINGS = {"eager": None, "gemm": 0, "mul-sum": ALL_ROWS}
+
+
+def compiled_forward(model, few_rows: int = MAX_ROWS):
+    """`model.forward` alone through one graph per (tokens shape, parents), for the commands that time
+    the forward (compile-rows, gpu-check): on a session started with ``captured=True``, called in
+    inference mode. Returns (forward(session, tokens, parents), its CompileStats)."""
+    stats = CompileStats()
+
+    def forward(session, tokens, parents):
+        return model.forward(session, tokens, parents)
+
+    graphs = ShapeCompiled(forward, model.device, "model forward", stats, few_rows)
+    return (lambda session, tokens, parents:
+            graphs((tuple(tokens.shape), tuple(parents)), session, tokens, parents)), stats
 
 
 def add_arguments(ap) -> None:

@@ -15,7 +15,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..model_loaders.demo.data import COLOURS, SHAPES, dataset
+from ..model_loaders.demo.data import COLOURS, SHAPES
+from .demo_data import dataset
 
 _NAMES = list(COLOURS)
 _PALETTE = torch.tensor([COLOURS[n] for n in _NAMES], dtype=torch.float32)

@@ -30,6 +30,7 @@ from ..cli.args import positive_int
 from ..cli.machine import machine
 from ..samplers.backends import BACKENDS
 from .real_size_builders import SPECS, Spec, build_folder
+from specar import make_backend
 
 WINDOW = 16  # the speculative backend's window in the generation of each run
 
@@ -75,8 +76,8 @@ def measure(folder: str, dtype: str, quantize: str, steps: int, backend: str, re
 
     t0 = time.perf_counter()
     try:
-        res = generate(model, SPECS_BY_FOLDER(folder).prompt, backend=backend, seed=0, window=WINDOW, progress=progress,
-                       interrupt=lambda: done["steps"] >= steps)
+        res = generate(model, SPECS_BY_FOLDER(folder).prompt, backend=make_backend(backend, window=WINDOW), seed=0,
+                       progress=progress, interrupt=lambda: done["steps"] >= steps)
         tokens_done = int(res.tokens.numel())
     except GenerationInterrupted:
         tokens_done = None

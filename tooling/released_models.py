@@ -16,6 +16,7 @@ its `assumed` (None where every number is read). Images are noise: the speed and
 """
 from __future__ import annotations
 
+import base64
 import contextlib
 import dataclasses
 import json
@@ -68,6 +69,17 @@ RELEASED = {
         "vocab_size 172032 (at least 171384; the real value is not known here), num_key_value_heads 32 and "
         "model_parallel_size 1 (Chameleon-7B's)",
         dict(hidden=32, heads=4, kv=4, ffn=64), 8, True),
+    "emu3.5-image": Released(
+        Spec("emu35", "BAAI/Emu3.5-Image",
+             "docs/MODELS.md (Emu3.5): 34.1 B parameters (31.2 B transformer, 2.9 B embeddings), vocabulary 282926 "
+             "(151643 text ranks, 211 special tokens, 131072 visual codes), 16x IBQ codes, 1024x1024 = 64x64 codes "
+             "with a row end each",
+             dict(hidden=5120, heads=64, kv=8, head_dim=128, ffn=25600, vocab=282926, codes=131072, image=1024),
+             64, 64),
+        "64 layers, 64 query / 8 key-value heads of 128, intermediate 25600 (Qwen3-32B's shape, which gives the "
+        "report's 31.2 B transformer parameters; hidden 5120 follows from its 2.9 B embeddings over 2 x 282926 rows); "
+        "not read from the released config.json here",
+        dict(hidden=32, heads=4, kv=2, head_dim=16, ffn=64), 16, True),
     "glm-image": Released(
         dataclasses.replace(SPECS["glm-image"], run_layers=40),
         "every width is transformers' GlmImageConfig default (documented as zai-org/GLM-Image's, not read from its "
@@ -142,15 +154,49 @@ def _lumina2_folder(d: dict, layers: int, folder: str) -> None:
     torch.save(vq.state_dict(), os.path.join(folder, l2.VQ_FILES[1]))
 
 
-def _lumina2_weights(folder: str, dtype) -> None:
-    """Random decoder weights in the release's format (model.safetensors, the full head) beside the folder's
-    config.json: what `saved` writes for Lumina-mGPT 2.0."""
+def _emu35_folder(d: dict, layers: int, folder: str) -> None:
+    """What Emu35ImageModel reads besides the decoder weights: config.json with the reference's keys, the two
+    tokenizer files at the release's numbering (151643 ranks: the 256 bytes, then unreachable fillers) and a
+    VisionTokenizer with the real codebook (131072 codes) at tiny widths (its decode is not what the stage times)."""
+    import yaml
     from safetensors.torch import save_file
 
+    from ..model_loaders.families.chameleon_vqgan import VQGANDecoder
+    vq_dir = os.path.join(folder, "vision_tokenizer")
+    os.makedirs(vq_dir, exist_ok=True)
+    filler = b"\xff\xfe"  # never formed from UTF-8 text
+    with open(os.path.join(folder, "emu3.tiktoken"), "w") as f:
+        f.writelines(f"{base64.b64encode(bytes([b])).decode()} {b}\n" for b in range(256))
+        f.writelines(f"{base64.b64encode(filler + r.to_bytes(3, 'big')).decode()} {r}\n" for r in range(256, 151643))
+    with open(os.path.join(folder, "emu3_vision_tokens.txt"), "w") as f:
+        f.write("<|image token|>\n<|image start|>\n<|image end|>\n")
+        f.writelines(f"<|visual token {i:06d}|>\n" for i in range(d["codes"]))
+    cfg = dict(architectures=["Emu3ForCausalLM"], model_type="Emu3", vocab_size=d["vocab"], hidden_size=d["hidden"],
+               intermediate_size=d["ffn"], num_hidden_layers=layers, num_attention_heads=d["heads"],
+               num_key_value_heads=d["kv"], head_dim=d["head_dim"], hidden_act="silu", max_position_embeddings=32768,
+               rms_norm_eps=1e-5, rope_theta=1000000.0, rope_scaling=None, tie_word_embeddings=False,
+               bos_token_id=151849, eol_token_id=151846, img_token_id=151851, boi_token_id=151852,
+               torch_dtype="bfloat16")  # the release's ids (its logits processor's constants)
+    with open(os.path.join(folder, "config.json"), "w") as f:
+        json.dump(cfg, f)
+    vq = dict(embed_dim=4, n_embed=d["codes"], ddconfig=dict(z_channels=4, ch=32, ch_mult=[1] * 5, num_res_blocks=0,
+                                                              resolution=1024, attn_resolutions=[], out_ch=3))
+    with open(os.path.join(vq_dir, "config.yaml"), "w") as f:
+        yaml.safe_dump(vq, f)
+    dec = VQGANDecoder(vq["n_embed"], 4, 4, 32, [1] * 5, 0, 1024)
+    save_file({k: v.contiguous() for k, v in dec.state_dict().items()}, os.path.join(vq_dir, "model.safetensors"))
+
+
+def _lumina2_weights(folder: str, dtype, family: str = "lumina2") -> None:
+    """Random decoder weights in the release's format (model.safetensors, the full head) beside the folder's
+    config.json: what `saved` writes for Lumina-mGPT 2.0 (and Emu3.5, the same tensor names)."""
+    from safetensors.torch import save_file
+
+    from ..model_loaders.families.emu35 import Emu35Config
     from ..model_loaders.families.lumina2 import Lumina2Config, Lumina2Net
     from .shapes import random_init_
     with open(os.path.join(folder, "config.json")) as f:
-        c = Lumina2Config(json.load(f), folder)
+        c = (Emu35Config if family == "emu35" else Lumina2Config)(json.load(f), folder)
     with torch.device("meta"):
         net = Lumina2Net(c)
     net = random_init_(net.to(dtype=dtype).to_empty(device="cpu"), "cpu")
@@ -170,13 +216,14 @@ def build_released(name: str, workdir: str, device, dtype, tiny: bool = False, s
     dims = {**r.spec.dims, **r.tiny} if tiny else r.spec.dims
     layers = TINY_LAYERS if tiny else r.spec.layers
     folder = os.path.join(workdir, name)
-    if r.spec.family == "lumina2":
-        _lumina2_folder(dims, layers, folder)
+    own = r.spec.family in ("lumina2", "emu35")  # our own decoders: their folders written here
+    if own:
+        (_lumina2_folder if r.spec.family == "lumina2" else _emu35_folder)(dims, layers, folder)
         if saved:
-            _lumina2_weights(folder, dtype)
+            _lumina2_weights(folder, dtype, r.spec.family)
     else:
         build_folder(name, workdir, layers=layers, spec=r.spec, dims=dims, weights=saved, dtype=dtype)
-    with open(os.path.join(folder, "real_size.json")) if r.spec.family != "lumina2" else contextlib.nullcontext() as f:
+    with open(os.path.join(folder, "real_size.json")) if not own else contextlib.nullcontext() as f:
         load = json.load(f)["load"] if f else {}  # the builder's load options (GLM-Image: its size)
     with contextlib.nullcontext() if saved else weights_in_memory():
         model = load_model(folder, device=device, dtype=dtype, **load)

@@ -19,8 +19,8 @@ from typing import Optional, Sequence
 
 # the `bench --json` run whose step compressions the projections use by default (the defaults run of 2026-11-25 on
 # the demo model; docs/ lies beside the code in the repository root)
-DEFAULT_BENCH_JSON = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "figures",
-                                  "bench_defaults_1125.json")
+DEFAULT_BENCH_JSON = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                  "docs/figures/bench_defaults_projection.json")
 
 
 @dataclass(frozen=True)
@@ -75,7 +75,7 @@ PROMPT_TOKENS = 64  # text prompt before the image (assumed; it only sets the fi
 
 # Launches (non-view aten ops) per kernel group of transformers' Chameleon in bf16 with eager
 # attention, one decode step: 52 per layer and 33 outside the layers, as counted by
-# tests/test_roofline.py (a TorchDispatchMode around a tiny model's forward).
+# tooling/tests/test_roofline.py (a TorchDispatchMode around a tiny model's forward).
 RMSNORM_LAUNCHES = 8  # fp32 cast, pow, mean, add eps, rsqrt, mul, cast back, weight mul
 QK_NORM_LAUNCHES = 6  # q and k: layer_norm, weight mul, bias add
 ROTARY_LAUNCHES = 10  # q and k: x*cos, rotate_half (neg, cat), *sin, add
@@ -309,8 +309,7 @@ IMAGE_CODE_ROWS = 8192  # LM-head rows a drafter projects onto: Lumina-mGPT's im
 
 def backend_plan(row: dict, image_codes: int = IMAGE_CODES_768) -> StepPlan:
     """The 7B plan of one `bench --json` row: forwards = image codes / the row's total step
-    compression; tokens per forward and the drafter network from the backend's `Method.step_cost`
-    (samplers/drafters/params.py, declared beside each method)."""
+    compression; tokens per forward and the drafter network from the backend's step cost (step_costs.py)."""
     try:
         return _backend_plan(row, image_codes)
     except KeyError as e:
@@ -319,16 +318,15 @@ def backend_plan(row: dict, image_codes: int = IMAGE_CODES_768) -> StepPlan:
 
 
 def _backend_plan(row: dict, image_codes: int) -> StepPlan:
-    from ..samplers.backends import SCHEMAS  # the registry (torch): only when projecting backends
+    from .step_costs import STEP_COSTS
     name, p = row["backend"], row.get("params") or {}
     compression = row.get("step_compression_total") or row.get("step_compression")
     if not compression or compression <= 0:
         raise ValueError(f"bench row {row.get('label', name)!r} has no positive step compression")
-    method = SCHEMAS.get(name)
-    if method is None or method.step_cost is None:
-        known = ", ".join(n for n, m in SCHEMAS.items() if m.step_cost is not None)
-        raise ValueError(f"no projection for backend {name!r} (its Method declares no step_cost); known: {known}")
-    cost = method.step_cost(p, ROW_CODES, row.get(name) or [])  # a backend's reports: the row's key of its name
+    if name not in STEP_COSTS:
+        raise ValueError(f"no projection for backend {name!r} (tooling/step_costs.py has no step cost for it); "
+                         f"known: {', '.join(STEP_COSTS)}")
+    cost = STEP_COSTS[name](p, ROW_CODES, row.get(name) or [])  # a backend's reports: the row's key of its name
     net = cost.network
     drafter = None if net is None else Drafter(f"{name} drafter", net.calls, net.tokens, net.layers, net.head_blocks,
                                                IMAGE_CODE_ROWS, band=net.band)

@@ -1,23 +1,13 @@
 """EAGLE drafter training by self-distillation: `python -m specar train-drafter --kind eagle`.
 
-Data: `distill_batch` (the target samples images with plain AR at its own recommended settings,
-then teacher-forces them once for the hidden states of both CFG branches). Both branches are
-training rows: a conditional row pairs the conditional features with the tokens, an
-unconditional row the unconditional ones (the drafter runs both at inference).
+Data, loss and options: docs/ADT_TREE.md (the demo drafter's training). Both CFG branches are training rows (the
+drafter runs both at inference); input features get uniform noise (EAGLE's +-0.1 scaled to the feature norm) so the
+layer tolerates its own predicted features when it drafts several layers deep.
 
-Loss (EAGLE): smooth-L1 between the layer's output feature g_j and the target's hidden state h_j
-(feature regression) + `ce_weight` * cross-entropy of the target's own distribution
-softmax(image_logits(h_j)) against the drafter's logits image_logits(g_j). Input features get
-uniform noise (EAGLE's +-0.1 scaled to the feature norm) so the layer tolerates its own predicted
-features when it drafts several layers deep. Band attention of `attn_band` positions as at inference.
-
-`guided_weight` > 0 adds the term that verification actually scores: KL(p || q) between the target's
-SAMPLING distribution p (`target_probs`: both CFG branches combined at the model's cfg_scale,
-temperature, top-k) and the drafter's guided distribution q (same CFG and temperature, no top-k so
-every code keeps a gradient). Per-branch losses cannot see that CFG at scale s multiplies the
-drafter's branch errors by s and s - 1 in the guided logits; this term does. A batch then holds
-batch / 2 images, each as its conditional and its unconditional row. `init` starts from an
-existing drafter's weights (fine-tuning with another loss or more data).
+`guided_weight` > 0 adds KL(p || q) between the target's SAMPLING distribution p (`target_probs`) and the drafter's
+guided distribution q (no top-k, so every code keeps a gradient): per-branch losses cannot see that CFG at scale s
+multiplies the drafter's branch errors by s and s - 1 in the guided logits; this term does. A batch then holds
+batch / 2 images, each as its conditional and its unconditional row.
 """
 from __future__ import annotations
 

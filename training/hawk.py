@@ -1,24 +1,13 @@
 """Hawk head training by self-distillation: `python -m specar train-drafter --kind hawk`.
 
-Data: the target samples images with plain AR at its own recommended settings and teacher-forces
-them once for the hidden states of both CFG branches (`chunked_distill_batch`, the chunked form
-of selfdistill.distill_batch that models with a small position limit need). feats[:, i] is the
-hidden state h_{i-1} of position i - 1 (i = 0: the prompt's last token), whose target head
-output predicts position i.
-
-Loss (Medusa / Hawk, balance weight lambda_k = 1): for every head, the cross-entropy of the
-TARGET's own distribution at the head's target position against the head's distribution:
+Data, loss (Medusa / Hawk, balance weight lambda_k = 1: the cross-entropy of the TARGET's own distribution at the
+head's target position against the head's) and optimiser: docs/HAWK.md, "Training". feats[:, i] is the hidden state
+h_{i-1} of position i - 1 (i = 0: the prompt's last token), whose target head output predicts position i:
 
     horizontal head k on h_{i-1}: target position i + k
     vertical head d   on h_{i-1}: target position i + d * row_stride
 
-The target's distribution p is `target_probs` of the teacher-forced cond/uncond logits at that
-position (CFG, temperature, top-k, top-p of the model's default sampling: what the heads are
-verified against); the head's distribution is log_softmax of the CFG-guided head logits (both
-branches through the head and the target's image head; no top-k, so the log stays finite). Only
-the heads train; the target is frozen. AdamW (weight decay 0.1, betas (0.9, 0.95), the paper's)
-through training/loop.py: progress line, resumable checkpoints.
-"""
+Only the heads train; the target is frozen."""
 from __future__ import annotations
 
 import os

@@ -1,18 +1,6 @@
-"""Spatial-head training by self-distillation: `python -m specar train-drafter --kind spatial`.
-
-Data (as for Hawk and EAGLE, training/selfdistill.distill_features): the target samples images with
-plain AR at its default settings and teacher-forces them for the hidden states of both CFG
-branches; feats[:, i] is h_{i-1}, the state whose output predicts position i.
-
-Loss: for every head d and sampled position P >= d * row_stride, the total variation between the
-TARGET's own distribution at P (`target_probs` of the teacher-forced logits: CFG, top-k, what
-the draft is verified against) and the head's q (`target_probs` of the head's logits, the
-distribution the drafter samples from): one minus the acceptance rate of the head's draft. (A
-first version trained on the cross-entropy, as Hawk does; its heads had a low cross-entropy and
-no better acceptance than the untrained head in generation: docs/history/SPATIAL-journal.md.) Target positions
-holding structure tokens are skipped. AdamW (weight
-decay 0.1, betas (0.9, 0.95)) through training/loop.py (progress line, `--resume`).
-"""
+"""Spatial-head training by self-distillation: `python -m specar train-drafter --kind spatial`. Data, loss (the total
+variation between the target's p and the head's q) and optimiser: docs/SPATIAL.md, "Training" (why not Hawk's
+cross-entropy: its "Which part comes from which paper"); feats[:, i] is h_{i-1}, the state predicting position i."""
 from __future__ import annotations
 
 import os

@@ -1,32 +1,24 @@
-// SpecAR web extension:
-// - SpecAR Sampler: shows only the chosen backend's parameters (and the custom guidance values only when guidance
-//   is "custom") where the node's inputs are flat (ComfyUI without the V3 DynamicCombo, or V1 nodes); restores
-//   saved values by name whatever layout they were saved in (specar_layouts.js: SpecAR 0.1 migration,
-//   DynamicCombo <-> flat); picking a value that needs others sets them; shows the run's state and statistics
-//   (specar_stats.js);
-// - SpecAR Model Loader: its lists follow the chosen model (specar_loader.js).
-// The sampler's `ui` output carries `text` (summary line and notes) and `specar_stats` (the statistics as JSON).
+// SpecAR web extension (what it shows: docs/NODES.md, "Nodes"). The SpecAR Sampler: only the chosen backend's and
+// switch options' inputs where they are flat, saved values restored by name in any layout (specar_layouts.js), the
+// values a choice needs set, the run's state and statistics (specar_stats.js; the node's `ui`: `text` and
+// `specar_stats`, JSON). The SpecAR Model Loader: its lists follow the chosen model (specar_loader.js).
 import { app } from "../../scripts/app.js";
-import { applyValues, eachInput, inputDefaults, namedValues, restoreValues, switchOf } from "./specar_layouts.js";
-import { hookLoader } from "./specar_loader.js";
+import { SWITCHES, applyValues, eachInput, inputDefaults, namedValues, restoreValues, switchOf } from "./specar_layouts.js";
+import { chainCallback, extend, hookLoader } from "./specar_loader.js";
 import { DETAILS_TOGGLE, EXECUTION_EVENTS, executionEvent, showResult, showStats } from "./specar_stats.js";
-
-export { formatStats, wrappedRows } from "./specar_stats.js";
 
 const SAMPLERS = new Set(); // the sampler nodes of the graph: the execution's events reach each
 
-// From the node definition: the readable backend names ({key: label}, for the node's title) and the flat
-// names of the advanced inputs (shown on request), whether the definition has them flat or as DynamicCombo options.
+// From the node definition: the readable backend names ({key: label}, for the node's title).
 export function backendLabels(nodeData) {
   const b = nodeData?.input?.required?.backend;
   return (b && b[1]?.specar_labels) || {};
 }
 
-export function advancedInputs(nodeData) {
+// The flat names of the inputs whose definition carries `key` (specar_advanced, specar_moot_when_same_image).
+export function flaggedInputs(nodeData, key) {
   const out = new Set();
-  eachInput(nodeData, (name, kind, opts) => {
-    if (opts?.specar_advanced) out.add(name);
-  });
+  eachInput(nodeData, (name, kind, opts) => opts?.[key] && out.add(name));
   return out;
 }
 
@@ -70,28 +62,13 @@ export function hookImplied(node, implied, backends) {
   for (const flat of Object.keys(implied)) {
     if (switchOf(flat, backends)?.[1] !== backend) continue; // another backend's parameter
     const param = flat.slice(backend.length + 1);
-    const w = paramWidget(node, backend, param);
-    if (!w || w.specarImplied) continue;
-    const callback = w.callback;
-    w.callback = function (value, ...rest) {
-      const out = callback?.apply(this, [value, ...rest]);
-      applyImplied(node, implied, backend, param);
-      return out;
-    };
-    w.specarImplied = true;
+    const apply = () => applyImplied(node, implied, backend, param);
+    chainCallback(paramWidget(node, backend, param), "specarImplied", apply);
   }
 }
 
-// The parameters that have no effect with same_image_as_ar on (a re-draft is then AR's own sample): flat names.
-export function mootInputs(nodeData) {
-  const out = new Set();
-  eachInput(nodeData, (name, kind, opts) => {
-    if (opts?.specar_moot_when_same_image) out.add(name);
-  });
-  return out;
-}
-
-// Grey those out (the frontend's disabled widget: dimmed, not editable) while same_image_as_ar is on.
+// The parameters that have no effect with same_image_as_ar on (a re-draft is then AR's own sample;
+// specar_moot_when_same_image) greyed out (the frontend's disabled widget: dimmed, not editable) while it is on.
 export function updateMoot(node, moot, backends) {
   const same = !!node.widgets?.find((w) => w.name === "same_image_as_ar")?.value;
   const backend = node.widgets?.find((w) => w.name === "backend")?.value;
@@ -120,16 +97,14 @@ const ADVANCED_TOGGLE = "advanced inputs"; // display only, never saved
 // Show only the inputs of the chosen backend and guidance (flat layouts: a DynamicCombo does this itself), and of
 // those the advanced ones (`advanced`: flat names) only while the node's "advanced inputs" toggle is on.
 export function updateVisibility(node, backends, advanced = new Set()) {
-  const chosen = {
-    backend: node.widgets?.find((w) => w.name === "backend")?.value,
-    guidance: node.widgets?.find((w) => w.name === "guidance")?.value,
-  };
+  const chosen = Object.fromEntries(SWITCHES.map((s) => [s, node.widgets?.find((w) => w.name === s)?.value]));
   let changed = false;
   const showAdvanced = !!node.widgets?.find((w) => w.name === ADVANCED_TOGGLE)?.value;
   for (const w of node.widgets || []) {
     const flatName = w.name.startsWith("backend.") ? `${chosen.backend}_${w.name.slice(8)}` : w.name;
     const owner = w.name.startsWith("backend.") ? ["backend", chosen.backend] : switchOf(w.name, backends);
     if (!owner) continue;
+    if (owner[0] === "backend" && !w.name.includes(".")) w.label = w.name.slice(owner[1].length + 1); // "window"
     const show = chosen[owner[0]] === owner[1] && (showAdvanced || !advanced.has(flatName));
     if (!show && w.type !== HIDDEN) {
       w.specarType = w.type;
@@ -205,9 +180,9 @@ app.registerExtension({
     const keys = backends.map((b) => (typeof b === "string" ? b : b.key));
     const defaults = inputDefaults(nodeData);
     const labels = backendLabels(nodeData);
-    const advanced = advancedInputs(nodeData);
+    const advanced = flaggedInputs(nodeData, "specar_advanced");
     const implied = impliedChoices(nodeData);
-    const moot = mootInputs(nodeData);
+    const moot = flaggedInputs(nodeData, "specar_moot_when_same_image");
     const refresh = (node) => {
       updateVisibility(node, keys, advanced);
       updateMoot(node, moot, keys);
@@ -216,20 +191,10 @@ app.registerExtension({
       backendChanged(node);
     };
 
-    const onNodeCreated = nodeType.prototype.onNodeCreated;
-    nodeType.prototype.onNodeCreated = function () {
-      const r = onNodeCreated?.apply(this, arguments);
+    extend(nodeType, "onNodeCreated", function () {
       SAMPLERS.add(this);
-      for (const name of ["backend", "guidance", "same_image_as_ar"]) {
-        const w = this.widgets?.find((x) => x.name === name);
-        if (!w || w.specarHooked) continue;
-        const callback = w.callback;
-        w.callback = (...args) => {
-          const out = callback?.apply(w, args);
-          refresh(this);
-          return out;
-        };
-        w.specarHooked = true;
+      for (const name of [...SWITCHES, "same_image_as_ar"]) {
+        chainCallback(this.widgets?.find((x) => x.name === name), "specarHooked", () => refresh(this));
       }
       if (typeof this.addWidget === "function") {
         for (const [name, shouldAdd, onToggle] of [[ADVANCED_TOGGLE, advanced.size > 0, () => refresh(this)],
@@ -242,54 +207,31 @@ app.registerExtension({
       // the statistics box exists from the start (Vue node rendering lays out the widgets a node is created with)
       showStats(this);
       refresh(this);
-      return r;
-    };
-
-    const onRemoved = nodeType.prototype.onRemoved;
-    nodeType.prototype.onRemoved = function () {
+    });
+    extend(nodeType, "onRemoved", function () {
       SAMPLERS.delete(this);
-      return onRemoved?.apply(this, arguments);
-    };
-
+    });
     // a new run starts: the previous run's statistics are not this run's (the frontend calls this on every node)
-    const onExecutionStart = nodeType.prototype.onExecutionStart;
-    nodeType.prototype.onExecutionStart = function () {
-      const r = onExecutionStart?.apply(this, arguments);
+    extend(nodeType, "onExecutionStart", function () {
       executionEvent(this, "execution_start");
-      return r;
-    };
-
-    const onConfigure = nodeType.prototype.onConfigure;
-    nodeType.prototype.onConfigure = function (info) {
-      const r = onConfigure?.apply(this, arguments);
+    });
+    extend(nodeType, "onConfigure", function (info) {
       const values = restoreValues(this, info, defaults, keys);
       if (values) this.specarMigrated = values;
       refresh(this);
-      return r;
-    };
-
-    const onAfterGraphConfigured = nodeType.prototype.onAfterGraphConfigured;
-    nodeType.prototype.onAfterGraphConfigured = function () {
-      const r = onAfterGraphConfigured?.apply(this, arguments);
+    });
+    extend(nodeType, "onAfterGraphConfigured", function () {
       if (this.specarMigrated) {
         applyValues(this, this.specarMigrated, keys);
         delete this.specarMigrated;
         refresh(this);
       }
-      return r;
-    };
-
-    const onSerialize = nodeType.prototype.onSerialize;
-    nodeType.prototype.onSerialize = function (o) {
-      const r = onSerialize?.apply(this, arguments);
+    });
+    extend(nodeType, "onSerialize", function (o) {
       o.properties = { ...(o.properties || {}), specar_inputs: namedValues(this, keys) };
-      return r;
-    };
-
-    const onExecuted = nodeType.prototype.onExecuted;
-    nodeType.prototype.onExecuted = function (message) {
-      onExecuted?.apply(this, arguments);
+    });
+    extend(nodeType, "onExecuted", function (message) {
       showResult(this, message);
-    };
+    });
   },
 });

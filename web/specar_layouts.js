@@ -1,11 +1,11 @@
 // SpecAR sampler values by name, in every layout ComfyUI saves or shows them in: the one place for layout
 // mapping and legacy migration in the browser (nodes/layouts.py is the server's).
-// - flat: ComfyUI without the V3 DynamicCombo (0.3.x) and the V1 nodes: "<backend>_<param>" inputs;
-// - DynamicCombo (ComfyUI >= 0.4.0): "backend.<param>" inputs of the chosen option only;
-// - SpecAR 0.1 workflows: shared parameter names, sentinel values (migrated on load);
-// - properties.specar_inputs: the values by flat name, which every save writes and every load applies.
-// inputs that exist only for one option of a switch, besides "<backend>_<param>" (nodes/spec.py guidance_switch)
-export const GUIDANCE_INPUTS = { custom: ["cfg_scale", "top_k"] };
+// The layouts (flat, DynamicCombo, SpecAR 0.1): nodes/layouts.py's docstring; besides them properties.specar_inputs,
+// the values by flat name, which every save writes and every load applies.
+// inputs that exist only for one option of a switch, besides "<backend>_<param>" (nodes/spec.py guidance_switch,
+// sampler_spec's sampling switch)
+export const SWITCH_INPUTS = { guidance: { custom: ["cfg_scale", "top_k"] }, sampling: { custom: ["temperature", "top_p"] } };
+export const SWITCHES = ["backend", ...Object.keys(SWITCH_INPUTS)];
 export const MODEL_DEFAULT = "model default";
 // the SpecAR 0.1 sampler widgets, in their saved order (the seed is followed by its control value)
 export const LEGACY_SAMPLER_WIDGETS = [
@@ -17,8 +17,8 @@ const LEGACY_INITS = ["random", "repeat_left", "repeat_above", "sample_left", "s
 
 // The option a flat input belongs to: [switch name, option], or null for inputs every option has.
 export function switchOf(name, backends) {
-  for (const [option, inputs] of Object.entries(GUIDANCE_INPUTS)) {
-    if (inputs.includes(name)) return ["guidance", option];
+  for (const [sw, options] of Object.entries(SWITCH_INPUTS)) {
+    for (const [option, inputs] of Object.entries(options)) if (inputs.includes(name)) return [sw, option];
   }
   let best = null;
   for (const b of backends) {
@@ -58,6 +58,21 @@ export function migrateLegacyValues(values, backends) {
   return { values: out, control, notes };
 }
 
+// Values saved before the sampling switch (temperature and top_p beside the other inputs, -1 and 0 for the model's
+// own values) as the switch holds them: "model default", or "custom" with the values that were set.
+export function migrateSampling(values) {
+  if ("sampling" in values || !("temperature" in values || "top_p" in values)) return values;
+  const out = { ...values };
+  const model = { temperature: out.temperature === -1, top_p: out.top_p === 0 };
+  out.sampling = model.temperature && model.top_p ? MODEL_DEFAULT : "custom";
+  for (const name of ["temperature", "top_p"]) {
+    if (!model[name]) continue;
+    delete out[name]; // the custom value's default, not the old sentinel
+    if (out.sampling === "custom") console.warn(`SpecAR: ${name} was "the model's recommended value"; set it on the node`);
+  }
+  return out;
+}
+
 export function isLegacyValues(values, backends) {
   // the 0.1 layout: 17 values with init and coupling at fixed places and continuation a boolean (a
   // DynamicCombo layout can also have 17 values, never with these types at these places)
@@ -78,7 +93,7 @@ export function readDynamicValues(values, widgetNames, backends) {
     if (owner && chosen[owner[0]] !== owner[1]) continue; // an option not chosen: nothing was saved
     if (i >= values.length) break;
     out[name] = values[i++];
-    if (name === "backend" || name === "guidance") chosen[name] = out[name];
+    if (SWITCHES.includes(name)) chosen[name] = out[name];
   }
   return out;
 }
@@ -122,7 +137,7 @@ export function eachInput(nodeData, fn) {
 export function applyValues(node, values, backends) {
   const find = (n) => node.widgets?.find((w) => w.name === n);
   const dynamic = !!node.widgets?.some((w) => w.name.includes("."));
-  for (const sw of ["backend", "guidance"]) {
+  for (const sw of SWITCHES) {
     const w = find(sw);
     if (w && sw in values) {
       w.value = values[sw];
@@ -130,13 +145,12 @@ export function applyValues(node, values, backends) {
     }
   }
   for (const [name, value] of Object.entries(values)) {
-    if (name === "backend" || name === "guidance") continue;
+    if (SWITCHES.includes(name)) continue;
     let w = find(name);
     if (!w && dynamic) {
       const owner = switchOf(name, backends);
       if (owner && find(owner[0])?.value !== owner[1]) continue;
-      if (owner?.[0] === "backend") w = find("backend." + name.slice(owner[1].length + 1));
-      if (owner?.[0] === "guidance") w = find("guidance." + name);
+      if (owner) w = find(owner[0] === "backend" ? "backend." + name.slice(owner[1].length + 1) : `${owner[0]}.${name}`);
     }
     if (w) w.value = value;
   }
@@ -149,13 +163,13 @@ export function namedValues(node, backends) {
   const out = {};
   const chosen = {};
   for (const w of node.widgets || []) {
-    if (w.name === "backend" || w.name === "guidance") chosen[w.name] = w.value;
+    if (SWITCHES.includes(w.name)) chosen[w.name] = w.value;
   }
   for (const w of node.widgets || []) {
     if (w.serialize === false) continue; // display only (the statistics box, the advanced toggle)
     let name = w.name;
     if (name.startsWith("backend.")) name = `${chosen.backend}_${name.slice(8)}`;
-    else if (name.startsWith("guidance.")) name = name.slice(9);
+    else if (name.includes(".")) name = name.slice(name.indexOf(".") + 1); // guidance.cfg_scale, sampling.top_p
     else {
       const owner = switchOf(name, backends);
       if (owner && chosen[owner[0]] !== owner[1]) continue; // a hidden input of an option not chosen
@@ -164,7 +178,6 @@ export function namedValues(node, backends) {
   }
   return out;
 }
-
 
 // The values a node loaded from a saved workflow gets, by name (never by position), whatever layout the
 // workflow was saved in and the frontend has: `info` as onConfigure receives it, `defaults` every input's
@@ -176,7 +189,7 @@ export function restoreValues(node, info, defaults, keys) {
   if (byName && typeof byName === "object") {
     // saved with the values by name (SpecAR >= 0.2, the example workflows): every input not named (another
     // option's) gets its default, not a positional leftover
-    const values = { ...defaults, ...byName };
+    const values = { ...defaults, ...migrateSampling(byName) };
     applyValues(node, values, keys);
     return values;
   }
@@ -184,7 +197,7 @@ export function restoreValues(node, info, defaults, keys) {
     const { values, control, notes } = migrateLegacyValues(saved, keys);
     // the frontend has already put the 17 saved values into the first widgets by position: every input
     // 0.1 did not have (e.g. preview) or left at its default gets its default back
-    const migrated = { ...defaults, ...values, control_after_generate: control };
+    const migrated = { ...defaults, ...migrateSampling(values), control_after_generate: control };
     applyValues(node, migrated, keys);
     node.properties = { ...(node.properties || {}), specar_migrated_from: "0.1" };
     for (const n of notes) console.warn(`SpecAR: migrated a SpecAR 0.1 sampler node: ${n}`);

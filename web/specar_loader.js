@@ -22,28 +22,36 @@ export function narrowLoader(node, allowed, keep = false) {
   node.setDirtyCanvas?.(true, true);
 }
 
+// Run `after` once the node type's own `name` method (if any) has run, with the same arguments; its result is kept.
+export function extend(nodeType, name, after) {
+  const original = nodeType.prototype[name];
+  nodeType.prototype[name] = function (...args) {
+    const r = original?.apply(this, args);
+    after.apply(this, args);
+    return r;
+  };
+}
+
+// Run `after` once the widget's own callback (if any) has run on a change of its value; its result is kept. `flag`:
+// the widget property that marks it done, so that a widget is hooked once however often this is called.
+export function chainCallback(widget, flag, after) {
+  if (!widget || widget[flag]) return;
+  const callback = widget.callback;
+  widget.callback = (...args) => {
+    const out = callback?.apply(widget, args);
+    after();
+    return out;
+  };
+  widget[flag] = true;
+}
+
 export function hookLoader(nodeType, nodeData) {
   const allowed = allowedValues(nodeData);
-  const onNodeCreated = nodeType.prototype.onNodeCreated;
-  nodeType.prototype.onNodeCreated = function () {
-    const r = onNodeCreated?.apply(this, arguments);
-    const model = this.widgets?.find((w) => w.name === "model");
-    if (model && !model.specarHooked) {
-      const callback = model.callback;
-      model.callback = (...args) => {
-        const out = callback?.apply(model, args);
-        narrowLoader(this, allowed);
-        return out;
-      };
-      model.specarHooked = true;
-    }
+  extend(nodeType, "onNodeCreated", function () {
+    chainCallback(this.widgets?.find((w) => w.name === "model"), "specarHooked", () => narrowLoader(this, allowed));
     narrowLoader(this, allowed);
-    return r;
-  };
-  const onConfigure = nodeType.prototype.onConfigure;
-  nodeType.prototype.onConfigure = function () {
-    const r = onConfigure?.apply(this, arguments);
+  });
+  extend(nodeType, "onConfigure", function () {
     narrowLoader(this, allowed, true);
-    return r;
-  };
+  });
 }

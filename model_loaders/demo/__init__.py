@@ -1,4 +1,5 @@
-"""The embedded demo model: procedural data, patch-codebook tokenizer, training and loading."""
+"""The embedded demo model: procedural data, patch-codebook tokenizer and loading (its training:
+tooling/train_demo.py)."""
 import json
 import os
 

@@ -9,6 +9,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file
 
 from ..contract import ImageGeometry
+from ..devices import resolve_device
 from ..llama_decoder import LlamaConfig, LlamaDecoder
 from ..families.llama_adapter import IMAGE_OFFSET, LlamaImageModel
 from ..precision.quantize import quantize_module
@@ -20,8 +21,8 @@ WEIGHTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 def _load(path: str) -> dict:
     if not os.path.isfile(path):
-        raise ValueError(f"demo model file {path} is missing: reinstall the pack, or rebuild it with "
-                         f"`python -m specar.model_loaders.demo.train`")
+        raise ValueError(f"demo model file {path} is missing: reinstall the pack, or rebuild it from a checkout "
+                         f"with `python tooling/train_demo.py`")
     try:
         return load_file(path)
     except (SafetensorError, OSError, ValueError) as e:
@@ -49,7 +50,7 @@ def load_demo_model(device=None, dtype=None, path: str = WEIGHTS, quantize=None)
     dtype = getattr(torch, dtype) if isinstance(dtype, str) else (dtype or torch.float32)
     decoder.load_state_dict({k: v.float() for k, v in state.items()})
     quantize_module(decoder.to(dtype=dtype), quantize)  # in CPU memory, as the other families: the device gets codes
-    decoder = decoder.to(device=device or "cpu").eval()
+    decoder = decoder.to(device=resolve_device(device) if device == "auto" else device or "cpu").eval()
     centroids = _load(os.path.join(path, "codebook.safetensors"))["centroids"]
     if centroids.shape != (meta["codes"], 3 * meta["patch"] ** 2):
         raise ValueError(f"{path}/codebook.safetensors has shape {tuple(centroids.shape)}, config says "

@@ -1,30 +1,8 @@
 """Chameleon-family image generators through transformers' `ChameleonForConditionalGeneration`:
 Lumina-mGPT (Alpha-VLLM) and Anole (GAIR), two layouts of one adapter.
 
-Image codes are text-vocabulary entries ``IMGIMG<letters>Z`` (8192 codes, ids 4..8195 in the real
-vocabulary), found through ``config.json``'s ``vocabulary_map`` exactly as transformers'
-``ChameleonImageVocabularyMapping`` decodes their names. Logits come from the ``lm_head`` rows of
-those ids only (the shipped ``forward`` masks image logits out, so it is never called).
-
-Layouts (``layout`` option; default from config.json ``architectures``: Lumina-mGPT's checkpoints
-name ``ChameleonXLLMXForConditionalGeneration``, anything else is Anole):
-
-- ``lumina``, as Lumina-mGPT's inference code builds it:
-  cond   ``BOS "Generate an image of {w}x{h} according to the following prompt:\\n{text}" <reserved08706>
-          <racm3:break> <h> <w>``, with ``<h>``/``<w>`` = ``<reserved{8800 + n:05d}>``, n = pixels / 32;
-  uncond ``<racm3:break> <h> <w>`` (its CFG branch starts at the image-start token; a negative
-          prompt replaces it by the cond layout of that text, an extension);
-  image  H rows of W codes, each followed by the forced newline ``<reserved08799>`` (engine id V,
-          `ImageGeometry.row_end`), then ``<eoss>`` (appended for decoding only).
-  The model writes image-start and the size tokens itself when asked for a size; the adapter
-  places them in the prompt for the requested size (``resolution="WxH"``, one of the sizes
-  Lumina-mGPT's own code offers for ``target_size`` 512 / 768 / 1024: 32-pixel patches, aspect
-  ratio at most 4).
-- ``anole``, Chameleon's own layout: cond ``BOS text <racm3:break>``, uncond ``BOS <racm3:break>``
-  (or the negative text in that layout); image 32x32 codes (512 px), then ``<eoss>``.
-
-Pixels: the Chameleon VQGAN decoder (chameleon_vqgan.py) from ``vqgan.yaml`` + ``vqgan.ckpt`` /
-``vqgan.safetensors`` in the model folder.
+Image codes, logits, the two layouts (``layout`` option) and the pixel decoder: docs/MODELS.md, "Lumina-mGPT and
+Anole in detail".
 """
 from __future__ import annotations
 
@@ -35,7 +13,7 @@ import torch
 
 from ..contract import EncodedPrompt, ImageGeometry, check_texts
 from ..family import ModelFamily, Sampling, config_names, read_config
-from ..files.hf_files import load_pretrained, load_tokenizer
+from ..files.hf_files import load_tokenizer
 from .chameleon_vqgan import load_vqgan_decoder
 from .hf_common import SharedVocabImageModel, to_pil
 
@@ -138,13 +116,9 @@ class ChameleonImageModel(SharedVocabImageModel):
         if self.bos_id is None:
             raise ValueError(f"the tokenizer in {folder!r} defines no BOS token (tokenizer_config.json bos_token)")
         H, W = self._grid(layout, resolution, target_size, cfg, f, vocab)
-        self.model = load_pretrained(ChameleonForConditionalGeneration, folder, self._device, self._dtype,
-                                     device_map=device_map, max_memory=max_memory, offload_folder=offload_folder,
-                                     attn_implementation=attn_implementation, allow_missing=("model.vqmodel.",),
-                                     quantize=quantize)
-        mc = self.model.config
-        if device_map is not None:
-            self._device = self.model.get_input_embeddings().weight.device
+        mc = self._load_transformers_model(ChameleonForConditionalGeneration, folder, device_map, max_memory,
+                                           offload_folder, attn_implementation, quantize,
+                                           allow_missing=("model.vqmodel.",))
         self.vqgan.to(self._device)
         self.max_positions = getattr(mc, "max_position_embeddings", None)
         seq = H * (W + int(layout == "lumina"))
@@ -242,5 +216,5 @@ def size_options(folder: str, w: int, h: int) -> dict:
 FAMILY = ModelFamily(
     name=ChameleonImageModel.family, label="Lumina-mGPT / Anole", files="transformers format",
     load=ChameleonImageModel, detect=is_chameleon, sizes="Lumina-mGPT its 512 / 768 / 1024 sizes; Anole 512x512",
-    size_options=size_options, sampling=tuple(SAMPLING.values()), transformers=True,
+    size_options=size_options, sampling=tuple(SAMPLING.values()), transformers=True, offload=True,
     resolutions=tuple(dict.fromkeys(["512x512"] + [f"{w}x{h}" for t in LUMINA_TARGETS for w, h in lumina_sizes(t)])), quantize=True)

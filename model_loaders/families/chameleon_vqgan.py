@@ -2,11 +2,7 @@
 Anole and Lumina-mGPT. transformers' `ChameleonVQVAE` ships only the encoder, so the decoder is
 built here from the tokenizer's own ``vqgan.yaml`` (``model.params``: ``embed_dim``, ``n_embed``,
 ``ddconfig``) and loaded from ``vqgan.safetensors`` or ``vqgan.ckpt`` (``state_dict``, opened with
-``weights_only=True``; encoder and loss weights in the file are ignored).
-
-Parameter names are the checkpoint's: ``quantize.embedding``, ``post_quant_conv``,
-``decoder.conv_in``, ``decoder.mid.{block_1,attn_1,block_2}``, ``decoder.up.{level}.{block,attn,
-upsample}``, ``decoder.norm_out``, ``decoder.conv_out``.
+``weights_only=True``; encoder and loss weights in the file are ignored). Parameter names are the checkpoint's.
 """
 from __future__ import annotations
 
@@ -66,12 +62,13 @@ class VQGANDecoder(nn.Module):
 
 
 def read_vqgan_config(path: str) -> dict:
-    """Decoder arguments from the tokenizer's vqgan.yaml (YAML, read with safe_load)."""
+    """Decoder arguments from the tokenizer's vqgan.yaml (YAML, read with safe_load; or Emu3.5's config.yaml)."""
     import yaml
 
     try:
         with open(path, encoding="utf-8") as f:
-            params = yaml.safe_load(f)["model"]["params"]
+            params = yaml.safe_load(f)
+        params = params["model"]["params"] if "model" in params else params  # IBQ's config.yaml: the params only
         dd = params["ddconfig"]
         return dict(n_embed=int(params["n_embed"]), embed_dim=int(params["embed_dim"]),
                     z_channels=int(dd["z_channels"]), ch=int(dd["ch"]), ch_mult=[int(m) for m in dd["ch_mult"]],
@@ -79,7 +76,7 @@ def read_vqgan_config(path: str) -> dict:
                     attn_resolutions=[int(r) for r in dd.get("attn_resolutions") or []],
                     out_ch=int(dd.get("out_ch", 3)))
     except (OSError, yaml.YAMLError, KeyError, TypeError, ValueError) as e:
-        raise ValueError(f"{path} is not a Chameleon VQGAN config (model.params with n_embed, embed_dim and "
+        raise ValueError(f"{path} is not a VQGAN config ([model.params:] n_embed, embed_dim and "
                          f"ddconfig z_channels / ch / ch_mult / num_res_blocks / resolution): {e!r}") from e
 
 

@@ -6,16 +6,8 @@ Layout of a generation, as Emu3's processor and transformers' generation path bu
     image:   H rows of W visual tokens, each row followed by EOL (<|extra_200|>),
              then EOF (<|extra_201|>), <|image end|>, EOS
 
-- image codes are text-vocabulary entries ``<|visual tokenNNNNNN|>`` mapped through
-  ``model.vocabulary_mapping``; engine id c is code c, engine id V is EOL;
-- EOL is a forced structure token (`ImageGeometry.row_end`): never drafted, never a forward of its
-  own; EOF / end-of-image / EOS follow the grid and are appended for decoding only;
-- logits come from the ``lm_head`` rows of the visual tokens only;
-- CFG: the negative prompt (empty by default) in the same layout as a batched second row (left
-  padded, explicit positions), guidance on raw logits, which after softmax equals transformers'
-  log-softmax combination ``s * (lp_c - lp_u) + lp_u`` (its own CFG runs an unbatched second model
-  call per token);
-- pixels: ``decode_image_tokens(image_tokens=H*(W+1)+3 tokens, height=H, width=W)``.
+Image codes (``<|visual tokenNNNNNN|>`` through ``model.vocabulary_mapping``: engine id c is code c, engine id V is
+EOL, a forced structure token), logits, CFG and pixels (``decode_image_tokens``): docs/MODELS.md, "Emu3".
 
 Grid size: ``image_area`` (default 518400 = 720x720 pixels -> 90x90 tokens) and ``ratio``
 ("W:H", default "1:1"), as in Emu3's processor (8x downsampling).
@@ -99,7 +91,7 @@ class Emu3ImageModel(SharedVocabImageModel):
             special[attr] = v
         self.special = special
         mc = self._load_transformers_model(Emu3ForConditionalGeneration, folder, device_map, max_memory, offload_folder,
-                                           attn_implementation, quantize)
+                                           attn_implementation, quantize, "model.text_model.layers")
         vm = self.model.vocabulary_mapping
         V = int(mc.vq_config.codebook_size)
         codes = {}
@@ -190,5 +182,5 @@ def size_options(folder: str, w: int, h: int) -> dict:
 
 FAMILY = ModelFamily(
     name=Emu3ImageModel.family, label="Emu3", files="transformers format", load=Emu3ImageModel, detect=is_emu3,
-    sizes="Emu3 any W x H", size_options=size_options, sampling=(SAMPLING,), transformers=True,
+    sizes="Emu3 any W x H", size_options=size_options, sampling=(SAMPLING,), transformers=True, offload=True,
     resolutions=tuple(f"{w}x{h}" for w, h in emu3_sizes()), quantize=True)

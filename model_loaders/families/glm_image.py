@@ -17,11 +17,8 @@ build it:
   other than 1 still works here (negative prompt in the same layout) but is not what the released model does;
 - the DiT decodes the target codes upsampled 2x (nearest) with the prompt's quoted text as glyphs.
 
-Two grids, one contract grid each (`ImageGeometry` is one grid): the model has a "preview" stage (geometry h x w,
-the text prompt) and a "target" stage (geometry H x W, the prompt followed by the preview codes). `load_model` gives
-the target stage; its `preceding_stage()` is the preview (same weights) and `prompt_after` its prompt after the
-preview codes (the contract's two-grid hook), so `specar.generate(model, text)` runs the preview then the target
-with one backend, each stage exactly as the contract and every backend expect.
+Two grids, one contract grid each (`load_model` gives the target stage; its `preceding_stage()` and `prompt_after`):
+docs/MODELS.md, "GLM-Image".
 """
 from __future__ import annotations
 
@@ -36,7 +33,7 @@ import torch
 
 from ..contract import EncodedPrompt, ImageGeometry, check_texts
 from ..family import ModelFamily, config_names
-from .glm_image_folder import check_folder, layout_folders, read_generation_config
+from .glm_image_folder import check_folder, has_dit, layout_folders, read_generation_config
 from .glm_image_refs import MAX_REFERENCES, ReferencePrompt, reference_prompt, reference_rope
 from .hf_common import SharedVocabImageModel
 
@@ -115,7 +112,7 @@ class GlmImageARModel(SharedVocabImageModel):
         (H, W), (h, w) = grids(width, height)
         self.target_grid, self.preview_grid = (H, W), (h, w)
         mc = self._load_transformers_model(GlmImageForConditionalGeneration, ar_folder, device_map, max_memory,
-                                           offload_folder, attn_implementation, quantize)
+                                           offload_folder, attn_implementation, quantize, "model.language_model.layers")
         V = int(mc.vq_config.num_embeddings)
         if not (mc.image_start_token_id >= V and mc.image_end_token_id >= V
                 and mc.text_config.vision_vocab_size > V):
@@ -136,8 +133,9 @@ class GlmImageARModel(SharedVocabImageModel):
                              f"got {dit_steps!r}")
         self.dit_steps = dit_steps
         self.decoder_problem = None  # why decode_tokens gives no image (None: it decodes)
-        if self.pipeline_folder is None:
-            self.decoder_problem = f"{folder!r} has no model_index.json (the released layout): no DiT to decode with"
+        if not has_dit(self.pipeline_folder):
+            self.decoder_problem = (f"no DiT in {folder!r} (the released layout's transformer/, vae/, text_encoder/, "
+                                    "tokenizer/ and scheduler/ beside model_index.json): image tokens only")
         elif importlib.util.find_spec("diffusers") is None:
             self.decoder_problem = MISSING_DIFFUSERS
             warnings.warn(MISSING_DIFFUSERS, stacklevel=2)
@@ -281,10 +279,7 @@ class GlmImageARModel(SharedVocabImageModel):
         from PIL import Image
         colors = self._stages["target"].__dict__.get("_code_colors")
         if colors is None:
-            try:
-                book = self.model.model.vqmodel.quantize.embedding.weight.detach().float().cpu()
-            except (RuntimeError, NotImplementedError):  # offloaded (meta) weights: the codes as grey levels
-                return None
+            book = self.model.model.vqmodel.quantize.embedding.weight.detach().float().cpu()
             book = book - book.mean(0)
             _, _, v = torch.linalg.svd(book, full_matrices=False)
             pc = book @ v[:3].T
@@ -340,7 +335,7 @@ def size_options(folder: str, w: int, h: int) -> dict:
 
 FAMILY = ModelFamily(
     name=GlmImageARModel.family, label="GLM-Image", files="released layout (model_index.json) or its AR folder",
-    load=GlmImageARModel, detect=is_glm_image,
+    load=GlmImageARModel, detect=is_glm_image, offload=True,
     sizes=f"GLM-Image W x H, multiples of 32 up to 2048 (1024x1024: {token_counts(1024, 1024)}; 2048x2048: "
           f"{token_counts(2048, 2048)})",
     size_options=size_options, transformers=True, resolutions=RESOLUTIONS, quantize=True, check=check_folder)

@@ -1,19 +1,10 @@
 """GLM-Image's files: where the released folder keeps each part, and one check that names every missing file at
 once (the loader node runs it when a folder is listed and when a prompt is queued; `load_model` runs it first).
 
-The released folder (zai-org/GLM-Image, diffusers' `GlmImagePipeline` layout, `model_index.json` at its root) and
-what reads each part:
-
-    vision_language_encoder/  config.json, generation_config.json, model.safetensors (or .index.json + shards)
-                              the AR stage (transformers' GlmImageForConditionalGeneration; the sampling settings)
-    processor/                tokenizer.json, tokenizer_config.json, processor_config.json, chat_template.jinja
-                              the prompt layout (transformers' GlmImageProcessor)
-    transformer/              config.json, diffusion_pytorch_model.safetensors (or .index.json + shards): the DiT
-    vae/                      config.json, diffusion_pytorch_model.safetensors: latents to pixels
-    text_encoder/             config.json, model.safetensors: the glyph encoder (T5) of the prompt's quoted text
-    tokenizer/                tokenizer_config.json: its byte-level tokenizer (ByT5)
-    scheduler/                scheduler_config.json: the DiT's flow-matching scheduler
-The last five are read by diffusers only (the DiT decode): they are checked where diffusers is installed.
+The released folder (zai-org/GLM-Image, diffusers' `GlmImagePipeline` layout, `model_index.json` at its root): which
+sub-folder holds which files, and what reads them, is docs/NODES.md's table (`DIT_PARTS` below: the DiT's). The last
+five are read by diffusers only (the DiT decode): they are checked where diffusers is installed and the folder has any
+of them; a folder with none of them (or `vision_language_encoder/` alone) loads tokens only.
 """
 from __future__ import annotations
 
@@ -71,9 +62,15 @@ def _has_chat_template(proc: str) -> bool:
     return False
 
 
+def has_dit(pipeline) -> bool:
+    """Whether the released layout's folder `pipeline` (None: not that layout) holds any of the DiT's parts: without
+    all five it loads tokens only (the AR stage alone), with some it must hold every file of them."""
+    return pipeline is not None and any(os.path.isdir(os.path.join(pipeline, sub)) for sub, _, _ in DIT_PARTS)
+
+
 def missing_files(folder: str, decoder: bool = None) -> list:
     """Every file of GLM-Image's released layout that `folder` lacks (empty: complete). `decoder`: check the DiT's
-    parts too (None: where diffusers is installed and the folder is the released layout)."""
+    parts too (None: where diffusers is installed and the folder has any of the DiT's parts, `has_dit`)."""
     ar, proc, pipeline = layout_folders(folder)
     missing = [os.path.join(ar, f) for f in ("config.json", "generation_config.json")
                if not os.path.isfile(os.path.join(ar, f))]
@@ -85,7 +82,7 @@ def missing_files(folder: str, decoder: bool = None) -> list:
     if not _has_chat_template(proc):
         missing.append(os.path.join(proc, "chat_template.jinja"))
     if decoder is None:
-        decoder = pipeline is not None and importlib.util.find_spec("diffusers") is not None
+        decoder = has_dit(pipeline) and importlib.util.find_spec("diffusers") is not None
     for sub, files, stem in DIT_PARTS if decoder and pipeline is not None else ():
         part = os.path.join(pipeline, sub)
         missing += [os.path.join(part, f) for f in files if not os.path.isfile(os.path.join(part, f))]

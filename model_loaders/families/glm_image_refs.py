@@ -137,6 +137,3 @@ def reference_rope(positions: torch.Tensor, prompt_len: torch.Tensor, grids: tup
     gen, start = positions >= prompt_len, prompt_len - before
     return torch.stack([torch.where(gen, start, t), torch.where(gen, start + k // W, rows),
                         torch.where(gen, start + k % W, cols)])
-
-
-__all__ = ["MAX_REFERENCES", "ReferencePrompt", "as_pil_images", "reference_prompt", "reference_rope"]

@@ -1,15 +1,8 @@
-"""The adapter base over transformers models (Janus-Pro, Emu3, Chameleon): `HFImageModel`.
-
-The adapters drive the family's own transformers decoder (``LlamaModel`` inside Janus,
-``Emu3TextModel`` inside Emu3) directly, layer stack only, with:
-
-- `SlotCache` (kv/transformers_cache.py): a preallocated static KV cache with per-row slots;
-- an explicit FLOAT additive 4D attention mask ``(R, 1, T, S)`` in the model dtype (0 = attend,
-  ``finfo.min`` = blocked; transformers passes a 4D mask through unchanged) and explicit
-  ``position_ids`` (left padding, tree nodes at prefix length + depth), in the slot layout of every
-  adapter (kv/slots.py).
-
-Loading the checkpoint safely is files/hf_files.py's job; the device and dtype, devices.py's.
+"""The adapter base over transformers models (Janus-Pro, Emu3, Chameleon, GLM-Image): `HFImageModel`, the family's
+own decoder stack driven directly with `SlotCache` (kv/transformers_cache.py), a FLOAT additive 4D mask
+``(R, 1, T, S)`` in the model dtype (0 = attend, ``finfo.min`` = blocked; transformers passes a 4D mask through
+unchanged) and explicit ``position_ids`` in the slot layout of every adapter (kv/slots.py); docs/MODELS.md, "One
+object per family". Loading the checkpoint safely is files/hf_files.py's job; the device and dtype, devices.py's.
 """
 from __future__ import annotations
 
@@ -44,9 +37,9 @@ class HFImageModel(SlotCacheModel):
 
     Subclasses set ``self.model`` (the transformers model), ``self.backbone`` (the decoder stack:
     takes inputs_embeds, attention_mask, position_ids, past_key_values), ``self.geometry``,
-    ``self._num_layers``, ``max_positions`` and implement ``_prompt_embeds(ids [R, P])``,
-    ``_draft_embeds(engine ids [R, T])`` and ``_image_logits(hidden [R, T, D]) -> [R, T, V]``
-    (image codes only).
+    ``self._num_layers``, ``max_positions`` and implement ``_draft_embeds(engine ids [R, T])`` and
+    ``_image_logits(hidden [R, T, D]) -> [R, T, V]`` (image codes only); ``_prompt_embeds(ids [R, P])`` is the
+    model's input embeddings unless a subclass says otherwise.
     """
 
     backbone: torch.nn.Module
@@ -63,12 +56,13 @@ class HFImageModel(SlotCacheModel):
         return self.model
 
     def _load_transformers_model(self, cls, folder: str, device_map=None, max_memory=None, offload_folder=None,
-                                 attn_implementation=None, quantize=None):
+                                 attn_implementation=None, quantize=None, layers="model.layers", allow_missing=()):
         """`load_pretrained` into ``self.model`` (with accelerate's device_map, the input embeddings'
-        device becomes the model's device); returns the model's config."""
+        device becomes the model's device; the decoder `layers` are what may be offloaded); returns its config."""
         self.model = load_pretrained(cls, folder, self._device, self._dtype, device_map=device_map,
-                                     max_memory=max_memory, offload_folder=offload_folder,
-                                     attn_implementation=attn_implementation, quantize=quantize)
+                                     max_memory=max_memory, offload_folder=offload_folder, layers=layers,
+                                     attn_implementation=attn_implementation, quantize=quantize,
+                                     allow_missing=allow_missing)
         if device_map is not None:
             self._device = self.model.get_input_embeddings().weight.device
         return self.model.config
@@ -82,7 +76,7 @@ class HFImageModel(SlotCacheModel):
 
     # family hooks ------------------------------------------------------------------------------
     def _prompt_embeds(self, ids: torch.Tensor) -> torch.Tensor:
-        raise NotImplementedError
+        return self._embed(ids.to(self._embed.weight.device))
 
     def _draft_embeds(self, tokens: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
@@ -134,9 +128,6 @@ class SharedVocabImageModel(HFImageModel):
         self._engine_to_model = torch.cat([self._img_ids, torch.tensor(structure_ids, dtype=torch.long)]).to(dev)
         head = self.model.lm_head.weight
         self._head_rows = head.detach().index_select(0, self._img_ids.to(head.device)).contiguous()
-
-    def _prompt_embeds(self, ids):
-        return self._embed(ids.to(self._embed.weight.device))
 
     def _draft_embeds(self, tokens):
         return self._embed(self._engine_to_model[tokens.to(self._engine_to_model.device)])

@@ -1,16 +1,7 @@
 """Janus / Janus-Pro (DeepSeek) through transformers' `JanusForConditionalGeneration`.
 
-Follows transformers' own image-generation path (`generate(generation_mode="image")`):
-
-- prompt: the folder's chat template applied to one user message (``<|User|>: {text}\\n\\n
-  <|Assistant|>:`` for Janus-Pro), then the begin-of-image token, tokenized with BOS;
-- unconditional prompt (CFG): the same ids with every token except BOS and begin-of-image
-  replaced by the pad token (a non-empty negative prompt is formatted like the prompt instead);
-- CFG as one batch of two (conditional rows first), guidance on raw logits;
-- image codes fed back through ``generation_embeddings`` + ``generation_aligner``
-  (`prepare_embeddings_for_image_generation`) into the Llama language model;
-- logits from ``generation_head`` (the image-code head, its rows only; never ``lm_head``);
-- pixels from the VQ decoder (`decode_image_tokens`).
+Follows transformers' own image-generation path (`generate(generation_mode="image")`): the prompt, the unconditional
+row, the image-code embeddings and head, the VQ decoder as docs/MODELS.md, "Janus-Pro", says.
 
 The KV cache is our `SlotCache` (per-row committed lengths, tree masks; see hf_common).
 """
@@ -63,8 +54,8 @@ class JanusImageModel(HFImageModel):
         self._open_folder(folder, device, dtype, "janus")
         # tokenizer first: a missing file fails before the (slow) weight loading
         self.tokenizer = load_tokenizer(folder)
-        mc = self._load_transformers_model(JanusForConditionalGeneration, folder, device_map, max_memory, offload_folder,
-                                           attn_implementation, quantize)
+        mc = self._load_transformers_model(JanusForConditionalGeneration, folder, device_map, max_memory,
+                                           offload_folder, attn_implementation, quantize, "model.language_model.layers")
         vq = mc.vq_config
         grid = int(vq.num_patches)
         self.pixel_factor = 2 ** (len(vq.channel_multiplier) - 1)
@@ -121,9 +112,6 @@ class JanusImageModel(HFImageModel):
         return EncodedPrompt(cond=cond, uncond=uncond, text=text, negative_text=negative_text)
 
     # -- model hooks -----------------------------------------------------------------------
-    def _prompt_embeds(self, ids):
-        return self._embed(ids.to(self._embed.weight.device))
-
     def _draft_embeds(self, tokens):
         return self.model.prepare_embeddings_for_image_generation(tokens)
 
@@ -154,4 +142,4 @@ FAMILY = ModelFamily(
     name=JanusImageModel.family, label="Janus / Janus-Pro", files="transformers format", load=JanusImageModel,
     detect=is_janus, sizes="Janus-Pro 384x384 only", resolutions=("384x384",),
     size_options=square_size("Janus", "at its checkpoint's size; Janus-Pro: 384x384"), sampling=(SAMPLING,),
-    transformers=True, quantize=True)
+    transformers=True, quantize=True, offload=True)

@@ -4,25 +4,7 @@ our own implementation over the shared slot cache, loading the authors' released
 ``model`` / ``module`` / ``state_dict``, opened with ``weights_only=True``, or their safetensors
 conversion) with the authors' parameter names.
 
-What the authors' model does, and this one reproduces:
-- a Llama decoder (RMSNorm, SwiGLU, no biases) over ``cls_token_num`` condition tokens followed
-  by the image codes; logits from ``output`` (16384 codes, no text vocabulary);
-- condition tokens: c2i, one class embedding (``cls_embedding.embedding_table``; the unconditional
-  CFG branch is the extra "null" class ``num_classes``); t2i, up to 120 FLAN-T5-XL encoder states
-  projected by ``cls_embedding.cap_proj`` (an MLP without biases), left-padded so the caption
-  ends right before the image; the unconditional branch is the learned
-  ``cls_embedding.uncond_embedding`` seen through the caption's mask (its last n rows for an
-  n-token caption);
-- 2D rotary embeddings on interleaved pairs: image code j, fed back at sequence position j,
-  rotates by its grid cell (row j // G on the first half of the pairs, column j % G on the
-  second); the condition tokens' rotary table is all zeros, i.e. their queries and keys are zero
-  vectors (their values still count);
-- CFG on raw logits, ``uncond + s * (cond - uncond)``.
-
-Prompts: c2i takes an ImageNet class index as ``"207"`` or ``"class:207"`` (no negative prompt);
-t2i takes text (lower-cased and stripped, LlamaGen's basic text preprocessing; its optional
-caption cleaning of URLs / HTML is not applied) and an optional negative prompt (an extension:
-the negative caption replaces the learned unconditional embedding).
+What the authors' model does and this one reproduces, and the prompts: docs/MODELS.md, "LlamaGen in detail".
 """
 from __future__ import annotations
 

@@ -1,9 +1,7 @@
 """LlamaGen's image tokenizer decoder (VQ-16: 16x downsampling, 16384 codes of dimension 8,
 l2-normalised codebook), our own implementation with the authors' parameter names so their
-released ``vq_ds16_c2i.pt`` / ``vq_ds16_t2i.pt`` (weights under ``model``) load unchanged:
-``quantize.embedding``, ``post_quant_conv``, ``decoder.conv_in``, ``decoder.mid.{0,1,2}``
-(resblock, attention, resblock), ``decoder.conv_blocks.{i}.{res,attn,upsample}`` (lowest
-resolution first; attention in the first level only), ``decoder.norm_out``, ``decoder.conv_out``.
+released ``vq_ds16_c2i.pt`` / ``vq_ds16_t2i.pt`` (weights under ``model``) load unchanged (levels lowest resolution
+first; attention in the first level only).
 
 The architecture is read off the checkpoint's tensor shapes (levels, widths, residual blocks per
 level, codebook size and dimension), so VQ-8 and VQ-16 checkpoints both load.

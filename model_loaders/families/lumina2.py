@@ -2,38 +2,11 @@
 768 px, our own implementation over the shared slot cache, loading the released checkpoint
 folder (``Alpha-VLLM/Lumina-mGPT-2.0``) from safetensors with its own tensor names.
 
-Why not transformers' Chameleon class: the checkpoint is saved from the authors' modified
-Chameleon code, whose query / key norms hold one (weight, bias) pair per model-parallel group
-(``[model_parallel_size, head_dim]``, repeated over the heads of each group at run time), where
-transformers' ``ChameleonLayerNorm`` expects one per head; transformers' class would also build
-a VQ encoder the checkpoint does not carry and keep the whole 172k-row LM head. Our decoder reads
-the config and the weights as they are and keeps only the image rows of the head.
+Why not transformers' Chameleon class (the checkpoint's per-group q / k norms, no VQ encoder, the image rows
+of the LM head only): docs/MODELS.md.
 
-What the authors' model computes, and this one reproduces (config.json keys in brackets):
-- a Chameleon decoder: embeddings, [num_hidden_layers] blocks, final RMSNorm, LM head; each block
-  RMSNorm [rms_norm_eps] -> attention -> residual, RMSNorm -> SwiGLU MLP [intermediate_size] ->
-  residual; with [swin_norm] the norms move after attention / MLP instead (Chameleon-34B's form);
-- attention with [num_attention_heads] query and [num_key_value_heads] key/value heads; queries
-  and keys are layer-normalised over the head dimension (eps 1e-5, no affine) and then scaled and
-  shifted by their group's ``q_norm`` / ``k_norm`` weight and bias [model_parallel_size groups];
-  then the rotate-half rotary embedding [rope_theta] at each branch's own positions from 0;
-- image codes are vocabulary ids ``155000 + code`` (the authors' ``get_image_token``; 16384 MoVQGAN
-  codes up to 171383); only those rows of the LM head are used: generation samples image codes only
-  (the authors' ``MultiModalLogitsProcessor`` suppresses every other token inside an image).
-
-Layout (the authors' ``FlexARItemProcessor`` and their text-to-image generate script):
-  cond   ``BOS "Generate an image of {W}x{H} according to the following prompt:\\n{text}" <reserved08706>``
-         then ``<racm3:break> <h> <w>`` (image start, the size tokens ``<reserved{8800 + n:05d}>`` with
-         n = pixels / 32: height first). BOS is the tokenizer's bos token, or its eos token when it has none
-         (the authors' ``Tokenizer``).
-  uncond ``<racm3:break> <h> <w>`` (the authors' CFG branch starts at the image-start token; a negative prompt
-         replaces it by the cond layout of that text, an extension).
-  image  H = height / 8 rows of W = width / 8 codes, each row followed by the forced newline
-         ``<reserved08799>`` (engine id V, `ImageGeometry.row_end`), then ``<eoss>`` (appended for decoding).
-  The authors' model writes the image-start and size tokens itself (sampled with text top-k 10), after a prompt
-  that names the size; SpecAR places them for the requested size, so the image always has that size.
-
-Pixels: MoVQGAN-270M (lumina2_vq.py) from ``movqgan_270M.safetensors`` or ``movqgan_270M.ckpt`` in the folder.
+What the authors' model computes and this one reproduces (config.json keys), the prompt layout and the pixel
+decoder: docs/MODELS.md, "Lumina-mGPT 2.0 in detail".
 """
 from __future__ import annotations
 
@@ -43,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .. import offload
 from ..contract import EncodedPrompt, ImageGeometry, check_texts
 from ..family import ModelFamily, Sampling, config_names, read_config
 from ..files.checkpoints import weight_mismatch
@@ -100,11 +74,15 @@ class Lumina2Config:
             raise ValueError(f"{path}: model_parallel_size {self.groups} must divide num_attention_heads "
                              f"{self.n_head} and num_key_value_heads {self.n_kv_head}")
         if cfg.get("hidden_act", "silu") != "silu":
-            raise ValueError(f"{path}: hidden_act {cfg.get('hidden_act')!r}; Lumina-mGPT 2.0 uses silu")
+            raise ValueError(f"{path}: hidden_act {cfg.get('hidden_act')!r}; only silu is supported")
         if cfg.get("rope_scaling") is not None:
             raise ValueError(f"{path}: rope_scaling {cfg.get('rope_scaling')!r} is not supported (the released "
                              f"checkpoint has none)")
         self.head_dim = self.dim // self.n_head
+
+    def qk_norm(self, heads: int) -> nn.Module:
+        """The query / key norm of `heads` heads (emu35.py: Qwen3's RMS norm instead)."""
+        return GroupNormQK(self.groups, self.head_dim, heads)
 
 
 class GroupNormQK(nn.Module):
@@ -129,9 +107,8 @@ class Attention(nn.Module):
         self.q_proj = nn.Linear(c.dim, c.n_head * c.head_dim, bias=c.attention_bias)
         self.k_proj = nn.Linear(c.dim, c.n_kv_head * c.head_dim, bias=c.attention_bias)
         self.v_proj = nn.Linear(c.dim, c.n_kv_head * c.head_dim, bias=c.attention_bias)
-        self.o_proj = nn.Linear(c.dim, c.dim, bias=c.attention_bias)
-        self.q_norm = GroupNormQK(c.groups, c.head_dim, c.n_head)
-        self.k_norm = GroupNormQK(c.groups, c.head_dim, c.n_kv_head)
+        self.o_proj = nn.Linear(c.n_head * c.head_dim, c.dim, bias=c.attention_bias)
+        self.q_norm, self.k_norm = c.qk_norm(c.n_head), c.qk_norm(c.n_kv_head)
 
     def forward(self, x, cos, sin, kv, rows, slots, mask):
         R, T, _ = x.shape
@@ -184,13 +161,15 @@ class Lumina2Net(nn.Module):
 
 def load_weights(folder: str, c: Lumina2Config, dtype, device, head_rows: slice) -> Lumina2Net:
     """The net with the folder's safetensors weights: every tensor present with its config shape,
-    nothing else but `IGNORED_WEIGHTS`; read one tensor at a time in `dtype` onto `device` (no
-    second copy of a 7B model), and of ``lm_head`` only the rows in `head_rows` (the image codes)."""
+    nothing else but `IGNORED_WEIGHTS`; read one tensor at a time in `dtype` onto `device` (or `device(meta net)[name]`:
+    offload.py; no second copy of a 7B model), and of ``lm_head`` only the rows in `head_rows` (the image codes)."""
     from safetensors import SafetensorError, safe_open
 
     with torch.device("meta"):
         net = Lumina2Net(c)
     expected = {k: tuple(v.shape) for k, v in net.state_dict().items()}
+    net.lm_head = nn.Linear(c.dim, len(range(c.vocab_size)[head_rows]), bias=False, device="meta")  # image rows only
+    place = device(net) if callable(device) else device
     files = safetensors_files(folder)
     where = files[0] if len(files) == 1 else os.path.join(folder, "model.safetensors.index.json")
     state, extra, wrong = {}, [], {}
@@ -208,7 +187,7 @@ def load_weights(folder: str, c: Lumina2Config, dtype, device, head_rows: slice)
                         wrong[key] = f"{key} {shape} vs {expected[key]}"
                         continue
                     t = part[head_rows] if key == "lm_head.weight" else part[:]
-                    state[key] = t.to(device=device, dtype=dtype)
+                    state[key] = t.to(device=place[key] if isinstance(place, dict) else place, dtype=dtype)
         except (SafetensorError, OSError) as e:  # a damaged or partly copied file
             raise ValueError(f"{path} is not a valid safetensors file ({e}); a damaged or partly downloaded "
                              f"file? copy it again") from e
@@ -218,9 +197,6 @@ def load_weights(folder: str, c: Lumina2Config, dtype, device, head_rows: slice)
                                [wrong[k] for k in sorted(wrong)])
     if problems:
         raise ValueError(f"weights in {where} do not match {os.path.join(folder, 'config.json')}: {problems}")
-    head = state.pop("lm_head.weight")
-    net.lm_head = nn.Linear(c.dim, head.shape[0], bias=False, device="meta")  # the image rows only
-    state["lm_head.weight"] = head
     net.load_state_dict(state, assign=True, strict=True)
     return net.eval()
 
@@ -256,19 +232,28 @@ class Lumina2ImageModel(SlotCacheModel):
         # authors' generate runs past it (max_new_tokens 10240 overrides max_length), and every size offered is
         # one of the training crop sizes
         self.max_positions = None
-        quantize = check_mode(quantize)
-        # quantized (precision/quantize.py) in CPU memory, before the move: the device holds the quantized weights only
-        self.net = load_weights(folder, c, self._dtype, "cpu" if quantize != "none" else self._device,
-                                slice(IMAGE_TOKEN_OFFSET, IMAGE_TOKEN_OFFSET + V))
-        if quantize != "none":
-            quantize_module(self.net, quantize)
-            self.net = self.net.to(device=self._device)
+        self._load_net(folder, quantize, slice(IMAGE_TOKEN_OFFSET, IMAGE_TOKEN_OFFSET + V))
         self.geometry = ImageGeometry(height=H, width=W, vocab_size=V, row_end=True)
         self.default_sampling = SAMPLING.for_vocab(V)
         self.pad_id = tok.pad_token_id if tok.pad_token_id is not None else self.eoi_id
         # engine id -> vocabulary id: the V codes, then the row-end newline
         self._engine_to_model = torch.cat([torch.arange(V) + IMAGE_TOKEN_OFFSET,
                                            torch.tensor([vocab[NEWLINE]])]).to(self._device)
+
+    def _load_net(self, folder: str, quantize, head_rows: slice, device_map=None, max_memory=None, offload_folder=None):
+        """`self.net` from the folder's weights (the LM head's `head_rows` only) and the rotary frequencies; with
+        ``device_map="auto"`` what does not fit the device is placed by accelerate (offload.py)."""
+        c, quantize = self.cfg, check_mode(quantize)
+        # quantized (precision/quantize.py) in CPU memory, before the move: the device holds the quantized weights only
+        place = "cpu" if quantize != "none" else self._device
+        if device_map is not None:
+            place = offload.placement("model.layers", device_map, self._device, self._dtype, max_memory)
+        self.net = load_weights(folder, c, self._dtype, place, head_rows)
+        if quantize != "none":
+            quantize_module(self.net, quantize)
+            self.net = self.net.to(device=self._device)
+        if device_map is not None:
+            self.net = offload.dispatch(self.net, self._device, offload_folder)
         self._inv_freq = 1.0 / (c.rope_theta ** (torch.arange(0, c.head_dim, 2, device=self._device).float()
                                                  / c.head_dim))
 

@@ -9,12 +9,8 @@ its input. The 270M model: 16384 codes of dimension 4, 8x downsampling (``ch_mul
 widths 256, 512, 512, 1024), 3 ResNet blocks per level, attention in the middle block and in the
 lowest-resolution level; no l2 normalisation of the codebook.
 
-Parameter names: ``quantize.embedding``, ``post_quant_conv``, ``decoder.conv_in``,
-``decoder.mid.{block_1,attn_1,block_2}``, ``decoder.up.{level}.{block,attn,upsample}``,
-``decoder.norm_out``, ``decoder.conv_out``; each norm is ``<name>.norm_layer`` (the GroupNorm),
-``<name>.conv_y``, ``<name>.conv_b``. The architecture is read off the tensor shapes (levels,
-widths, blocks per level, which levels attend, codebook size and dimension). Encoder, quant_conv
-and training-only weights in the file are ignored.
+The architecture is read off the tensor shapes (levels, widths, blocks per level, which levels attend, codebook
+size and dimension). Encoder, quant_conv and training-only weights in the file are ignored.
 """
 from __future__ import annotations
 

@@ -119,7 +119,3 @@ def check_shapes(path: str, tensors: dict, expected: dict) -> None:
     if got != want:
         bad = sorted(set(got) ^ set(want)) or [k for k in want if got[k] != want[k]]
         raise ValueError(f"{path} does not match its {CONFIG_FILE} (first mismatches: {bad[:3]})")
-
-
-__all__ = ["drafter_folder", "save_drafter", "load_drafter", "load_heads_config", "check_shapes",
-           "use_random_drafter", "torch"]

@@ -10,6 +10,8 @@ from typing import Optional, Sequence
 import torch
 from safetensors import SafetensorError
 
+from .. import offload
+
 # the oldest transformers release whose Janus / Emu3 / Chameleon classes our adapters are tested with
 # (`make test-floor` runs the family-loader tests on it); requirements.txt and pyproject.toml say the same
 TRANSFORMERS_FLOOR = (4, 56)
@@ -108,23 +110,22 @@ def check_memory(files, dtype: torch.dtype, device: torch.device, device_map, ex
         gib = 1024 ** 3
         raise ValueError(f"the model needs about {need / gib:.1f} GiB of GPU memory in {str(dtype).split('.')[-1]} "
                          f"but {device} has {free / gib:.1f} GiB free (of {total / gib:.1f} GiB); use "
-                         f"dtype='bf16', or device_map='auto' (accelerate: spreads layers over GPUs and CPU "
-                         f"offload), or a smaller checkpoint")
+                         f"dtype='bf16', or device_map='auto' (offload: the decoder layers that do not fit in CPU "
+                         f"memory), or a smaller checkpoint")
 
 
 def load_pretrained(cls, folder: str, device: torch.device, dtype: torch.dtype, device_map=None, max_memory=None,
-                    offload_folder=None, attn_implementation: Optional[str] = None, allow_missing=(), quantize=None):
+                    offload_folder=None, attn_implementation: Optional[str] = None, allow_missing=(), quantize=None,
+                    layers: str = "model.layers"):
     """`cls.from_pretrained` from a local folder only: safetensors, no remote code, and every
     checkpoint tensor must match the config (no silently random-initialised weights), except
     missing parameters under the `allow_missing` prefixes (parts image generation never runs).
+    ``device_map="auto"``: the decoder layers (the module list `layers`) placed by offload.py, the rest on `device`.
     ``quantize`` ("int8" / "int4", precision/quantize.py): the linear layers are quantized in CPU memory,
     before the model moves to `device`, so the device only ever holds the quantized weights."""
     from ..precision.quantize import check_mode, quantize_module
 
-    quantize = check_mode(quantize)
-    if quantize != "none" and device_map is not None:
-        raise ValueError(f"quantize={quantize!r} and device_map={device_map!r} (offload) do not combine: a "
-                         f"quantized model is loaded whole on one device; choose one of them")
+    quantize = check_mode(quantize)  # not with device_map: registry.load_model refuses the pair
     files = safetensors_files(folder)
     if quantize == "none":  # quantized, the weights need about a third (int4) to a half (int8) of this
         check_memory(files, dtype, device, device_map)
@@ -133,12 +134,11 @@ def load_pretrained(cls, folder: str, device: torch.device, dtype: torch.dtype, 
     kwargs.update(local_files_only=True, use_safetensors=True, trust_remote_code=False, output_loading_info=True)
     if attn_implementation is not None:
         kwargs["attn_implementation"] = attn_implementation
-    if device_map is not None:
-        kwargs["device_map"] = device_map
-        if max_memory is not None:
-            kwargs["max_memory"] = max_memory
-        if offload_folder is not None:
-            kwargs["offload_folder"] = offload_folder
+    if device_map is not None:  # accelerate's big-model loading (None: from_pretrained's own defaults)
+        with torch.device("meta"):
+            net = cls(cls.config_class.from_pretrained(folder, local_files_only=True))
+        offload.placement(layers, device_map, device, dtype, max_memory)(net)
+        kwargs.update(device_map=net.hf_device_map, offload_folder=offload.scratch_folder(offload_folder))
     weights = files[0] if len(files) == 1 else os.path.join(folder, "model.safetensors.index.json")
     try:
         model, info = cls.from_pretrained(folder, **kwargs)
@@ -164,6 +164,8 @@ def load_pretrained(cls, folder: str, device: torch.device, dtype: torch.dtype, 
     if device_map is None:
         quantize_module(model, quantize)
         model = model.to(device)
+    else:
+        offload.remove_with(model, kwargs["offload_folder"])
     return model.eval()
 
 

@@ -69,6 +69,3 @@ def cached_models() -> Iterator[Tuple[str, str]]:
         snap = _snapshot(os.path.join(base, d))
         if snap is not None:
             yield d[len("models--"):].replace("--", "/", 1), snap
-
-
-__all__ = ["cached_models", "find_cached", "hub_cache_dir", "is_repo_id"]

@@ -1,41 +1,21 @@
 """Batch-invariant target forwards: "same image as AR" for half-precision models on the CPU.
 
-In the same-image mode a lossless backend commits the target's own sample argmax(log p + G) at every
-position, so its tokens are AR's when a position's p is bit-identical whichever forward computed it:
-AR's 1-token forward, a Jacobi chain or a tree of k + 1 tokens, a cache of another capacity. In
-bfloat16 / float16 on the CPU it is not: oneDNN's GEMM and the flash-attention kernel block and order
-their sums by the shapes (demo model, bf16, seeds 0-3: scd and sjd_pac differ from AR in 7 of 8 images).
+Why, and what `same_image_plan` chooses per generation (this mode, shape pinning, or outside the guarantee):
+docs/ARCHITECTURE.md, "Batch-invariant half precision"; shape pinning: docs/REPRODUCIBLE.md, "Shape pinning".
 
-`BatchInvariant` (a TorchFunctionMode) runs every product (`PRODUCTS`), row reduction and
-transcendental function (`ROW_OPS`) of bfloat16 / float16 / float32 tensors on float64 copies of its
-inputs and rounds the result back to the dtype the op returns. A product of two bf16 / fp16 values is
-exact in float64 and a float64 sum of n terms is within about n * 2^-53 of its exact value, in any
-order; so the rounded result is the same for every forward shape unless the exact value lies that
-close to a rounding boundary of the dtype (2^-8 relative apart in bf16). The other ops the families
-run (+, -, *, /, casts, data movement) round each element on their own, whatever the shape. An op that
-torch reaches only inside an unlisted torch function (which runs with the mode off) escapes it: the
-families' forwards reach none (checked per op with a dispatch trace). The compiled step traces the
-mode; inductor then keeps eager's half-precision roundings (samplers/compiled_step/), so it gives eager's bits.
-
-Shape pinning (`ShapePinned`, `pinned_forward`) is the other route: every target forward of a generation
-at one token width W (the verify width of the backend; AR's one token padded to W), so every forward
-runs the same kernels on the same shapes (the session's cache too: its slots follow W). Padding nodes
-are children of the committed prefix: each attends to the prefix and itself, no real node attends to
-them, so they change nothing but the shape. It holds only where a row's result does not depend on its
-place among the W rows either: on the CPU in bf16 it does not (docs/REPRODUCIBLE.md, "Shape pinning").
-
-`plan` decides per generation: the float64 mode runs for a half-precision model on the CPU in the same-image
-mode; float32 runs never enter it. Pinning runs where it was measured to give AR's tokens
-(`PINNED_DEVICES`: none yet, the first GPU run decides; there every generation, AR's too, pins at `PINNED_WIDTH`),
-or when the caller asks for it (`pin_width`: gpu-check, devtools/half_same_image.py). Elsewhere on CUDA (or MPS) a half-precision run is outside the
-guarantee: float64 is far too slow there (or missing). In float32 the claim rests on tests on the CPU (no demo
-image differs), not on a proof that float32 GEMM is batch-invariant.
+Why float64 gives every forward shape the same bits: a product of two bf16 / fp16 values is exact in float64 and a
+float64 sum of n terms is within about n * 2^-53 of its exact value, in any order; so the rounded result is the same
+unless the exact value lies that close to a rounding boundary of the dtype (2^-8 relative apart in bf16). The other
+ops the families run (+, -, *, /, casts, data movement) round each element on their own, whatever the shape. An op
+that torch reaches only inside an unlisted torch function (which runs with the mode off) escapes it: the families'
+forwards reach none (checked per op with a dispatch trace).
 """
 from __future__ import annotations
 
 import contextlib
 import enum
-from typing import Optional
+from dataclasses import dataclass
+from typing import Callable, ContextManager, Optional
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -48,7 +28,6 @@ ROW_OPS = {"softmax", "log_softmax", "mean", "sum", "var", "std", "var_mean", "n
 _COVERED = frozenset(PRODUCTS | ROW_OPS)
 _LOW = (torch.bfloat16, torch.float16, torch.float32)
 _HALF = (torch.bfloat16, torch.float16)
-
 
 
 class SameImage(str, enum.Enum):
@@ -70,9 +49,6 @@ class SameImage(str, enum.Enum):
     NOT_GUARANTEED = "not_guaranteed"
 
 
-GUARANTEE = SameImage.BATCH_INVARIANT  # the names the tests and gpu-check use
-FLOAT32 = SameImage.TESTED
-PINNED = SameImage.SHAPE_PINNED
 # device types where pinning alone gave AR's tokens in half precision (gpu-check's images stage decides: none yet)
 PINNED_DEVICES: frozenset = frozenset()
 # the one width of every forward there, AR's and every backend's (so that any two give the same image): above the
@@ -183,5 +159,33 @@ def target_forward_mode(model, reproducible: bool, pin_width: Optional[int] = No
     return BatchInvariant, SameImage.BATCH_INVARIANT, f"{str(half)[6:]} on the CPU: batch-invariant forwards"
 
 
-__all__ = ["BatchInvariant", "FLOAT32", "GUARANTEE", "PINNED", "PINNED_DEVICES", "PINNED_WIDTH", "PRODUCTS",
-           "ROW_OPS", "SameImage", "ShapePinned", "pinned_forward", "target_forward_mode"]
+
+@dataclass(frozen=True)
+class SameImagePlan:
+    """How one generation's target forwards run (`same_image_plan`): the stats' `same_image_guarantee` and reason."""
+
+    mode: Callable[[], ContextManager]  # the context of every target forward (BatchInvariant, ShapePinned, a no-op)
+    pin_width: Optional[int]  # every target forward at this many tokens (shape pinning), or None
+    guarantee: Optional[SameImage]  # None outside the same-image mode
+    reason: Optional[str]
+
+
+def same_image_plan(model, reproducible: bool, backend: str, widest: int,
+                    pin_width: Optional[int] = None) -> SameImagePlan:
+    """The plan of a generation whose widest forward (`backend`'s) is `widest` tokens: `target_forward_mode`'s,
+    with the pinned width where it pins (`pin_width`, checked: at least `widest`, same-image mode only; else
+    `PINNED_WIDTH`, or `widest` when wider: AR pads to PINNED_WIDTH only, so that is no guarantee)."""
+    if pin_width is not None:
+        if isinstance(pin_width, bool) or not isinstance(pin_width, int) or pin_width < widest:
+            raise ValueError(f"pin_width must be an int >= {widest} ({backend}'s widest forward), got {pin_width!r}")
+        if not reproducible:
+            raise ValueError("pin_width pins the forwards of the same-image mode: it needs reproducible "
+                             "(same_image_as_ar) on")
+    mode, guarantee, reason = target_forward_mode(model, reproducible, pin_width)
+    if pin_width is None and mode is not ShapePinned:
+        return SameImagePlan(mode, None, guarantee, reason)
+    width = max(widest, PINNED_WIDTH) if pin_width is None else pin_width
+    if pin_width is None and width > PINNED_WIDTH:
+        return SameImagePlan(mode, width, SameImage.NOT_GUARANTEED,
+                             f"{backend}'s forwards of {width} tokens are wider than the pinned width {PINNED_WIDTH}")
+    return SameImagePlan(mode, width, guarantee, f"{reason} (every forward at {width} tokens)")

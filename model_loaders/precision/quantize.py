@@ -3,8 +3,8 @@
 
 Pure torch (no compiled extension, nothing downloaded): the same code runs on CUDA, the CPU and any
 device torch supports, and it is plain tensor arithmetic that torch.compile captures in the
-compiled step's graph (``fullgraph=True``). Why our own module rather than torchao, bitsandbytes or
-optimum-quanto: docs/history/MODELS-journal.md, "Why our own module, not a library".
+compiled step's graph (``fullgraph=True``), which is why it is our own module rather than torchao, bitsandbytes or
+optimum-quanto.
 
 What is quantized: every ``nn.Linear`` of the decoder (attention and MLP projections, image heads
 such as Janus' generation head) except the modules named by `SKIP` (the text ``lm_head`` whose rows
@@ -131,6 +131,3 @@ def quantize_module(module: nn.Module, quantize, group_size: int = GROUP_SIZE, s
             report.bytes_after += _nbytes(q)
             setattr(parent, name.rpartition(".")[2], q)
     return report
-
-
-__all__ = ["GROUP_SIZE", "QUANTIZE_MODES", "QuantLinear", "QuantizeReport", "check_mode", "quantize_module"]

@@ -4,11 +4,10 @@ A decode step multiplies a few rows (one token per image, times two with CFG) by
 matrix of the model. BLAS's GEMM is built for many rows: at two rows most of its time goes to its
 own set-up and threading, not to reading the weights (on the demo model at 2 CPU threads the
 compiled 1-token forward takes 1.769 ms with GEMM, 0.781 ms with this rewrite:
-docs/figures/compile_rows_1125.json). Written as
+docs/figures/compile_rows.json). Written as
 ``out[m, n] = sum_k x[m, k] * W[n, k]`` the product is one inductor reduction kernel along the
 weight's contiguous rows, which reads each weight row once per input row. With this pass compiled
-AR on the demo model went from 1.37x to 2.92x eager AR (docs/history/BENCHMARKS-journal.md, "The compiled step:
-products of a few rows").
+AR on the demo model went from 1.37x to 2.92x eager AR (measured 2026-11-25).
 
 Only inside the compiled step on the CPU (`shape_compiled.compile_settings`), only for float32 products
 of at most `MAX_ROWS` rows with static shapes: eager steps and wider forwards (Jacobi chains,
@@ -22,8 +21,8 @@ from __future__ import annotations
 import torch
 
 # Rows (tokens x CFG branches x images) up to which the multiply-and-sum replaces GEMM: the last
-# count where it won by more than 1.2x in `python -m specar compile-rows` (the demo model's compiled
-# forward, 2 CPU threads; docs/figures/compile_rows_1125.json): its cost grows with the rows, GEMM's
+# count where it won by more than 1.2x in `python -m specar.tooling compile-rows` (the demo model's compiled
+# forward, 2 CPU threads; docs/figures/compile_rows.json): its cost grows with the rows, GEMM's
 # hardly does, and at 66 rows GEMM is faster.
 MAX_ROWS = 12
 

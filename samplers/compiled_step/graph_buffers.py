@@ -5,8 +5,8 @@ CUDA graph trees record a graph with the addresses of its static inputs (the buf
 place: the KV cache, the loop's sequence, a drafter's scratch; model_loaders/capture.py) and re-record it
 whenever one of them moves. Every generation allocates its buffers anew, so without homes each graph records
 once more per generation, every step of the next generation first checks the old recording's addresses and
-fails (the first GPU runs, docs/history/BENCHMARKS-2026-11-27.md "GPU check": "static input data pointer
-changed", x255 for AR), and the recordings pile up in a long session (ComfyUI runs many generations on one loaded model).
+fails (the first GPU runs, 2026-11-26: "static input data pointer changed", x255 for AR), and the recordings
+pile up in a long session (ComfyUI runs many generations on one loaded model).
 
 The buffers at a graph's static paths in the step's state (`tensor_paths`: root, then field names and keys)
 become the homes of those paths when no home is there yet (the generation that compiled the graph). A later

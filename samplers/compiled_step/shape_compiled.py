@@ -1,15 +1,13 @@
 """torch.compile of a fixed-shape tensor function: one compiled graph per shape key, counted.
 
-`ShapeCompiled` wraps one function (the engine's decode step, or a model's forward on its own for
-the measuring commands): ``fullgraph=True`` (a graph break is an error, which proves the function
-has no host read such as ``.item()`` and no data-dependent shape), ``dynamic=False`` (each shape
-gets its own static graph, as CUDA graphs need), mode ``reduce-overhead`` on CUDA (CUDA graphs),
-inductor's C++ wrapper on the CPU (`compile_settings`).
+`ShapeCompiled` wraps one function (the engine's decode step, or a model's forward on its own for the measuring
+commands): ``fullgraph=True`` (a graph break is an error, which proves the function has no host read such as
+``.item()`` and no data-dependent shape), ``dynamic=False`` (each shape gets its own static graph, as CUDA graphs
+need); the modes per device and the scoped settings: docs/ARCHITECTURE.md, "Compiled step".
 
-It counts what dynamo did while it ran: graphs compiled, graph breaks, and recompiles (a new
-graph for a key that was already compiled: a guard that failed, the thing that must never
-happen between steps). When compiling is not possible here (no C++ compiler, an unsupported
-op), it says so once and runs eager: the tokens do not depend on it.
+It counts graphs compiled, graph breaks, and recompiles (a new graph for a key already compiled: a guard that failed,
+the thing that must never happen between steps). When compiling is not possible here (no C++ compiler, an
+unsupported op), it says so once and runs eager: the tokens do not depend on it.
 """
 from __future__ import annotations
 
@@ -127,7 +125,7 @@ def _dynamo_counts() -> tuple:
 # (few_rows_matmul.py: GEMM's set-up dominated the decode step). Absent on a torch without the API.
 # Not used: freezing (weights as graph constants; no clear gain measured, and a graph that silently
 # keeps old weights if an adapter ever changed them) and max-autotune (no gain at these shapes,
-# longer compiles). Measured on the demo model: docs/history/BENCHMARKS-2026-11-27.md "The compiled step".
+# longer compiles). Measured on the demo model, 2026-11-27.
 # emulate_precision_casts, every bf16 / fp16 rounding of eager kept in fused kernels: a half-precision graph
 # then computes eager's values (the batch-invariant forwards need them: model_loaders/precision/batch_invariant.py).
 CPU_INDUCTOR_OPTIONS = {"cpp_wrapper": True, "emulate_precision_casts": True}
@@ -157,32 +155,32 @@ class ShapeCompiled:
 
     def __init__(self, fn: Callable, device: torch.device, name: str, stats: CompileStats,
                  few_rows: int = MAX_ROWS):
-        self.fn, self.name, self.stats = fn, name, stats
+        self.eager, self.name, self.stats = fn, name, stats  # eager: what runs after a failure to compile
         self.seen: set = set()
         self.cache_dir = persistent_cache_dir()
         own = types.FunctionType(fn.__code__.replace(), fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
-        self.compiled = torch.compile(own, fullgraph=True, dynamic=False, **compile_settings(device, few_rows))
+        self.fn = torch.compile(own, fullgraph=True, dynamic=False, **compile_settings(device, few_rows))
 
     def __call__(self, key: Hashable, *args):
         st = self.stats
         if st.eager_fallback:
-            return self.fn(*args)
+            return self.eager(*args)
         graphs, breaks = _dynamo_counts()
         t0 = time.perf_counter()
         try:
             if key in self.seen:  # compiled before: no compile, no settings to scope (a step's overhead)
-                out = self.compiled(*args)
+                out = self.fn(*args)
             else:
                 compile_stage.starting(self.name)
                 with compile_scope(self.cache_dir):
-                    out = self.compiled(*args)
+                    out = self.fn(*args)
         except Exception as e:  # noqa: BLE001 -- any compiler failure: say why once, then eager
             if key in self.seen:
                 raise  # a step that compiled and ran before: a real error, not the compiler's
             st.eager_fallback = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:300]}"
             print(f"specar: torch.compile of the {self.name} failed, running eager "
                   f"(same tokens, no speed-up): {st.eager_fallback}", file=sys.stderr)
-            return self.fn(*args)
+            return self.eager(*args)
         graphs_after, breaks_after = _dynamo_counts()
         new = graphs_after - graphs
         if new:
@@ -195,18 +193,3 @@ class ShapeCompiled:
         st.shapes.add(key)
         st.used.add(key)
         return out
-
-
-
-def compiled_forward(model, few_rows: int = MAX_ROWS):
-    """`model.forward` alone through one graph per (tokens shape, parents), for the commands that time
-    the forward (compile-rows, gpu-check): on a session started with ``captured=True``, called in
-    inference mode. Returns (forward(session, tokens, parents), its CompileStats)."""
-    stats = CompileStats()
-
-    def forward(session, tokens, parents):
-        return model.forward(session, tokens, parents)
-
-    graphs = ShapeCompiled(forward, model.device, "model forward", stats, few_rows)
-    return (lambda session, tokens, parents:
-            graphs((tuple(tokens.shape), tuple(parents)), session, tokens, parents)), stats

@@ -2,16 +2,11 @@
 static shapes, one graph per plan), counted in its CompileStats, shared by every generation on that model (kept per
 model while it lives, never written into the model).
 
-A graph cannot draw random numbers from the generation's torch.Generator (dynamo refuses one). So the first step of each
-graph key (plan and settings) runs eager and records its draws: their kinds and shapes, which the key fixes (the
-backend's parameters, the plan, batch, guidance, mode and sampling settings decide every draw's presence and shape; the
-values never do). Every later step with that key, in this generation or a later one, makes the same draws from the
-generator before its graph runs, and the graph takes them in the order it asks (ReplayedDraws): the numbers the eager
-step would have drawn, so compiled tokens are eager tokens.
-
-A key's graph compiles at its second step, in this generation or a later one, unless the drafter calls the step a
-one-off (`Drafter.one_off`: auto's probe of a window it does not run), which runs eager instead of compiling a graph,
-seconds on a CPU, inside whichever generation first probed it twice."""
+A graph cannot draw random numbers from the generation's torch.Generator (dynamo refuses one), so the first step of
+each graph key runs eager and records its draws (their kinds and shapes, which the key fixes; the values never do),
+and later steps make the same draws before the graph takes them (ReplayedDraws): compiled tokens are eager tokens.
+When a key compiles, and the one-off steps that never do: docs/ARCHITECTURE.md, "Compiled step".
+"""
 from __future__ import annotations
 
 import dataclasses
@@ -58,14 +53,14 @@ class StepGraphs:
             state.draws = ReplayedDraws(drawn)  # the step's draws, made before it
             return step(run, plan, state, session, at_step)
 
-        self.graphs = ShapeCompiled(replayed, model.device, "decode step", self.stats)
+        self.step_by_shape = ShapeCompiled(replayed, model.device, "decode step", self.stats)
         self.tapes: dict = {}  # graph key -> the draws of its step: [(kind, shape, *bounds)]
         self.static_paths: dict = {}
-        self.compiled: set = set()
+        self.compiled_keys: set = set()
         self.homes = BufferHomes()
 
-    def begin(self, ctx, timed: bool) -> "GraphsRun":
-        return GraphsRun(self, ctx, timed)
+    def begin(self, ctx, log) -> "GraphsUse":
+        return GraphsUse(self, ctx, log)
 
     def record(self, key, buffers: bool, *args):
         """A key's first step: eager, recording its draws (and, for CUDA graphs, the paths it writes in place)."""
@@ -85,17 +80,18 @@ class StepGraphs:
         return out
 
 
-class GraphsRun:
+class GraphsUse:
     """One generation's use of the model's StepGraphs: its steps (`step`, in place of engine.decode_step) and its
     compile report (`end`)."""
 
-    def __init__(self, graphs: StepGraphs, ctx, timed: bool):
-        """`ctx`: the generation's run_state.RunContext; `timed`: each step synchronised and timed (CPU, or profile;
-        CUDA: no sync per step)."""
-        self.graphs, self.timed = graphs, timed
+    def __init__(self, graphs: StepGraphs, ctx, log):
+        """`ctx`: the generation's run_state.RunContext; `log`: its decode_step.StepLog (its drafter). Each step is
+        synchronised and timed on the CPU, or with profile (CUDA: no sync per step)."""
+        self.step_graphs, self.adaptive = graphs, log.adaptive
+        self.timed = ctx.profile or ctx.device.type != "cuda"
         # what the graphs are specialised to besides the plan and guidance (the key they are counted under)
-        self.settings = (ctx.backend.name, type(ctx.drafter), tuple(sorted(ctx.backend.params().items())), ctx.batch,
-                         ctx.reproducible, dataclasses.astuple(ctx.sampling), ctx.pin_width)
+        self.settings = (ctx.backend, type(log.drafter), tuple(sorted(ctx.backend_params)), ctx.batch,
+                         ctx.reproducible, dataclasses.astuple(ctx.sampling), ctx.same_image.pin_width)
         self.before, self.moved_before = graphs.stats.start_run(), graphs.homes.moved
         self.graph_s = 0.0  # seconds inside the graphs
         self.eager_steps = 0  # steps that ran eager (a plan's first step, or a one-off such as a probe)
@@ -103,23 +99,24 @@ class GraphsRun:
 
     def end(self) -> dict:
         """The generation's compile block (`GenerationStats.compile`); the homes it did not use are let go."""
-        g = self.graphs
+        g = self.step_graphs
         g.homes.end()
         return {**g.stats.run_report(self.before), "step_graph_s": self.graph_s, "eager_steps": self.eager_steps,
                 "buffers_rehomed": g.homes.moved - self.moved_before}
 
     def step(self, run, plan, state, session, at_step):
-        g, dev = self.graphs, state.ctx.device
+        g, dev = self.step_graphs, state.ctx.device
         key = self.settings + (plan, session.cfg)
         tape, args = g.tapes.get(key), (run, plan, state, session, at_step)
         buffers = uses_graph_buffers(dev)  # CUDA graphs: static addresses, copies (graph_buffers.py)
-        if tape is None or (key not in g.compiled and state.ctx.drafter.one_off(plan)):  # eager (a probe: live draws)
+        if tape is None or (key not in g.compiled_keys and self.adaptive is not None
+                                 and self.adaptive.one_off(plan)):  # eager (a probe: live draws)
             self.eager_steps += 1
             return g.record(key, buffers, *args) if tape is None else g.step(*args)
         live = state.draws
         drawn = live.replay(tape)
-        compiling = key not in g.compiled  # this call compiles the plan's graph
-        g.compiled.add(key)
+        compiling = key not in g.compiled_keys  # this call compiles the plan's graph
+        g.compiled_keys.add(key)
         if buffers:
             paths = tensor_paths(state, session, at_step)
             static = g.static_paths.get(key, set())
@@ -129,7 +126,7 @@ class GraphsRun:
                 set_static_addresses(paths, static, dev)
         t = time.perf_counter()
         try:
-            out = g.graphs(key, *args, drawn)
+            out = g.step_by_shape(key, *args, drawn)
         finally:
             state.draws = live
         if buffers:  # what the step made lives in its CUDA graph's pool until the next replay: copies

@@ -5,13 +5,8 @@ A drafter owns everything method-specific: how draft tokens are made (Jacobi ite
 the exact q each was drawn from, its own caches, and the shape of its trees. It proposes and observes only: its proposal
 (`DraftTree`, `DraftChain`: samplers/proposal.py) carries what verification needs, and `samplers/verification/` (one
 home for every acceptance rule) turns it and the target p into the `Verdict`. The engine owns the committed sequence,
-the model session, the target distribution, statistics and the host read of each step.
-
-Fixed shapes: a drafter proposes exactly `node_budget` nodes every step (pending token included); a smaller tree is
-padded with nodes marked invalid (they ride in the forward, attend to nothing harmful, and are never accepted). So the
-forward and all tensors keep one shape for a whole generation even when the tree changes shape every step
-(graph-friendly on the GPU).
-"""
+the model session, the target distribution, statistics and the host read of each step. The hooks, the fixed shapes
+(`node_budget` nodes every step, padded with invalid ones) and the proposal types: docs/ARCHITECTURE.md, "Drafters"."""
 from __future__ import annotations
 
 from typing import Any, Hashable, List, Optional, Union
@@ -27,14 +22,10 @@ HostHint = Union[int, List[int]]
 
 
 class Drafter:
-    """Base class of drafting methods. Subclasses set `name`, `node_budget` and implement `start`, `propose` and
-    `observe`.
-
-    A drafter object holds its configuration (and, for an adaptive one, its host-side policy); what changes on the
-    device during a generation lives in its state object (`LoopState.draft`): made by `start`, read by every phase,
-    returned anew by `observe`. A step is `plan` on the host (from the last host read: the step's shapes, a hashable
-    value), then `propose` -> forward -> verify -> commit -> `observe` on the device, which read only the plan, `state`
-    and their arguments: the compiled step (engine.decode_step) captures them as one graph per plan."""
+    """Base class of drafting methods: five hooks (`start`, `host_hint`, `plan`, `propose`, `observe`). Subclasses set
+    `name`, `node_budget` and implement `start`, `propose` and `observe`. What changes on the device lives in the
+    state object (`LoopState.draft`), not the drafter; the device phases read only the plan, `state` and their
+    arguments, so the compiled step captures them as one graph per plan (docs/ARCHITECTURE.md, "Drafters")."""
 
     name: str = "drafter"
     node_budget: int = 1  # nodes per forward, pending token included
@@ -61,6 +52,19 @@ class Drafter:
     def propose(self, state: LoopState, plan: Hashable) -> DraftTree:
         raise NotImplementedError
 
+    def observe(self, state: LoopState, plan: Hashable, tree: DraftTree, verdict: Verdict, p: torch.Tensor,
+                out: ForwardOutput, previous_frontier: torch.Tensor) -> Any:
+        """Told after the commit (``state.frontier`` already moved; ``state.active`` still the step's): the verdict,
+        every node's target p [B, N, V], the forward's output (hidden states of both CFG branches included) and each
+        row's frontier before the step. Returns the drafter's next state (`LoopState.draft`)."""
+        return state.draft
+
+
+class AdaptiveDrafter(Drafter):
+    """A drafter whose plan weighs this machine's forward costs (auto; Hawk's and ADT-Tree's node_budget=0): the
+    engine checks for it once, times its `cost_shapes` before the first step and reads its `report`; the compiled
+    step runs its `one_off` steps eager."""
+
     def one_off(self, plan: Hashable) -> bool:
         """The step just planned is a one-off (an adaptive drafter's probe of a shape it does not run): the compiled
         step runs it eager instead of compiling a graph for its plan."""
@@ -77,10 +81,3 @@ class Drafter:
     def report(self) -> Optional[dict]:
         """What an adaptive drafter chose and why (GenerationStats.backend_report), or None."""
         return None
-
-    def observe(self, state: LoopState, plan: Hashable, tree: DraftTree, verdict: Verdict, p: torch.Tensor,
-                out: ForwardOutput, previous_frontier: torch.Tensor) -> Any:
-        """Told after the commit (``state.frontier`` already moved; ``state.active`` still the step's): the verdict,
-        every node's target p [B, N, V], the forward's output (hidden states of both CFG branches included) and each
-        row's frontier before the step. Returns the drafter's next state (`LoopState.draft`)."""
-        return state.draft

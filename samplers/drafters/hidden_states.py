@@ -52,6 +52,3 @@ class DraftsFromHiddenStates:
         target's image head, guidance and sampling settings."""
         logits = self.model.image_logits(features.to(self.head_dtype))
         return target_probs(logits[:B], logits[B:] if self.uses_cfg else None, self.sampling)
-
-
-__all__ = ["DraftsFromHiddenStates", "HiddenStates"]

@@ -1,18 +1,14 @@
-"""Typed backend parameters: how a method declares its parameters and itself.
-
-Each method declares, beside its drafter, one frozen dataclass of its parameters whose fields are
-made with `param` (default, help, range or choices, the paper's value, whether the field sizes the
-draft tree), and one `Method` naming the backend, its label, its drafter class and that dataclass.
-samplers/backends.py derives the schema the nodes, the bench and the docs read from these, and
-validates a choice once (`make_backend`); the drafter then reads the typed instance's attributes.
-"""
+"""Typed backend parameters: how a method declares its parameters (a frozen dataclass of `param` fields) and itself
+(`Method`), beside its drafter; samplers/backends.py derives the schema from these and validates a choice once
+(docs/ARCHITECTURE.md, "Registry of backends")."""
 from __future__ import annotations
 
 import dataclasses
 import functools
+import importlib
 import math
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 INITS = ("random", "repeat_left", "repeat_above", "sample_left", "sample_above")
 COUPLINGS = ("maximal", "gumbel")
@@ -85,38 +81,6 @@ def same_param(params_type: type, name: str, **changes):
     return param(changes.get("default", f.default), **spec)
 
 
-def declared_params(params_type: type) -> tuple:
-    """The `Param` of every field of a parameter dataclass, in field order."""
-    return tuple(Param(f.name, f.default, **f.metadata["param"]) for f in dataclasses.fields(params_type))
-
-
-@dataclass(frozen=True)
-class DraftNetworkCost:
-    """A drafter network run before each verify forward, in a projection's terms (tooling/roofline.py)."""
-
-    calls: int  # calls per step (EAGLE: one per tree layer; heads: one)
-    tokens: int  # tokens per image row of each call
-    layers: int = 0  # decoder layers of the target's width (EAGLE: 1; draft heads: 0)
-    head_blocks: int = 0  # residual SiLU blocks of the target's width (Hawk / spatial heads)
-    band: int = 0  # committed positions the drafter's layer attends to
-
-
-@dataclass(frozen=True)
-class StepCost:
-    """The shape of a backend's decode step, for projecting its cost onto another model and device
-    (tooling/roofline.py): tokens per image row of each verify forward, with the share of steps at each size
-    (a backend whose window changes has several), and the drafter network run before it."""
-
-    tokens: tuple  # ((tokens per image row, share of steps), ...)
-    network: Optional[DraftNetworkCost] = None
-
-
-def chain_tokens(window: int, row_codes: int) -> int:
-    """Tokens per image row of a Jacobi-family forward on an image whose rows hold `row_codes` codes, each
-    row followed by a forced row end: the pending token, `window` drafts and the row ends among them."""
-    return 1 + window + window // row_codes
-
-
 @dataclass(frozen=True)
 class Method:
     """One backend: its name, label and one-line description, its drafter class and its parameter
@@ -128,7 +92,9 @@ class Method:
     label: str  # readable name for the UI
     description: str  # one line: the method and its paper
     params_type: type
-    drafter: type  # called as drafter(params, model, sampling)
+    # "module:Class", called as Class(params, model, sampling) and imported on first use (declaring a method imports
+    # no torch); a module starting with "." is under samplers/drafters/
+    drafter: str
     paper_preset: tuple = ()  # ((param, value), ...): the paper's setting where our default differs
     lossless: bool = True
     # a trained drafter: its kind in drafter files ("hawk", "eagle", "spatial") and its training
@@ -136,19 +102,20 @@ class Method:
     # which `train-drafter --kind` runs
     drafter_kind: str = ""
     train: str = ""
-    # its step's shape for a projection (tooling/roofline.py): (parameter values by name as a `bench --json` row
-    # records them, codes per image row, the backend reports of the row's generations) -> StepCost; a value
-    # the row lacks is a KeyError (the projection names it)
-    step_cost: Optional[Callable[[dict, int, list], StepCost]] = None
     # the bench's default run (`python -m specar bench`) beyond the method's defaults: more settings,
     # 'key=value,...' (e.g. the paper's ablation)
     bench_variants: tuple = ()
     experimental: bool = False  # not ahead in any measured time yet: out of bench's default run, listed last, labelled
 
     @functools.cached_property
+    def drafter_class(self) -> type:
+        module, _, name = self.drafter.partition(":")
+        return getattr(importlib.import_module(module, __package__ if module.startswith(".") else None), name)
+
+    @functools.cached_property
     def params(self) -> tuple:
         """`Param` of each field of the parameter dataclass, in order."""
-        return declared_params(self.params_type)
+        return tuple(Param(f.name, f.default, **f.metadata["param"]) for f in dataclasses.fields(self.params_type))
 
     def param(self, name: str) -> Param:
         return next(p for p in self.params if p.name == name)
@@ -162,12 +129,6 @@ class Method:
     def essential_params(self) -> tuple:
         """The names of the inputs the sampler node shows first (none declared: every input is)."""
         return tuple(p.name for p in self.params if p.essential) or tuple(p.name for p in self.params)
-
-    def cross_check(self, typed) -> None:
-        """The checks between parameters of a typed instance (the dataclass's optional `check()`): ValueError."""
-        check = getattr(typed, "check", None)
-        if check is not None:
-            check()
 
     def bench_configs(self) -> tuple:
         """This method's configurations in the bench's default run: its defaults, then its variants."""

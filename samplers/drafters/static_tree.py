@@ -83,6 +83,3 @@ def best_first_shape(n_nodes: int, accept: float, accept_root: float, accept_sib
         layers.append(Layer(expanded=len(expanded), children=C, alloc=alloc, order=order))
         expanded, depth = nxt, depth + 1
     return layers
-
-
-__all__ = ["Layer", "best_first_shape"]

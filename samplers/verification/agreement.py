@@ -12,7 +12,7 @@ from typing import Optional
 import torch
 
 from ..randomness import race_keys
-from .rejection import walk_tree
+from .rejection import tree_children
 
 
 def agreeing(tokens: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
@@ -62,12 +62,19 @@ def agree_tree(p: torch.Tensor, tokens: torch.Tensor, parents: torch.Tensor, val
     noise of the position after each node. Returns ``(n_accepted [B], path [B, D + 1], pending [B])`` like
     `verify_tree`; pending is the target's sample after the last accepted node (whether no child agreed there or the
     tree ended)."""
-    rows = torch.arange(p.shape[0], device=p.device)
-    keys = race_keys(p, gumbel)
-
-    def choose(d, cur, cc, present):
-        match = agreeing(tokens.gather(1, cc), keys[rows, cur]) | forced.gather(1, cc)
-        return first_true(present & match), None
-
-    n_acc, path, cur, _, _ = walk_tree(parents, valid, max_depth, max_children, choose)
-    return n_acc, path, keys[rows, cur].argmax(-1)
+    B = tokens.shape[0]
+    rows = torch.arange(B, device=p.device)
+    keys = race_keys(p, gumbel)  # [B, N, V]: argmax is the target's sample after each node
+    # every node's agreeing child at once (the walk then only follows them: no per-depth work over V)
+    kids = tree_children(parents, valid, max_children)  # [B, N, K]
+    cc = kids.clamp(min=0).flatten(1)
+    match = agreeing(tokens.gather(1, cc).view(kids.shape), keys) | forced.gather(1, cc).view(kids.shape)
+    first = first_true((kids >= 0) & match)
+    agreeing_child = torch.where(first >= 0, kids.gather(2, first.clamp(min=0)[..., None]).squeeze(2), -1)
+    path = torch.zeros(B, max_depth + 1, dtype=torch.long, device=p.device)
+    cur = path[:, 0].clone()
+    for d in range(max_depth):  # a row with no agreeing child stays where it is: -1 again at every later depth
+        child = agreeing_child[rows, cur]
+        path[:, d + 1] = child.clamp(min=0)
+        cur = torch.where(child >= 0, child, cur)
+    return (path[:, 1:] > 0).sum(1), path, keys[rows, cur].argmax(-1)

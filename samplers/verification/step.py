@@ -11,10 +11,11 @@ import torch
 from functools import partial
 
 from ..proposal import SIBLINGS_WITHOUT_REPLACEMENT, ChainVerdict, DraftChain, DraftTree, Verdict
-from ..randomness import race_keys, sample_by_race
+from ..randomness import sample_by_race
 from ..run_state import BEYOND_IMAGE, LoopState
-from .agreement import agree_candidates, agree_chain, agree_tree
-from .rejection import verify_candidates, verify_chain, verify_tree
+from . import branches
+from .agreement import agree_chain, agree_tree
+from .rejection import verify_chain, verify_tree
 from .relaxed import relaxed_candidates
 
 
@@ -52,7 +53,8 @@ def verify_tree_step(state: LoopState, tree: DraftTree, p: torch.Tensor) -> Verd
 
 def verify_chain_step(state: LoopState, chain: DraftChain, p_all: torch.Tensor) -> ChainVerdict:
     """A chain, every position at once (`verify_chain`; by agreement `agree_chain`, the re-drafts' `mrs_out` then the
-    target's sample after every line node). With branches, depth 1 first: the winner's line follows."""
+    target's sample after every line node). With proactive branches (branches.py), depth 1 first: the winner's line
+    follows."""
     B, V, dev, rows = state.ctx.batch, state.ctx.vocab_size, state.ctx.device, state.rows
     T, D = chain.length, chain.branch_depth
     if T == 1:
@@ -61,30 +63,24 @@ def verify_chain_step(state: LoopState, chain: DraftChain, p_all: torch.Tensor) 
     forced = state.ctx.layout.forced[pos[:, 1:]] >= 0
     if state.ctx.reproducible:
         gumbel = state.ctx.position_noise(pos + 1)  # [B, T, V]: the position after each chain slot
-        if D:
-            k_star = agree_candidates(race_keys(p_all[:, 0], gumbel[:, 0]), *_siblings(state, chain))
+        won = branches.depth_one_winner(state, chain, p_all, forced, gumbel=gumbel[:, 0]) if D else None
     else:
         noise = state.noise(B, T, V)  # noise[:, i-1] serves position frontier+i
         u = state.draws.rand((B, T - 1))
         q = chain.q[:, 1:]
-        if D:  # the chain's draft and the branches' first tokens, drawn without replacement from q
-            cands, valid = _siblings(state, chain)
-            k_star, token = verify_candidates(p_all[:, 0], cands, state.draws.rand((B, cands.shape[1])), noise[:, 0],
-                                              q=q[:, 0], valid=valid)
+        won = branches.depth_one_winner(state, chain, p_all, forced, noise=noise[:, 0], q=q[:, 0]) if D else None
     line, x_line, p, first = None, chain.tokens, p_all, None
-    if D:
-        k_star, line = _winner(chain, k_star, forced)
-        x_line, p = chain.tokens.gather(1, line), p_all[rows[:, None], line]
-        first = k_star >= 0
+    if won is not None:  # the winner's line; depth 1 decided (a candidate won)
+        k_star, line, token = won
+        x_line, p, first = chain.tokens.gather(1, line), p_all[rows[:, None], line], k_star >= 0
     if state.ctx.reproducible:
         n_acc, mrs_out = agree_chain(p, x_line[:, 1:], gumbel, chain.enabled, forced, first=first)
         noise = None
-    else:
-        if D:  # the depth-1 outcome: the winner's token, or the residual sample after every sibling
-            first = (first, torch.where(first, x_line[:, 1], token))
+    else:  # with branches, the depth-1 outcome: the winner's token, or the residual sample after every sibling
+        first = None if won is None else (first, torch.where(first, x_line[:, 1], token))
         n_acc, mrs_out = verify_chain(p[:, :-1], q, x_line[:, 1:], u, noise[:, :-1], chain.enabled, forced, first)
-    if D:
-        n_acc = cap_branch_acceptance(n_acc, k_star, D)
+    if won is not None:
+        n_acc = branches.cap_branch_acceptance(n_acc, k_star, D)
     n_acc = torch.where(state.active, n_acc, 0)
     n_en = chain.enabled.sum(-1)
     if state.ctx.reproducible:
@@ -106,30 +102,3 @@ def _pending_only(state, chain, p) -> ChainVerdict:
     return ChainVerdict(n_accepted=zero, path=None, pending=pending, tokens=chain.tokens, p_path=p,
                         mrs_out=pending[:, None] if noise is None else pending[:, None][:, :0],
                         noise=noise, n_enabled=zero)
-
-
-def _siblings(state, chain):
-    """[B, K] depth-1 candidates (the chain's draft, then each branch's first token) and their validity."""
-    T, D = chain.length, chain.branch_depth
-    cands = torch.cat([chain.tokens[:, 1:2], chain.tokens[:, T::D]], 1).clamp(0, state.ctx.vocab_size - 1)
-    valid = torch.cat([torch.ones_like(chain.branch_valid[:, :1]), chain.branch_valid], 1)
-    return cands, valid
-
-
-def _winner(chain, k_star, forced):
-    """The depth-1 winner (a structure position: the chain, as every branch holds the token) and the slot line
-    verification continues on: the chain, or branch k_star's D slots then the chain's."""
-    T, D = chain.length, chain.branch_depth
-    k_star = torch.where(forced[:, 0], 0, k_star)
-    depth = torch.arange(T, device=k_star.device)
-    branch_slot = T + (k_star.clamp(min=1) - 1)[:, None] * D + depth[None] - 1
-    on_branch = (k_star[:, None] >= 1) & (depth[None] >= 1) & (depth[None] <= D)
-    return k_star, torch.where(on_branch, branch_slot, depth[None])
-
-
-def cap_branch_acceptance(n_acc: torch.Tensor, k_star: torch.Tensor, depth: int) -> torch.Tensor:
-    """When a proactive branch (k >= 1) won depth 1, its line holds only D nodes of its own: the chain's nodes after
-    them were computed in the chain's context, so their outputs (the p of positions D+2, ...) and their KV are wrong for
-    this branch. Acceptance stops at D; the output of branch node D (the exact p of position D+1) then yields the
-    pending token: the MRS output there (a sample of that p whichever draft it verified), or a fresh sample."""
-    return torch.where(k_star >= 1, n_acc.clamp(max=depth), n_acc)

@@ -1,13 +1,13 @@
 """A real ComfyUI server with this pack, shared by the tests of tests/comfyui/ (`make test-comfyui`).
 
 Where ComfyUI is: COMFYUI_DIR, a folder made by ../shared/comfyui/setup.sh (ComfyUI, its .venv, the pack in
-custom_nodes/specar as a user installs it), or COMFYUI_VERSION (0.3.64, 0.33.0), for which setup.sh makes
-output/comfyui-<version> in this checkout first (COMFYUI_SHARED: the folder of setup.sh, default
+custom_nodes/specar as a user installs it), or COMFYUI_VERSION (0.3.64, 0.33.0; FRONTEND=<version>
+for another web frontend), for which setup.sh makes output/comfyui-<version>[-frontend-<version>] in this checkout first (COMFYUI_SHARED: the folder of setup.sh, default
 ../shared/comfyui). Neither given: every test is skipped, with one line saying so.
 
 The server runs on 127.0.0.1 (COMFYUI_PORT, default a free port), CPU only, with its output, temp and model
 and input folders in a temporary folder: models/specar holds a tiny GLM-Image folder named GLM-Image (when this
-Python's transformers can build one: devtools/tiny_glm_image.py, with sampling values of its own) and a broken copy
+Python's transformers can build one: tests/support/tiny_glm_image.py, with sampling values of its own) and a broken copy
 of it; models/specar_drafters a drafter folder whose drafter.json has no format; the input folder a small PNG
 (REFERENCE) for LoadImage.
 The tests talk to it over HTTP and its websocket (stdlib only).
@@ -43,7 +43,8 @@ def comfyui_dir():
     version = os.environ.get("COMFYUI_VERSION")
     if not version:
         return None
-    dest = os.path.join(ROOT, "output", f"comfyui-{version}")
+    frontend = os.environ.get("FRONTEND")  # setup.sh's: that web frontend instead of the release's
+    dest = os.path.join(ROOT, "output", f"comfyui-{version}" + (f"-frontend-{frontend}" if frontend else ""))
     subprocess.run([os.path.join(SHARED, "setup.sh"), version, dest, ROOT], check=True)
     return dest
 
@@ -199,22 +200,26 @@ def _model_folders(tmp):
     open(os.path.join(bad, "drafter.safetensors"), "wb").close()
     glm = None
     try:
-        import importlib.util
-        spec = importlib.util.spec_from_file_location("specar_tiny_glm_image",
-                                                      os.path.join(ROOT, "devtools", "tiny_glm_image.py"))
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
+        from support.tiny_glm_image import comfyui_folder
         # named as the released folder, so the GLM-Image example workflow finds it as is
-        folder = module.comfyui_folder(specar_dir, GLM_IMAGE)
+        folder = comfyui_folder(specar_dir, GLM_IMAGE)
         broken = os.path.join(specar_dir, "GLM-Image-broken")
         shutil.copytree(folder, broken)
         for name in os.listdir(os.path.join(broken, "vision_language_encoder")):
             if name.endswith(".safetensors"):
                 with open(os.path.join(broken, "vision_language_encoder", name), "wb") as f:
                     f.write(b"not a safetensors file")
+        incomplete = os.path.join(specar_dir, "GLM-Image-incomplete")  # model_index.json and no AR weights
+        os.makedirs(os.path.join(incomplete, "vision_language_encoder"))
+        shutil.copy(os.path.join(folder, "model_index.json"), incomplete)
         glm = "built"
     except Exception as e:  # no GLM-Image in this transformers, for one
         glm = f"the tiny GLM-Image folder was not built: {type(e).__name__}: {e}"
+    try:  # a tiny Emu3.5-Image folder (support/tiny_emu35.py) under the released name: test_comfyui_emu35.py
+        from support.tiny_emu35 import build
+        build(os.path.join(specar_dir, "Emu3.5-Image"))
+    except Exception as e:  # that test skips naming the missing folder
+        print(f"the tiny Emu3.5-Image folder was not built: {type(e).__name__}: {e}")
     with open(os.path.join(tmp, "extra_model_paths.yaml"), "w") as f:
         f.write(f"specar_test:\n  base_path: {tmp}\n  specar: specar\n  specar_drafters: specar_drafters\n")
     return glm
@@ -233,37 +238,10 @@ def _input_folder(tmp):
     return folder
 
 
-# The server's sitecustomize.py: transformers told that torchvision is not installed. ../shared/comfyui/stubs (no
-# torchvision wheel for this CPU torch) makes torchvision importable but unusable, and transformers would then pick
-# its torchvision image processors, whose resize calls a stub (GLM-Image's references: "'module' object is not
-# callable"). A real install has a working torchvision, or none: then transformers takes its PIL processors, as
-# here and in the tests' own venv.
-NO_TORCHVISION_FOR_TRANSFORMERS = """
-import importlib.abc, importlib.util, sys
-class NoTorchvisionForTransformers(importlib.abc.MetaPathFinder):
-    def find_spec(self, name, path=None, target=None):
-        if name != "transformers.utils.import_utils":
-            return None
-        sys.meta_path.remove(self)
-        spec = importlib.util.find_spec(name)
-        run = spec.loader.exec_module
-        def exec_module(module):
-            run(module)
-            module.is_torchvision_available = lambda: False
-        spec.loader.exec_module = exec_module
-        return spec
-sys.meta_path.insert(0, NoTorchvisionForTransformers())
-"""
-
-
-def _python_path(tmp) -> str:
-    """The server's PYTHONPATH: the sitecustomize above, then the torchvision / torchaudio stand-ins (as serve.sh)."""
-    site = os.path.join(tmp, "site")
-    os.makedirs(site)
-    with open(os.path.join(site, "sitecustomize.py"), "w") as f:
-        f.write(NO_TORCHVISION_FOR_TRANSFORMERS)
-    stubs = os.path.join(SHARED, "stubs")
-    return os.pathsep.join([site] + ([stubs] if os.path.isdir(stubs) else []))
+def _python_path() -> str:
+    """The server's PYTHONPATH, as serve.sh's: the torchvision / torchaudio stand-ins, whose sitecustomize.py tells
+    transformers that torchvision is absent (its PIL image processors then, as in a real install without it)."""
+    return os.path.join(SHARED, "stubs")
 
 
 @pytest.fixture(scope="session")
@@ -279,7 +257,7 @@ def server(tmp_path_factory):
     port = int(os.environ.get("COMFYUI_PORT") or _free_port())
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2"), "HF_HUB_OFFLINE": "1",
            "PYTHONUNBUFFERED": "1",  # the log is read while the server runs
-           "PYTHONPATH": _python_path(tmp)}
+           "PYTHONPATH": _python_path()}
     log_path = os.path.join(tmp, "server.log")
     started = time.time()
     with open(log_path, "w") as log:
@@ -301,6 +279,8 @@ def server(tmp_path_factory):
                 assert time.time() - started < START_TIMEOUT, srv.log()[-4000:]
                 time.sleep(1)
         srv.start_s = time.time() - started
+        srv.diffusers = subprocess.run([python, "-c", "import diffusers; print(diffusers.__version__)"],
+                                       capture_output=True, text=True).stdout.strip()
         srv.dynamic = "sjd_pac_window" not in srv.object_info.get("SpecARSampler", {}).get("input", {}).get(
             "required", {})
         yield srv

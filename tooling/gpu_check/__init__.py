@@ -43,9 +43,9 @@ Llama in place of the 7B shape, few samples, compiled AR only).
 
 The maintainer's commands (from the repository root; `make gpu-check` imports this checkout without installing):
   make gpu-check GPU_CHECK_ARGS=--plan-only                      # the plan, predicted seconds per stage; no GPU
-  make gpu-check GPU_CHECK_OUT=docs/figures/gpu_<card>_<mmdd>     # the default run (555 s predicted, 560 budgeted)
+  make gpu-check GPU_CHECK_OUT=docs/figures/gpu_<card>_<letter>   # the default run (555 s predicted, 560 budgeted)
   python -m specar.tooling gpu-check --dry-run --out output/gpu-check-dry   # the whole command on the CPU
-Follow-ups, each a separate lease (add --out docs/figures/gpu_<card>_<mmdd><letter>):
+Follow-ups, each a separate lease (add --out docs/figures/gpu_<card>_<letter>; the report records its date):
   python -m specar.tooling gpu-check --stages images --image-families emu3-gen --image-rows 8 --budget 560 \
       --stage-budget images=540                                   # Emu3-Gen, its first 8 rows
   python -m specar.tooling gpu-check --stages images projection --image-families janus-pro-7b \
@@ -73,7 +73,11 @@ from ..roofline import DEFAULT_BENCH_JSON
 # tiny stage; compiles only where quick (AR's one shape, one 7B-shape token count)
 # GLM-Image in the default run (1024x1024, what is left of the 560 s): AR and the default backend eager over the first
 # 10 rows of its preview grid (160 of 1,280 positions; the KV cache and every shape the whole image's), no compiled,
-# flipped or pinned run; the whole image with every backend is a follow-up lease (below)
+# flipped or pinned run; the whole image with every backend is a follow-up lease (below). Emu3.5-Image (34 B, 62 GiB
+# of bf16 weights on the device; about 85 s for AR and auto, past what the 420 s leave) runs in the dry run and in
+# a lease of its own, which the plan lists after the total: --image-families emu3.5-image times every backend over
+# its first row of 64 codes (65 of 4,160 positions; the projection stage scales the step costs to the whole
+# image), --image-rows 0 the whole image
 GLM_DEFAULT_ROWS = 10
 PROFILES = {
     "cuda": dict(device="cuda", total_budget=560.0, samples=16000, dtype="bfloat16", compile_all=True,
@@ -82,7 +86,7 @@ PROFILES = {
                  stages=["environment", "exactness", "images", "quantized", "projection"],
                  tokens_7b=list(range(1, 66)), compiled_tokens_7b=[1, 33, 65, 17, 9, 2, 49, 5], repeats_7b=10,
                  image_families=["janus-pro-7b", "lumina-mgpt-2-7b", "glm-image"],
-                 image_rows={"lumina-mgpt-2-7b": 2, "emu3-gen": 2, "glm-image": GLM_DEFAULT_ROWS},
+                 image_rows={"lumina-mgpt-2-7b": 2, "emu3-gen": 2, "glm-image": GLM_DEFAULT_ROWS, "emu3.5-image": 1},
                  image_family_backends={"glm-image": "base and default"},
                  image_invariant_rows=1, image_positions_cap=None, compile_images="base", image_pinned_families=None,
                  quant_rows=[1, 2, 17, 34, 66], repeats_quant=10),
@@ -91,7 +95,8 @@ PROFILES = {
                          "backends": 400.0, "forward_7b": 300.0, "projection": 60.0},
                 stages=None,  # every stage
                 tokens_7b=[1, 2, 3, 5, 9, 17, 33], compiled_tokens_7b=[1], repeats_7b=3,
-                image_families=None, image_rows={"janus-pro-7b": 1, "lumina-mgpt-2-7b": 1, "emu3-gen": 1},
+                image_families=None,
+                image_rows={"janus-pro-7b": 1, "lumina-mgpt-2-7b": 1, "emu3-gen": 1, "emu3.5-image": 1},
                 image_family_backends={"glm-image": "base and default"},
                 image_invariant_rows=1, image_positions_cap=8, compile_images="base", image_pinned_families=1,
                 quant_rows=[1, 2, 17, 34, 66],

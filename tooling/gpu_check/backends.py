@@ -14,7 +14,7 @@ DEMO_PROMPT = "a large red circle on a blue background"
 
 
 def _demo_model(ctx):
-    from ...testing import tiny_model
+    from ...model_loaders.tiny import tiny_model
     if ctx.options["dry_run"]:  # a tiny random-weight model (random-weight drafters for hawk / adt_tree / spatial)
         return tiny_model(16, (4, 4), seed=5, row_end=True, device=ctx.options["device"]), "tiny-v16-4x4 (dry run)"
     from ...model_loaders.registry import load_model
@@ -100,12 +100,13 @@ def _compiled_rows(ctx, model, compiled: list, rows: dict, eager_tokens: dict, k
         before, stats_before = counters(), compile_totals(compile_stats(model))
         try:
             t = time.perf_counter()
-            first = generate(model, DEMO_PROMPT, backend=b, compile=True, **kw)  # compiles (and records the graphs)
+            # compiles (and records the graphs)
+            first = generate(model, DEMO_PROMPT, backend=b, options=dict(compile=True), **kw)
             first_s = time.perf_counter() - t
             ctx.track_memory()  # the next generation resets CUDA's peak counter
             rerecords = ctx.log.count("Re-recording")
             t = time.perf_counter()
-            res = generate(model, DEMO_PROMPT, backend=b, compile=True, **kw)  # replays
+            res = generate(model, DEMO_PROMPT, backend=b, options=dict(compile=True), **kw)  # replays the graphs
             out = _run_stats(res, time.perf_counter() - t)
             # buffer homes (samplers/compiled_step/graph_buffers.py): the second generation's buffers move into the first's
             # addresses, so its graphs replay without recording again (run 2 of the first H200 session: x255 for AR)

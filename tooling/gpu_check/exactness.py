@@ -38,14 +38,16 @@ def exactness_cases() -> list:
 
 def _chi_square_case(device, backend, params, model_name, setting, n, seed, models) -> dict:
     from ...samplers.api import generate
-    from ..testing import EXACTNESS_MODELS, EXACTNESS_SETTINGS, chi_square_test, exact_distribution, tiny_model
+    from ...model_loaders.tiny import tiny_model
+    from ...tests.support.calls import generate_kwargs
+    from ...tests.support.exactness import EXACTNESS_MODELS, EXACTNESS_SETTINGS, chi_square_test, exact_distribution
     if model_name not in models:
         models[model_name] = tiny_model(**EXACTNESS_MODELS[model_name], device=str(device))
     mdl = models[model_name]
     kw = EXACTNESS_SETTINGS[setting]
     t = time.perf_counter()
     params = {"reproducible": False, **params}  # a case says when it is the agreement mode
-    res = generate(mdl, "hi", backend=backend, seed=seed, batch_size=n, **kw, **params)
+    res = generate(mdl, "hi", **generate_kwargs(backend=backend, **kw, **params), seed=seed, batch_size=n)
     p_value, stat, dof, tv = chi_square_test(res.tokens, exact_distribution(mdl, "hi", **kw))
     return {"backend": backend, "params": params, "model": model_name, "setting": setting, "samples": n,
             "p_value": p_value, "chi2": stat, "dof": dof, "total_variation": tv,

@@ -12,7 +12,7 @@ from .backends import compile_totals
 from .environment import measured_peaks
 from .records import error_text
 
-# aten ops that only make a new view of a tensor: no kernel is launched for them (as tests/test_roofline.py)
+# aten ops that only make a new view of a tensor: no kernel is launched for them (as tooling/tests/test_roofline.py)
 VIEW_OPS = {"view", "_unsafe_view", "reshape", "expand", "transpose", "permute", "slice", "select", "unsqueeze",
             "squeeze", "t", "alias", "detach", "as_strided", "split", "unbind", "narrow", "lift_fresh", "empty"}
 
@@ -99,7 +99,7 @@ def stage_forward_7b(ctx) -> None:
     # compiled forwards attend over the same number of cache slots
     enc = model.encode_prompt(("a photo of a cat on a sofa " * 3)[:62], "")
     committed = geometry.seq_len // 2  # a mid-image prefix: positions as in the middle of a generation
-    from ...samplers.compiled_step.shape_compiled import compiled_forward
+    from ..compile_rows import compiled_forward
     compiled = compiled_forward(model) if compiled_tokens else None
     with torch.inference_mode():
         for mode, tokens_list in (("eager", eager_tokens), ("compiled", compiled_tokens)):

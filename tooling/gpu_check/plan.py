@@ -184,7 +184,19 @@ def plan(options: dict, reports: list) -> dict:
                                                    "work)", 0.5 if gpu else None, False)])
     known = [s["predicted_s"] for s in stages.values()]
     return {"sources": t.sources, "backend_order": options["backends"], "total_budget_s": options["total_budget"],
-            "predicted_total_s": round(sum(known), 1) if known and None not in known else None, "stages": stages}
+            "predicted_total_s": round(sum(known), 1) if known and None not in known else None, "stages": stages,
+            "follow_up": _follow_up(options, t, gpu, start) if "images" in stages else {}}
+
+
+def _follow_up(options: dict, t: Timings, gpu: bool, start: list) -> dict:
+    """The released models this run leaves out (Emu3.5-Image, 34 B, past the images stage's budget): the images stage
+    a lease of their own runs (`--image-families NAME`: every backend over the profile's rows of that model)."""
+    from . import PROFILES
+    from ..released_models import RELEASED
+    rows = PROFILES["cuda" if gpu else "dry"]["image_rows"]
+    return {f: _stage(options["budgets"]["images"], start, _images_items(
+        {**options, "image_families": [f], "image_family_backends": {}, "image_rows": {f: rows.get(f)}}, t, gpu))
+        for f in RELEASED if f not in options["image_families"]}
 
 
 # the images stage's costs no committed report measured (estimates, marked so): building a 7B model with random
@@ -193,7 +205,7 @@ def plan(options: dict, reports: list) -> dict:
 BUILD_7B_S, INVARIANT_STEP_FACTOR, OURS_QUANT_FACTOR = 15.0, 4.0, 3.0
 # a family's step and build against the 7B shape's: its decoder's weights over the 7B shape's (GLM-Image's AR stage:
 # 9.29 B of its decoder, tooling/memory.py's count, over Lumina-mGPT-7B's 6.7 B)
-STEP_SCALE = {"glm-image": 9.29 / 6.7}
+STEP_SCALE = {"glm-image": 9.29 / 6.7, "emu3.5-image": 31.2 / 6.7}  # Emu3.5: its 31.2 B converted decoder weights
 SAVED_7B_S = 180.0  # `--image-weights saved`: 7B weights built on the CPU, written (15 GB) and read back
 ESTIMATE = "from the 7B shape's forwards and the demo model's steps (plan.py)"
 
@@ -297,6 +309,12 @@ def plan_text(p: dict, verbose: bool = True) -> str:
             est = f" (estimated: {est if isinstance(est, str) else 'the slowest of its kind'})" if est else ""
             lines.append(f"    {fmt(it['predicted_s']):>6s} s  {it['item']}{mark}{est}")
     lines.append(f"{'total':12s} {fmt(p['total_budget_s']):>8s} {fmt(p['predicted_total_s']):>11s}")
+    for fam, s in p.get("follow_up", {}).items():
+        past = f", {len(s['cut'])} past the budget" if s["cut"] else ""
+        lines.append(f"not in this run, its own lease: --image-families {fam}: images stage {fmt(s['predicted_s'])} s "
+                     f"predicted ({len(s['items'])} items{past})")
+        for it in s["items"] if verbose else []:
+            lines.append(f"    {fmt(it['predicted_s']):>6s} s  {it['item']}")
     return "\n".join(lines)
 
 

@@ -12,10 +12,10 @@ from .plan import REPO_ROOT
 
 # regime -> (committed bench JSON, what its step counts are)
 REGIMES = {
-    "paper, same image": ("docs/figures/bench_regime_paper_same_image_1128.json",
+    "paper, same image": ("docs/figures/bench_regime_paper_same_image.json",
                           "the paper regime (the demo model calibrated to SJD's 2.22 tokens per forward on "
                           "Lumina-mGPT) in the users' default same-image mode"),
-    "paper, own sampling": ("docs/figures/bench_regime_paper_1126.json",
+    "paper, own sampling": ("docs/figures/bench_regime_paper.json",
                             "the paper regime, each backend's own rejection sampling (as the papers ran)"),
 }
 ANCHORS = [

@@ -61,7 +61,7 @@ def timed_generation(model, prompt: str, backend, limit: Optional[int] = None, s
     """(image codes committed so far, in raster order (batch 1), record) of one generation with `backend` (a name
     or a BackendConfig), cut once `limit` positions (row ends included) are committed (None or >= the image: the
     whole image). `invariant`: the batch-invariant mode forced on / off (None: the product's choice); `pin_width`:
-    every forward pinned at that many tokens (`generate(..., pin_width=)`, instead of either).
+    every forward pinned at that many tokens (`RunOptions(pin_width=)`, instead of either).
 
     A two-grid model (`preceding_stage()`, GLM-Image): its preceding grid then its own, as `generate(model, text)`
     runs them (the same seeds: the same tokens), each stage timed as one generation; `limit` counts the positions of
@@ -120,8 +120,8 @@ def _timed_stage(model, prompt, backend, limit, seed, compile, invariant, pin_wi
         _, guarantee, reason = bi.target_forward_mode(model, True, pin_width)  # the same-image mode's (lossless backends' default)
         t0 = time.perf_counter()
         try:
-            res = generate(model, prompt, backend=backend, seed=seed, compile=compile, preview=Capture(),
-                           pin_width=pin_width,
+            res = generate(model, prompt, backend=backend, seed=seed,
+                           options=dict(compile=compile, preview=Capture(), pin_width=pin_width),
                            progress=lambda done, total: marks.append((time.perf_counter(), done)),
                            interrupt=lambda: bool(captured))
             n_codes = _image_codes(torch.arange(limit), model.geometry).numel()  # finished at or past the limit

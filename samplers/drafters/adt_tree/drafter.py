@@ -1,39 +1,10 @@
-"""ADT-Tree (Lei et al.): an EAGLE drafter with adjacency-adaptive dynamic draft trees.
-
-Drafting (EAGLE-2 dynamic tree, `ADTTreeDrafter.propose`): the EAGLE layer (samplers/drafters/eagle/) attends
-to a band of the last `attn_band` committed positions (both CFG branches). Its keys / values of a
-committed position depend on that position's own input only (one layer; the target's stored
-feature, the committed token), so they are kept by position (`band_kv`, committed positions only:
-nothing needs rolling back) and each step runs just the newest `fresh` positions through the layer
-(`_band_pass`); this yields the root feature g_f, whose draft distribution q (target_probs of the drafter's
-cond/uncond logits, the target's CFG / temperature / top-k / top-p) gives the depth-1
-candidates. Each layer then expands the top-k nodes of the previous layer by cumulative draft
-probability: every expanded node gets its top-k tokens as children; of all children the top-k by
-cumulative score are forwarded through the layer (attending to the band and their ancestors)
-to expand the next layer. Finally all generated nodes are reranked and the best N = node_budget - 1
-kept (scores never grow along a path and ties keep generation order, so the kept set contains
-every kept node's ancestors). The tree changes shape every step: per-row parents [B, N], padded
-with invalid nodes.
-
-Depth d and width k per row (ADT, `observe`): initialised from the left neighbour's tree (the
-previous step; `tree_init="above"`: the tree that covered the position one image row up;
-"random": uniform in the ranges), then bisection: alpha = accepted / d; alpha >= beta: d += l_d,
-k -= l_k; else d -= l_d, k += l_k; d in [1, max_depth] (default 9), k in [4, 13] (the paper's open
-ranges (0, 10), (3, 14)). `adaptive=False`: a fixed EAGLE-2 tree (d = depth, k = width) of the same budget.
-With `tree_shape="best_first"` (sampled) the same adjacency rule moves along a family of static
-best-first shapes of node_budget nodes (static_tree.py, one per acceptance guess in PLAN_GUESSES,
-deeper and thinner as the guess grows) instead of along (d, k): alpha = accepted / the shape's
-depth; alpha >= beta: the next deeper shape, else the next bushier one. `adaptive=False`: the one
-shape of `accept_guess`.
-
-Verification (the tree rule, samplers/verification/): top-k candidates are deterministic, so q is one-hot and
-siblings are independent. `candidate_mode="sampled"` (sampled.py): children drawn without replacement from
-the drafter's q, verified with q; the tree's slots are allocated before drawing (no rerank by a node's own
-score). Forced row ends: the structure token is the single child. `relaxed=True` (LOSSY): the proposal names
-LANTERN's relaxed rule. The EAGLE network, its files and the LANTERN conversion: samplers/drafters/eagle/.
+"""ADT-Tree (Lei et al.): an EAGLE drafter with adjacency-adaptive dynamic draft trees (docs/ADT_TREE.md: the layer,
+its band cache, top-k and sampled trees, the adaptation, the budget from measured costs).
+`relaxed=True` (LOSSY): the proposal names LANTERN's relaxed rule.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, replace
 
 import torch
@@ -43,13 +14,13 @@ from ...proposal import (SIBLINGS_INDEPENDENT, SIBLINGS_WITHOUT_REPLACEMENT, Dra
                          neighbour_table, one_hot)
 from ...randomness import gumbel_top_k
 from ...run_state import BEYOND_IMAGE, LoopState
-from ..base import Drafter
+from ..base import AdaptiveDrafter
 from ..eagle import load_eagle
 from ..hidden_states import DraftsFromHiddenStates, HiddenStates
-from ..params import DraftNetworkCost, Method, StepCost
+from ...forward_costs import BudgetFromCosts, draft_seconds
 from ..static_tree import best_first_shape
 from .params import D_RANGE, K_RANGE, ADTTreeParams
-from .sampled import NEG, SampledTrees
+from .sampled import ACCEPT_GUESS, NEG, SampledTrees
 
 L_D, L_K = 1, 3  # the paper's adjustment steps (Anole)
 # adaptive best_first: the acceptance guesses of the shape family, bushiest first (a flat image
@@ -68,56 +39,88 @@ class ADTTreeState:
     band_kv: list  # the EAGLE layer's keys / values of committed positions, by position
 
 
-class ADTTreeDrafter(SampledTrees, DraftsFromHiddenStates, Drafter):
+def chain_tokens(a: float, depth: int) -> float:
+    """Expected tokens of a step whose chain of `depth` drafts accepts each draft with a: 1 + a + ... + a^depth."""
+    return sum(a ** i for i in range(depth + 1))
+
+
+class ADTTreeDrafter(BudgetFromCosts, SampledTrees, DraftsFromHiddenStates, AdaptiveDrafter):
     # the sibling rule of sampled trees (tests plant SIBLINGS_INDEPENDENT in a subclass and check
     # that the chi-square test rejects it)
     sampled_siblings = SIBLINGS_WITHOUT_REPLACEMENT
 
     def __init__(self, params: ADTTreeParams, model, sampling):
         self._use_target(model, sampling)
-        self.node_budget = params.node_budget
+        self.params = params
         self.tree_init = params.tree_init
         self.adaptive = params.adaptive
         self.beta = params.beta
         self.candidate_mode = params.candidate_mode
         self.children = params.children
         self.root_children = params.root_children or self.children  # 0: as every other node
-        V = model.geometry.vocab_size
+        self.tree_shape = params.tree_shape
+        self.lossless = not params.relaxed
+        dev = model.device
+        self.net = load_eagle(model, params.drafter).to(dev).float().eval()
+        self.attn_band = self.net.cfg.attn_band  # committed positions the EAGLE layer attends to
+        # 0: chosen from the timed EAGLE layer and target forwards (`set_costs`), then from the measured acceptance
+        self._tune(params.node_budget, ACCEPT_GUESS)
+        # LOSSY, opt-in: LANTERN's relaxed acceptance, named in every proposal
+        self.relaxed = Relaxed(neighbour_table(model, params.relaxed_k).to(dev), params.relaxed_delta) \
+            if params.relaxed else None
+
+    def _set_budget(self, budget: int) -> None:
+        """The trees of `budget` nodes: depth and width ranges (or best_first shapes) and the band's fresh positions."""
+        params, V, dev = self.params, self.model.geometry.vocab_size, self.model.device
+        self.node_budget = budget
         self.d0, self.k0 = params.depth, min(params.width, V)
         # a tree of N nodes is at most N - 1 deep (the adapters' commit assumes path width <= N)
-        self.d_lo, self.d_hi = D_RANGE[0], min(params.max_depth, self.node_budget - 1)
-        self.d0 = min(self.d0, self.node_budget - 1)
+        self.d_lo, self.d_hi = D_RANGE[0], min(params.max_depth, budget - 1)
+        self.d0 = min(self.d0, budget - 1)
         if self.adaptive:
             self.d0 = min(max(self.d0, self.d_lo), self.d_hi)
             self.k_lo, self.k_hi = min(K_RANGE[0], V), min(K_RANGE[1], V)
             self.k0 = min(max(self.k0, self.k_lo), self.k_hi)
-        self.slack = max(self.d0, self.d_hi) + 3
-        self.tree_shape = params.tree_shape
+        slack = max(self.d0, self.d_hi) + 3
         self.plans = None  # tree_shape=best_first: the static shapes (one when not adaptive)
         if self.tree_shape == "best_first":
             guess = params.accept_guess
             guesses = PLAN_GUESSES if self.adaptive else (guess,)
-            self.plans = [[replace(layer, alloc=layer.alloc.to(model.device),
-                                   order=None if layer.order is None else layer.order.to(model.device))
-                           for layer in best_first_shape(self.node_budget - 1, g, params.root_accept_guess,
-                                                         params.sibling_accept_guess,
-                                                         max_depth=self.node_budget - 1)]
+            self.plans = [[replace(layer, alloc=layer.alloc.to(dev),
+                                   order=None if layer.order is None else layer.order.to(dev))
+                           for layer in best_first_shape(budget - 1, g, params.root_accept_guess,
+                                                         params.sibling_accept_guess, max_depth=budget - 1)]
                           for g in guesses]
             # state.draft.d holds the row's shape number (1-based: 0 marks "no tree" in dk_at); adaptive:
             # start at the shape nearest accept_guess
             self.d0 = 1 + min(range(len(guesses)), key=lambda i: abs(guesses[i] - guess))
             self.d_lo, self.d_hi = 1, len(guesses)
-            self.slack = max(len(plan) for plan in self.plans) + 3
-        self.lossless = not params.relaxed
-        dev = model.device
-        self.net = load_eagle(model, params.drafter).to(dev).float().eval()
-        self.attn_band = self.net.cfg.attn_band  # committed positions the EAGLE layer attends to
+            slack = max(len(plan) for plan in self.plans) + 3
+        # the first budget is the widest: the sequence's layout (built before `set_costs`) keeps its slack
+        self.slack = max(getattr(self, "slack", 0), slack)
         # band positions run through the layer per step (`_band_pass`): at least what one step
-        # commits (the deepest tree + 1; slack is that depth + 3)
-        self.fresh = min(self.attn_band, self.slack - 2)
-        # LOSSY, opt-in: LANTERN's relaxed acceptance, named in every proposal
-        self.relaxed = Relaxed(neighbour_table(model, params.relaxed_k).to(dev), params.relaxed_delta) \
-            if params.relaxed else None
+        # commits (the deepest tree + 1)
+        self.fresh = min(self.attn_band, slack - 2)
+
+    # -- the node budget from measured costs (node_budget=0: forward_costs.BudgetFromCosts) -----
+    def _step_estimate(self, budget: int) -> tuple:
+        """A step runs the band pass and one EAGLE layer call per further layer of the deepest tree the budget
+        allows (its default, an adaptive chain, accepting each draft with a: 1 + a + ... + a^depth tokens per step)."""
+        B, D, dev, S, A = self.batch, self.model.hidden_size, self.model.device, self.attn_band + self.d_hi, self.fresh
+        R = 2 * B if self.uses_cfg else B
+        feats, pos = torch.zeros(R, A, D, device=dev), torch.arange(A, device=dev).expand(R, A)
+        kv, mask = self.net.new_cache(R, S, dev, torch.float32), torch.ones(R, 1, S, dtype=torch.bool, device=dev)
+
+        def layer():  # one tree layer (`_forward_chosen`): its node through the layer, its q
+            self._q(self.net(feats[:, :1], feats[:, :1], pos[:, :1], mask, kv, pos[:, :1]), B)
+
+        def band():  # `_band_pass`'s layer work: the fresh positions' keys / values, then the root as a layer
+            self.net.write_keys_values(feats[:, 1:], feats[:, 1:], pos[:, 1:], kv, pos[:, 1:])
+            layer()
+        key = ("adt_tree", self.params.drafter, R, A, S)
+        seconds = draft_seconds(self.model, key + ("band",), band) + \
+            (self.d_hi - 1) * draft_seconds(self.model, key + ("layer",), layer)
+        return seconds, functools.partial(chain_tokens, depth=self.d_hi)  # this budget's depth
 
     # -- helpers -----------------------------------------------------------------------------
     def _embed(self, tokens: torch.Tensor) -> torch.Tensor:
@@ -127,6 +130,7 @@ class ADTTreeDrafter(SampledTrees, DraftsFromHiddenStates, Drafter):
     # -- start -------------------------------------------------------------------------------
     def start(self, state: LoopState, first: ForwardOutput, p0: torch.Tensor) -> "ADTTreeState":
         B, dev = state.ctx.batch, state.ctx.device
+        self.batch = B  # what `set_costs` times the EAGLE layer at
         # hidden.states[r, j]: the target feature whose output predicted position j (j = 0: the prompt's last)
         hidden = self._start_hidden(state, first, state.ctx.layout.ext + 2)
         # the EAGLE layer's keys / values of committed positions, by position (last column: spare).
@@ -143,30 +147,34 @@ class ADTTreeDrafter(SampledTrees, DraftsFromHiddenStates, Drafter):
     def host_hint(self, state: LoopState):
         act = state.active
         # the deepest and widest tree an active row asks for: [dmax, kmax] (`plan`)
-        return torch.stack([torch.where(act, state.draft.d, 0).max(), torch.where(act, state.draft.k, 0).max()])
+        deepest = torch.stack([torch.where(act, state.draft.d, 0).max(), torch.where(act, state.draft.k, 0).max()])
+        return torch.cat([deepest, super().host_hint(state)])  # and what `_measure` reads
 
     def plan(self, state: LoopState, hint: list) -> tuple:
-        """(dmax, kmax): the deepest and widest tree an active row asks for, with kmax lowered to the
-        smallest value that gives the same shapes and draws (each plan is one compiled graph, so a
-        value that changes nothing must not make another one). topk trees use kmax as every layer's
-        width (only capped by the vocabulary); sampled trees only through the expanded nodes per layer,
-        min(kmax // children, the layer's nodes): a chain (children 1, the default) is the same tree
-        for every kmax, and a best_first shape ignores kmax."""
+        """(dmax, kmax): the deepest and widest tree an active row asks for, with kmax lowered to the smallest value
+        that gives the same shapes and draws (each plan is one compiled graph, so a value that changes nothing must not
+        make another one). topk trees use kmax as every layer's width (only capped by the vocabulary); sampled trees
+        only through the expanded nodes per layer, min(kmax // children, the layer's nodes): a chain (children 1, the
+        default) is the same tree for every kmax, and a best_first shape ignores kmax. Then the node budget (chosen by
+        `set_costs`, then once more by `_measure`: dmax capped below it)."""
+        self._measure(hint[2:], None if self.plans else  # the chain this step runs, its depth capped as below
+                      functools.partial(chain_tokens, depth=min(hint[0], self.node_budget - 1)))
         dmax, kmax = max(hint[0], 1), max(hint[1], 1)
-        if self.candidate_mode != "sampled":
-            return dmax, kmax
-        if self.plans is not None:
-            return dmax, 1
-        # the widest layer the tree expands: propose reads kmax only as emax = kmax // children, capped per layer
-        C = self.children
-        return dmax, C * max(self._expanded_sizes(dmax, max(1, kmax // C)))
+        if self.plans is None:
+            dmax = min(dmax, self.node_budget - 1)
+        if self.candidate_mode == "sampled":
+            # the widest layer the tree expands: propose reads kmax only as emax = kmax // children, capped per layer
+            C = self.children
+            kmax = 1 if self.plans is not None else C * max(self._expanded_sizes(dmax, max(1, kmax // C)))
+        return dmax, kmax, self.node_budget
 
     # -- propose -----------------------------------------------------------------------------
     def _band_pass(self, state: LoopState, S: int):
         """The band of the last `attn_band` committed positions in a fresh cache of S slots (slot i:
         position f - attn_band + 1 + i): the K/V of positions computed in earlier steps read from
         `band_kv`, the newest `fresh` positions run through the layer (and stored there). Returns
-        (kv, root feature [R, 1, D], band_valid [R, W], fR [R])."""
+        (band, root feature [R, 1, D]); band = (kv, the band's mask [R, 1, S], fR [R], rows [R, 1]), what every
+        tree layer's `_forward_chosen` of the step reads."""
         B, dev = state.ctx.batch, state.ctx.device
         R, W, A, rows = (2 * B if self.uses_cfg else B), self.attn_band, self.fresh, state.rows
         rrows = torch.arange(R, device=dev)[:, None]
@@ -188,36 +196,31 @@ class ADTTreeDrafter(SampledTrees, DraftsFromHiddenStates, Drafter):
         if A > 1:
             self.net.write_keys_values(feats[:, :-1], embeds[:, :-1], npos[:, :-1], kv, na[:-1].expand(R, A - 1))
         mask = torch.zeros(R, 1, S, dtype=torch.bool, device=dev)
-        mask[:, 0, :W] = band_valid
-        mask[:, 0, W - 1] = True
+        mask[:, 0, :W] = band_valid  # the root (slot W - 1, position f >= 0) included
         g = self.net(feats[:, -1:], embeds[:, -1:], npos[:, -1:], mask, kv, na[-1:].expand(R, 1))
         dest = torch.where(band_valid[:, old:], wpos[:, old:], state.draft.band_kv[0].shape[2] - 1)
         for step_c, c in zip(kv, by_pos):
             c[rrows, dest] = step_c[:, :, old:W].transpose(1, 2)
-        return kv, g, band_valid, fR
+        return (kv, mask, fR, rrows), g
 
     def _forward_chosen(self, B: int, d: int, tok, order, children: int, g_e, anc_e, slots, band):
         """The chosen nodes `order` [B, E] of layer d (flat indices into tok [B, E_parent, children])
-        through the EAGLE layer at cache slots `slots` [E], each attending to the band (kv,
-        band_valid, fR) and to its ancestors. Returns (features [R, E, D], q [B, E, V], ancestry [R, E, S])."""
-        kv, band_valid, fR = band
-        R, E, S, W = fR.shape[0], order.shape[1], anc_e.shape[-1], band_valid.shape[1]
-        rrows = torch.arange(R, device=order.device)
+        through the EAGLE layer at cache slots `slots` [E], each attending to the band (`_band_pass`)
+        and to its ancestors. Returns (features [R, E, D], q [B, E, V], ancestry [R, E, S])."""
+        kv, band_mask, fR, rrows = band
+        R, E = fR.shape[0], order.shape[1]
         parent_slot = order // children  # index into the expanded set
         ctok = tok.flatten(1).gather(1, order)
         pR = parent_slot.repeat(2, 1) if self.uses_cfg else parent_slot
-        pfeat = g_e[rrows[:, None], pR]
-        anc = anc_e[rrows[:, None], pR]  # [R, E, S]
+        pfeat = g_e[rrows, pR]
+        anc = anc_e[rrows, pR]  # [R, E, S]
         anc[:, torch.arange(E, device=order.device), slots] = True
-        m = torch.zeros(R, E, S, dtype=torch.bool, device=order.device)
-        m[:, :, :W] = band_valid[:, None, :]
-        m = m | anc
         npos = (fR + d)[:, None].expand(R, E)
-        g = self.net(pfeat, self._embed(ctok), npos, m, kv, slots.expand(R, E))
+        g = self.net(pfeat, self._embed(ctok), npos, band_mask | anc, kv, slots.expand(R, E))
         return g, self._q(g, B), anc
 
     def propose(self, state: LoopState, plan: tuple) -> DraftTree:
-        """plan: (dmax, kmax), the deepest and widest tree an active row asks for (`host_hint`)."""
+        """plan: (dmax, kmax, node budget), the deepest and widest tree an active row asks for (`host_hint`)."""
         if self.candidate_mode == "sampled":
             return self._propose_sampled(state, plan)
         B, V, dev, layout = state.ctx.batch, state.ctx.vocab_size, state.ctx.device, state.ctx.layout
@@ -226,7 +229,7 @@ class ADTTreeDrafter(SampledTrees, DraftsFromHiddenStates, Drafter):
         f = state.frontier
         M = (dmax - 1) * kmax  # tree slots forwarded through the layer
         S = W + M
-        kv, g_e, band_valid, fR = self._band_pass(state, S)  # g_e [R, 1, D]: the expanded node (the root)
+        band, g_e = self._band_pass(state, S)  # g_e [R, 1, D]: the expanded node (the root)
         q_e = self._q(g_e, B)  # [B, 1, V]
         score_e = torch.zeros(B, 1, device=dev)
         valid_e = torch.ones(B, 1, dtype=torch.bool, device=dev)
@@ -272,8 +275,7 @@ class ADTTreeDrafter(SampledTrees, DraftsFromHiddenStates, Drafter):
             sflat = sc.flatten(1)
             order = torch.sort(sflat, dim=1, descending=True, stable=True).indices[:, :kmax]  # [B, kmax]
             okflat = ok.flatten(1).gather(1, order) & (jk[None] < state.draft.k[:, None])
-            g_e, q_e, anc = self._forward_chosen(B, d, tok, order, kmax, g_e, anc_e, W + (d - 1) * kmax + jk,
-                                                 (kv, band_valid, fR))
+            g_e, q_e, anc = self._forward_chosen(B, d, tok, order, kmax, g_e, anc_e, W + (d - 1) * kmax + jk, band)
             score_e = sflat.gather(1, order)
             valid_e = okflat
             gidx_e = glob[order]
@@ -361,18 +363,3 @@ class ADTTreeDrafter(SampledTrees, DraftsFromHiddenStates, Drafter):
         nk = torch.where(up_, k - L_K, k + L_K).clamp(self.k_lo, self.k_hi)
         ds.d, ds.k = torch.where(act, nd, ds.d), torch.where(act, nk, ds.k)
         return ds
-
-
-def adt_tree_step_cost(p: dict, row_codes: int, reports: list) -> StepCost:
-    """A padded tree of node_budget nodes; the EAGLE layer runs once per tree layer (depth) on `width` nodes,
-    attending to its default band of two image rows (EagleConfig.for_model)."""
-    layer = DraftNetworkCost(p["depth"], p["width"], layers=1, band=2 * (row_codes + 1))
-    return StepCost(((p["node_budget"], 1.0),), layer)
-
-
-# default: the fastest lossless setting measured on the demo model (an adaptive chain of sampled
-# drafts, 8 nodes: docs/history/BENCHMARKS-journal.md); preset="paper": EAGLE-2's top-k trees of 32 nodes
-ADT_TREE = Method("adt_tree", "ADT-Tree", "EAGLE drafter with adjacency-adaptive dynamic draft trees (Lei et al.)",
-                  ADTTreeParams, ADTTreeDrafter, drafter_kind="eagle", train="eagle:train_eagle",
-                  step_cost=adt_tree_step_cost,
-                  paper_preset=(("candidate_mode", "topk"), ("node_budget", 32), ("depth", 5), ("children", 2)))

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..params import param
+from ..params import Method, param
 
 D_RANGE = (1, 9)  # the paper's (0, 10)
 K_RANGE = (4, 13)  # the paper's (3, 14)
@@ -14,8 +14,9 @@ TREE_SHAPES = ("layers", "best_first")
 
 @dataclass(frozen=True)
 class ADTTreeParams:
-    node_budget: int = param(8, "nodes per forward (pending token included); the tree is padded to it", lo=2, hi=512,
-                             sizes=True, paper="EAGLE-2's trees (preset='paper': 32)", essential=True)
+    node_budget: int = param(0, "nodes per forward (pending token included); the tree is padded to it; 0: chosen per "
+                             "model and device from the measured costs of the EAGLE layer and the target (at most 8)",
+                             lo=0, hi=512, sizes=True, paper="EAGLE-2's trees (preset='paper': 32)", essential=True)
     tree_init: str = param("left", "where a new tree's depth and width come from: the left neighbour's tree, the one "
                            "above, or random", choices=TREE_INITS, paper="ADT-Tree paper: left (horizontal)")
     adaptive: bool = param(True, "bisection adaptation of depth and width from the previous tree's acceptance (off: a "
@@ -62,9 +63,19 @@ class ADTTreeParams:
                          folder_of="eagle", essential=True)
 
     def check(self) -> None:
+        if self.node_budget == 1:
+            raise ValueError("node_budget must be 0 (chosen from the measured costs) or at least 2 (the pending token "
+                             "and a draft), got 1")
         if self.tree_shape == "best_first" and self.candidate_mode != "sampled":
             raise ValueError("tree_shape=best_first is a static tree of sampled candidates: it needs "
                              f"candidate_mode=sampled (got candidate_mode={self.candidate_mode!r})")
         if self.relaxed and self.candidate_mode != "topk":
             raise ValueError("relaxed=True (LANTERN) relaxes the acceptance of top-k candidates: it needs "
                              f"candidate_mode=topk (got candidate_mode={self.candidate_mode!r})")
+
+
+# default: the fastest lossless setting measured on the demo model (an adaptive chain of sampled
+# drafts, 8 nodes); preset="paper": EAGLE-2's top-k trees of 32 nodes
+ADT_TREE = Method("adt_tree", "ADT-Tree", "EAGLE drafter with adjacency-adaptive dynamic draft trees (Lei et al.)",
+                  ADTTreeParams, ".adt_tree.drafter:ADTTreeDrafter", drafter_kind="eagle", train="eagle:train_eagle",
+                  paper_preset=(("candidate_mode", "topk"), ("node_budget", 32), ("depth", 5), ("children", 2)))

@@ -18,19 +18,12 @@ class SampledTrees:
     """The sampled-tree proposal of `ADTTreeDrafter` (a mixin: it reads the drafter's state)."""
 
     def _propose_sampled(self, state: LoopState, plan: tuple) -> DraftTree:
-        """candidate_mode="sampled": every expanded node draws `children` siblings WITHOUT
-        replacement from its own q (Gumbel-top-k on log q, one batched op; the order of the keys
-        is the draw order), verified with q (verify_tree's without_replacement rule).
-
-        Exactness: whether a node exists never depends on its own value or its later siblings'.
-        The slots are allocated before anything is drawn -- a function of (d, k, children,
-        node_budget) and the forced positions only: layer 1 holds the root's `children` draws,
-        every later layer the children of min(k // children, nodes allocated in the layer above)
-        expanded nodes, slots counted in generation order and cut at node_budget - 1. Which
-        nodes of a layer are expanded is decided by their cumulative score (product of q along
-        the path), i.e. by values of that layer and above; that only decides the existence of
-        the NEXT layer's draws, which are fresh and independent of it. There is no final rerank
-        (EAGLE-2 prunes a node by its own score: biased for sampled candidates)."""
+        """candidate_mode="sampled": every expanded node draws `children` siblings WITHOUT replacement from its own
+        q (Gumbel-top-k on log q, the keys' order the draw order), verified with q (the without-replacement rule).
+        Exact because whether a node exists never depends on its own value or its later siblings' (docs/ADT_TREE.md,
+        "Trees"): the slots are allocated before drawing, from (d, k, children, node_budget) and the forced
+        positions; which nodes of a layer are expanded (by cumulative score) only decides whether the NEXT layer's
+        fresh, independent draws exist; no final rerank (EAGLE-2's prunes by a node's own score: biased here)."""
         B, V, dev, layout = state.ctx.batch, state.ctx.vocab_size, state.ctx.device, state.ctx.layout
         dmax, kmax = max(plan[0], 1), max(plan[1], 1)
         R, W = (2 * B if self.uses_cfg else B), self.attn_band
@@ -48,7 +41,15 @@ class SampledTrees:
         else:
             sizes = self._expanded_sizes(dmax, emax)
         S = W + sum(sizes[1:])
-        kv, g_e, band_valid, fR = self._band_pass(state, S)
+        band, g_e = self._band_pass(state, S)
+        # what each layer reads of its position, for every layer at once (no draw depends on it)
+        depths = torch.arange(1, dmax + 1, device=dev)
+        pos = f[:, None] + depths  # [B, dmax]
+        forced_at = layout.forced[pos.clamp(max=layout.ext - 1)]
+        forced_tok, is_forced_at, inside_at = forced_at.clamp(min=0), forced_at >= 0, forced_at != BEYOND_IMAGE
+        gum_at = state.ctx.position_noise(pos) if state.ctx.reproducible else None  # [B, dmax, V]
+        deep = depths[None] <= state.draft.d[:, None]  # [B, dmax]: the row's tree reaches the layer
+        iota = torch.arange(max(S, N, C, C1), device=dev)  # slices: a layer's nodes, its siblings (<= N - 1)
         q_e = self._q(g_e, B)  # [B, 1, V]
         qs = [q_e]  # q of the expanded nodes, layer by layer (each node's children were drawn from it)
         q_off = 0
@@ -59,7 +60,8 @@ class SampledTrees:
         anc_e = torch.zeros(R, 1, S, dtype=torch.bool, device=dev)
         n_alloc = torch.zeros(B, dtype=torch.long, device=dev)
         e_lim = torch.ones(B, dtype=torch.long, device=dev)  # expanded nodes allocated children this layer
-        all_tok, all_par, all_score, all_valid, all_depth, all_alloc, all_q = [], [], [], [], [], [], []
+        all_tok, all_par, all_score, all_valid, all_alloc = [], [], [], [], []
+        depth_of, q_of = [], []  # each slot's layer and the index of the q it was drawn from (host lists)
         n_glob, slot0, cmax = 1, W, 1
         for d in range(1, dmax + 1):
             E = g_e.shape[1]
@@ -67,33 +69,30 @@ class SampledTrees:
             Cd = layer.children if layer is not None else (C1 if d == 1 else C)
             Ckd = min(Cd, V)
             cmax = max(cmax, Ckd)
-            jc = torch.arange(Cd, device=dev)
-            ei = torch.arange(E, device=dev)
-            pos_d = f + d
-            forced = layout.forced[pos_d.clamp(max=layout.ext - 1)]
-            is_forced = (forced >= 0)[:, None, None]
+            jc, ei = iota[:Cd], iota[:E]
+            is_forced = is_forced_at[:, d - 1, None, None]
             # 1. allocation (before drawing): slot (i, j) of expanded node i, child j
-            per = torch.where(forced >= 0, 1, Cd)[:, None, None]
+            per = torch.where(is_forced, 1, Cd)
             rank = n_alloc[:, None, None] + ei[None, :, None] * per + jc[None, None, :]
             if layer is None:
                 alloc = (ei[None, :, None] < e_lim[:, None, None]) & (jc[None, None, :] < per) & \
-                    (rank < budget) & (d <= state.draft.d)[:, None, None]
+                    (rank < budget) & deep[:, d - 1, None, None]
             else:  # the static shape's slots; a forced position keeps the first only
                 alloc = layer.alloc[None] & (jc[None, None, :] < per)
             layer_alloc = alloc.sum((1, 2))
             n_alloc = n_alloc + layer_alloc
             # 2. draws: Gumbel-top-k = an ordered sample without replacement from q
             # reproducible: every node of the layer with its position's noise (the coupled draft first)
-            gum = state.ctx.position_noise(pos_d)[:, None] if state.ctx.reproducible else -state.noise(B, E, V).log()
+            gum = gum_at[:, d - 1:d] if state.ctx.reproducible else -state.noise(B, E, V).log()
             tok = (q_e.log() + gum).topk(Ckd, dim=-1).indices  # [B, E, Ckd] in draw order
             if Ckd < Cd:
                 tok = torch.cat([tok, tok.new_zeros(B, E, Cd - Ckd)], -1)
             lq = q_e.gather(-1, tok)
-            ok = alloc & valid_e[:, :, None] & (lq > 0) & (jc < Ckd)[None, None]
-            tok = torch.where(is_forced, forced[:, None, None].clamp(min=0), tok)
-            ok = torch.where(is_forced, alloc & valid_e[:, :, None], ok)
+            alloc_e = alloc & valid_e[:, :, None]
+            ok = alloc_e & (lq > 0) if Ckd == Cd else alloc_e & (lq > 0) & (jc < Ckd)[None, None]
+            tok = torch.where(is_forced, forced_tok[:, d - 1, None, None], tok)
+            ok = torch.where(is_forced, alloc_e, ok) & inside_at[:, d - 1, None, None]
             lq = torch.where(is_forced, 1.0, lq)
-            ok = ok & (forced != BEYOND_IMAGE)[:, None, None]
             sc = torch.where(ok, score_e[:, :, None] + lq.clamp(min=1e-30).log(), NEG)
             # expansion key: estimated log-probability that verification reaches the node -- the
             # j-th draw (0-based) of a node is the accepted one with about a (1 - a)^j (a = ACCEPT_GUESS):
@@ -105,9 +104,9 @@ class SampledTrees:
             all_score.append(sc.flatten(1))
             all_valid.append(ok.flatten(1))
             all_alloc.append(alloc.flatten(1))
-            all_depth.append(torch.full((B, E * Cd), d, device=dev))
-            all_q.append((q_off + ei)[None, :, None].expand(B, E, Cd).flatten(1))
-            glob = n_glob + torch.arange(E * Cd, device=dev)
+            depth_of += [d] * (E * Cd)
+            q_of += [q_off + i for i in range(E) for _ in range(Cd)]
+            glob = n_glob  # this layer's slot i is the tree's node n_glob + i
             n_glob += E * Cd
             q_off += E
             if d == dmax:
@@ -115,7 +114,7 @@ class SampledTrees:
             # 3. the next layer's expanded nodes: the most likely reached of this layer
             En = sizes[d]
             sflat = sc.flatten(1)
-            je = torch.arange(En, device=dev)
+            je = iota[:En]
             if layer is None:
                 order = torch.sort(key.flatten(1), dim=1, descending=True, stable=True).indices[:, :En]  # [B, En]
                 e_lim = torch.minimum(e_row, layer_alloc)
@@ -123,16 +122,17 @@ class SampledTrees:
             else:
                 order = layer.order.expand(B, En)
                 valid_e = ok.flatten(1).gather(1, order)
-            g_e, q_e, anc = self._forward_chosen(B, d, tok, order, Cd, g_e, anc_e, slot0 + je, (kv, band_valid, fR))
+            g_e, q_e, anc = self._forward_chosen(B, d, tok, order, Cd, g_e, anc_e, slot0 + je, band)
             slot0 += En
             qs.append(q_e)
             score_e = sflat.gather(1, order)
             key_e = key.flatten(1).gather(1, order)
-            gidx_e = glob[order]
+            gidx_e = glob + order
             anc_e = anc
         tok, par, sc = torch.cat(all_tok, 1), torch.cat(all_par, 1), torch.cat(all_score, 1)
-        ok, dep, al, qi = torch.cat(all_valid, 1), torch.cat(all_depth, 1), torch.cat(all_alloc, 1), torch.cat(all_q, 1)
+        ok, al = torch.cat(all_valid, 1), torch.cat(all_alloc, 1)
         L = tok.shape[1]
+        dep, qi = (torch.tensor(x, device=dev).expand(B, L) for x in (depth_of, q_of))
         keep = min(N - 1, L)
         big = torch.arange(L, device=dev).expand(B, L)
         sel = self._kept_slots(sc, al, big, keep).sort(dim=1).values

@@ -11,7 +11,8 @@ from typing import Optional
 import torch
 
 from ...run_state import LoopState
-from ..jacobi import JacobiDrafter, JacobiPlan, JacobiState
+from ..base import AdaptiveDrafter
+from ..jacobi.drafter import JacobiDrafter, JacobiPlan, JacobiState
 from .cost import CostModel
 from .trials import TRIAL_BELOW, InitTrials, candidate_inits
 from .window import PROBE_EVERY, WARMUP_STEPS, AutoMemory, WindowPolicy
@@ -42,7 +43,7 @@ class AutoState(JacobiState):
     counts: Optional[torch.Tensor] = None  # the last step's counts (`HostCounts`) on the device
 
 
-class AutoDrafter(JacobiDrafter):
+class AutoDrafter(JacobiDrafter, AdaptiveDrafter):
     state_class = AutoState
     clock = staticmethod(time.perf_counter)  # the step clock (a test may replace it)
 

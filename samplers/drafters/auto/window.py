@@ -25,7 +25,7 @@ AR_AGREES = 2.0  # a first AR probe within this factor of its prior rel (1) conf
 PROBE_EVERY = 8  # steps between probes of the runner-up window (measured cost model)
 FALLBACK_SHARE = 0.5  # auto "fell back to AR" when more than this share of its steps were AR steps
 # tokens per row the proactive branches add on a step that carries them, before any such step is measured
-# (SJD-PAC over SCD at the same window: docs/history/BENCHMARKS-2026-11-27.md); shrunk like the windows' estimates
+# (SJD-PAC over SCD at the same window, measured on the demo model); shrunk like the windows' estimates
 TREE_GAIN_PRIOR = 0.25
 MEMORY_STEPS = 64  # counted steps per window a memory keeps (older ones fade: halved past it)
 # model -> {setting: AutoMemory} while the model lives, never written into it (like the engine's calibrated costs)
@@ -34,7 +34,7 @@ _MEMORY: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 def prior_tokens_per_step(window: int) -> float:
     """The prior of tokens committed per step with a window: 1 + 7 (1 - exp(-W / 24)), a fit of
-    SCD's measured curve on the demo model (docs/history/BENCHMARKS-journal.md, "scd's window and init");
+    SCD's measured curve on the demo model;
     each generation corrects it."""
     return 1.0 + 7.0 * (1.0 - math.exp(-window / 24.0))
 

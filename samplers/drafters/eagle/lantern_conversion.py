@@ -1,34 +1,14 @@
 """LANTERN's released EAGLE drafters (github.com/jadohu/LANTERN; Hugging Face jadohu/anole_drafter,
-jadohu/llamagen_drafter, jadohu/llamagen2_drafter) -> our drafter files.
+jadohu/llamagen_drafter, jadohu/llamagen2_drafter) -> our drafter files (``python -m specar convert-drafter --kind
+lantern``): docs/ADT_TREE.md, "LANTERN's released drafters", has the command, the checks and what the conversion
+reproduces (Anole's and LlamaGen's layers against ours).
 
-``python -m specar convert-drafter --kind lantern <LANTERN folder> --model <model folder> [--out DIR]
-[--attn-band N]`` reads the folder's ``config.json`` and ``model.safetensors`` or ``pytorch_model.bin``
-(opened with ``torch.load(weights_only=True)`` only), checks every tensor against the config and
-the config against the loaded target, and writes ``drafter.json`` + ``drafter.safetensors``
-(kind ``eagle``) bound to the target's weight fingerprint; the default output is
-``<model folder>/eagle_drafter``, where ``load_model`` / the ``adt_tree`` backend find it.
-
-The layout read (LANTERN at commit 3a56e45, ``models/drafters/cnets_anole.py``,
-``models/drafters/cnets_llamagen.py``, ``models/ea_model_{anole,llamagen}.py``,
-``data/configs/{anole,llamagen_t2i,llamagen_t2i2}_config.json``): one decoder layer over
-``fc(cat(embed_tokens(token), target hidden))`` -- embedding FIRST, ``fc`` with a bias unless
-config ``"bias": false`` -- with the drafter's own ``embed_tokens`` (a frozen copy made at training
-time), no norm after the layer, the target's ``lm_head`` on the output (image rows only), state-dict
-keys without prefix (``embed_tokens.weight``, ``fc.weight``, ``fc.bias``, ``layers.0.*``):
-
-- Anole (config ``model_type: chameleon``): transformers' Chameleon decoder layer, with input and
-  post-attention RMSNorm and per-head LayerNorm on q and k (``self_attn.q_norm`` / ``k_norm``,
-  weight and bias [heads, head_dim]), 1D rotary (rotate-half, ``rope_theta``);
-- LlamaGen (``model_type: llama``): EAGLE's Llama layer 0 WITHOUT input RMSNorm, 2D rotary on
-  interleaved pairs over the image grid fixed by ``input_type`` (t2i: 16x16, t2i2: 32x32, c2i:
-  24x24), image code j at grid cell j.
-
-Our network (samplers/drafters/eagle/network.py) computes the same layer: ``fc`` columns are swapped to our
-[feature; embedding] order, q/k/v and gate/up are fused, LlamaGen's q/k rows are permuted per head
-from interleaved pairs to rotate-half pairs (the same rotation, dot products unchanged), and the
-embedding keeps only the rows of the target's image codes (engine ids); when they equal the
-target's own input embeddings (Anole's drafter was trained with a frozen copy), the table is
-dropped and the target's is used.
+The layout read: LANTERN at commit 3a56e45 (``models/drafters/cnets_anole.py``, ``models/drafters/cnets_llamagen.py``,
+``models/ea_model_{anole,llamagen}.py``, ``data/configs/{anole,llamagen_t2i,llamagen_t2i2}_config.json``): state-dict
+keys without prefix (``embed_tokens.weight``, ``fc.weight``, ``fc.bias``, ``layers.0.*``), ``fc`` with a bias unless
+config ``"bias": false``; LlamaGen's grid fixed by ``input_type`` (t2i: 16x16, t2i2: 32x32, c2i: 24x24), image code j
+at grid cell j. Our network (samplers/drafters/eagle/network.py) permutes LlamaGen's q/k rows per head from
+interleaved pairs to rotate-half pairs (the same rotation, dot products unchanged).
 """
 from __future__ import annotations
 

@@ -1,25 +1,13 @@
 """The EAGLE drafter network (Li et al.): one decoder layer over fc([target feature; next-token embedding]).
 
-Input at sequence position j: ``x_j = fc([f_{j-1}; e(t_j)])`` where ``f_{j-1}`` is the feature
-(last hidden state) whose output predicted t_j: the target's own hidden state for committed
-positions, the drafter's own output for draft positions. The layer's output ``g_j`` regresses the
-target's hidden state at j, and the TARGET's image head (``model.image_logits``) turns it into
-logits of position j + 1. With CFG the drafter runs both branches (conditional features and
-unconditional ones, same tokens) and the draft distribution is `target_probs` of the two
-branches' logits, exactly as the target's.
-
-Context: the layer attends to a band of the last ``attn_band`` positions (training uses the same
-band mask), so a drafting step recomputes the band from the stored target features instead of
-keeping a KV cache that would need rollback; the tree's nodes then attend to the band and to
-their own ancestors (`EagleNet.draft_layer`). Band K/V live in a small static cache per step.
-
-Layer variants (EagleConfig fields; the defaults are our own layer, as the demo drafter) exist for
-LANTERN's released drafters (converted by lantern_conversion.py): ``qk_norm`` (Anole:
-a Chameleon decoder layer, per-head LayerNorm with weight and bias on q and k before the rotary
-embedding), ``input_norm=False`` (LlamaGen: EAGLE's first layer has no input RMSNorm),
-``rope_grid`` (LlamaGen: 2D rotary embedding, position j = grid cell j, positions past the grid
-get zero rotation tables as LANTERN pads them), ``embed_rows`` (the drafter's own token
-embedding, indexed by engine id, instead of the target's) and ``fc_bias``.
+Input at position j: ``fc([f_{j-1}; e(t_j)])``, f_{j-1} the feature whose output predicted t_j (the target's
+hidden state for committed positions, the drafter's own output inside a tree); the output regresses the target's
+hidden state at j, and the TARGET's image head turns it into logits of j + 1 (with CFG both branches, through
+`target_probs` as the target's). The layer attends to a band of the last ``attn_band`` positions (training: the
+same band mask); ADT-Tree keeps the band's keys / values by position (adt_tree/drafter.py, `_band_pass`).
+Variants (EagleConfig; the defaults are our own layer) load LANTERN's drafters (lantern_conversion.py):
+``qk_norm`` (Anole's per-head q/k LayerNorm), ``input_norm=False`` (LlamaGen), ``rope_grid`` (LlamaGen's 2D
+rotary, zero tables past the grid), ``embed_rows`` (the drafter's own embedding by engine id), ``fc_bias``.
 """
 from __future__ import annotations
 
@@ -36,8 +24,6 @@ from ....model_loaders.kv.store import empty_layer
 
 KIND = "eagle"  # drafter.json's kind
 FOLDER = "eagle_drafter"  # beside the model's weights
-
-FORMAT_NAME = "specar-eagle-1"
 
 
 @dataclass
@@ -199,5 +185,4 @@ def random_eagle(model, seed: int) -> EagleNet:
     return net
 
 
-__all__ = ["KIND", "FOLDER", "EagleConfig", "EagleNet", "QKNormAttention", "random_eagle", "rope_grid_tables",
-           "FORMAT_NAME"]
+__all__ = ["KIND", "FOLDER", "EagleConfig", "EagleNet", "QKNormAttention", "random_eagle", "rope_grid_tables"]

@@ -1,45 +1,8 @@
-"""Hawk (Chen et al.): spatial draft heads (horizontal + vertical) with a speculation cache.
+"""Hawk (Chen et al.): spatial draft heads (horizontal + vertical) with a speculation cache (docs/HAWK.md: the heads,
+q, the cache, the pool, the tree, the budget from measured costs).
 
-Heads (Medusa-style, the paper's appendix C): head i is one residual SiLU block on a last hidden
-state of the frozen target, ``g = h + SiLU(W_i h + b_i)``, followed by the TARGET's own image
-head (``model.image_logits``). With h_j the target's hidden state at sequence position j (its
-output predicts j + 1) and T = j + 1 the pending token:
-
-    horizontal head k (k = 1..horizontal_heads) on h_j predicts position T + k
-    vertical head d   (d = 1..vertical_depth)   on h_j predicts position T + d * row_stride
-
-q (exactly): with CFG the head runs on both branches' hidden states (h_j of the conditional rows
-and of the unconditional rows) and the two logit vectors go through the same `target_probs`
-(CFG on raw logits, temperature, top-k, top-p) the target uses; without CFG the conditional
-logits alone. Every draft token is SAMPLED from that q (never a top-k pick, never Medusa's lossy
-typical acceptance), so verification is plain multi-draft speculative sampling.
-
-Speculation cache: the target hidden states of every committed position (both CFG branches),
-stored as the engine commits them. A vertical prediction for position P at depth d is the
-vertical head d on h_{P - 1 - d * row_stride}; it is available once that position is committed
-(the paper computes it when the source position is the speculation point and keeps the q until
-the row is reached; keeping the D-wide source state and applying the deterministic head when the
-row is reached gives the identical q with D instead of V floats per position, and it exists for
-EVERY committed source position, not only for former speculation points).
-
-Spatial sampling pool at P = frontier + k: the horizontal q (head k on h_{frontier - 1}) plus the
-vertical q's of depth d = 1..vertical_depth whose source is committed. Each pool entry gives
-`candidates` independent samples. The pool pairs (sample r, source s) are ordered r-major,
-horizontal first then vertical by depth, and the ones a row lacks (vertical source not committed
-yet) are dropped, so child slot m of a node is the m-th available pair.
-
-Tree: the Cartesian product of the per-position candidates (every node at depth k gets the pool
-of position frontier + k as children, each child a fresh independent sample), pruned to
-`node_budget` nodes by a fixed prior (slot m is assumed accepted with probability
-chain_prior * 0.6^m, chain_prior = 0.6 by default; the best paths are kept, so every kept node's
-parent is kept) and padded with invalid nodes when a row's pool is smaller. Levels 1..n use the
-full pool; with `vertical_reach` r > 0 (an extension, 0 = the paper) levels n+1..n+r are drafted
-from the vertical cache alone (their pool has no horizontal entry). The topology is fixed for a generation; validity is per row. A forced
-row-end position gets the structure token as its single child (always accepted).
-
-Verification: the tree rule (samplers/verification/): independent siblings, each with the pool q it was
-drawn from (the paper's appendix A). Each node's q depends only on committed hidden states, never on the
-speculative tokens before it in the tree, which is what makes the per-node q exact.
+Exactness: every draft is SAMPLED from its pool q, which depends only on committed hidden states, never on the
+speculative tokens above it: verification is the plain tree rule with independent siblings (the paper's appendix A).
 """
 from __future__ import annotations
 
@@ -50,13 +13,12 @@ from typing import Optional
 import torch
 
 from ....model_loaders.contract import ForwardOutput
-from ...randomness import sample_by_race
 from ...proposal import DraftTree, Verdict
-from ...randomness import gumbel_top_k
+from ...randomness import gumbel_top_k, sample_by_race
 from ...run_state import LoopState
-from ..base import Drafter
+from ..base import AdaptiveDrafter
 from ..hidden_states import DraftsFromHiddenStates, HiddenStates
-from ..params import DraftNetworkCost, Method, StepCost
+from ...forward_costs import BudgetFromCosts, draft_seconds
 from .network import load_heads
 from .params import HawkParams
 
@@ -96,11 +58,9 @@ class HawkTree(DraftTree):
     source: Optional[torch.Tensor] = None  # [B, N]
 
 
-class HawkDrafter(DraftsFromHiddenStates, Drafter):
-    def __init__(self, params: HawkParams, model, sampling, collect: bool = False):
+class HawkDrafter(BudgetFromCosts, DraftsFromHiddenStates, AdaptiveDrafter):
+    def __init__(self, params: HawkParams, model, sampling):
         self._use_target(model, sampling)
-        # collect: record the source (0: horizontal, d: vertical depth d) of accepted drafts (`stats_acc`)
-        self.collect = collect
         self.n = params.horizontal_heads
         self.v = params.vertical_depth
         # positions past the horizontal heads drafted from the vertical cache alone (0: the paper's tree)
@@ -108,21 +68,45 @@ class HawkDrafter(DraftsFromHiddenStates, Drafter):
         self.prior = params.chain_prior
         self.L = self.n + self.reach  # deepest tree level
         self.c = params.candidates
-        self.node_budget = params.node_budget
         self.S = 1 + self.v  # pool sources per position: horizontal, vertical 1..v
         self.W = self.c * self.S  # child slots per node
-        dev = model.device
-        self.heads = load_heads(model, self.n, self.v, params.heads).to(dev).float().eval()
-        parents, slots, depths = tree_topology(self.node_budget, self.W, self.L, self.prior)
-        self.parents = parents + [0] * (self.node_budget - len(parents))  # pad: invalid children of the root
+        self.heads = load_heads(model, self.n, self.v, params.heads).to(model.device).float().eval()
+        self._tune(params.node_budget, self.prior)  # 0: from the timed heads and target forwards (`set_costs`)
+        self.slack = self.L + 3
+        self.stride = model.geometry.row_stride
+
+    def _set_budget(self, budget: int) -> None:
+        """The tree of `budget` nodes (fixed for the generation)."""
+        dev = self.model.device
+        self.node_budget = budget
+        parents, slots, depths = tree_topology(budget, self.W, self.L, self.prior)
+        self.parents = parents + [0] * (budget - len(parents))  # pad: invalid children of the root
         self.n_real = len(parents)
-        self.slot_of = torch.tensor(slots + [0] * (self.node_budget - len(parents)), device=dev)
-        self.depth = torch.tensor(depths + [1] * (self.node_budget - len(parents)), device=dev)
+        self.slot_of = torch.tensor(slots + [0] * (budget - len(parents)), device=dev)
+        self.depth = torch.tensor(depths + [1] * (budget - len(parents)), device=dev)
         self.parent_of = torch.tensor([0] + self.parents[1:], device=dev)  # the root: itself
         self.max_depth = max(depths)
         self.max_children = max(sum(1 for q in parents if q == i) for i in range(len(parents)))
-        self.slack = self.L + 3
-        self.stride = model.geometry.row_stride
+
+    # -- the node budget from measured costs (node_budget=0: forward_costs.BudgetFromCosts) -----
+    def _step_estimate(self, budget: int) -> tuple:
+        """The heads run once per step whatever the budget; the tree's expected tokens at acceptance a (a node's
+        child slot m accepted with a (1 - a) ** m)."""
+        B, D = self.batch, self.model.hidden_size
+        feats = torch.zeros(2 * B if self.uses_cfg else B, self.n + self.L * self.v, D, device=self.model.device)
+
+        def heads():  # propose's network: the heads on the rows' hidden states, then their q
+            h = [self.heads.horizontal(feats[:, 0])]
+            if self.v:
+                h.append(self.heads.vertical(feats[:, self.n:].unflatten(1, (self.L, self.v))).flatten(1, 2))
+            self._q(torch.cat(h, 1), B)
+
+        def tokens(a, nodes=list(zip(self.parents[1:self.n_real], self.slot_of.tolist()[1:self.n_real]))):  # its tree
+            reach = [1.0]
+            for q, m in nodes:
+                reach.append(reach[q] * a * (1 - a) ** m)
+            return sum(reach)
+        return draft_seconds(self.model, ("hawk", self.n, self.v, self.L, feats.shape[0]), heads), tokens
 
     # -- helpers -----------------------------------------------------------------------------
     def _recorded_q(self, pool_q: torch.Tensor, source: torch.Tensor) -> torch.Tensor:
@@ -134,7 +118,7 @@ class HawkDrafter(DraftsFromHiddenStates, Drafter):
     # -- start -------------------------------------------------------------------------------
     def start(self, state: LoopState, first: ForwardOutput, p0: torch.Tensor) -> HiddenStates:
         """The drafter's state: the store of the target's hidden states by position."""
-        self.stats_acc = []  # (source of each accepted draft) when `collect`: acceptance per head
+        self.batch = state.ctx.batch  # what `set_costs` times the heads at
         return self._start_hidden(state, first, state.ctx.layout.ext + 3)
 
     # -- propose -----------------------------------------------------------------------------
@@ -215,21 +199,7 @@ class HawkDrafter(DraftsFromHiddenStates, Drafter):
         # node path[t] sits at position prev_f + t: its hidden state goes to index prev_f + t + 1
         tpos = torch.where(keep, (previous_frontier[:, None] + 1 + slot).clamp(max=spare), spare)
         hidden.write_path(state.rows, tpos, out, path)
-        if self.collect:
-            src = tree.source.gather(1, path)  # [B, width] source of each path node
-            drafted = (slot[None] >= 1) & (slot[None] <= n_acc[:, None]) & act[:, None]
-            self.stats_acc.append(torch.where(drafted, src, -1).cpu())  # collecting only (training data)
         return hidden
 
 
-def hawk_step_cost(p: dict, row_codes: int, reports: list) -> StepCost:
-    """A padded tree of node_budget nodes; the heads run once per step on the last accepted position."""
-    heads = DraftNetworkCost(1, 1, head_blocks=p["horizontal_heads"] + p["vertical_depth"])
-    return StepCost(((p["node_budget"], 1.0),), heads)
-
-
-HAWK = Method("hawk", "Hawk", "spatial (horizontal + vertical) draft heads with a speculation cache (Chen et al.)",
-              HawkParams, HawkDrafter, paper_preset=(("horizontal_heads", 4), ("node_budget", 32)),
-              drafter_kind="hawk", train="hawk:train_hawk", step_cost=hawk_step_cost)
-
-__all__ = ["HAWK", "HawkDrafter", "tree_topology"]
+__all__ = ["HawkDrafter", "tree_topology"]

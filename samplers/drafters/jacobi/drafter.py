@@ -23,7 +23,6 @@ from ...proposal import ChainVerdict, DraftChain, one_hot
 from ...randomness import gumbel_coupling, race_keys
 from ...run_state import BEYOND_IMAGE, LoopState
 from ..base import Drafter
-from ..params import Method, StepCost, chain_tokens
 from .params import ARParams, JacobiParams, SCDParams, SJDPACParams, SJDParams
 
 
@@ -181,7 +180,7 @@ class JacobiDrafter(Drafter):
     def _stalled_rows(self, state, n_accepted):
         """Stall restart: the rows whose last `restart_after` steps each committed one token (counted in `stall`) get
         their whole window drafted afresh by `init` (coupled re-drafts can keep drafts made under a wrong prefix
-        step after step: a fixed point, docs/history/BENCHMARKS-journal.md "Stall restart"). Lossless: the decision
+        step after step: a fixed point). Lossless: the decision
         reads only the steps' counts.
         It widens the entering positions' `init` mask, which draws the same noise whichever positions it writes:
         a generation in which no row restarts keeps its tokens."""
@@ -286,27 +285,6 @@ class JacobiDrafter(Drafter):
         state.draft.branch_tok, state.draft.branch_valid = tok, valid
 
 
-def jacobi_step_cost(p: dict, row_codes: int, reports: list) -> StepCost:
-    """A chain of `window` drafts, plus the proactive branches ((K - 1) x D nodes) where the method has them
-    (they follow a rejection only: counted on every step, an upper bound)."""
-    tree = (p.get("tree_width", 1) - 1) * p.get("tree_depth", 0)
-    return StepCost(((chain_tokens(p["window"], row_codes) + tree, 1.0),))
-
-
-SJD = Method("sjd", "SJD", "Speculative Jacobi Decoding (Teng et al.)", SJDParams, JacobiDrafter,
-             paper_preset=(("init", "random"), ("restart_after", 0)), step_cost=jacobi_step_cost,
-             bench_variants=("window=32",))
-SCD = Method("scd", "SCD", "Speculative Jacobi Decoding with coupled re-drafts (So et al.)", SCDParams, JacobiDrafter,
-             paper_preset=(("init", "random"), ("restart_after", 0)), step_cost=jacobi_step_cost,
-             bench_variants=("window=32,coupling=maximal", "window=64,coupling=maximal", "window=32,coupling=gumbel"))
-SJD_PAC = Method("sjd_pac", "SJD-PAC", "SJD with proactive drafting and adaptive continuation (Kang et al.)",
-                 SJDPACParams, JacobiDrafter,
-                 paper_preset=(("window", 64), ("tree_depth", 3), ("tree_width", 4), ("init", "random"),
-                               ("restart_after", 0)), step_cost=jacobi_step_cost,
-                 # the paper's ablation: SJD -> + proactive drafting -> + adaptive continuation -> L=64
-                 bench_variants=("window=32,continuation=false", "window=32", "window=64"))
-
-
 
 class ARDrafter(JacobiDrafter):
     """AR: nothing to re-draft or record, so `observe` skips the window's bookkeeping (AR's step is mostly
@@ -317,7 +295,3 @@ class ARDrafter(JacobiDrafter):
         if self.shapes[plan.window][0] > 1:
             return super().observe(state, plan, tree, verdict, p_all, out, previous_frontier)
         return state.draft
-
-
-AR = Method("ar", "AR (baseline)", "plain autoregressive sampling, one token per forward (the baseline)", ARParams,
-            ARDrafter, step_cost=lambda p, row_codes, reports: StepCost(((1, 1.0),)))

@@ -4,24 +4,23 @@ each method's typed dataclass (AR, SJD, SCD, SJD-PAC; spatial's extends `Proacti
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ..params import COUPLINGS, INITS, MAX_TREE_WIDTH, MAX_WINDOW, param
+from ..params import COUPLINGS, INITS, MAX_TREE_WIDTH, MAX_WINDOW, Method, param
 
 WINDOW_HELP = "draft tokens verified per forward (shrinks near the end of the image)"
 INIT_HELP = "how new window positions are drafted: " + ", ".join(INITS)
 # sample_above (from the distribution recorded one row above): the fastest lossless init on the demo model for sjd,
-# scd, sjd_pac and auto, >= 0.97x the papers' random at window 16 in every bench regime
-# (docs/history/BENCHMARKS-2026-11-27.md)
+# scd, sjd_pac and auto, >= 0.97x the papers' random at window 16 in every bench regime (measured 2026-11-27)
 INIT_ABOVE_PAPER = "SJD paper: random (preset='paper'); sample_above is the fastest on the demo model"
 INIT_ABOVE_REGIMES = ("SJD paper: random (preset='paper'); sample_above: >= 0.97x the paper's setting at window 16 in "
-                      "every bench regime (docs/history/BENCHMARKS-2026-11-27.md)")
+                      "every bench regime")
 
 
 def restart_param(default: int):
     """Stall restart (`JacobiDrafter._stalled_rows`): ours, not the papers' (preset='paper': off). Its default per
-    method is what docs/history/BENCHMARKS-2026-11-27.md measured ("Defaults chosen on every regime")."""
+    method is what every bench regime measured fastest (2026-11-27)."""
     return param(default, "re-draft the window by `init` after this many steps in a row that committed one token each "
                  "(a coupled Jacobi window stuck in a fixed point); 0: never", lo=0, hi=1024,
-                 paper="not in the papers (preset='paper': 0); docs/history/BENCHMARKS-journal.md, stall restart")
+                 paper="not in the papers (preset='paper': 0)")
 
 
 class JacobiParams:
@@ -84,11 +83,10 @@ class ProactiveParams(JacobiParams):
 @dataclass(frozen=True)
 class SJDPACParams(ProactiveParams):
     window: int = param(16, WINDOW_HELP, lo=1, hi=MAX_WINDOW, sizes=True, essential=True,
-                        paper="SJD-PAC paper: 64 (preset='paper'); 16 is the fastest on a CPU "
-                        "(docs/history/BENCHMARKS-2026-11-27.md)")
+                        paper="SJD-PAC paper: 64 (preset='paper'); 16 is the fastest on a CPU")
     tree_depth: int = param(2, "proactive drafting: depth D of the branches after a rejection (at most window)",
                             lo=1, hi=MAX_WINDOW, paper="SJD-PAC paper: D = 3 (preset='paper'); 2 is the fastest on "
-                            "the demo model (docs/history/BENCHMARKS-2026-11-27.md)", sizes=True, essential=True)
+                            "the demo model", sizes=True, essential=True)
     tree_width: int = param(4, "proactive drafting: candidates K at the first open position (1 = off; at most the "
                             "image vocabulary)", lo=1, hi=MAX_TREE_WIDTH,
                             paper="SJD-PAC paper: K = 4 (the authors' code uses 3)", sizes=True, essential=True)
@@ -103,3 +101,20 @@ class SJDPACParams(ProactiveParams):
 @dataclass(frozen=True)
 class ARParams(JacobiParams):
     """AR: one slot, the pending token, no drafts."""
+
+
+SJD = Method("sjd", "SJD", "Speculative Jacobi Decoding (Teng et al.)", SJDParams, ".jacobi.drafter:JacobiDrafter",
+             paper_preset=(("init", "random"), ("restart_after", 0)),
+             bench_variants=("window=32",))
+SCD = Method("scd", "SCD", "Speculative Jacobi Decoding with coupled re-drafts (So et al.)", SCDParams,
+             ".jacobi.drafter:JacobiDrafter",
+             paper_preset=(("init", "random"), ("restart_after", 0)),
+             bench_variants=("window=32,coupling=maximal", "window=64,coupling=maximal", "window=32,coupling=gumbel"))
+SJD_PAC = Method("sjd_pac", "SJD-PAC", "SJD with proactive drafting and adaptive continuation (Kang et al.)",
+                 SJDPACParams, ".jacobi.drafter:JacobiDrafter",
+                 paper_preset=(("window", 64), ("tree_depth", 3), ("tree_width", 4), ("init", "random"),
+                               ("restart_after", 0)),
+                 # the paper's ablation: SJD -> + proactive drafting -> + adaptive continuation -> L=64
+                 bench_variants=("window=32,continuation=false", "window=32", "window=64"))
+AR = Method("ar", "AR (baseline)", "plain autoregressive sampling, one token per forward (the baseline)", ARParams,
+            ".jacobi.drafter:ARDrafter")

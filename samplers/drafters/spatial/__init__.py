@@ -1,12 +1,5 @@
-"""Spatial speculative decoding: a Jacobi window over a 2-D band ahead of the frontier,
-drafted by trained spatial heads and refined by the target (docs/SPATIAL.md).
+"""Spatial speculative decoding (docs/SPATIAL.md): params.py (the Method), network.py (SpatialHeads and their files),
+drafter.py (`SpatialDrafter`); its training: training/spatial.py."""
+from .params import SPATIAL, SpatialParams
 
-- params.py: the typed parameters
-- network.py: SpatialHeads, their files (load_heads, random_heads)
-- drafter.py: SpatialDrafter (the `spatial` backend)
-(its training: training/spatial.py, `python -m specar train-drafter --kind spatial`)
-"""
-from .drafter import SPATIAL, SpatialDrafter
-from .params import SpatialParams
-
-__all__ = ["SPATIAL", "SpatialDrafter", "SpatialParams"]
+__all__ = ["SPATIAL", "SpatialParams"]

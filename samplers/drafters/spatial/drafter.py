@@ -1,25 +1,8 @@
-"""SpatialDrafter: the `spatial` backend (docs/SPATIAL.md).
-
-A Jacobi window over a 2-D band ahead of the frontier (with a window of W image drafts on rows of
-stride S: the rest of the current row and about W / S rows below it), whose NEW positions are
-drafted by trained spatial heads from the target's hidden states of the rows above, and whose
-older positions are refined every step by the target itself:
-
-- entering the window: position P is drafted from spatial head d (the first d = 1..head_depths
-  whose three source states, at positions P - d*S - 1 .. P - d*S + 1, have been computed by some
-  forward: committed, or drafts of an earlier window); q = `target_probs` of the head's logits
-  (both CFG branches), the draft a sample of q. Positions no head reaches (the first rows, and
-  the far end of a window that jumped by more than a row) use `init` (SJD's rules).
-- every step: the window, its verification, re-drafts (maximal coupling with the old draft) and
-  proactive branches are SJD-PAC's (`JacobiDrafter`, samplers/drafters/jacobi/); this class adds the
-  heads, the store of hidden states they read, and the choice of q for entering positions.
-
-Exactness: every draft is a sample of the q recorded beside it, and every q is a function of
-forwards that already ran (hidden states of committed positions or of earlier drafts: any
-deterministic function of the past is a valid draft distribution). Hidden states of draft
-positions are only ever used to DRAFT, never to verify: verification uses the current forward's
-p, computed after the committed prefix (docs/ARCHITECTURE.md, "Verification").
-"""
+"""SpatialDrafter: the `spatial` backend. SJD-PAC's window, verification, re-drafts and proactive branches
+(`JacobiDrafter`) whose NEW positions are drafted by trained spatial heads from the target's hidden states of the rows
+above; this class adds the heads, the store of hidden states they read, and the choice of q for entering positions.
+Which head drafts a position, and why it is exact (hidden states of draft positions only ever DRAFT, never verify):
+docs/SPATIAL.md, "The algorithm"."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -30,8 +13,7 @@ import torch
 from ...randomness import sample_by_race
 from ...run_state import LoopState
 from ..hidden_states import DraftsFromHiddenStates, HiddenStates
-from ..jacobi import JacobiDrafter, JacobiState, jacobi_step_cost
-from ..params import DraftNetworkCost, Method, StepCost
+from ..jacobi.drafter import JacobiDrafter, JacobiState
 from .network import load_heads
 from .params import SpatialParams
 
@@ -47,7 +29,7 @@ class SpatialState(JacobiState):
 class SpatialDrafter(DraftsFromHiddenStates, JacobiDrafter):
     state_class = SpatialState
 
-    def __init__(self, params: SpatialParams, model, sampling, collect: bool = False):
+    def __init__(self, params: SpatialParams, model, sampling):
         super().__init__(params, model, sampling)
         self._use_target(model, sampling)
         self.depths = params.head_depths
@@ -57,12 +39,10 @@ class SpatialDrafter(DraftsFromHiddenStates, JacobiDrafter):
         self.heads = load_heads(model, self.depths, params.heads).to(dev).float().eval() if self.depths else None
         taps = self.heads.cfg.taps if self.heads is not None else (-1,)
         self.taps, self.last_tap = torch.tensor(taps, device=dev), taps[-1]
-        self.collect = collect  # count entering positions drafted by a head vs by `init` (self.drafted_by)
 
     # -- start -------------------------------------------------------------------------------
     def _new_state(self, state: LoopState, first) -> "SpatialState":
         ds = super()._new_state(state, first)
-        self.drafted_by = torch.zeros(2, dtype=torch.long)  # [by a head, by init] (collect only)
         # hidden.states[r, j + 1]: the latest hidden state computed at position j
         ds.hidden = self._start_hidden(state, first, state.ctx.layout.ext + 2)
         ds.hid_upto = torch.full((state.ctx.batch,), -1, dtype=torch.long, device=state.ctx.device)
@@ -136,21 +116,4 @@ class SpatialDrafter(DraftsFromHiddenStates, JacobiDrafter):
         # back to `pos`'s columns (a scatter, no host read); column K takes the positions not drafted
         drafted = torch.zeros(B, K + 1, dtype=torch.bool, device=state.ctx.device)
         drafted = drafted.scatter(1, torch.where(use, at, K), True)[:, :K]
-        if self.collect:
-            self.drafted_by += torch.stack([use.sum(), (need & ~drafted).sum()]).cpu()
         return drafted
-
-
-def spatial_step_cost(p: dict, row_codes: int, reports: list) -> StepCost:
-    """SJD-PAC's chain and branches; the spatial heads (head_depths of them) run once per step."""
-    chain = jacobi_step_cost(p, row_codes, reports)
-    heads = DraftNetworkCost(1, 1, head_blocks=p["head_depths"]) if p.get("head_depths") else None
-    return StepCost(chain.tokens, heads)
-
-
-SPATIAL = Method("spatial", "Spatial (experimental)", "a Jacobi window over the rows ahead, drafted by trained spatial heads from the "
-                 "rows above and refined by the target, with proactive branches (Hawk + SJD-PAC + SCD). With "
-                 "same_image_as_ar on it commits fewer tokens per forward than sjd_pac at window 64 on the demo model "
-                 "and is slower on a CPU; it leads only with it off in the paper regime (docs/BENCHMARKS.md)",
-                 SpatialParams, SpatialDrafter, drafter_kind="spatial", train="spatial:train_spatial",
-                 step_cost=spatial_step_cost, experimental=True)

@@ -1,25 +1,15 @@
-"""The spatial heads: a draft distribution for an image position from the target's hidden states
-of the row(s) above it, and their files.
-
-Head d (d = 1..depths) predicts position P from three hidden states of the target one row band
-above, d rows up: the states at positions A - 1, A, A + 1 with A = P - d * row_stride (the
-token above P, its left and right neighbours' prediction states):
+"""The spatial heads: a draft distribution for an image position from the target's hidden states of the row(s) above
+it (head d on the states at A - 1, A, A + 1, A = P - d * row_stride: docs/SPATIAL.md, "The algorithm"), and their
+files:
 
     x = [h_{A-1}; h_A; h_{A+1}]               (3D features)
     g = h_{A-1} + SiLU(W_d x + b_d)            (W_d: D x 3D, zero-initialised)
     logits = model.image_logits(g)             (the target's own image head)
 
-h_{A-1} is the state whose own output predicts A (the token above), so an untrained (zero)
-head gives the target's distribution of the token above P: SJD's `sample_above` init. Training
-adds what the left neighbour's and the above token's own states say about the row below (the
-residual block is Hawk's head architecture, Chen et al. appendix C, widened from one source
-state to a three-tap kernel over the row above). With CFG the head runs on both branches' states
-and the two logit vectors go through `target_probs` like the target's.
-
-Files: `<model folder>/spatial_heads/` (drafter.json kind "spatial", drafter.safetensors with
-`weight` [depths, D, 3D] and `bias` [depths, D]) through model_loaders/files/drafter_files.py: the
-target's fingerprint is checked, so heads trained for another model are refused.
-"""
+An untrained (zero) head gives the target's distribution of the token above P (SJD's `sample_above`). With CFG the
+head runs on both branches' states and the two logit vectors go through `target_probs` like the target's. Files:
+`<model folder>/spatial_heads/` (kind "spatial"; `weight` [depths, D, 3D], `bias` [depths, D]) through
+model_loaders/files/drafter_files.py, which refuses heads trained for another model."""
 from __future__ import annotations
 
 import os
@@ -94,6 +84,3 @@ def load_heads(model, depths: int, folder: str = "") -> SpatialHeads:
     heads = SpatialHeads(SpatialConfig(cfg.hidden_size, depths, cfg.taps))
     heads.load_state_dict({"weight": tensors["weight"][:depths], "bias": tensors["bias"][:depths]})
     return heads
-
-
-__all__ = ["SpatialConfig", "SpatialHeads", "random_heads", "load_heads", "KIND", "FOLDER", "TAPS"]

@@ -3,7 +3,7 @@ and adaptive continuation, and the trained heads that draft entering positions."
 from dataclasses import dataclass
 
 from ..jacobi import WINDOW_HELP, ProactiveParams, SJDPACParams
-from ..params import INITS, MAX_WINDOW, param, same_param
+from ..params import INITS, MAX_WINDOW, Method, param, same_param
 
 
 @dataclass(frozen=True)
@@ -28,3 +28,11 @@ class SpatialParams(ProactiveParams):
     restart_after: int = same_param(SJDPACParams, "restart_after", default=5)
     heads: str = param("", "spatial heads folder; empty: spatial_heads/ beside the model's weights",
                        folder_of="spatial", essential=True)
+
+
+SPATIAL = Method("spatial", "Spatial (experimental)", "a Jacobi window over the rows ahead, drafted by trained spatial "
+                 "heads from the rows above and refined by the target, with proactive branches (Hawk + SJD-PAC + SCD). With "
+                 "same_image_as_ar on it commits fewer tokens per forward than sjd_pac at window 64 on the demo model "
+                 "and is slower on a CPU; it leads only with it off in the paper regime (docs/BENCHMARKS.md)",
+                 SpatialParams, ".spatial.drafter:SpatialDrafter", drafter_kind="spatial",
+                 train="spatial:train_spatial", experimental=True)
