@@ -51,7 +51,8 @@ class SpeculativeEngine:
         layout = SequenceLayout.build(model.geometry, self.drafter.slack, dev)
         self.ctx = RunContext(
             model=model, sampling=sampling, layout=layout, batch=batch, vocab_size=V, device=dev, seed=seed,
-            reproducible=reproducible, position_noise=PositionNoise(seed, batch, layout.ext, V, dev), compiled=compile,
+            reproducible=reproducible, compiled=compile,
+            position_noise=PositionNoise(seed, batch, layout.ext, V, dev, greedy=sampling.temperature == 0),
             profile=profile, backend=backend.name, backend_params=tuple(backend.params().items()),
             # batch-invariant or shape-pinned target forwards where the same image needs them
             same_image=batch_invariant.same_image_plan(model, reproducible, backend.name, self.drafter.node_budget,

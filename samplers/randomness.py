@@ -152,10 +152,11 @@ class PositionNoise:
     absolute sequence position j < `positions`: looked up in a table built at the first call when it
     fits in GUMBEL_TABLE_BYTES (`tabled`; over a whole image steps * slots >= positions, so the table
     is also less work), else hashed on demand. The same values either way, on any machine (integer
-    hashing, one float64 -> float32 rounding)."""
+    hashing, one float64 -> float32 rounding). `greedy` (temperature 0): zeros, never hashed: every p is one-hot,
+    so argmax(log p + G) is the argmax whatever G is, and hashing [B, T, V] per step was most of a greedy run."""
 
-    def __init__(self, seed: int, batch: int, positions: int, vocab_size: int, device):
-        self.key = gumbel_key(seed)
+    def __init__(self, seed: int, batch: int, positions: int, vocab_size: int, device, greedy: bool = False):
+        self.key, self.greedy = gumbel_key(seed), greedy
         self.vocab_size, self.positions = vocab_size, positions
         self.rows = torch.arange(batch, device=device)
         self.table = None
@@ -163,6 +164,8 @@ class PositionNoise:
 
     def __call__(self, pos: torch.Tensor) -> torch.Tensor:
         """pos [B, ...] absolute positions of each row -> noise [B, ..., V]."""
+        if self.greedy:
+            return torch.zeros(*pos.shape, self.vocab_size, device=pos.device)
         rows = self.rows.view(-1, *([1] * (pos.dim() - 1)))
         if self.tabled and self.table is None:
             self.table = position_gumbel(self.key, self.rows[:, None],
