@@ -31,15 +31,15 @@ $(STAMP): pyproject.toml requirements.txt
 # (--dist loadfile: a file's module fixtures, e.g. a shared compiled model, stay in one process). torch.compile's
 # kernels go to a folder in the venv, so a second run of this checkout compiles nothing (TORCHINDUCTOR_CACHE_DIR
 # set by the caller wins).
-# test-long runs in one process with two threads: its cases are few and large (16384-code models, whose products use
-# both cores); split over two one-thread workers a fresh run had done 55% of them after 25 minutes (2026-11-29).
+# test-long: the same workers, whole files each. One process with two threads kept one core mostly idle (load 1.1 over
+# a fresh run's test-long, 2026-12-07): its models are small, their products do not use both threads.
 TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ $$n -gt 4 ] && n=4; echo $$n)
 PYTEST := TORCHINDUCTOR_CACHE_DIR=$${TORCHINDUCTOR_CACHE_DIR:-$(abspath $(VENV))/torchinductor} $(PY) -m pytest -q --rootdir=tests
 test: $(STAMP)
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(PYTEST) -n $(TEST_WORKERS) --dist loadfile -m "not long"
 
 test-long: $(STAMP)
-	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} $(PYTEST) -m long --durations=25
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(PYTEST) -n $(TEST_WORKERS) --dist loadfile -m long --durations=25
 
 # tests/ against the wheel instead of the checkout (the tests import `specar` and their support package `support`,
 # nothing else of the checkout; the tests of the checkout's own files skip): the wheel unpacked into .venv-build/,
