@@ -12,6 +12,9 @@ import torch
 
 _FORWARD_COSTS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 _DRAFT_COSTS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model -> {drafter setting: seconds}
+# model -> {(drafter setting, batch): the acceptance a compiled generation measured}: later compiled generations start
+# from it, so they run one budget (one compiled graph) instead of compiling the budget each one measures
+_MEASURED_ACCEPT: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 def calibrate(ctx, session, sync, shapes: dict) -> dict:
@@ -95,13 +98,14 @@ class BudgetFromCosts:
     `batch`); then for each candidate `_set_budget(b)` and `_step_estimate(b)` (drafting seconds of a step, expected
     tokens per step as a function of the acceptance a), the best one at the drafter's guess `accept` reported; the
     widest run for MEASURED_STEPS steps, then the best at the a their committed tokens show, once (past steps only,
-    before the next step's draws: lossless). An explicit node_budget is kept as it is (no timing)."""
+    before the next step's draws: lossless); a compiled generation starts from the a an earlier one measured. An
+    explicit node_budget is kept as it is (no timing)."""
 
     BUDGETS = (2, 3, 4, 6, 8)  # the candidates (8: the default before the budget was chosen by costs)
     MEASURED_STEPS = 8
 
-    def _tune(self, node_budget: int, accept: float) -> None:
-        self.tuned, self.accept, self.reads = (None if node_budget else {}), accept, []
+    def _tune(self, node_budget: int, accept: float, setting=None) -> None:
+        self.tuned, self.accept, self.reads, self.setting = (None if node_budget else {}), accept, [], repr(setting)
         self._set_budget(node_budget or self.BUDGETS[-1])
 
     def cost_shapes(self) -> dict:  # chains of each width (a forward's cost follows its token count)
@@ -125,8 +129,19 @@ class BudgetFromCosts:
         return torch.stack([state.frontier.sum(), state.active.sum()])
 
     def plan(self, state, hint) -> int:
-        self._measure(hint[-2:])  # may choose the node budget again (once), before the step's draws
+        self._measure_step(state, hint[-2:])  # may choose the node budget again (once), before the step's draws
         return self.node_budget  # the tree's size: one compiled graph per budget
+
+    def _measure_step(self, state, read: list, expected=None) -> None:
+        """`_measure`, and compiled: the a an earlier generation measured taken at once, this one's kept."""
+        kept = _MEASURED_ACCEPT.setdefault(self.model, {}) if state.ctx.compiled else {}
+        key = (self.setting, state.ctx.batch)
+        if self.tuned is not None and not self.tuned["accept_measured"] and key in kept:
+            self.accept = kept[key]  # an earlier generation's, not this one's draws: lossless
+            self._choose(measured=True)
+        self._measure(read, expected)
+        if self.tuned and self.tuned["accept_measured"] and state.ctx.compiled:
+            kept.setdefault(key, self.accept)
 
     def _measure(self, read: list, expected=None) -> None:  # expected: a -> the step's tokens (None: its budget's)
         if self.tuned is None or self.tuned["accept_measured"]:

@@ -1,6 +1,8 @@
 """The node budget Hawk and ADT-Tree choose from measured costs (node_budget=0, their default): every
 choice under the chi-square suite (tests/test_exactness.py's cases and P_FAIL) and the same-image token pin, the
 choice following the costs, an explicit value winning, and the planted shared-noise bug (a kind vLLM met)."""
+from types import SimpleNamespace
+
 import pytest
 import torch
 
@@ -78,6 +80,33 @@ def test_budget_follows_the_measured_acceptance(accepted, budget):
         committed += rows * drafter.tokens_at[widest](accepted)  # what a step at the widest budget commits
     assert first == 4 and drafter.node_budget == budget and drafter.tuned["accept_measured"]
     assert drafter.tuned["accept"] == pytest.approx(accepted, abs=0.01)
+
+
+class Model:  # a model the kept acceptance is keyed by (weakly)
+    pass
+
+
+def test_a_compiled_generation_starts_from_the_acceptance_an_earlier_one_measured():
+    """Compiled, the budget measured once is every later generation's budget from its first step (one graph, not one
+    per budget a generation measures); eager generations measure their own."""
+    model, widest = Model(), ChainBudgets.BUDGETS[-1]
+
+    def generation(compiled, accepted=0.1):
+        drafter = ChainBudgets()
+        drafter.model = model
+        drafter._tune(0, 0.5, "chains")
+        drafter.set_costs(dict.fromkeys((1,) + drafter.BUDGETS, 1.0))
+        state, committed, budgets = SimpleNamespace(ctx=SimpleNamespace(compiled=compiled, batch=4)), 0, []
+        for step in range(drafter.MEASURED_STEPS + 2):
+            budgets.append(drafter.plan(state, [committed, 4]))
+            committed += 4 * drafter.tokens_at[drafter.node_budget](accepted)
+        return budgets
+
+    assert generation(compiled=False)[0] == widest  # eager: nothing kept
+    first = generation(compiled=True)
+    assert first[0] == widest and first[-1] == 2  # measured at the widest, then its own choice
+    assert set(generation(compiled=True, accepted=1.0)) == {2}  # from the first step: the kept acceptance's budget
+    assert generation(compiled=False, accepted=1.0)[0] == widest  # eager still measures its own
 
 
 def test_explicit_budget_wins():

@@ -64,7 +64,7 @@ class ADTTreeDrafter(BudgetFromCosts, SampledTrees, DraftsFromHiddenStates, Adap
         self.net = load_eagle(model, params.drafter).to(dev).float().eval()
         self.attn_band = self.net.cfg.attn_band  # committed positions the EAGLE layer attends to
         # 0: chosen from the timed EAGLE layer and target forwards (`set_costs`), then from the measured acceptance
-        self._tune(params.node_budget, ACCEPT_GUESS)
+        self._tune(params.node_budget, ACCEPT_GUESS, params)
         # LOSSY, opt-in: LANTERN's relaxed acceptance, named in every proposal
         self.relaxed = Relaxed(neighbour_table(model, params.relaxed_k).to(dev), params.relaxed_delta) \
             if params.relaxed else None
@@ -157,8 +157,8 @@ class ADTTreeDrafter(BudgetFromCosts, SampledTrees, DraftsFromHiddenStates, Adap
         only through the expanded nodes per layer, min(kmax // children, the layer's nodes): a chain (children 1, the
         default) is the same tree for every kmax, and a best_first shape ignores kmax. Then the node budget (chosen by
         `set_costs`, then once more by `_measure`: dmax capped below it)."""
-        self._measure(hint[2:], None if self.plans else  # the chain this step runs, its depth capped as below
-                      functools.partial(chain_tokens, depth=min(hint[0], self.node_budget - 1)))
+        self._measure_step(state, hint[2:], None if self.plans else  # the chain this step runs, depth capped below
+                           functools.partial(chain_tokens, depth=min(hint[0], self.node_budget - 1)))
         dmax, kmax = max(hint[0], 1), max(hint[1], 1)
         if self.plans is None:
             dmax = min(dmax, self.node_budget - 1)

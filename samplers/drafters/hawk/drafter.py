@@ -71,7 +71,7 @@ class HawkDrafter(BudgetFromCosts, DraftsFromHiddenStates, AdaptiveDrafter):
         self.S = 1 + self.v  # pool sources per position: horizontal, vertical 1..v
         self.W = self.c * self.S  # child slots per node
         self.heads = load_heads(model, self.n, self.v, params.heads).to(model.device).float().eval()
-        self._tune(params.node_budget, self.prior)  # 0: from the timed heads and target forwards (`set_costs`)
+        self._tune(params.node_budget, self.prior, params)  # 0: from the timed heads and target forwards (`set_costs`)
         self.slack = self.L + 3
         self.stride = model.geometry.row_stride
 
