@@ -133,15 +133,19 @@ class BudgetFromCosts:
         return self.node_budget  # the tree's size: one compiled graph per budget
 
     def _measure_step(self, state, read: list, expected=None) -> None:
-        """`_measure`, and compiled: the a an earlier generation measured taken at once, this one's kept."""
+        """`_measure`, and compiled: the a an earlier generation measured taken at once, this one's kept. Nothing
+        once the budget is chosen (every later step)."""
+        if self.tuned is None or self.tuned["accept_measured"]:
+            return
         kept = _MEASURED_ACCEPT.setdefault(self.model, {}) if state.ctx.compiled else {}
         key = (self.setting, state.ctx.batch)
-        if self.tuned is not None and not self.tuned["accept_measured"] and key in kept:
+        if key in kept:
             self.accept = kept[key]  # an earlier generation's, not this one's draws: lossless
             self._choose(measured=True)
+            return
         self._measure(read, expected)
-        if self.tuned and self.tuned["accept_measured"] and state.ctx.compiled:
-            kept.setdefault(key, self.accept)
+        if self.tuned["accept_measured"]:
+            kept[key] = self.accept
 
     def _measure(self, read: list, expected=None) -> None:  # expected: a -> the step's tokens (None: its budget's)
         if self.tuned is None or self.tuned["accept_measured"]:
